@@ -1,0 +1,203 @@
+//! The `ConfigMapSet` custom resource (`configmapsets.cmset.dev`, version `v1alpha1`).
+//!
+//! This crate holds only types and constants: no client, no async. Everything a user writes in YAML and
+//! everything cmset reports back is defined here, so the CRD generated from it is the API contract.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub mod labels;
+
+/// API group of every cmset resource.
+pub const GROUP: &str = "cmset.dev";
+/// The only served version.
+pub const VERSION: &str = "v1alpha1";
+/// Default number of old, unused revisions kept per set, the same default as Deployments use.
+pub const DEFAULT_REVISION_HISTORY_LIMIT: i32 = 10;
+/// Upper bound on keys per map. It bounds the cost the API server estimates for the CEL rules below.
+pub const MAX_KEYS: u32 = 10_000;
+/// A ConfigMap (and so a revision) may hold at most this many bytes of data, keys included.
+pub const MAX_CONFIGMAP_BYTES: usize = 1024 * 1024;
+
+/// Desired configuration: cmset turns every distinct content of `template` into an immutable,
+/// content-hashed ConfigMap revision and points opted-in workloads at the current one.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "cmset.dev",
+    version = "v1alpha1",
+    kind = "ConfigMapSet",
+    plural = "configmapsets",
+    singular = "configmapset",
+    shortname = "cmset",
+    namespaced,
+    doc = "A ConfigMapSet owns the immutable, content-hashed ConfigMap revisions of one configuration and keeps opted-in workloads pointed at the current one.",
+    status = "ConfigMapSetStatus",
+    printcolumn = r#"{"name":"Revision","type":"integer","description":"Number of the current revision","jsonPath":".status.revision"}"#,
+    printcolumn = r#"{"name":"ConfigMap","type":"string","description":"Name of the current revision's ConfigMap","jsonPath":".status.currentRevision"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = Rule::new("self.metadata.name.size() <= 242").message("metadata.name must be at most 242 characters so that '-<hash>' fits in a ConfigMap name (253)"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapSetSpec {
+    /// The ConfigMap every revision is stamped from.
+    pub template: ConfigMapTemplate,
+
+    /// How many old revisions that nothing uses any more are kept for rollback (default 10). Revisions
+    /// still named by a workload, one of its ReplicaSets or ControllerRevisions, or a Pod are always kept.
+    #[serde(default = "default_revision_history_limit")]
+    #[schemars(range(min = 0))]
+    pub revision_history_limit: i32,
+}
+
+fn default_revision_history_limit() -> i32 {
+    DEFAULT_REVISION_HISTORY_LIMIT
+}
+
+/// Content and metadata of the ConfigMap revisions.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.data) || !has(self.binaryData) || !self.data.exists(k, k in self.binaryData)",
+    "message": "a key may not appear in both data and binaryData",
+}]))]
+pub struct ConfigMapTemplate {
+    /// Labels and annotations copied onto every revision. They are not part of the content hash:
+    /// changing them updates the existing revisions in place and rolls no pods.
+    #[serde(default, skip_serializing_if = "TemplateMetadata::is_empty")]
+    pub metadata: TemplateMetadata,
+
+    /// UTF-8 entries, as in a ConfigMap's `data`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxProperties" = MAX_KEYS))]
+    pub data: Option<BTreeMap<String, String>>,
+
+    /// Binary entries, base64-encoded, as in a ConfigMap's `binaryData`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "binary_data_schema")]
+    pub binary_data: Option<BTreeMap<String, ByteString>>,
+}
+
+/// `ByteString` has no schema of its own: a map of base64 strings, as in a ConfigMap.
+fn binary_data_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "additionalProperties": { "type": "string", "format": "byte" },
+        "maxProperties": MAX_KEYS,
+    })
+}
+
+/// The part of object metadata a template may set.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct TemplateMetadata {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl TemplateMetadata {
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.annotations.is_empty()
+    }
+}
+
+/// What cmset observed and did, compatible with kstatus (`observedGeneration` and a `Ready` condition),
+/// so `kubectl wait --for=condition=Ready` and GitOps health checks work.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapSetStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Number of the current revision. Numbers only grow; returning to old content renumbers the
+    /// existing revision instead of creating a new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+
+    /// Name of the ConfigMap holding the current revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_revision: Option<String>,
+
+    /// Bumped when a revision name is already taken by a ConfigMap with other content or another owner;
+    /// it enters the hash so that the next name differs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collision_count: Option<i32>,
+
+    /// `Ready`: the current revision exists and every opted-in workload either uses it or is pinned
+    /// to an older revision by a rollback. `Stalled`: the spec cannot be rolled out as it is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+
+    /// Opted-in workloads of the namespace that reference this set, and the revision each runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workloads: Vec<WorkloadStatus>,
+
+    /// Every revision that exists, newest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<RevisionStatus>,
+}
+
+/// One opted-in workload that references the set.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadStatus {
+    /// `Deployment`, `StatefulSet` or `DaemonSet`.
+    pub kind: String,
+    pub name: String,
+    /// Identifies the object instance: a workload deleted and created again under the same name is new.
+    pub uid: String,
+    /// The ConfigMap the workload's pod template names for this set (a revision, or the bare set name).
+    pub revision: String,
+    /// `Current`, `Pinned` (a rollback or an edit chose an older revision; left alone until the set's
+    /// content changes) or `Pending` (cmset is about to move it to the current revision).
+    pub state: WorkloadState,
+    /// The last revision cmset saw this workload run while that revision was current. This is the
+    /// durable record that tells a deliberate rollback apart from an update not yet made; it lives here
+    /// because `kubectl rollout undo` restores a Deployment's annotations, but never this status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolled_out: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+pub enum WorkloadState {
+    #[default]
+    Pending,
+    Current,
+    Pinned,
+}
+
+/// One revision ConfigMap of the set.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionStatus {
+    pub name: String,
+    pub revision: i64,
+    /// Whether anything still uses it (a workload, a retained ReplicaSet or ControllerRevision, a Pod):
+    /// such a revision is never pruned.
+    pub in_use: bool,
+}
+
+impl ConfigMapSet {
+    /// The condition of the given type, if any.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)
+    }
+}
+
+/// The CRD as YAML, exactly as committed under `crds/`.
+pub fn crd_yaml() -> String {
+    use kube::CustomResourceExt;
+    let crd = ConfigMapSet::crd();
+    let yaml = serde_yaml_ng::to_string(&crd).expect("a CRD always serializes");
+    format!(
+        "# Generated by `cargo run -p cmset-api --bin crdgen`; do not edit. `make crds` rewrites it.\n{yaml}"
+    )
+}
