@@ -15,3 +15,8 @@ pub const REVISION: &str = "cmset.dev/revision";
 pub const MANAGED_TEMPLATE: &str = "cmset.dev/managed";
 /// Field manager of every write cmset makes, visible in `managedFields` (GitOps tools ignore it by name).
 pub const FIELD_MANAGER: &str = "cmset-controller";
+/// On every revision ConfigMap: the kustomize hash of its content (without any collision count), so the
+/// revision holding some content is found again even when a collision gave it a different name.
+pub const CONTENT_HASH: &str = "cmset.dev/content-hash";
+/// Prefix of every label and annotation key cmset owns; templates may not set keys under it.
+pub const RESERVED_PREFIX: &str = "cmset.dev/";

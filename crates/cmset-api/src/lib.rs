@@ -21,7 +21,8 @@ pub const VERSION: &str = "v1alpha1";
 pub const DEFAULT_REVISION_HISTORY_LIMIT: i32 = 10;
 /// Upper bound on keys per map. It bounds the cost the API server estimates for the CEL rules below.
 pub const MAX_KEYS: u32 = 10_000;
-/// A ConfigMap (and so a revision) may hold at most this many bytes of data, keys included.
+/// A ConfigMap (and so a revision) may hold at most this many bytes: the sum of its `data` values and
+/// decoded `binaryData` values (Kubernetes does not count keys).
 pub const MAX_CONFIGMAP_BYTES: usize = 1024 * 1024;
 
 /// Desired configuration: cmset turns every distinct content of `template` into an immutable,

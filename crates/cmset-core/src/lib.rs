@@ -1,1 +1,16 @@
-//! cmset core
+//! cmset's pure core: everything the controller decides, as plain functions over plain data.
+//!
+//! No Kubernetes client, no async, no clock of its own (time is passed in). The I/O layer observes,
+//! calls into this crate, and carries out the writes it plans.
+#![forbid(unsafe_code)]
+
+pub mod conditions;
+pub mod hash;
+pub mod history;
+pub mod naming;
+pub mod observe;
+pub mod plan;
+pub mod refs;
+pub mod revision;
+pub mod rollout;
+pub mod validate;

@@ -1,0 +1,88 @@
+//! Command-line flags; each has an environment variable so a Deployment can configure it either way.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log pipelines.
+    Json,
+}
+
+/// cmset: immutable, versioned ConfigMaps whose rollouts and rollbacks follow the workloads that use them.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "cmset-controller", version, about)]
+pub struct Cli {
+    /// Namespaces to watch, comma-separated or repeated. Empty: all namespaces.
+    #[arg(long = "namespace", env = "CMSET_NAMESPACES", value_delimiter = ',')]
+    pub namespaces: Vec<String>,
+
+    /// Log format.
+    #[arg(long, env = "CMSET_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log filter in `tracing` syntax (e.g. `info`, `cmset_controller=debug`).
+    #[arg(long, env = "CMSET_LOG", default_value = "info")]
+    pub log_level: String,
+
+    /// Reconciliations run at once, per controller.
+    #[arg(long, env = "CMSET_CONCURRENCY", default_value_t = 4)]
+    pub concurrency: u16,
+
+    /// How long changes to a workload's sets are gathered into one rollout (milliseconds).
+    #[arg(long, env = "CMSET_WORKLOAD_DEBOUNCE_MS", default_value_t = 1000)]
+    pub workload_debounce_ms: u64,
+
+    /// Address of the /metrics, /healthz and /readyz endpoints.
+    #[arg(long, env = "CMSET_METRICS_ADDRESS", default_value = "0.0.0.0:8080")]
+    pub metrics_address: SocketAddr,
+
+    /// Take a Lease before acting, so that only one of several replicas works at a time.
+    #[arg(long, env = "CMSET_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_election: bool,
+
+    /// Namespace of the leader Lease (default: the operator's own, from POD_NAMESPACE, else cmset-system).
+    #[arg(long, env = "CMSET_LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+
+    /// Name of the leader Lease.
+    #[arg(long, env = "CMSET_LEASE_NAME", default_value = "cmset-controller")]
+    pub lease_name: String,
+
+    /// Seconds a leader may go without renewing before another replica takes over.
+    #[arg(long, env = "CMSET_LEASE_DURATION_SECONDS", default_value_t = 15)]
+    pub lease_duration_seconds: u64,
+
+    /// This replica's identity in the Lease and in events (default: POD_NAME, else the host name).
+    #[arg(long, env = "CMSET_IDENTITY")]
+    pub identity: Option<String>,
+}
+
+impl Cli {
+    pub fn workload_debounce(&self) -> Duration {
+        Duration::from_millis(self.workload_debounce_ms)
+    }
+
+    pub fn identity(&self) -> String {
+        self.identity
+            .clone()
+            .or_else(|| std::env::var("POD_NAME").ok())
+            .or_else(|| {
+                std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_string())
+            })
+            .unwrap_or_else(|| format!("cmset-{}", std::process::id()))
+    }
+
+    pub fn lease_namespace(&self) -> String {
+        self.leader_election_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "cmset-system".to_string())
+    }
+}

@@ -1,0 +1,84 @@
+//! One error variant per operation that can fail, each naming the object, with a bounded `category()`
+//! for metric labels and event reasons.
+
+use kube::runtime::reflector::ObjectRef;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("ConfigMapSet {0} has no namespace")]
+    MissingNamespace(String),
+
+    #[error("creating revision ConfigMap {name}: {source}")]
+    CreateRevision { name: String, source: kube::Error },
+
+    #[error("reading ConfigMap {name} whose name a new revision needs: {source}")]
+    ReadExisting { name: String, source: kube::Error },
+
+    #[error("patching metadata of revision ConfigMap {name}: {source}")]
+    PatchRevision { name: String, source: kube::Error },
+
+    #[error("deleting revision ConfigMap {name}: {source}")]
+    DeleteRevision { name: String, source: kube::Error },
+
+    #[error("listing Pods of namespace {namespace}: {source}")]
+    ListPods { namespace: String, source: kube::Error },
+
+    #[error("writing status of ConfigMapSet {name}: {source}")]
+    WriteStatus { name: String, source: kube::Error },
+
+    #[error("patching {workload}: {source}")]
+    PatchWorkload { workload: String, source: kube::Error },
+
+    #[error("building the JSON patch for {workload}: {source}")]
+    BuildPatch {
+        workload: String,
+        source: serde_json::Error,
+    },
+}
+
+impl Error {
+    /// A bounded label for metrics and event reasons.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::MissingNamespace(_) => "MissingNamespace",
+            Self::CreateRevision { .. } => "CreateRevision",
+            Self::ReadExisting { .. } => "ReadExisting",
+            Self::PatchRevision { .. } => "PatchRevision",
+            Self::DeleteRevision { .. } => "DeleteRevision",
+            Self::ListPods { .. } => "ListPods",
+            Self::WriteStatus { .. } => "WriteStatus",
+            Self::PatchWorkload { .. } => "PatchWorkload",
+            Self::BuildPatch { .. } => "BuildPatch",
+        }
+    }
+
+    /// Conflicts and failed `test` guards mean the object moved on underneath: retry soon from a fresh
+    /// read instead of treating it as a failure.
+    pub fn is_conflict(&self) -> bool {
+        let source = match self {
+            Self::CreateRevision { source, .. }
+            | Self::ReadExisting { source, .. }
+            | Self::PatchRevision { source, .. }
+            | Self::DeleteRevision { source, .. }
+            | Self::ListPods { source, .. }
+            | Self::WriteStatus { source, .. }
+            | Self::PatchWorkload { source, .. } => source,
+            Self::MissingNamespace(_) | Self::BuildPatch { .. } => return false,
+        };
+        matches!(source, kube::Error::Api(status) if status.code == 409 || status.code == 422)
+    }
+}
+
+pub fn describe<K: kube::Resource<DynamicType = ()>>(obj: &ObjectRef<K>) -> String {
+    format!("{}/{}", obj.namespace.as_deref().unwrap_or(""), obj.name)
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The HTTP status code of an API error, if it is one.
+pub fn api_code(err: &kube::Error) -> Option<u16> {
+    match err {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}

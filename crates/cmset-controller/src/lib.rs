@@ -1,0 +1,14 @@
+//! The cmset operator's I/O layer: it observes the cluster through label-selected watches, asks
+//! `cmset-core` what to do, and carries out exactly those writes.
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod context;
+pub mod error;
+pub mod leader;
+pub mod metrics;
+pub mod runtime;
+pub mod server;
+pub mod set_controller;
+pub mod views;
+pub mod workload_controller;

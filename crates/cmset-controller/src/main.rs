@@ -1,0 +1,135 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use clap::Parser;
+use cmset_controller::cli::{Cli, LogFormat};
+use cmset_controller::context::system_clock;
+use cmset_controller::leader::{Elector, LeaseConfig};
+use cmset_controller::metrics::Metrics;
+use cmset_controller::runtime::{Settings, run_scope};
+use cmset_controller::server::{Health, serve};
+use futures::FutureExt;
+use prometheus_client::registry::Registry;
+use tracing::{error, info};
+use tracing_subscriber::EnvFilter;
+
+fn init_logging(cli: &Cli) {
+    let filter = EnvFilter::try_new(&cli.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match cli.log_format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn termination() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler can be installed");
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM received; shutting down"),
+        _ = tokio::signal::ctrl_c() => info!("interrupt received; shutting down"),
+    }
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli);
+    match run(cli).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            error!(error = %e, "cmset-controller stopped");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+    let client = kube::Client::try_default().await?;
+    let metrics = Arc::new(Metrics::default());
+    let mut registry = Registry::default();
+    metrics.register(&mut registry);
+    let ready = Arc::new(AtomicBool::new(false));
+    let shutdown = termination().shared();
+
+    let health = Health {
+        ready: ready.clone(),
+        registry: Arc::new(registry),
+    };
+    let server = tokio::spawn(serve(cli.metrics_address, health, shutdown.clone()));
+
+    let elector = cli.leader_election.then(|| {
+        Elector::new(
+            client.clone(),
+            LeaseConfig {
+                namespace: cli.lease_namespace(),
+                name: cli.lease_name.clone(),
+                identity: cli.identity(),
+                duration: Duration::from_secs(cli.lease_duration_seconds),
+                renew_every: Duration::from_secs((cli.lease_duration_seconds / 3).max(1)),
+            },
+        )
+    });
+    if let Some(elector) = &elector {
+        // A standby is ready: it serves its purpose by waiting.
+        ready.store(true, Ordering::Relaxed);
+        tokio::select! {
+            _ = elector.acquire() => {}
+            _ = shutdown.clone() => return Ok(()),
+        }
+        ready.store(false, Ordering::Relaxed);
+        metrics.leader.set(1);
+    }
+
+    let settings = Settings {
+        concurrency: cli.concurrency.max(1),
+        workload_debounce: cli.workload_debounce(),
+        instance: Some(cli.identity()),
+    };
+    let scopes: Vec<Option<String>> = if cli.namespaces.is_empty() {
+        vec![None]
+    } else {
+        cli.namespaces.iter().cloned().map(Some).collect()
+    };
+    info!(namespaces = ?cli.namespaces, "starting controllers");
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel(scopes.len());
+    let scope_count = scopes.len();
+    let controllers = futures::future::join_all(scopes.into_iter().map(|ns| {
+        run_scope(
+            client.clone(),
+            ns,
+            settings.clone(),
+            metrics.clone(),
+            system_clock(),
+            shutdown.clone(),
+            ready_tx.clone(),
+        )
+    }));
+    let readiness = async {
+        for _ in 0..scope_count {
+            ready_rx.recv().await;
+        }
+        info!("caches synced; ready");
+        ready.store(true, Ordering::Relaxed);
+        futures::future::pending::<()>().await
+    };
+    let lost = async {
+        match &elector {
+            Some(e) => e.hold().await,
+            None => futures::future::pending().await,
+        }
+    };
+    let outcome = tokio::select! {
+        _ = controllers => Ok(()),
+        _ = readiness => Ok(()),
+        _ = lost => Err("lost the leader lease; exiting so that only one replica acts".into()),
+    };
+    if let Some(e) = &elector {
+        e.release().await;
+    }
+    metrics.leader.set(0);
+    let _ = server.await;
+    outcome
+}

@@ -1,0 +1,121 @@
+//! Prometheus metrics. Every label takes values from a small fixed set (controller names, error
+//! categories, write operations, workload kinds), never object names or error strings.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabel {
+    pub controller: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub controller: &'static str,
+    pub category: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabel {
+    /// create_revision, patch_revision, delete_revision, write_status, patch_workload, publish_event.
+    pub operation: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: &'static str,
+}
+
+#[derive(Clone)]
+pub struct Metrics {
+    pub reconciles: Family<ControllerLabel, Counter>,
+    pub errors: Family<ErrorLabels, Counter>,
+    pub duration: Family<ControllerLabel, Histogram>,
+    pub writes: Family<WriteLabel, Counter>,
+    pub revisions_created: Counter,
+    pub revisions_pruned: Counter,
+    pub workloads_updated: Family<KindLabel, Counter>,
+    pub leader: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            reconciles: Family::default(),
+            errors: Family::default(),
+            duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 14))),
+            writes: Family::default(),
+            revisions_created: Counter::default(),
+            revisions_pruned: Counter::default(),
+            workloads_updated: Family::default(),
+            leader: Gauge::default(),
+        }
+    }
+}
+
+impl Metrics {
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("cmset");
+        r.register("reconciles", "Reconciliations run", self.reconciles.clone());
+        r.register(
+            "reconcile_errors",
+            "Reconciliations that failed, by error category",
+            self.errors.clone(),
+        );
+        r.register(
+            "reconcile_duration_seconds",
+            "Time spent in one reconciliation",
+            self.duration.clone(),
+        );
+        r.register(
+            "api_writes",
+            "Write requests sent to the API server, by operation",
+            self.writes.clone(),
+        );
+        r.register(
+            "revisions_created",
+            "Revision ConfigMaps created",
+            self.revisions_created.clone(),
+        );
+        r.register(
+            "revisions_pruned",
+            "Old revision ConfigMaps deleted",
+            self.revisions_pruned.clone(),
+        );
+        r.register(
+            "workloads_updated",
+            "Workloads whose references were moved",
+            self.workloads_updated.clone(),
+        );
+        r.register(
+            "leader",
+            "1 while this replica holds the leader lease",
+            self.leader.clone(),
+        );
+    }
+
+    pub fn reconciled(&self, controller: &'static str, took: Duration) {
+        self.reconciles
+            .get_or_create(&ControllerLabel { controller })
+            .inc();
+        self.duration
+            .get_or_create(&ControllerLabel { controller })
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn failed(&self, controller: &'static str, category: &'static str) {
+        self.errors
+            .get_or_create(&ErrorLabels { controller, category })
+            .inc();
+    }
+
+    pub fn wrote(&self, operation: &'static str) {
+        self.writes.get_or_create(&WriteLabel { operation }).inc();
+    }
+}

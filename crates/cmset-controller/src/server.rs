@@ -1,0 +1,66 @@
+//! The HTTP endpoints: `/metrics` (Prometheus text format), `/healthz` (the process serves) and
+//! `/readyz` (caches are synced, or this replica is a standby ready to take over).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone)]
+pub struct Health {
+    pub ready: Arc<AtomicBool>,
+    pub registry: Arc<Registry>,
+}
+
+async fn metrics(State(health): State<Health>) -> impl IntoResponse {
+    let mut body = String::new();
+    match prometheus_client::encoding::text::encode(&mut body, &health.registry) {
+        Ok(()) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        ),
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(header::CONTENT_TYPE, "text/plain")],
+            String::new(),
+        ),
+    }
+}
+
+async fn readyz(State(health): State<Health>) -> StatusCode {
+    if health.ready.load(Ordering::Relaxed) {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    }
+}
+
+pub fn router(health: Health) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(health)
+}
+
+pub async fn serve(
+    address: SocketAddr,
+    health: Health,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(address).await?;
+    tracing::info!(%address, "serving /metrics, /healthz and /readyz");
+    axum::serve(listener, router(health))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

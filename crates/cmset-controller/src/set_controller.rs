@@ -1,0 +1,290 @@
+//! The set controller, keyed by ConfigMapSet: revisions, their metadata and owners, history and status.
+//! It never touches workloads (the workload controller does, once per workload).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cmset_api::{ConfigMapSet, labels};
+use cmset_core::naming;
+use cmset_core::plan::{EventKind, PlannedEvent, SetInput, SetPlan, plan_collision, plan_set};
+use cmset_core::revision::{ExistingName, classify_existing};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::{Value, json};
+use tracing::{debug, info, warn};
+
+use crate::context::Context;
+use crate::error::{Error, Result, api_code};
+use crate::views;
+
+pub const NAME: &str = "configmapset";
+
+/// A resync interval: watches already deliver every change, this only bounds how long a missed event
+/// could go unnoticed. A resync of an unchanged world writes nothing.
+const RESYNC: Duration = Duration::from_secs(30 * 60);
+
+pub async fn reconcile(set: Arc<ConfigMapSet>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let result = reconcile_inner(&set, &ctx).await;
+    ctx.metrics.reconciled(NAME, started.elapsed());
+    result
+}
+
+async fn reconcile_inner(set: &ConfigMapSet, ctx: &Context) -> Result<Action> {
+    let name = set.name_any();
+    let namespace = set
+        .namespace()
+        .ok_or_else(|| Error::MissingNamespace(name.clone()))?;
+    if set.meta().deletion_timestamp.is_some() {
+        // The garbage collector deletes the revisions only the set owns; the ones a ReplicaSet or
+        // ControllerRevision also owns stay until those go. Nothing to do here.
+        return Ok(Action::await_change());
+    }
+    let revisions = ctx
+        .stores
+        .revisions_in(&namespace, &naming::set_label_value(&name));
+    let workloads = ctx.stores.workloads_in(&namespace);
+    let history = ctx.stores.history_in(&namespace);
+    let mut input = SetInput {
+        set,
+        revisions: &revisions,
+        workloads: &workloads,
+        history: &history,
+        pod_refs: None,
+        now: (ctx.clock)(),
+    };
+    let mut plan = plan_set(&input);
+    let pod_refs;
+    if plan.needs_pods {
+        pod_refs = list_pod_refs(ctx, &namespace).await?;
+        input.pod_refs = Some(&pod_refs);
+        plan = plan_set(&input);
+    }
+    if plan.is_quiet(set) {
+        debug!(set = %name, %namespace, "nothing to do");
+        return Ok(Action::requeue(RESYNC));
+    }
+
+    let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
+    let collision = match plan.create.clone() {
+        Some(revision) => create_revision(ctx, &configmaps, set, &revision).await?,
+        None => None,
+    };
+    if let Some(collision) = collision {
+        // Record the bumped collision count first: the next reconcile picks the next name.
+        let previous = set.status.clone().unwrap_or_default();
+        plan = plan_collision(&input, &previous, &collision);
+        write_status(ctx, set, &plan).await?;
+        publish(ctx, set, &plan.events).await;
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    }
+    let params = PatchParams::apply(labels::FIELD_MANAGER);
+    for (revision, patch) in &plan.patches {
+        ctx.metrics.wrote("patch_revision");
+        match configmaps
+            .patch_metadata(revision, &params, &Patch::Strategic(patch))
+            .await
+        {
+            Ok(_) => {}
+            // Deleted meanwhile: its watch event reconciles again.
+            Err(e) if api_code(&e) == Some(404) => {}
+            Err(source) => {
+                return Err(Error::PatchRevision {
+                    name: revision.clone(),
+                    source,
+                });
+            }
+        }
+    }
+    for prune in &plan.prune {
+        ctx.metrics.wrote("delete_revision");
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(prune.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        match configmaps.delete(&prune.name, &params).await {
+            Ok(_) => {
+                ctx.metrics.revisions_pruned.inc();
+            }
+            Err(e) if matches!(api_code(&e), Some(404) | Some(409)) => {}
+            Err(source) => {
+                return Err(Error::DeleteRevision {
+                    name: prune.name.clone(),
+                    source,
+                });
+            }
+        };
+    }
+    if plan.status_changed(set) {
+        write_status(ctx, set, &plan).await?;
+    }
+    publish(ctx, set, &plan.events).await;
+    Ok(Action::requeue(RESYNC))
+}
+
+/// Creates the revision. Returns the name when it collides with an existing ConfigMap that is not this
+/// revision; an existing one that is (same content, same set) is adopted.
+async fn create_revision(
+    ctx: &Context,
+    configmaps: &Api<ConfigMap>,
+    set: &ConfigMapSet,
+    revision: &ConfigMap,
+) -> Result<Option<String>> {
+    let name = revision.name_any();
+    let params = PostParams {
+        field_manager: Some(labels::FIELD_MANAGER.to_string()),
+        ..PostParams::default()
+    };
+    ctx.metrics.wrote("create_revision");
+    match configmaps.create(&params, revision).await {
+        Ok(_) => {
+            info!(set = %set.name_any(), revision = %name, "created revision");
+            ctx.metrics.revisions_created.inc();
+            Ok(None)
+        }
+        Err(e) if api_code(&e) == Some(409) => {
+            let existing = configmaps
+                .get(&name)
+                .await
+                .map_err(|source| Error::ReadExisting {
+                    name: name.clone(),
+                    source,
+                })?;
+            match classify_existing(&existing, set) {
+                ExistingName::Collision => {
+                    warn!(set = %set.name_any(), configmap = %name, "revision name collides with an existing ConfigMap");
+                    Ok(Some(name))
+                }
+                ExistingName::Adopt => {
+                    // Ours already; make sure it carries our labels so the cache sees it from now on.
+                    let patch = json!({ "metadata": {
+                        "labels": revision.metadata.labels,
+                        "annotations": revision.metadata.annotations,
+                    }});
+                    ctx.metrics.wrote("patch_revision");
+                    configmaps
+                        .patch_metadata(
+                            &name,
+                            &PatchParams::apply(labels::FIELD_MANAGER),
+                            &Patch::Strategic(&patch),
+                        )
+                        .await
+                        .map_err(|source| Error::PatchRevision {
+                            name: name.clone(),
+                            source,
+                        })?;
+                    Ok(None)
+                }
+            }
+        }
+        Err(source) => Err(Error::CreateRevision { name, source }),
+    }
+}
+
+/// ConfigMap names referenced by the Pods cmset's rewritten templates made: listed only when something
+/// is about to be pruned, so Pods are never watched or cached.
+async fn list_pod_refs(ctx: &Context, namespace: &str) -> Result<std::collections::BTreeSet<String>> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let selector = format!("{}=true", labels::MANAGED_TEMPLATE);
+    let list = pods
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|source| Error::ListPods {
+            namespace: namespace.to_string(),
+            source,
+        })?;
+    Ok(views::pod_refs(&list.items))
+}
+
+/// Writes the planned status as a merge patch. Every field is sent, absent ones as null, so that a
+/// field that became empty is cleared rather than kept.
+async fn write_status(ctx: &Context, set: &ConfigMapSet, plan: &SetPlan) -> Result<()> {
+    let mut status = serde_json::to_value(&plan.status).unwrap_or_else(|_| json!({}));
+    if let Value::Object(fields) = &mut status {
+        for key in [
+            "observedGeneration",
+            "revision",
+            "currentRevision",
+            "collisionCount",
+            "conditions",
+            "workloads",
+            "history",
+        ] {
+            fields.entry(key).or_insert(Value::Null);
+        }
+    }
+    let api: Api<ConfigMapSet> = Api::namespaced(ctx.client.clone(), &set.namespace().unwrap_or_default());
+    ctx.metrics.wrote("write_status");
+    api.patch_status(
+        &set.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": status })),
+    )
+    .await
+    .map_err(|source| Error::WriteStatus {
+        name: set.name_any(),
+        source,
+    })?;
+    Ok(())
+}
+
+async fn publish(ctx: &Context, set: &ConfigMapSet, events: &[PlannedEvent]) {
+    let reference = set.object_ref(&());
+    for planned in events {
+        let event = Event {
+            type_: match planned.kind {
+                EventKind::Normal => EventType::Normal,
+                EventKind::Warning => EventType::Warning,
+            },
+            reason: planned.reason.to_string(),
+            note: Some(planned.message.clone()),
+            action: "Reconcile".to_string(),
+            secondary: None,
+        };
+        ctx.metrics.wrote("publish_event");
+        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+            // Events are best effort: losing one must not fail or repeat the reconcile.
+            warn!(set = %set.name_any(), error = %e, "could not publish event");
+        }
+    }
+}
+
+pub fn error_policy(set: Arc<ConfigMapSet>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.failed(NAME, error.category());
+    if error.is_conflict() {
+        debug!(set = %set.name_any(), %error, "conflict; retrying from a fresh read");
+        return Action::requeue(Duration::from_millis(500));
+    }
+    warn!(set = %set.name_any(), %error, "reconcile failed");
+    Action::requeue(Duration::from_secs(10))
+}
+
+/// The sets a workload, ReplicaSet or ControllerRevision references: those reconcile when it changes.
+pub fn sets_referenced(
+    ctx_sets: &kube::runtime::reflector::Store<ConfigMapSet>,
+    namespace: Option<String>,
+    names: std::collections::BTreeSet<String>,
+) -> Vec<ObjectRef<ConfigMapSet>> {
+    let Some(namespace) = namespace else {
+        return Vec::new();
+    };
+    ctx_sets
+        .state()
+        .iter()
+        .filter(|s| s.namespace().as_deref() == Some(namespace.as_str()))
+        .filter(|s| {
+            let set = s.name_any();
+            names
+                .iter()
+                .any(|n| *n == set || naming::is_revision_name_of(&set, n))
+        })
+        .map(|s| ObjectRef::from_obj(s.as_ref()))
+        .collect()
+}

@@ -1,0 +1,125 @@
+//! Turns API objects into the plain views `cmset-core` plans from.
+
+use std::collections::BTreeSet;
+
+use cmset_core::observe::{HistoryKind, HistoryObject, RevisionView, WorkloadKind, WorkloadView};
+use cmset_core::refs;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodTemplateSpec};
+use kube::core::PartialObjectMeta;
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// A workload kind cmset rewrites: its pod template and its kind.
+pub trait Workload:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + Serialize
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    const KIND: WorkloadKind;
+    fn template(&self) -> Option<&PodTemplateSpec>;
+}
+
+impl Workload for Deployment {
+    const KIND: WorkloadKind = WorkloadKind::Deployment;
+    fn template(&self) -> Option<&PodTemplateSpec> {
+        self.spec.as_ref().map(|s| &s.template)
+    }
+}
+
+impl Workload for StatefulSet {
+    const KIND: WorkloadKind = WorkloadKind::StatefulSet;
+    fn template(&self) -> Option<&PodTemplateSpec> {
+        self.spec.as_ref().map(|s| &s.template)
+    }
+}
+
+impl Workload for DaemonSet {
+    const KIND: WorkloadKind = WorkloadKind::DaemonSet;
+    fn template(&self) -> Option<&PodTemplateSpec> {
+        self.spec.as_ref().map(|s| &s.template)
+    }
+}
+
+/// Whether the workload carries the opt-in label.
+pub fn opted_in<K: Resource>(obj: &K) -> bool {
+    obj.meta()
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(cmset_api::labels::ENABLED))
+        .map(String::as_str)
+        == Some(cmset_api::labels::ENABLED_VALUE)
+}
+
+pub fn workload_view<K: Workload>(obj: &K) -> Option<WorkloadView> {
+    let template = obj.template()?;
+    Some(WorkloadView {
+        kind: K::KIND,
+        name: obj.meta().name.clone()?,
+        uid: obj.meta().uid.clone()?,
+        pod_spec: template.spec.clone().unwrap_or_default(),
+        template_labels: template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.clone())
+            .unwrap_or_default(),
+    })
+}
+
+fn controller_uid<K: Resource>(obj: &K) -> Option<String> {
+    obj.owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.clone())
+}
+
+pub fn replica_set_view(rs: &ReplicaSet) -> Option<HistoryObject> {
+    let spec = rs.spec.as_ref()?.template.as_ref()?.spec.as_ref()?;
+    Some(HistoryObject {
+        kind: HistoryKind::ReplicaSet,
+        name: rs.name_any(),
+        uid: rs.uid()?,
+        owner_uid: controller_uid(rs),
+        referenced: names(spec),
+    })
+}
+
+pub fn controller_revision_view(cr: &ControllerRevision) -> Option<HistoryObject> {
+    let spec = refs::pod_spec_from_controller_revision_data(&cr.data.as_ref()?.0)?;
+    Some(HistoryObject {
+        kind: HistoryKind::ControllerRevision,
+        name: cr.name_any(),
+        uid: cr.uid()?,
+        owner_uid: controller_uid(cr),
+        referenced: names(&spec),
+    })
+}
+
+pub fn revision_view(cm: &PartialObjectMeta<ConfigMap>) -> RevisionView {
+    RevisionView {
+        name: cm.name_any(),
+        uid: cm.uid().unwrap_or_default(),
+        labels: cm.labels().clone(),
+        annotations: cm.annotations().clone(),
+        owner_references: cm.owner_references().to_vec(),
+        being_deleted: cm.metadata.deletion_timestamp.is_some(),
+    }
+}
+
+pub fn pod_refs(pods: &[Pod]) -> BTreeSet<String> {
+    pods.iter()
+        .filter_map(|p| p.spec.as_ref())
+        .flat_map(names)
+        .collect()
+}
+
+fn names(spec: &k8s_openapi::api::core::v1::PodSpec) -> BTreeSet<String> {
+    refs::find_refs(spec).into_iter().map(|r| r.name).collect()
+}

@@ -1,0 +1,612 @@
+//! Reconcile scenarios against a mocked API server. Each states the exact requests the controller sends
+//! (method, path, and the bodies that matter), and the scenarios where it must send none assert exactly
+//! that: an unchanged set, a restart with everything in place, a pinned workload, a workload not opted in.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, labels};
+use cmset_controller::context::{Clock, Context, Stores};
+use cmset_controller::metrics::Metrics;
+use cmset_controller::{set_controller, workload_controller};
+use cmset_core::plan::{SetInput, plan_set};
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use k8s_openapi::api::apps::v1::{
+    ControllerRevision, DaemonSet, Deployment, DeploymentSpec, ReplicaSet, StatefulSet,
+};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapEnvSource, Container, EnvFromSource, PodSpec, PodTemplateSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::client::Body;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::watcher;
+use kube::{Client, Resource};
+use serde_json::{Value, json};
+
+const NS: &str = "team";
+const V1: &str = "nginx-config-d2c65kk9hm";
+const V2: &str = "nginx-config-tc2kg4m444";
+
+/// One request the controller sent.
+#[derive(Clone, Debug)]
+struct Seen {
+    method: String,
+    path: String,
+    query: String,
+    body: Value,
+}
+
+impl Seen {
+    fn line(&self) -> String {
+        format!("{} {}", self.method, self.path)
+    }
+}
+
+type Responder = Arc<dyn Fn(&Seen) -> (u16, Value) + Send + Sync>;
+
+/// Answers requests with `respond` and records them until the client is dropped.
+async fn serve(
+    mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
+    respond: Responder,
+    seen: Arc<Mutex<Vec<Seen>>>,
+) {
+    while let Some((request, send)) = handle.next_request().await {
+        let (parts, body) = request.into_parts();
+        let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        let s = Seen {
+            method: parts.method.to_string(),
+            path: parts.uri.path().to_string(),
+            query: parts.uri.query().unwrap_or("").to_string(),
+            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        };
+        let (code, reply) = respond(&s);
+        seen.lock().unwrap().push(s);
+        send.send_response(
+            Response::builder()
+                .status(code)
+                .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+                .unwrap(),
+        );
+    }
+}
+
+/// The answers of a well-behaved API server: creates and patches echo an object, events succeed.
+fn ok_responder(set: ConfigMapSet) -> Responder {
+    Arc::new(move |s: &Seen| match (s.method.as_str(), s.path.as_str()) {
+        ("POST", p) if p.ends_with("/events") => (201, s.body.clone()),
+        ("POST", p) if p.ends_with("/configmaps") => (201, s.body.clone()),
+        ("PATCH", p) if p.ends_with("/status") => (200, serde_json::to_value(&set).unwrap()),
+        ("PATCH", p) => {
+            let name = p.rsplit('/').next().unwrap();
+            (
+                200,
+                json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": {"name": name}}),
+            )
+        }
+        ("DELETE", _) => (
+            200,
+            json!({"apiVersion": "v1", "kind": "Status", "status": "Success", "code": 200}),
+        ),
+        ("GET", p) if p.ends_with("/pods") => (
+            200,
+            json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []}),
+        ),
+        _ => (
+            500,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "unexpected", "code": 500}),
+        ),
+    })
+}
+
+struct World {
+    sets: Writer<ConfigMapSet>,
+    revisions: Writer<PartialObjectMeta<ConfigMap>>,
+    deployments: Writer<Deployment>,
+    statefulsets: Writer<StatefulSet>,
+    daemonsets: Writer<DaemonSet>,
+    replica_sets: Writer<ReplicaSet>,
+    controller_revisions: Writer<ControllerRevision>,
+    stores: Stores,
+}
+
+impl World {
+    fn new() -> Self {
+        let (sets_r, sets) = reflector::store();
+        let (revisions_r, revisions) = reflector::store();
+        let (deployments_r, deployments) = reflector::store();
+        let (statefulsets_r, statefulsets) = reflector::store();
+        let (daemonsets_r, daemonsets) = reflector::store();
+        let (replica_sets_r, replica_sets) = reflector::store();
+        let (controller_revisions_r, controller_revisions) = reflector::store();
+        Self {
+            sets,
+            revisions,
+            deployments,
+            statefulsets,
+            daemonsets,
+            replica_sets,
+            controller_revisions,
+            stores: Stores {
+                sets: sets_r,
+                revisions: revisions_r,
+                deployments: deployments_r,
+                statefulsets: statefulsets_r,
+                daemonsets: daemonsets_r,
+                replica_sets: replica_sets_r,
+                controller_revisions: controller_revisions_r,
+            },
+        }
+    }
+
+    fn add_set(&mut self, set: &ConfigMapSet) {
+        self.sets.apply_watcher_event(&watcher::Event::Apply(set.clone()));
+    }
+
+    fn add_revision(&mut self, cm: &ConfigMap) {
+        let meta = PartialObjectMeta::<ConfigMap> {
+            types: None,
+            metadata: cm.metadata.clone(),
+            _phantom: Default::default(),
+        };
+        self.revisions.apply_watcher_event(&watcher::Event::Apply(meta));
+    }
+
+    fn add_deployment(&mut self, d: &Deployment) {
+        self.deployments
+            .apply_watcher_event(&watcher::Event::Apply(d.clone()));
+    }
+
+    fn add_replica_set(&mut self, rs: &ReplicaSet) {
+        self.replica_sets
+            .apply_watcher_event(&watcher::Event::Apply(rs.clone()));
+    }
+
+    fn unused_writers(&self) -> usize {
+        // The other kinds stay empty in these scenarios; keeping the writers alive keeps the stores valid.
+        [
+            self.statefulsets.as_reader().state().len(),
+            self.daemonsets.as_reader().state().len(),
+            self.controller_revisions.as_reader().state().len(),
+        ]
+        .iter()
+        .sum()
+    }
+}
+
+fn fixed_clock() -> Clock {
+    Arc::new(|| Time(Timestamp::from_second(1_800_000_000).unwrap()))
+}
+
+/// Runs `f` against a mocked API answering with `respond`; returns what `f` returned and every request.
+async fn scenario<F, Fut, T>(world: &World, respond: Responder, f: F) -> (T, Vec<Seen>)
+where
+    F: FnOnce(Arc<Context>) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let server = tokio::spawn(serve(handle, respond, seen.clone()));
+    let client = Client::new(service, NS);
+    let ctx = Arc::new(Context::new(
+        client,
+        world.stores.clone(),
+        Arc::new(Metrics::default()),
+        fixed_clock(),
+        None,
+    ));
+    let out = f(ctx).await;
+    // Dropping the last client ends the mock server.
+    tokio::time::timeout(std::time::Duration::from_secs(5), server)
+        .await
+        .expect("server ends")
+        .unwrap();
+    let seen = seen.lock().unwrap().clone();
+    (out, seen)
+}
+
+fn nginx_set(version: &str) -> ConfigMapSet {
+    let mut set = ConfigMapSet::new(
+        "nginx-config",
+        ConfigMapSetSpec {
+            template: ConfigMapTemplate {
+                data: Some(BTreeMap::from([("APP_VERSION".to_string(), version.to_string())])),
+                ..ConfigMapTemplate::default()
+            },
+            revision_history_limit: 10,
+        },
+    );
+    set.metadata.namespace = Some(NS.into());
+    set.metadata.uid = Some("set-uid".into());
+    set.metadata.generation = Some(1);
+    set
+}
+
+fn web(configmap: &str, opted_in: bool) -> Deployment {
+    let labels = BTreeMap::from([("app".to_string(), "web".to_string())]);
+    let mut meta_labels = labels.clone();
+    if opted_in {
+        meta_labels.insert(labels::ENABLED.to_string(), "true".to_string());
+    }
+    Deployment {
+        metadata: ObjectMeta {
+            name: Some("web".into()),
+            namespace: Some(NS.into()),
+            uid: Some("uid-web".into()),
+            labels: Some(meta_labels),
+            ..ObjectMeta::default()
+        },
+        spec: Some(DeploymentSpec {
+            selector: LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: "app".into(),
+                        env_from: Some(vec![EnvFromSource {
+                            config_map_ref: Some(ConfigMapEnvSource {
+                                name: configmap.into(),
+                                optional: None,
+                            }),
+                            ..EnvFromSource::default()
+                        }]),
+                        ..Container::default()
+                    }],
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// Brings `set` and its revisions to what the controller would have written, planning from the world.
+fn settle(world: &mut World, set: &ConfigMapSet) -> ConfigMapSet {
+    let revisions = world.stores.revisions_in(NS, "nginx-config");
+    let workloads = world.stores.workloads_in(NS);
+    let history = world.stores.history_in(NS);
+    let pods = Default::default();
+    let input = SetInput {
+        set,
+        revisions: &revisions,
+        workloads: &workloads,
+        history: &history,
+        pod_refs: Some(&pods),
+        now: fixed_clock()(),
+    };
+    let plan = plan_set(&input);
+    if let Some(cm) = &plan.create {
+        world.add_revision(cm);
+    }
+    let mut settled = set.clone();
+    settled.status = Some(plan.status);
+    world.add_set(&settled);
+    settled
+}
+
+#[tokio::test]
+async fn a_new_set_creates_its_revision_then_writes_status_then_tells() {
+    let mut world = World::new();
+    let set = nginx_set("1");
+    world.add_set(&set);
+    let (result, seen) = scenario(&world, ok_responder(set.clone()), |ctx| {
+        set_controller::reconcile(Arc::new(set.clone()), ctx)
+    })
+    .await;
+    result.expect("reconcile succeeds");
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(
+        lines,
+        vec![
+            "POST /api/v1/namespaces/team/configmaps",
+            "PATCH /apis/cmset.dev/v1alpha1/namespaces/team/configmapsets/nginx-config/status",
+            "POST /apis/events.k8s.io/v1/namespaces/team/events",
+        ]
+    );
+    assert!(
+        seen[0].query.contains("fieldManager=cmset-controller"),
+        "{}",
+        seen[0].query
+    );
+    assert_eq!(
+        seen[0].body,
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {
+                "name": V1, "namespace": "team",
+                "labels": {"cmset.dev/set": "nginx-config"},
+                "annotations": {"cmset.dev/revision": "1", "cmset.dev/content-hash": "d2c65kk9hm"},
+                "ownerReferences": [{
+                    "apiVersion": "cmset.dev/v1alpha1", "kind": "ConfigMapSet", "name": "nginx-config",
+                    "uid": "set-uid", "controller": true, "blockOwnerDeletion": true
+                }]
+            },
+            "immutable": true,
+            "data": {"APP_VERSION": "1"}
+        })
+    );
+    let status = &seen[1].body["status"];
+    assert_eq!(status["currentRevision"], V1);
+    assert_eq!(status["revision"], 1);
+    assert_eq!(status["observedGeneration"], 1);
+    assert_eq!(
+        status["workloads"],
+        Value::Null,
+        "an empty list is cleared explicitly"
+    );
+    assert_eq!(seen[2].body["reason"], "RevisionCreated");
+}
+
+#[tokio::test]
+async fn an_unchanged_set_sends_no_request() {
+    let mut world = World::new();
+    world.add_deployment(&web(V1, true));
+    let set = settle(&mut world, &nginx_set("1"));
+    let (result, seen) = scenario(&world, ok_responder(set.clone()), |ctx| {
+        set_controller::reconcile(Arc::new(set.clone()), ctx)
+    })
+    .await;
+    result.unwrap();
+    assert!(
+        seen.is_empty(),
+        "unexpected requests: {:?}",
+        seen.iter().map(Seen::line).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn a_restart_with_everything_in_place_sends_no_request() {
+    // Everything a previous run wrote is in the caches of a fresh process: set, revision with its
+    // ReplicaSet owner, workload on the current revision, and that ReplicaSet.
+    let mut world = World::new();
+    let deployment = web(V1, true);
+    world.add_deployment(&deployment);
+    let set = settle(&mut world, &nginx_set("1"));
+    let mut rs = ReplicaSet {
+        metadata: ObjectMeta {
+            name: Some("web-abc".into()),
+            namespace: Some(NS.into()),
+            uid: Some("uid-web-abc".into()),
+            owner_references: Some(vec![deployment.controller_owner_ref(&()).unwrap()]),
+            ..ObjectMeta::default()
+        },
+        ..ReplicaSet::default()
+    };
+    rs.spec = Some(k8s_openapi::api::apps::v1::ReplicaSetSpec {
+        template: Some(deployment.spec.as_ref().unwrap().template.clone()),
+        ..Default::default()
+    });
+    world.add_replica_set(&rs);
+    let mut revision = world.stores.revisions.state()[0].as_ref().clone();
+    revision
+        .metadata
+        .owner_references
+        .get_or_insert_with(Vec::new)
+        .push(k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "ReplicaSet".into(),
+            name: "web-abc".into(),
+            uid: "uid-web-abc".into(),
+            controller: Some(false),
+            block_owner_deletion: Some(false),
+        });
+    world
+        .revisions
+        .apply_watcher_event(&watcher::Event::Apply(revision));
+    let set = settle(&mut world, &set);
+
+    let (set_result, set_seen) = scenario(&world, ok_responder(set.clone()), |ctx| {
+        set_controller::reconcile(Arc::new(set.clone()), ctx)
+    })
+    .await;
+    set_result.unwrap();
+    let (workload_result, workload_seen) = scenario(&world, ok_responder(set.clone()), |ctx| {
+        workload_controller::reconcile(Arc::new(deployment.clone()), ctx)
+    })
+    .await;
+    workload_result.unwrap();
+    assert!(
+        set_seen.is_empty(),
+        "set: {:?}",
+        set_seen.iter().map(Seen::line).collect::<Vec<_>>()
+    );
+    assert!(
+        workload_seen.is_empty(),
+        "workload: {:?}",
+        workload_seen.iter().map(Seen::line).collect::<Vec<_>>()
+    );
+    assert_eq!(world.unused_writers(), 0);
+}
+
+#[tokio::test]
+async fn a_workload_naming_the_bare_set_is_moved_with_one_guarded_json_patch() {
+    let mut world = World::new();
+    let deployment = web("nginx-config", true);
+    world.add_deployment(&deployment);
+    let set = settle(&mut world, &nginx_set("1"));
+    let (result, seen) = scenario(&world, ok_responder(set.clone()), |ctx| {
+        workload_controller::reconcile(Arc::new(deployment.clone()), ctx)
+    })
+    .await;
+    result.unwrap();
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(
+        lines,
+        vec![
+            "PATCH /apis/apps/v1/namespaces/team/deployments/web",
+            "POST /apis/events.k8s.io/v1/namespaces/team/events"
+        ]
+    );
+    assert!(seen[0].query.contains("fieldManager=cmset-controller"));
+    assert_eq!(
+        seen[0].body,
+        json!([
+            {"op": "test", "path": "/metadata/uid", "value": "uid-web"},
+            {"op": "test", "path": "/spec/template/spec/containers/0/envFrom/0/configMapRef/name", "value": "nginx-config"},
+            {"op": "replace", "path": "/spec/template/spec/containers/0/envFrom/0/configMapRef/name", "value": V1},
+            {"op": "add", "path": "/spec/template/metadata/labels/cmset.dev~1managed", "value": "true"}
+        ])
+    );
+    assert_eq!(seen[1].body["reason"], "ConfigUpdated");
+    assert_eq!(seen[1].body["regarding"]["name"], "web");
+}
+
+#[tokio::test]
+async fn a_pinned_workload_sends_no_request() {
+    let mut world = World::new();
+    // cmset rolled web out to V2, then someone ran `kubectl rollout undo` back to V1.
+    world.add_deployment(&web(V2, true));
+    let v1 = nginx_set("1");
+    world.add_revision(&cmset_core::revision::new_revision(&v1, V1, 1));
+    let set = settle(&mut world, &nginx_set("2"));
+    assert_eq!(set.status.as_ref().unwrap().current_revision.as_deref(), Some(V2));
+    let rolled_back = web(V1, true);
+    world.add_deployment(&rolled_back);
+    let set = settle(&mut world, &set);
+    assert_eq!(
+        set.status.as_ref().unwrap().workloads[0].state,
+        cmset_api::WorkloadState::Pinned
+    );
+    let (result, seen) = scenario(&world, ok_responder(set.clone()), |ctx| {
+        workload_controller::reconcile(Arc::new(rolled_back.clone()), ctx)
+    })
+    .await;
+    result.unwrap();
+    assert!(
+        seen.is_empty(),
+        "{:?}",
+        seen.iter().map(Seen::line).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn a_workload_not_opted_in_sends_no_request() {
+    let mut world = World::new();
+    let deployment = web("nginx-config", false);
+    world.add_deployment(&deployment);
+    let set = settle(&mut world, &nginx_set("1"));
+    let (result, seen) = scenario(&world, ok_responder(set.clone()), |ctx| {
+        workload_controller::reconcile(Arc::new(deployment.clone()), ctx)
+    })
+    .await;
+    result.unwrap();
+    assert!(
+        seen.is_empty(),
+        "{:?}",
+        seen.iter().map(Seen::line).collect::<Vec<_>>()
+    );
+    assert!(
+        set.status.as_ref().unwrap().workloads.is_empty(),
+        "not listed in status either"
+    );
+}
+
+#[tokio::test]
+async fn a_workload_that_moved_underneath_is_a_conflict_to_retry() {
+    let mut world = World::new();
+    let deployment = web("nginx-config", true);
+    world.add_deployment(&deployment);
+    let _set = settle(&mut world, &nginx_set("1"));
+    let respond: Responder = Arc::new(|_s: &Seen| {
+        (
+            422,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid", "message": "the server rejected our request due to an error in our request", "code": 422}),
+        )
+    });
+    let (result, seen) = scenario(&world, respond, |ctx| {
+        workload_controller::reconcile(Arc::new(deployment.clone()), ctx)
+    })
+    .await;
+    let error = result.expect_err("the test guard failed");
+    assert!(error.is_conflict());
+    assert_eq!(seen.len(), 1, "no event for an update that did not happen");
+}
+
+#[tokio::test]
+async fn a_name_taken_by_a_foreign_configmap_bumps_the_collision_count_and_touches_nothing() {
+    let mut world = World::new();
+    let set = nginx_set("1");
+    world.add_set(&set);
+    let respond: Responder = Arc::new(|s: &Seen| match (s.method.as_str(), s.path.as_str()) {
+        ("POST", p) if p.ends_with("/configmaps") => (
+            409,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409}),
+        ),
+        ("GET", _) => (
+            200,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": V1, "namespace": NS}, "data": {"APP_VERSION": "other"}}),
+        ),
+        ("PATCH", _) => (200, serde_json::to_value(nginx_set("1")).unwrap()),
+        ("POST", _) => (201, s.body.clone()),
+        _ => (500, json!({})),
+    });
+    let (result, seen) = scenario(&world, respond, |ctx| {
+        set_controller::reconcile(Arc::new(set.clone()), ctx)
+    })
+    .await;
+    result.unwrap();
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(
+        lines,
+        vec![
+            "POST /api/v1/namespaces/team/configmaps",
+            format!("GET /api/v1/namespaces/team/configmaps/{V1}").as_str(),
+            "PATCH /apis/cmset.dev/v1alpha1/namespaces/team/configmapsets/nginx-config/status",
+            "POST /apis/events.k8s.io/v1/namespaces/team/events",
+        ]
+    );
+    assert_eq!(seen[2].body["status"]["collisionCount"], 1);
+    assert_eq!(seen[3].body["reason"], "RevisionCollision");
+}
+
+#[tokio::test]
+async fn pruning_lists_pods_by_label_then_deletes_with_a_uid_precondition() {
+    let mut world = World::new();
+    let mut set = nginx_set("2");
+    set.spec.revision_history_limit = 0;
+    let v1 = nginx_set("1");
+    world.add_revision(&cmset_core::revision::new_revision(&v1, V1, 1));
+    let mut with_uid = world.stores.revisions.state()[0].as_ref().clone();
+    with_uid.metadata.uid = Some("uid-v1".into());
+    world
+        .revisions
+        .apply_watcher_event(&watcher::Event::Apply(with_uid));
+    world.add_revision(&cmset_core::revision::new_revision(&set, V2, 2));
+    set.status = Some(cmset_api::ConfigMapSetStatus {
+        revision: Some(2),
+        ..Default::default()
+    });
+    world.add_set(&set);
+    let (result, seen) = scenario(&world, ok_responder(set.clone()), |ctx| {
+        set_controller::reconcile(Arc::new(set.clone()), ctx)
+    })
+    .await;
+    result.unwrap();
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(
+        lines,
+        vec![
+            "GET /api/v1/namespaces/team/pods",
+            format!("DELETE /api/v1/namespaces/team/configmaps/{V1}").as_str(),
+            "PATCH /apis/cmset.dev/v1alpha1/namespaces/team/configmapsets/nginx-config/status",
+            "POST /apis/events.k8s.io/v1/namespaces/team/events",
+        ]
+    );
+    assert!(
+        seen[0].query.contains("labelSelector=cmset.dev%2Fmanaged%3Dtrue"),
+        "{}",
+        seen[0].query
+    );
+    assert_eq!(seen[1].body["preconditions"]["uid"], "uid-v1");
+    assert_eq!(seen[3].body["reason"], "RevisionPruned");
+}

@@ -1,0 +1,120 @@
+//! Plain views of what the I/O layer observed in the cluster. The planners take these, never API objects
+//! fetched on their own, so every decision can be tested from literal data.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+use crate::refs;
+
+/// The workload kinds cmset rewrites.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum WorkloadKind {
+    Deployment,
+    StatefulSet,
+    DaemonSet,
+}
+
+impl WorkloadKind {
+    pub const ALL: [WorkloadKind; 3] = [Self::Deployment, Self::StatefulSet, Self::DaemonSet];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Deployment => "Deployment",
+            Self::StatefulSet => "StatefulSet",
+            Self::DaemonSet => "DaemonSet",
+        }
+    }
+
+    pub fn parse(kind: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == kind)
+    }
+}
+
+impl std::fmt::Display for WorkloadKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An opted-in workload: its identity and the pod spec of its current template.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadView {
+    pub kind: WorkloadKind,
+    pub name: String,
+    pub uid: String,
+    pub pod_spec: PodSpec,
+    /// Labels of the pod template (cmset adds [`cmset_api::labels::MANAGED_TEMPLATE`] when it rewrites).
+    pub template_labels: BTreeMap<String, String>,
+}
+
+impl WorkloadView {
+    /// Every ConfigMap name the pod template references, in any form.
+    pub fn referenced_names(&self) -> BTreeSet<String> {
+        refs::find_refs(&self.pod_spec)
+            .into_iter()
+            .map(|r| r.name)
+            .collect()
+    }
+}
+
+/// The kinds of object that keep an old pod template for rollback.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HistoryKind {
+    /// Kept by Deployments (`kubectl rollout undo` returns to one).
+    ReplicaSet,
+    /// Kept by StatefulSets and DaemonSets.
+    ControllerRevision,
+}
+
+impl HistoryKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ReplicaSet => "ReplicaSet",
+            Self::ControllerRevision => "ControllerRevision",
+        }
+    }
+
+    pub fn api_version(self) -> &'static str {
+        "apps/v1"
+    }
+}
+
+/// A retained ReplicaSet or ControllerRevision, reduced to what cmset needs: who owns it and which
+/// ConfigMaps its pod template names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryObject {
+    pub kind: HistoryKind,
+    pub name: String,
+    pub uid: String,
+    /// UID of the workload that controls it, if any.
+    pub owner_uid: Option<String>,
+    pub referenced: BTreeSet<String>,
+}
+
+/// A revision ConfigMap, metadata only: content never needs to be read once the name is known, because
+/// revisions are immutable and named by their content.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RevisionView {
+    pub name: String,
+    pub uid: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub owner_references: Vec<OwnerReference>,
+    pub being_deleted: bool,
+}
+
+impl RevisionView {
+    /// The revision number recorded on it, if it parses.
+    pub fn number(&self) -> Option<i64> {
+        self.annotations.get(cmset_api::labels::REVISION)?.parse().ok()
+    }
+
+    /// Whether the set with this UID is its controller.
+    pub fn is_controlled_by(&self, set_uid: &str) -> bool {
+        self.owner_references
+            .iter()
+            .any(|o| o.controller == Some(true) && o.uid == set_uid)
+    }
+}

@@ -1,0 +1,835 @@
+//! Finding and rewriting the ConfigMap references of a pod spec.
+//!
+//! # Where a pod spec names a ConfigMap
+//!
+//! | [`RefForm`]                   | JSON pointer, relative to the pod spec                              |
+//! |-------------------------------|---------------------------------------------------------------------|
+//! | [`RefForm::Volume`]           | `/volumes/{v}/configMap/name`                                       |
+//! | [`RefForm::ProjectedVolume`]  | `/volumes/{v}/projected/sources/{s}/configMap/name`                 |
+//! | [`RefForm::EnvValueFrom`]     | `/{containers,initContainers,ephemeralContainers}/{c}/env/{e}/valueFrom/configMapKeyRef/name` |
+//! | [`RefForm::EnvFrom`]          | `/{containers,initContainers,ephemeralContainers}/{c}/envFrom/{f}/configMapRef/name` |
+//!
+//! These are all the forms of Kubernetes 1.33. Secrets (`secret` volumes and projections, `secretRef`,
+//! `secretKeyRef`), `downwardAPI`, `serviceAccountToken` and `clusterTrustBundle` projections name no ConfigMap
+//! and are not references. A reference whose name is empty (the field is "effectively required" but the API
+//! allows it to be empty) names nothing and is skipped.
+//!
+//! References marked `optional: true` *are* references, reported with [`ConfigMapRef::optional`] set: a
+//! workload that marks a set reference optional still wants the set's content (the bare set name exists
+//! as no ConfigMap, so leaving it alone would run the pod silently without its configuration), and an
+//! optional reference in a retained ReplicaSet still needs its revision kept for a rollback.
+//!
+//! Ephemeral containers cannot appear in a pod template (the API server rejects them there), so for
+//! workloads they never matter; they are searched because the same code reads the specs of Pods.
+//!
+//! # Why a JSON patch
+//!
+//! `envFrom` and `projected.sources` are atomic lists under strategic merge patch and server-side apply:
+//! whoever writes them owns and writes the whole list, and a server-side apply by cmset would take the
+//! list from the GitOps tool that applied it, and conflict with its next sync. [`json_patch`] instead
+//! replaces exactly the `name` fields that change, each guarded by a `test` of its old value, after a
+//! `test` of `metadata.uid`:
+//!
+//! - the uid test makes a patch planned for an object fail (HTTP 422) on an object deleted and created
+//!   again under the same name;
+//! - the value tests make it fail whenever someone else changed a name cmset is about to change;
+//! - nothing else of the object is compared, so unrelated writes (status updates, scaling, other
+//!   containers' images) never force a retry, as a `resourceVersion` precondition would.
+//!
+//! A list element that moved (someone inserted an env var before it) is not a hazard either: the patch
+//! addresses elements by index, but `test` compares the value, and because [`plan_rewrite`] decides
+//! the new name from the old name alone, any element that still holds the old name at that index is
+//! correctly rewritten to the new one. A reference that moved to an index the patch does not touch is
+//! left for the next reconcile, which re-plans from a fresh read.
+
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{
+    ConfigMapKeySelector, Container, EnvFromSource, EnvVar, EphemeralContainer, PodSpec,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// Where the pod spec of a Deployment's, StatefulSet's or DaemonSet's template lives in the object: the
+/// `pod_spec_prefix` to pass to [`json_patch`] for them.
+pub const TEMPLATE_POD_SPEC_POINTER: &str = "/spec/template/spec";
+
+/// The field of a pod spec through which a ConfigMap is named.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RefForm {
+    /// `volumes[v].configMap.name`
+    Volume,
+    /// `volumes[v].projected.sources[s].configMap.name`
+    ProjectedVolume,
+    /// `env[e].valueFrom.configMapKeyRef.name` of a container
+    EnvValueFrom,
+    /// `envFrom[f].configMapRef.name` of a container
+    EnvFrom,
+}
+
+/// The three lists of containers of a pod spec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ContainerKind {
+    /// `containers`
+    App,
+    /// `initContainers`
+    Init,
+    /// `ephemeralContainers`
+    Ephemeral,
+}
+
+impl ContainerKind {
+    /// The pod spec field holding containers of this kind, as it appears in JSON (and in pointers).
+    pub const fn field(self) -> &'static str {
+        match self {
+            Self::App => "containers",
+            Self::Init => "initContainers",
+            Self::Ephemeral => "ephemeralContainers",
+        }
+    }
+}
+
+/// The volume or container in which a reference is written, for messages and events.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Holder {
+    Volume { name: String },
+    Container { kind: ContainerKind, name: String },
+}
+
+impl fmt::Display for Holder {
+    /// `volume "config"`, `container "app"`, `init container "migrate"`, `ephemeral container "debug"`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Volume { name } => write!(f, "volume {name:?}"),
+            Self::Container { kind, name } => {
+                let kind = match kind {
+                    ContainerKind::App => "container",
+                    ContainerKind::Init => "init container",
+                    ContainerKind::Ephemeral => "ephemeral container",
+                };
+                write!(f, "{kind} {name:?}")
+            }
+        }
+    }
+}
+
+impl Holder {
+    /// The reference at `pointer`, unless its name is empty: an empty name names nothing.
+    fn reference(
+        &self,
+        form: RefForm,
+        pointer: String,
+        name: &str,
+        optional: Option<bool>,
+    ) -> Option<ConfigMapRef> {
+        (!name.is_empty()).then(|| ConfigMapRef {
+            form,
+            pointer,
+            name: name.to_owned(),
+            optional: optional.unwrap_or(false),
+            holder: self.clone(),
+        })
+    }
+}
+
+/// One place where a pod spec names a ConfigMap.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ConfigMapRef {
+    pub form: RefForm,
+    /// RFC 6901 JSON pointer to the `name` field, relative to the pod spec, e.g.
+    /// `/containers/0/envFrom/1/configMapRef/name`.
+    pub pointer: String,
+    /// The ConfigMap named; never empty.
+    pub name: String,
+    /// Whether the reference is marked `optional: true` (the pod starts without the ConfigMap).
+    pub optional: bool,
+    /// The volume or container the reference is written in.
+    pub holder: Holder,
+}
+
+/// Every ConfigMap reference of `spec`, in this order:
+///
+/// 1. `volumes`, by index; within a projected volume, its `sources` by index;
+/// 2. then `containers`, `initContainers` and `ephemeralContainers`, each by index; within a container,
+///    `env` by index, then `envFrom` by index.
+///
+/// The order depends only on the spec, so plans and patches built from it are reproducible. The same
+/// ConfigMap may be named several times; each place is its own reference.
+pub fn find_refs(spec: &PodSpec) -> Vec<ConfigMapRef> {
+    let mut refs = Vec::new();
+
+    for (v, volume) in spec.volumes.iter().flatten().enumerate() {
+        let holder = Holder::Volume {
+            name: volume.name.clone(),
+        };
+        if let Some(cm) = &volume.config_map {
+            let pointer = format!("/volumes/{v}/configMap/name");
+            refs.extend(holder.reference(RefForm::Volume, pointer, &cm.name, cm.optional));
+        }
+        let sources = volume.projected.iter().flat_map(|p| p.sources.iter().flatten());
+        for (s, source) in sources.enumerate() {
+            if let Some(cm) = &source.config_map {
+                let pointer = format!("/volumes/{v}/projected/sources/{s}/configMap/name");
+                refs.extend(holder.reference(RefForm::ProjectedVolume, pointer, &cm.name, cm.optional));
+            }
+        }
+    }
+
+    let app = spec.containers.iter().map(ContainerEnv::from);
+    container_refs(&mut refs, ContainerKind::App, app);
+    let init = spec.init_containers.iter().flatten().map(ContainerEnv::from);
+    container_refs(&mut refs, ContainerKind::Init, init);
+    let ephemeral = spec.ephemeral_containers.iter().flatten().map(ContainerEnv::from);
+    container_refs(&mut refs, ContainerKind::Ephemeral, ephemeral);
+
+    refs
+}
+
+/// The fields of a container that can name a ConfigMap. (`Container` and `EphemeralContainer` are distinct
+/// types with the same fields.)
+struct ContainerEnv<'a> {
+    name: &'a str,
+    env: &'a [EnvVar],
+    env_from: &'a [EnvFromSource],
+}
+
+impl<'a> From<&'a Container> for ContainerEnv<'a> {
+    fn from(c: &'a Container) -> Self {
+        Self {
+            name: &c.name,
+            env: c.env.as_deref().unwrap_or_default(),
+            env_from: c.env_from.as_deref().unwrap_or_default(),
+        }
+    }
+}
+
+impl<'a> From<&'a EphemeralContainer> for ContainerEnv<'a> {
+    fn from(c: &'a EphemeralContainer) -> Self {
+        Self {
+            name: &c.name,
+            env: c.env.as_deref().unwrap_or_default(),
+            env_from: c.env_from.as_deref().unwrap_or_default(),
+        }
+    }
+}
+
+fn config_map_key_ref(var: &EnvVar) -> Option<&ConfigMapKeySelector> {
+    var.value_from.as_ref()?.config_map_key_ref.as_ref()
+}
+
+/// The references in the `env` and `envFrom` of one list of containers.
+fn container_refs<'a>(
+    refs: &mut Vec<ConfigMapRef>,
+    kind: ContainerKind,
+    containers: impl Iterator<Item = ContainerEnv<'a>>,
+) {
+    let field = kind.field();
+    for (c, container) in containers.enumerate() {
+        let holder = Holder::Container {
+            kind,
+            name: container.name.to_owned(),
+        };
+        for (e, var) in container.env.iter().enumerate() {
+            if let Some(key) = config_map_key_ref(var) {
+                let pointer = format!("/{field}/{c}/env/{e}/valueFrom/configMapKeyRef/name");
+                refs.extend(holder.reference(RefForm::EnvValueFrom, pointer, &key.name, key.optional));
+            }
+        }
+        for (f, source) in container.env_from.iter().enumerate() {
+            if let Some(cm) = &source.config_map_ref {
+                let pointer = format!("/{field}/{c}/envFrom/{f}/configMapRef/name");
+                refs.extend(holder.reference(RefForm::EnvFrom, pointer, &cm.name, cm.optional));
+            }
+        }
+    }
+}
+
+/// Set the string at `pointer` (relative to the pod spec) from `from` to `to`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct NameChange {
+    pub pointer: String,
+    pub from: String,
+    pub to: String,
+}
+
+/// The changes that point every reference of `spec` where `target` wants it: one change, in
+/// [`find_refs`] order, for every reference whose name `target` maps to a different, non-empty name.
+/// References `target` returns `None` for are left alone.
+///
+/// `target` sees only the name, on purpose: the same name is rewritten the same way wherever it appears,
+/// which is what makes the index-addressed [`json_patch`] safe when list elements move (see the module
+/// documentation). If `target` maps every name it returns to itself, rewriting is idempotent: a
+/// second plan on the result is empty.
+pub fn plan_rewrite(spec: &PodSpec, mut target: impl FnMut(&str) -> Option<String>) -> Vec<NameChange> {
+    find_refs(spec)
+        .into_iter()
+        .filter_map(|r| {
+            let to = target(&r.name).filter(|to| !to.is_empty() && *to != r.name)?;
+            Some(NameChange {
+                pointer: r.pointer,
+                from: r.name,
+                to,
+            })
+        })
+        .collect()
+}
+
+/// Why [`apply_changes`] could not apply a change: the same cases in which the API server would reject
+/// the [`json_patch`] of these changes.
+#[derive(Debug)]
+pub enum ApplyError {
+    /// The pointer names no field of the pod spec.
+    Unresolved { pointer: String },
+    /// The field holds something other than the change's `from`: the plan was made from another spec.
+    Stale {
+        pointer: String,
+        expected: String,
+        found: Value,
+    },
+    /// The pod spec did not convert to or from JSON (not expected: only strings are replaced by strings).
+    Json(serde_json::Error),
+}
+
+impl fmt::Display for ApplyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unresolved { pointer } => write!(f, "no field at {pointer} in the pod spec"),
+            Self::Stale {
+                pointer,
+                expected,
+                found,
+            } => {
+                write!(
+                    f,
+                    "expected {expected:?} at {pointer} in the pod spec, found {found}"
+                )
+            }
+            Self::Json(e) => write!(f, "pod spec does not round-trip through JSON: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ApplyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Json(e) => Some(e),
+            Self::Unresolved { .. } | Self::Stale { .. } => None,
+        }
+    }
+}
+
+/// `spec` with `changes` made, in order, exactly as the `test` and `replace` operations of
+/// [`json_patch`] make them: each change requires its field to hold `from`. Nothing else changes.
+pub fn apply_changes(spec: &PodSpec, changes: &[NameChange]) -> Result<PodSpec, ApplyError> {
+    let mut value = serde_json::to_value(spec).map_err(ApplyError::Json)?;
+    for change in changes {
+        let unresolved = || ApplyError::Unresolved {
+            pointer: change.pointer.clone(),
+        };
+        let slot = value.pointer_mut(&change.pointer).ok_or_else(unresolved)?;
+        if slot.as_str() != Some(change.from.as_str()) {
+            return Err(ApplyError::Stale {
+                pointer: change.pointer.clone(),
+                expected: change.from.clone(),
+                found: slot.take(),
+            });
+        }
+        *slot = Value::String(change.to.clone());
+    }
+    PodSpec::deserialize(&value).map_err(ApplyError::Json)
+}
+
+/// The RFC 6902 JSON patch that makes `changes` on a workload whose pod spec lives at `pod_spec_prefix`
+/// (a JSON pointer such as [`TEMPLATE_POD_SPEC_POINTER`]), for a merge-free, ownership-free update:
+///
+/// 1. `test` that `/metadata/uid` is `uid`;
+/// 2. for every change, `test` that its field holds `from`, then `replace` it with `to`;
+/// 3. `extra`, as given (e.g. an `add` of a pod template label; see [`escape_pointer_token`]).
+///
+/// A JSON patch is atomic: if any `test` fails, the API server answers 422 and changes nothing; re-read
+/// the object and plan again. See the module documentation for why this shape.
+pub fn json_patch(uid: &str, pod_spec_prefix: &str, changes: &[NameChange], extra: Vec<Value>) -> Value {
+    let mut ops = Vec::with_capacity(1 + 2 * changes.len() + extra.len());
+    ops.push(json!({ "op": "test", "path": "/metadata/uid", "value": uid }));
+    for change in changes {
+        let path = format!("{pod_spec_prefix}{}", change.pointer);
+        ops.push(json!({ "op": "test", "path": path, "value": change.from }));
+        ops.push(json!({ "op": "replace", "path": path, "value": change.to }));
+    }
+    ops.extend(extra);
+    Value::Array(ops)
+}
+
+/// Escape one reference token of a JSON pointer (RFC 6901): `~` becomes `~0` and `/` becomes `~1`, so
+/// a label key like `cmset.dev/managed` is addressed as `/metadata/labels/cmset.dev~1managed`.
+pub fn escape_pointer_token(token: &str) -> String {
+    // `~` first: escaping `/` first would turn its `~1` into `~01`.
+    token.replace('~', "~0").replace('/', "~1")
+}
+
+/// The pod spec stored in a StatefulSet's or DaemonSet's ControllerRevision.
+///
+/// Their `data` is the strategic merge patch that restores the template,
+/// `{"spec":{"template":{"$patch":"replace","metadata":{..},"spec":{..}}}}`; directives such as
+/// `$patch` and any other unknown keys are ignored. `None` if `data` holds no pod spec that parses: a
+/// caller deciding what is in use must then treat the revision as naming anything, not nothing.
+pub fn pod_spec_from_controller_revision_data(data: &Value) -> Option<PodSpec> {
+    let spec = data.pointer("/spec/template/spec")?;
+    PodSpec::deserialize(spec).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn spec(value: Value) -> PodSpec {
+        serde_json::from_value(value).expect("test pod spec parses")
+    }
+
+    /// `(form, pointer, name)` of every reference, the part most tables compare.
+    fn summary(spec: &PodSpec) -> Vec<(RefForm, String, String)> {
+        find_refs(spec)
+            .into_iter()
+            .map(|r| (r.form, r.pointer, r.name))
+            .collect()
+    }
+
+    fn s(form: RefForm, pointer: &str, name: &str) -> (RefForm, String, String) {
+        (form, pointer.to_owned(), name.to_owned())
+    }
+
+    /// One container holding every kind of env source, only two of which name ConfigMaps.
+    fn busy_container(name: &str) -> Value {
+        json!({
+            "name": name,
+            "env": [
+                { "name": "PLAIN", "value": "x" },
+                { "name": "SECRET", "valueFrom": { "secretKeyRef": { "name": "s1", "key": "k" } } },
+                { "name": "FIELD", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
+                { "name": "RES", "valueFrom": { "resourceFieldRef": { "resource": "limits.cpu" } } },
+                { "name": "CM", "valueFrom": { "configMapKeyRef": { "name": "cm-env", "key": "k" } } },
+            ],
+            "envFrom": [
+                { "secretRef": { "name": "s2" } },
+                { "prefix": "P_", "configMapRef": { "name": "cm-envfrom" } },
+            ],
+        })
+    }
+
+    #[test]
+    fn each_env_form_in_each_container_kind() {
+        for kind in [ContainerKind::App, ContainerKind::Init, ContainerKind::Ephemeral] {
+            let field = kind.field();
+            // A second container, so the index in the pointer is not trivially 0.
+            let mut value = json!({ "containers": [] });
+            value[field] = json!([{ "name": "other" }, busy_container("c")]);
+            let refs = find_refs(&spec(value));
+
+            let expected = vec![
+                ConfigMapRef {
+                    form: RefForm::EnvValueFrom,
+                    pointer: format!("/{field}/1/env/4/valueFrom/configMapKeyRef/name"),
+                    name: "cm-env".into(),
+                    optional: false,
+                    holder: Holder::Container {
+                        kind,
+                        name: "c".into(),
+                    },
+                },
+                ConfigMapRef {
+                    form: RefForm::EnvFrom,
+                    pointer: format!("/{field}/1/envFrom/1/configMapRef/name"),
+                    name: "cm-envfrom".into(),
+                    optional: false,
+                    holder: Holder::Container {
+                        kind,
+                        name: "c".into(),
+                    },
+                },
+            ];
+            assert_eq!(refs, expected, "{field}");
+        }
+    }
+
+    #[test]
+    fn volume_forms() {
+        let spec = spec(json!({
+            "containers": [],
+            "volumes": [
+                { "name": "secret", "secret": { "secretName": "s1" } },
+                { "name": "empty", "emptyDir": {} },
+                { "name": "plain", "configMap": { "name": "cm-vol", "items": [{ "key": "a", "path": "a" }] } },
+                { "name": "proj", "projected": { "sources": [
+                    { "secret": { "name": "s2" } },
+                    { "downwardAPI": { "items": [{ "path": "l", "fieldRef": { "fieldPath": "metadata.labels" } }] } },
+                    { "serviceAccountToken": { "path": "token", "audience": "vault" } },
+                    { "configMap": { "name": "cm-proj" } },
+                    { "clusterTrustBundle": { "name": "bundle", "path": "ca.pem" } },
+                ] } },
+                { "name": "proj-empty", "projected": {} },
+            ],
+        }));
+        let refs = find_refs(&spec);
+        assert_eq!(
+            refs,
+            vec![
+                ConfigMapRef {
+                    form: RefForm::Volume,
+                    pointer: "/volumes/2/configMap/name".into(),
+                    name: "cm-vol".into(),
+                    optional: false,
+                    holder: Holder::Volume { name: "plain".into() },
+                },
+                ConfigMapRef {
+                    form: RefForm::ProjectedVolume,
+                    pointer: "/volumes/3/projected/sources/3/configMap/name".into(),
+                    name: "cm-proj".into(),
+                    optional: false,
+                    holder: Holder::Volume { name: "proj".into() },
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn documented_order_volumes_then_containers_init_ephemeral_env_before_env_from() {
+        let c = |n: &str| {
+            json!({
+                "name": n,
+                "envFrom": [{ "configMapRef": { "name": format!("{n}-from") } }],
+                "env": [{ "name": "E", "valueFrom": { "configMapKeyRef": { "name": format!("{n}-env"), "key": "k" } } }],
+            })
+        };
+        let spec = spec(json!({
+            "ephemeralContainers": [c("eph")],
+            "initContainers": [c("init")],
+            "containers": [c("app0"), c("app1")],
+            "volumes": [
+                { "name": "v0", "projected": { "sources": [{ "configMap": { "name": "p0" } }, { "configMap": { "name": "p1" } }] } },
+                { "name": "v1", "configMap": { "name": "v1" } },
+            ],
+        }));
+        use RefForm::*;
+        assert_eq!(
+            summary(&spec),
+            vec![
+                s(
+                    ProjectedVolume,
+                    "/volumes/0/projected/sources/0/configMap/name",
+                    "p0"
+                ),
+                s(
+                    ProjectedVolume,
+                    "/volumes/0/projected/sources/1/configMap/name",
+                    "p1"
+                ),
+                s(Volume, "/volumes/1/configMap/name", "v1"),
+                s(
+                    EnvValueFrom,
+                    "/containers/0/env/0/valueFrom/configMapKeyRef/name",
+                    "app0-env"
+                ),
+                s(EnvFrom, "/containers/0/envFrom/0/configMapRef/name", "app0-from"),
+                s(
+                    EnvValueFrom,
+                    "/containers/1/env/0/valueFrom/configMapKeyRef/name",
+                    "app1-env"
+                ),
+                s(EnvFrom, "/containers/1/envFrom/0/configMapRef/name", "app1-from"),
+                s(
+                    EnvValueFrom,
+                    "/initContainers/0/env/0/valueFrom/configMapKeyRef/name",
+                    "init-env"
+                ),
+                s(
+                    EnvFrom,
+                    "/initContainers/0/envFrom/0/configMapRef/name",
+                    "init-from"
+                ),
+                s(
+                    EnvValueFrom,
+                    "/ephemeralContainers/0/env/0/valueFrom/configMapKeyRef/name",
+                    "eph-env"
+                ),
+                s(
+                    EnvFrom,
+                    "/ephemeralContainers/0/envFrom/0/configMapRef/name",
+                    "eph-from"
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn optional_refs_are_found_and_flagged() {
+        let spec = spec(json!({
+            "containers": [{
+                "name": "app",
+                "env": [
+                    { "name": "A", "valueFrom": { "configMapKeyRef": { "name": "a", "key": "k", "optional": true } } },
+                    { "name": "B", "valueFrom": { "configMapKeyRef": { "name": "b", "key": "k", "optional": false } } },
+                ],
+                "envFrom": [{ "configMapRef": { "name": "c", "optional": true } }],
+            }],
+            "volumes": [
+                { "name": "d", "configMap": { "name": "d", "optional": true } },
+                { "name": "e", "projected": { "sources": [{ "configMap": { "name": "e", "optional": true } }] } },
+            ],
+        }));
+        let flags: Vec<_> = find_refs(&spec)
+            .into_iter()
+            .map(|r| (r.name, r.optional))
+            .collect();
+        let expected = [("d", true), ("e", true), ("a", true), ("b", false), ("c", true)];
+        assert_eq!(flags, expected.map(|(n, o)| (n.to_owned(), o)));
+    }
+
+    #[test]
+    fn refs_without_a_name_are_skipped() {
+        let spec = spec(json!({
+            "containers": [{
+                "name": "app",
+                "env": [
+                    { "name": "A", "valueFrom": { "configMapKeyRef": { "key": "k" } } },
+                    { "name": "B", "valueFrom": { "configMapKeyRef": { "name": "", "key": "k" } } },
+                ],
+                "envFrom": [{ "configMapRef": {} }, { "configMapRef": { "name": "" } }],
+            }],
+            "volumes": [
+                { "name": "v", "configMap": {} },
+                { "name": "p", "projected": { "sources": [{ "configMap": { "name": "" } }] } },
+            ],
+        }));
+        assert_eq!(find_refs(&spec), vec![]);
+    }
+
+    #[test]
+    fn secrets_name_no_configmap() {
+        let spec = spec(json!({
+            "containers": [{
+                "name": "app",
+                "env": [{ "name": "S", "valueFrom": { "secretKeyRef": { "name": "cm-lookalike", "key": "k" } } }],
+                "envFrom": [{ "secretRef": { "name": "cm-lookalike" } }],
+            }],
+            "initContainers": [{ "name": "i", "envFrom": [{ "secretRef": { "name": "x" } }] }],
+            "volumes": [
+                { "name": "s", "secret": { "secretName": "cm-lookalike" } },
+                { "name": "p", "projected": { "sources": [
+                    { "secret": { "name": "cm-lookalike" } },
+                    { "serviceAccountToken": { "path": "t" } },
+                    { "downwardAPI": {} },
+                ] } },
+            ],
+            "imagePullSecrets": [{ "name": "cm-lookalike" }],
+        }));
+        assert_eq!(find_refs(&spec), vec![]);
+        assert_eq!(find_refs(&PodSpec::default()), vec![]);
+    }
+
+    #[test]
+    fn holder_reads_well() {
+        let cases = [
+            (Holder::Volume { name: "cfg".into() }, r#"volume "cfg""#),
+            (
+                Holder::Container {
+                    kind: ContainerKind::App,
+                    name: "app".into(),
+                },
+                r#"container "app""#,
+            ),
+            (
+                Holder::Container {
+                    kind: ContainerKind::Init,
+                    name: "m".into(),
+                },
+                r#"init container "m""#,
+            ),
+            (
+                Holder::Container {
+                    kind: ContainerKind::Ephemeral,
+                    name: "d".into(),
+                },
+                r#"ephemeral container "d""#,
+            ),
+        ];
+        for (holder, text) in cases {
+            assert_eq!(holder.to_string(), text);
+        }
+    }
+
+    /// A spec naming the set `app` three ways, its revision `app-1` once, and an unrelated ConfigMap.
+    fn mixed_spec() -> PodSpec {
+        spec(json!({
+            "containers": [{
+                "name": "app",
+                "envFrom": [{ "configMapRef": { "name": "app" } }, { "configMapRef": { "name": "unrelated" } }],
+                "env": [{ "name": "K", "valueFrom": { "configMapKeyRef": { "name": "app-1", "key": "k" } } }],
+            }],
+            "volumes": [
+                { "name": "cfg", "configMap": { "name": "app" } },
+                { "name": "p", "projected": { "sources": [{ "configMap": { "name": "app" } }] } },
+            ],
+        }))
+    }
+
+    fn revision_target(name: &str) -> Option<String> {
+        let map = BTreeMap::from([("app", "app-2"), ("app-1", "app-1"), ("app-2", "app-2")]);
+        map.get(name).map(|to| (*to).to_owned())
+    }
+
+    fn change(pointer: &str, from: &str, to: &str) -> NameChange {
+        NameChange {
+            pointer: pointer.into(),
+            from: from.into(),
+            to: to.into(),
+        }
+    }
+
+    #[test]
+    fn plan_rewrite_changes_only_mapped_names_that_differ() {
+        let changes = plan_rewrite(&mixed_spec(), revision_target);
+        assert_eq!(
+            changes,
+            vec![
+                change("/volumes/0/configMap/name", "app", "app-2"),
+                change("/volumes/1/projected/sources/0/configMap/name", "app", "app-2"),
+                change("/containers/0/envFrom/0/configMapRef/name", "app", "app-2"),
+            ]
+        );
+    }
+
+    #[test]
+    fn plan_rewrite_never_blanks_a_name() {
+        assert_eq!(plan_rewrite(&mixed_spec(), |_| Some(String::new())), vec![]);
+        assert_eq!(plan_rewrite(&mixed_spec(), |_| None), vec![]);
+    }
+
+    #[test]
+    fn apply_then_plan_again_is_empty() {
+        let spec = mixed_spec();
+        let changed = apply_changes(&spec, &plan_rewrite(&spec, revision_target)).unwrap();
+        let names: Vec<_> = find_refs(&changed).into_iter().map(|r| r.name).collect();
+        assert_eq!(names, ["app-2", "app-2", "app-1", "app-2", "unrelated"]);
+        assert_eq!(plan_rewrite(&changed, revision_target), vec![]);
+    }
+
+    #[test]
+    fn apply_changes_refuses_stale_and_unresolved_changes() {
+        let spec = mixed_spec();
+        let stale = apply_changes(&spec, &[change("/volumes/0/configMap/name", "other", "x")]);
+        assert!(
+            matches!(&stale, Err(ApplyError::Stale { pointer, expected, found })
+                if pointer == "/volumes/0/configMap/name" && expected == "other" && found == "app"),
+            "{stale:?}"
+        );
+        let unresolved = apply_changes(&spec, &[change("/volumes/9/configMap/name", "app", "x")]);
+        assert!(
+            matches!(&unresolved, Err(ApplyError::Unresolved { pointer }) if pointer == "/volumes/9/configMap/name"),
+            "{unresolved:?}"
+        );
+        // Changes apply in order, as a patch does: the second sees the first's result.
+        let chained = [
+            change("/volumes/0/configMap/name", "app", "b"),
+            change("/volumes/0/configMap/name", "b", "c"),
+        ];
+        let result = apply_changes(&spec, &chained).unwrap();
+        assert_eq!(result.volumes.unwrap()[0].config_map.as_ref().unwrap().name, "c");
+    }
+
+    #[test]
+    fn json_patch_for_two_changes() {
+        let changes = [
+            change("/volumes/0/configMap/name", "app", "app-5d7c9f"),
+            change("/containers/1/envFrom/0/configMapRef/name", "db", "db-68b4f2"),
+        ];
+        let label = format!(
+            "/spec/template/metadata/labels/{}",
+            escape_pointer_token(cmset_api::labels::MANAGED_TEMPLATE)
+        );
+        let extra = vec![json!({ "op": "add", "path": label, "value": "true" })];
+        let patch = json_patch("3f0e1b2a-uid", TEMPLATE_POD_SPEC_POINTER, &changes, extra);
+        assert_eq!(
+            patch,
+            json!([
+                { "op": "test", "path": "/metadata/uid", "value": "3f0e1b2a-uid" },
+                { "op": "test", "path": "/spec/template/spec/volumes/0/configMap/name", "value": "app" },
+                { "op": "replace", "path": "/spec/template/spec/volumes/0/configMap/name", "value": "app-5d7c9f" },
+                { "op": "test", "path": "/spec/template/spec/containers/1/envFrom/0/configMapRef/name", "value": "db" },
+                { "op": "replace", "path": "/spec/template/spec/containers/1/envFrom/0/configMapRef/name", "value": "db-68b4f2" },
+                { "op": "add", "path": "/spec/template/metadata/labels/cmset.dev~1managed", "value": "true" },
+            ])
+        );
+    }
+
+    #[test]
+    fn json_patch_without_changes_only_tests_the_uid() {
+        assert_eq!(
+            json_patch("u", "/spec", &[], vec![]),
+            json!([{ "op": "test", "path": "/metadata/uid", "value": "u" }])
+        );
+    }
+
+    #[test]
+    fn escape_pointer_token_table() {
+        let cases = [
+            ("", ""),
+            ("plain", "plain"),
+            ("cmset.dev/managed", "cmset.dev~1managed"),
+            ("a~b", "a~0b"),
+            ("~/", "~0~1"),
+            ("~1", "~01"),
+            ("/~", "~1~0"),
+        ];
+        for (token, escaped) in cases {
+            assert_eq!(escape_pointer_token(token), escaped, "{token:?}");
+        }
+        // serde_json's own pointer resolution agrees.
+        let doc = json!({ "labels": { "cmset.dev/managed": "true", "a~/b": "x" } });
+        for key in ["cmset.dev/managed", "a~/b"] {
+            let pointer = format!("/labels/{}", escape_pointer_token(key));
+            assert_eq!(doc.pointer(&pointer), Some(&doc["labels"][key]), "{pointer}");
+        }
+    }
+
+    #[test]
+    fn pod_spec_from_statefulset_controller_revision() {
+        // As the StatefulSet controller stores it (getPatch): the template, marked `$patch: replace`.
+        let data = json!({
+            "spec": { "template": {
+                "$patch": "replace",
+                "metadata": { "creationTimestamp": null, "labels": { "app": "web" } },
+                "spec": {
+                    "containers": [{
+                        "name": "web",
+                        "image": "nginx",
+                        "envFrom": [{ "configMapRef": { "name": "web-7c9d" } }],
+                        "resources": {},
+                    }],
+                    "restartPolicy": "Always",
+                    "volumes": [{ "name": "conf", "configMap": { "name": "web-7c9d", "defaultMode": 420 } }],
+                },
+            } },
+        });
+        let spec = pod_spec_from_controller_revision_data(&data).expect("pod spec");
+        assert_eq!(spec.containers[0].image.as_deref(), Some("nginx"));
+        let names: Vec<_> = find_refs(&spec).into_iter().map(|r| r.name).collect();
+        assert_eq!(names, ["web-7c9d", "web-7c9d"]);
+    }
+
+    #[test]
+    fn pod_spec_from_controller_revision_data_without_a_pod_spec() {
+        for data in [
+            json!(null),
+            json!({}),
+            json!({ "spec": { "template": { "$patch": "replace" } } }),
+            json!({ "spec": { "template": { "spec": "not an object" } } }),
+            json!({ "spec": { "template": { "spec": { "containers": [{ "name": 7 }] } } } }),
+        ] {
+            assert_eq!(pod_spec_from_controller_revision_data(&data), None, "{data}");
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Which references of a workload move to a set's current revision, and which are left alone because a
+//! rollback pinned them.
+//!
+//! The record that tells the two apart is [`WorkloadStatus::rolled_out`] in the set's status: the last
+//! revision cmset saw the workload run while that revision was current. It cannot live on the workload:
+//! `kubectl rollout undo` restores a Deployment's annotations from the ReplicaSet it returns to, so a
+//! record there would be rolled back too and cmset would fight every rollback.
+//!
+//! - A reference to the bare set name always moves (that is how a workload opts in).
+//! - A reference to an older revision moves when the record is not the current revision: cmset never got
+//!   the workload onto it (a crash between creating the revision and patching the workload, or a workload
+//!   that appeared later).
+//! - It stays when the record is the current revision: the workload ran the current revision and someone
+//!   chose to go back. It stays until the set's content changes, which makes a new current revision.
+//!
+//! If the status is lost (restored from a backup without status, say), the record is derived again from
+//! the workload's retained ReplicaSets/ControllerRevisions: one naming the current revision means the
+//! workload ran it. That can only err towards leaving a workload pinned, never towards fighting a rollback.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use cmset_api::{ConfigMapSet, WorkloadState, WorkloadStatus, labels};
+use serde_json::{Value, json};
+
+use crate::observe::{HistoryObject, WorkloadView};
+use crate::refs::{self, NameChange};
+use crate::revision::set_name;
+
+/// What a workload needs to know about one set to decide its references.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetTarget {
+    pub name: String,
+    /// The current revision's ConfigMap name.
+    pub current: String,
+    /// Names of every known revision of the set, current included.
+    pub revisions: BTreeSet<String>,
+    /// The rollout record for the workload being planned.
+    pub rolled_out: Option<String>,
+}
+
+impl SetTarget {
+    /// The target for `workload_uid`, or `None` while the set's status does not yet describe its spec
+    /// (its controller has not caught up). Acting on a half-updated set could roll a workload twice.
+    pub fn from_set(set: &ConfigMapSet, workload_uid: &str) -> Option<Self> {
+        let status = set.status.as_ref()?;
+        if status.observed_generation != set.metadata.generation {
+            return None;
+        }
+        let current = status.current_revision.clone()?;
+        let mut revisions: BTreeSet<String> = status.history.iter().map(|h| h.name.clone()).collect();
+        revisions.insert(current.clone());
+        let rolled_out = status
+            .workloads
+            .iter()
+            .find(|w| w.uid == workload_uid)
+            .and_then(|w| w.rolled_out.clone());
+        Some(Self {
+            name: set_name(set),
+            current,
+            revisions,
+            rolled_out,
+        })
+    }
+
+    /// Whether `name` refers to this set at all.
+    pub fn claims(&self, name: &str) -> bool {
+        name == self.name || self.revisions.contains(name)
+    }
+
+    /// Where a reference to `name` should point, if it should change.
+    pub fn retarget(&self, name: &str) -> Option<String> {
+        if name == self.name {
+            return Some(self.current.clone());
+        }
+        if name == self.current || !self.revisions.contains(name) {
+            return None;
+        }
+        let pinned = self.rolled_out.as_deref() == Some(self.current.as_str());
+        (!pinned).then(|| self.current.clone())
+    }
+}
+
+/// Whether a set whose status is not settled is among the ones this workload references: then the
+/// workload must wait, so that a change to several sets in one apply becomes one rollout.
+pub fn waits_for_unsettled(workload: &WorkloadView, sets: &[ConfigMapSet]) -> bool {
+    let names = workload.referenced_names();
+    sets.iter().any(|set| {
+        let unsettled = SetTarget::from_set(set, &workload.uid).is_none();
+        let name = set_name(set);
+        let referenced = names.iter().any(|n| {
+            *n == name
+                || set.status.as_ref().is_some_and(|s| {
+                    s.current_revision.as_deref() == Some(n.as_str())
+                        || s.history.iter().any(|h| &h.name == n)
+                })
+        });
+        unsettled && referenced
+    })
+}
+
+/// The changes to make to one workload, across every set it references, so that it rolls once.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WorkloadPlan {
+    pub changes: Vec<NameChange>,
+    /// The template lacks cmset's label; it is added in the same patch (never on its own: any template
+    /// change rolls the pods).
+    pub add_managed_label: bool,
+}
+
+impl WorkloadPlan {
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+
+    /// The guarded JSON patch for a workload whose pod template lives at `/spec/template`.
+    pub fn json_patch(&self, uid: &str, has_template_labels: bool) -> Value {
+        let mut extra = Vec::new();
+        if self.add_managed_label {
+            extra.push(if has_template_labels {
+                json!({
+                    "op": "add",
+                    "path": format!("/spec/template/metadata/labels/{}", refs::escape_pointer_token(labels::MANAGED_TEMPLATE)),
+                    "value": "true",
+                })
+            } else {
+                json!({
+                    "op": "add",
+                    "path": "/spec/template/metadata/labels",
+                    "value": { labels::MANAGED_TEMPLATE: "true" },
+                })
+            });
+        }
+        refs::json_patch(uid, "/spec/template/spec", &self.changes, extra)
+    }
+}
+
+/// Plans every reference change of `workload` against `targets` (the settled sets of its namespace).
+pub fn plan_workload(workload: &WorkloadView, targets: &[SetTarget]) -> WorkloadPlan {
+    let changes = refs::plan_rewrite(&workload.pod_spec, |name| {
+        targets
+            .iter()
+            .find(|t| t.claims(name))
+            .and_then(|t| t.retarget(name))
+    });
+    let add_managed_label = !changes.is_empty()
+        && workload
+            .template_labels
+            .get(labels::MANAGED_TEMPLATE)
+            .map(String::as_str)
+            != Some("true");
+    WorkloadPlan {
+        changes,
+        add_managed_label,
+    }
+}
+
+/// The status entry of one workload for one set, with its rollout record carried forward, or `None`
+/// when the workload does not reference the set.
+pub fn workload_status(
+    workload: &WorkloadView,
+    set_name: &str,
+    current: &str,
+    revisions: &BTreeSet<String>,
+    previous: Option<&WorkloadStatus>,
+    history: &[HistoryObject],
+) -> Option<WorkloadStatus> {
+    let names: Vec<String> = refs::find_refs(&workload.pod_spec)
+        .into_iter()
+        .map(|r| r.name)
+        .filter(|n| n == set_name || revisions.contains(n))
+        .collect();
+    let first = names.first()?.clone();
+    let on_current = names.iter().all(|n| n == current);
+    let previous = previous.filter(|p| p.uid == workload.uid);
+    let ran_current = || {
+        history
+            .iter()
+            .any(|h| h.owner_uid.as_deref() == Some(workload.uid.as_str()) && h.referenced.contains(current))
+    };
+    let rolled_out = if on_current {
+        Some(current.to_string())
+    } else if let Some(record) = previous.and_then(|p| p.rolled_out.clone()) {
+        Some(record)
+    } else if ran_current() {
+        Some(current.to_string())
+    } else {
+        None
+    };
+    let target = SetTarget {
+        name: set_name.to_string(),
+        current: current.to_string(),
+        revisions: revisions.clone(),
+        rolled_out: rolled_out.clone(),
+    };
+    let state = if on_current {
+        WorkloadState::Current
+    } else if names.iter().any(|n| target.retarget(n).is_some()) {
+        WorkloadState::Pending
+    } else {
+        WorkloadState::Pinned
+    };
+    // Show the reference that is not current, if any: that is the interesting one.
+    let revision = names.iter().find(|n| *n != current).cloned().unwrap_or(first);
+    Some(WorkloadStatus {
+        kind: workload.kind.to_string(),
+        name: workload.name.clone(),
+        uid: workload.uid.clone(),
+        revision,
+        state,
+        rolled_out,
+    })
+}
+
+/// Index of previous status entries by workload UID.
+pub fn previous_by_uid(set: &ConfigMapSet) -> BTreeMap<String, WorkloadStatus> {
+    set.status
+        .iter()
+        .flat_map(|s| s.workloads.iter())
+        .map(|w| (w.uid.clone(), w.clone()))
+        .collect()
+}

@@ -1,0 +1,421 @@
+//! Checks on a ConfigMapSet that its schema cannot express, each with a message a user can act on.
+//!
+//! The CRD's schema and CEL rules already reject some of these at admission; they are checked here too
+//! so that cmset never stamps a revision the API server would refuse, and so that an object admitted
+//! before a rule existed still gets a clear `Stalled` condition instead of a failing create. The rules
+//! mirror those the API server applies to the ConfigMaps cmset creates (`ValidateConfigMap`,
+//! `IsConfigMapKey`, `ValidateLabels`, `ValidateAnnotations` in Kubernetes), plus cmset's own: the
+//! length of set names and the reserved `cmset.dev/` prefix.
+//!
+//! Every problem is reported, not only the first, so that one edit can fix them all.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use cmset_api::{ConfigMapSetSpec, MAX_CONFIGMAP_BYTES};
+use k8s_openapi::ByteString;
+
+use crate::hash::HASH_LEN;
+use crate::naming::{
+    MAX_DNS_SUBDOMAIN_LEN, MAX_LABEL_VALUE_LEN, MAX_SET_NAME_LEN, has_dns_subdomain_form,
+    has_label_value_form,
+};
+
+/// Most bytes the annotations of an object may take, keys and values together (Kubernetes'
+/// `TotalAnnotationSizeLimitB`).
+pub const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+
+/// Most characters in a ConfigMap key, as in Kubernetes' `IsConfigMapKey`.
+pub const MAX_CONFIGMAP_KEY_LEN: usize = MAX_DNS_SUBDOMAIN_LEN;
+
+/// Most characters in the name part of a label or annotation key.
+pub const MAX_QUALIFIED_NAME_LEN: usize = 63;
+
+/// Key prefix of cmset's own labels and annotations (and its subdomains, as `*.kubernetes.io` is
+/// Kubernetes'). A template may not set them: cmset would overwrite them, or worse, believe them.
+pub const RESERVED_PREFIX: &str = "cmset.dev";
+
+/// Longest [`summary`], in bytes.
+pub const SUMMARY_MAX_LEN: usize = 1000;
+
+/// One thing wrong with a ConfigMapSet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// Path of the offending field as a user writes it, e.g. `spec.template.data["bad key"]`.
+    pub field: String,
+    /// What is wrong and what is allowed, e.g. `key must consist of alphanumeric characters, '-', '_' or '.'`.
+    pub message: String,
+}
+
+impl Problem {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Checks everything about set `set_name` with `spec` that the schema cannot, and returns every
+/// problem found, in the order of the fields.
+pub fn validate(set_name: &str, spec: &ConfigMapSetSpec) -> Result<(), Vec<Problem>> {
+    let mut problems = Vec::new();
+    let template = &spec.template;
+
+    check_set_name(set_name, &mut problems);
+
+    for (key, value) in &template.metadata.labels {
+        let field = format!("spec.template.metadata.labels[{key:?}]");
+        check_qualified_name(&field, key, &mut problems);
+        check_not_reserved(&field, key, &mut problems);
+        check_label_value(&field, value, &mut problems);
+    }
+
+    let mut annotations_size = 0;
+    for (key, value) in &template.metadata.annotations {
+        let field = format!("spec.template.metadata.annotations[{key:?}]");
+        // Kubernetes checks annotation keys as qualified names without regard to case, so
+        // `Example.com/Name` is a valid annotation key (though not a valid label key).
+        let lowercase = key.to_ascii_lowercase();
+        check_qualified_name(&field, &lowercase, &mut problems);
+        check_not_reserved(&field, &lowercase, &mut problems);
+        annotations_size += key.len() + value.len();
+    }
+    if annotations_size > MAX_ANNOTATIONS_BYTES {
+        problems.push(Problem::new(
+            "spec.template.metadata.annotations",
+            format!(
+                "total size {annotations_size} bytes (keys and values) exceeds the {MAX_ANNOTATIONS_BYTES} bytes \
+                 Kubernetes allows for annotations"
+            ),
+        ));
+    }
+
+    let data = template.data.as_ref();
+    let binary_data = template.binary_data.as_ref();
+    for key in data.into_iter().flat_map(BTreeMap::keys) {
+        let field = format!("spec.template.data[{key:?}]");
+        check_config_map_key(&field, key, &mut problems);
+        if binary_data.is_some_and(|b| b.contains_key(key)) {
+            // Reported once, on the `data` side, as Kubernetes does.
+            problems.push(Problem::new(
+                field,
+                "key also appears in binaryData; a ConfigMap key may be in data or in binaryData, not both",
+            ));
+        }
+    }
+    for key in binary_data.into_iter().flat_map(BTreeMap::keys) {
+        check_config_map_key(&format!("spec.template.binaryData[{key:?}]"), key, &mut problems);
+    }
+    let size = config_map_size(data, binary_data);
+    if size > MAX_CONFIGMAP_BYTES {
+        problems.push(Problem::new(
+            "spec.template",
+            format!("total size {size} bytes exceeds the {MAX_CONFIGMAP_BYTES} bytes a ConfigMap can hold"),
+        ));
+    }
+
+    if spec.revision_history_limit < 0 {
+        problems.push(Problem::new(
+            "spec.revisionHistoryLimit",
+            format!("must be 0 or more, not {}", spec.revision_history_limit),
+        ));
+    }
+
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
+/// The size Kubernetes holds against a ConfigMap's limit of 1 MiB: the bytes of every `data` value
+/// plus the (decoded) bytes of every `binaryData` value. Keys are not counted, exactly as in
+/// Kubernetes' `ValidateConfigMap`, so counting them here would refuse content the API server accepts.
+pub fn config_map_size(
+    data: Option<&BTreeMap<String, String>>,
+    binary_data: Option<&BTreeMap<String, ByteString>>,
+) -> usize {
+    let text: usize = data.into_iter().flat_map(BTreeMap::values).map(String::len).sum();
+    let binary: usize = binary_data
+        .into_iter()
+        .flat_map(BTreeMap::values)
+        .map(|v| v.0.len())
+        .sum();
+    text + binary
+}
+
+/// The problems as one line for a condition message: `field: message; field: message; and 3 more`.
+/// At most [`SUMMARY_MAX_LEN`] bytes, since condition messages are read by people and capped by
+/// Kubernetes; the first problem is always shown, if need be cut short with `…`.
+pub fn summary(problems: &[Problem]) -> String {
+    // Room kept for "; and N more" while problems remain to be counted.
+    const MORE_ROOM: usize = 32;
+    let mut out = String::new();
+    let mut shown = 0;
+    for (i, problem) in problems.iter().enumerate() {
+        let text = problem.to_string();
+        let separator = if i == 0 { "" } else { "; " };
+        let budget = if i + 1 == problems.len() {
+            SUMMARY_MAX_LEN
+        } else {
+            SUMMARY_MAX_LEN - MORE_ROOM
+        };
+        if out.len() + separator.len() + text.len() <= budget {
+            out.push_str(separator);
+            out.push_str(&text);
+            shown += 1;
+            continue;
+        }
+        if i == 0 {
+            // A single problem can be long (its field holds the offending key); show what fits.
+            const ELLIPSIS: &str = "…";
+            out.push_str(truncate(&text, budget - ELLIPSIS.len()));
+            out.push_str(ELLIPSIS);
+            shown = 1;
+        }
+        break;
+    }
+    let more = problems.len() - shown;
+    if more > 0 {
+        out.push_str(&format!("; and {more} more"));
+    }
+    out
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let end = (0..=max).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0);
+    &s[..end]
+}
+
+fn check_set_name(name: &str, problems: &mut Vec<Problem>) {
+    const FIELD: &str = "metadata.name";
+    if name.is_empty() {
+        problems.push(Problem::new(FIELD, "name must not be empty"));
+        return;
+    }
+    if name.len() > MAX_SET_NAME_LEN {
+        problems.push(Problem::new(
+            FIELD,
+            format!(
+                "name is {} characters long; at most {MAX_SET_NAME_LEN} are allowed, so that revision names \
+                 (the set's name, '-' and a {HASH_LEN}-character hash) fit in the {MAX_DNS_SUBDOMAIN_LEN} \
+                 characters of a ConfigMap name",
+                name.len()
+            ),
+        ));
+    }
+    if !has_dns_subdomain_form(name) {
+        problems.push(Problem::new(FIELD, format!("name {}", DNS_SUBDOMAIN_FORM)));
+    }
+}
+
+/// What a DNS subdomain looks like, as Kubernetes says it (with an example).
+const DNS_SUBDOMAIN_FORM: &str = "must consist of lowercase alphanumeric characters, '-' or '.', and each \
+     '.'-separated part must start and end with an alphanumeric character (e.g. 'example.com')";
+
+/// A ConfigMap key, as Kubernetes' `IsConfigMapKey` checks it. A key can have several problems at once
+/// (too long and a bad character); all are reported.
+fn check_config_map_key(field: &str, key: &str, problems: &mut Vec<Problem>) {
+    if key.is_empty() {
+        problems.push(Problem::new(field, "key must not be empty"));
+        return;
+    }
+    if key.len() > MAX_CONFIGMAP_KEY_LEN {
+        problems.push(Problem::new(
+            field,
+            format!(
+                "key is {} characters long; at most {MAX_CONFIGMAP_KEY_LEN} are allowed",
+                key.len()
+            ),
+        ));
+    }
+    if !key
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        problems.push(Problem::new(
+            field,
+            "key must consist of alphanumeric characters, '-', '_' or '.'",
+        ));
+    }
+    // Keys become file names in a mounted volume; these would name the directory or its parent (and
+    // Kubernetes reserves names starting with '..' for the volume's own bookkeeping).
+    let chdir = match key {
+        "." => Some("key must not be '.'"),
+        ".." => Some("key must not be '..'"),
+        _ if key.starts_with("..") => Some("key must not start with '..'"),
+        _ => None,
+    };
+    if let Some(message) = chdir {
+        problems.push(Problem::new(field, message));
+    }
+}
+
+/// A label or annotation key: a name, optionally preceded by a DNS subdomain and `/`, as Kubernetes'
+/// `IsQualifiedName` checks it.
+fn check_qualified_name(field: &str, key: &str, problems: &mut Vec<Problem>) {
+    let (prefix, name) = match key.split_once('/') {
+        Some((_, rest)) if rest.contains('/') => {
+            problems.push(Problem::new(
+                field,
+                "key may contain at most one '/', between an optional DNS subdomain prefix and a name \
+                 (e.g. 'example.com/my-name')",
+            ));
+            return;
+        }
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix {
+        if prefix.is_empty() {
+            problems.push(Problem::new(field, "key prefix (before '/') must not be empty"));
+        } else {
+            if prefix.len() > MAX_DNS_SUBDOMAIN_LEN {
+                problems.push(Problem::new(
+                    field,
+                    format!(
+                        "key prefix (before '/') is {} characters long; at most {MAX_DNS_SUBDOMAIN_LEN} are allowed",
+                        prefix.len()
+                    ),
+                ));
+            }
+            if !has_dns_subdomain_form(prefix) {
+                problems.push(Problem::new(
+                    field,
+                    format!("key prefix (before '/') {DNS_SUBDOMAIN_FORM}"),
+                ));
+            }
+        }
+    }
+    let part = if prefix.is_some() {
+        "key name (after '/')"
+    } else {
+        "key"
+    };
+    if name.is_empty() {
+        problems.push(Problem::new(field, format!("{part} must not be empty")));
+        return;
+    }
+    if name.len() > MAX_QUALIFIED_NAME_LEN {
+        problems.push(Problem::new(
+            field,
+            format!(
+                "{part} is {} characters long; at most {MAX_QUALIFIED_NAME_LEN} are allowed",
+                name.len()
+            ),
+        ));
+    }
+    if !has_label_value_form(name) {
+        problems.push(Problem::new(
+            field,
+            format!(
+                "{part} must consist of alphanumeric characters, '-', '_' or '.', and must start and end \
+                 with an alphanumeric character"
+            ),
+        ));
+    }
+}
+
+/// `key` may not use cmset's own prefix or a subdomain of it.
+fn check_not_reserved(field: &str, key: &str, problems: &mut Vec<Problem>) {
+    let Some((prefix, _)) = key.split_once('/') else {
+        return;
+    };
+    let reserved = prefix == RESERVED_PREFIX
+        || prefix
+            .strip_suffix(RESERVED_PREFIX)
+            .is_some_and(|sub| sub.ends_with('.'));
+    if reserved {
+        problems.push(Problem::new(
+            field,
+            format!(
+                "key uses the prefix '{prefix}/', which is reserved for the labels and annotations cmset \
+                 sets on revisions itself"
+            ),
+        ));
+    }
+}
+
+fn check_label_value(field: &str, value: &str, problems: &mut Vec<Problem>) {
+    if value.len() > MAX_LABEL_VALUE_LEN {
+        problems.push(Problem::new(
+            field,
+            format!(
+                "value is {} characters long; at most {MAX_LABEL_VALUE_LEN} are allowed",
+                value.len()
+            ),
+        ));
+    }
+    if !value.is_empty() && !has_label_value_form(value) {
+        problems.push(Problem::new(
+            field,
+            "value must be empty or consist of alphanumeric characters, '-', '_' or '.', and must start and \
+             end with an alphanumeric character",
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem(i: usize) -> Problem {
+        Problem::new(
+            format!("spec.template.data[\"k{i}\"]"),
+            "key must consist of something",
+        )
+    }
+
+    #[test]
+    fn summary_of_nothing_is_empty() {
+        assert_eq!(summary(&[]), "");
+    }
+
+    #[test]
+    fn summary_joins_problems_that_fit() {
+        let problems = [problem(1), problem(2)];
+        assert_eq!(summary(&problems), format!("{}; {}", problems[0], problems[1]));
+    }
+
+    #[test]
+    fn summary_counts_what_does_not_fit() {
+        let problems: Vec<Problem> = (0..100).map(problem).collect();
+        let text = summary(&problems);
+        assert!(text.len() <= SUMMARY_MAX_LEN, "{} bytes", text.len());
+        let shown = text.matches("key must consist").count();
+        assert!(shown > 5, "{text}");
+        assert!(text.ends_with(&format!("; and {} more", 100 - shown)), "{text}");
+    }
+
+    #[test]
+    fn summary_cuts_a_single_huge_problem() {
+        let huge = Problem::new(
+            format!("spec.template.data[{:?}]", "é".repeat(5000)),
+            "key is too long",
+        );
+        let text = summary(std::slice::from_ref(&huge));
+        assert!(text.len() <= SUMMARY_MAX_LEN);
+        assert!(text.ends_with('…'));
+        let text = summary(&[huge, problem(1), problem(2)]);
+        assert!(text.len() <= SUMMARY_MAX_LEN);
+        assert!(text.ends_with("…; and 2 more"), "{text}");
+    }
+
+    #[test]
+    fn truncate_respects_character_boundaries() {
+        assert_eq!(truncate("héllo", 2), "h");
+        assert_eq!(truncate("héllo", 3), "hé");
+        assert_eq!(truncate("héllo", 100), "héllo");
+    }
+}

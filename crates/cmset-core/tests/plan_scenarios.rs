@@ -1,0 +1,575 @@
+//! The set planner and the workload planner, scenario by scenario: literal observations in, the exact
+//! writes out, and no write at all when nothing changed.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use cmset_api::{
+    ConfigMapSet, ConfigMapSetSpec, ConfigMapSetStatus, ConfigMapTemplate, TemplateMetadata, WorkloadState,
+    WorkloadStatus, labels,
+};
+use cmset_core::observe::{HistoryKind, HistoryObject, RevisionView, WorkloadKind, WorkloadView};
+use cmset_core::plan::{SetInput, SetPlan, plan_set};
+use cmset_core::revision::{content_identity, set_owner_reference};
+use cmset_core::rollout::{SetTarget, plan_workload, waits_for_unsettled};
+use k8s_openapi::api::core::v1::{
+    ConfigMapEnvSource, ConfigMapVolumeSource, Container, EnvFromSource, PodSpec, Volume,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use serde_json::json;
+
+const SET_UID: &str = "set-uid";
+
+fn now() -> Time {
+    Time(Timestamp::from_second(1_800_000_000).unwrap())
+}
+
+fn set_with(name: &str, data: &[(&str, &str)], limit: i32) -> ConfigMapSet {
+    let mut set = ConfigMapSet::new(
+        name,
+        ConfigMapSetSpec {
+            template: ConfigMapTemplate {
+                metadata: TemplateMetadata::default(),
+                data: Some(data.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                binary_data: None,
+            },
+            revision_history_limit: limit,
+        },
+    );
+    set.metadata.namespace = Some("team".into());
+    set.metadata.uid = Some(SET_UID.into());
+    set.metadata.generation = Some(1);
+    set
+}
+
+/// A revision as the set controller would have made it.
+fn revision_of(set: &ConfigMapSet, name: &str, number: i64) -> RevisionView {
+    let mut annotations = BTreeMap::from([(labels::REVISION.to_string(), number.to_string())]);
+    // The content hash is the name's suffix for revisions made without collisions.
+    annotations.insert(
+        labels::CONTENT_HASH.to_string(),
+        name.rsplit('-').next().unwrap().to_string(),
+    );
+    RevisionView {
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        labels: BTreeMap::from([(labels::SET.to_string(), set.metadata.name.clone().unwrap())]),
+        annotations,
+        owner_references: vec![set_owner_reference(set)],
+        being_deleted: false,
+    }
+}
+
+fn deployment(name: &str, configmaps: &[&str]) -> WorkloadView {
+    WorkloadView {
+        kind: WorkloadKind::Deployment,
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        pod_spec: PodSpec {
+            containers: vec![Container {
+                name: "app".into(),
+                env_from: Some(
+                    configmaps
+                        .iter()
+                        .map(|c| EnvFromSource {
+                            config_map_ref: Some(ConfigMapEnvSource {
+                                name: c.to_string(),
+                                optional: None,
+                            }),
+                            ..EnvFromSource::default()
+                        })
+                        .collect(),
+                ),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        },
+        template_labels: BTreeMap::from([("app".to_string(), name.to_string())]),
+    }
+}
+
+fn replica_set(name: &str, owner: &str, names: &[&str]) -> HistoryObject {
+    HistoryObject {
+        kind: HistoryKind::ReplicaSet,
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        owner_uid: Some(format!("uid-{owner}")),
+        referenced: names.iter().map(|n| n.to_string()).collect(),
+    }
+}
+
+fn plan(
+    set: &ConfigMapSet,
+    revisions: &[RevisionView],
+    workloads: &[WorkloadView],
+    history: &[HistoryObject],
+) -> SetPlan {
+    let input = SetInput {
+        set,
+        revisions,
+        workloads,
+        history,
+        pod_refs: None,
+        now: now(),
+    };
+    plan_set(&input)
+}
+
+fn plan_with_pods(
+    set: &ConfigMapSet,
+    revisions: &[RevisionView],
+    workloads: &[WorkloadView],
+    history: &[HistoryObject],
+    pods: &BTreeSet<String>,
+) -> SetPlan {
+    let input = SetInput {
+        set,
+        revisions,
+        workloads,
+        history,
+        pod_refs: Some(pods),
+        now: now(),
+    };
+    plan_set(&input)
+}
+
+/// The set after its controller wrote the planned status.
+fn settled(set: &ConfigMapSet, plan: &SetPlan) -> ConfigMapSet {
+    let mut next = set.clone();
+    next.status = Some(plan.status.clone());
+    next
+}
+
+fn reasons(plan: &SetPlan) -> Vec<&'static str> {
+    plan.events.iter().map(|e| e.reason).collect()
+}
+
+// kustomize names these (checked with `kubectl kustomize`): see prior-art notes.
+const V1: &str = "nginx-config-d2c65kk9hm";
+const V2: &str = "nginx-config-tc2kg4m444";
+
+#[test]
+fn a_new_set_gets_its_first_revision_with_the_kustomize_name() {
+    let set = set_with("nginx-config", &[("APP_VERSION", "1")], 10);
+    let p = plan(&set, &[], &[], &[]);
+    let cm = p.create.as_ref().expect("a revision to create");
+    assert_eq!(cm.metadata.name.as_deref(), Some(V1));
+    assert_eq!(cm.immutable, Some(true));
+    assert_eq!(cm.data.as_ref().unwrap()["APP_VERSION"], "1");
+    assert_eq!(cm.metadata.labels.as_ref().unwrap()[labels::SET], "nginx-config");
+    assert_eq!(cm.metadata.annotations.as_ref().unwrap()[labels::REVISION], "1");
+    assert_eq!(
+        cm.metadata.owner_references.as_ref().unwrap(),
+        &vec![set_owner_reference(&set)]
+    );
+    assert_eq!(p.status.current_revision.as_deref(), Some(V1));
+    assert_eq!(p.status.revision, Some(1));
+    assert_eq!(p.status.observed_generation, Some(1));
+    assert_eq!(reasons(&p), vec!["RevisionCreated"]);
+    let ready = p.status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("True", "RolledOut")
+    );
+}
+
+#[test]
+fn an_unchanged_world_plans_no_write() {
+    let set = set_with("nginx-config", &[("APP_VERSION", "1")], 10);
+    let revisions = vec![revision_of(&set, V1, 1)];
+    let workloads = vec![deployment("web", &[V1])];
+    let history = vec![replica_set("web-1", "web", &[V1])];
+    let first = plan(&set, &revisions, &workloads, &history);
+    // The history object becomes an extra owner of the revision it names.
+    assert_eq!(first.patches.len(), 1);
+    let mut revisions = revisions;
+    revisions[0].owner_references.push(OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: "ReplicaSet".into(),
+        name: "web-1".into(),
+        uid: "uid-web-1".into(),
+        controller: Some(false),
+        block_owner_deletion: Some(false),
+    });
+    let set = settled(&set, &first);
+    let again = plan(&set, &revisions, &workloads, &history);
+    assert!(again.is_quiet(&set), "second plan should be quiet: {again:?}");
+    assert!(again.events.is_empty());
+}
+
+#[test]
+fn history_objects_become_owners_of_the_revisions_they_name() {
+    let set = set_with("nginx-config", &[("APP_VERSION", "2")], 10);
+    let revisions = vec![revision_of(&set, V1, 1), revision_of(&set, V2, 2)];
+    let history = vec![
+        replica_set("web-1", "web", &[V1]),
+        replica_set("web-2", "web", &[V2, "unrelated"]),
+    ];
+    let p = plan(&set, &revisions, &[], &history);
+    assert_eq!(
+        p.patches,
+        vec![
+            (
+                V1.to_string(),
+                json!({"metadata": {"ownerReferences": [{
+                    "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "uid-web-1",
+                    "controller": false, "blockOwnerDeletion": false
+                }]}})
+            ),
+            (
+                V2.to_string(),
+                json!({"metadata": {"ownerReferences": [{
+                    "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-2", "uid": "uid-web-2",
+                    "controller": false, "blockOwnerDeletion": false
+                }]}})
+            ),
+        ]
+    );
+}
+
+#[test]
+fn new_content_makes_a_new_revision_and_marks_workloads_pending() {
+    let set1 = set_with("nginx-config", &[("APP_VERSION", "1")], 10);
+    let revisions = vec![revision_of(&set1, V1, 1)];
+    let workloads = vec![deployment("web", &[V1])];
+    let set1 = settled(&set1, &plan(&set1, &revisions, &workloads, &[]));
+    assert_eq!(
+        set1.status.as_ref().unwrap().workloads[0].rolled_out.as_deref(),
+        Some(V1)
+    );
+
+    let mut set2 = set1.clone();
+    set2.spec.template.data = Some(BTreeMap::from([("APP_VERSION".into(), "2".into())]));
+    set2.metadata.generation = Some(2);
+    let p = plan(&set2, &revisions, &workloads, &[]);
+    assert_eq!(p.create.as_ref().unwrap().metadata.name.as_deref(), Some(V2));
+    assert_eq!(p.status.revision, Some(2));
+    let w = &p.status.workloads[0];
+    assert_eq!(
+        (w.revision.as_str(), w.state, w.rolled_out.as_deref()),
+        (V1, WorkloadState::Pending, Some(V1))
+    );
+    let ready = p.status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "RolloutPending")
+    );
+}
+
+#[test]
+fn a_rollback_pins_the_workload_and_says_so_once() {
+    let set = set_with("nginx-config", &[("APP_VERSION", "2")], 10);
+    let revisions = vec![revision_of(&set, V1, 1), revision_of(&set, V2, 2)];
+    // cmset had rolled web out to V2 ...
+    let on_v2 = plan(&set, &revisions, &[deployment("web", &[V2])], &[]);
+    let set = settled(&set, &on_v2);
+    // ... then `kubectl rollout undo` put V1 back.
+    let rolled_back = vec![deployment("web", &[V1])];
+    let p = plan(&set, &revisions, &rolled_back, &[]);
+    let w = &p.status.workloads[0];
+    assert_eq!(
+        (w.revision.as_str(), w.state, w.rolled_out.as_deref()),
+        (V1, WorkloadState::Pinned, Some(V2))
+    );
+    assert_eq!(reasons(&p), vec!["WorkloadPinned"]);
+    let ready = p.status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(ready.status, "True");
+    // The workload planner leaves it alone.
+    let set = settled(&set, &p);
+    let target = SetTarget::from_set(&set, "uid-web").unwrap();
+    assert!(plan_workload(&rolled_back[0], &[target]).is_empty());
+    // And the next plan is quiet.
+    let again = plan(&set, &revisions, &rolled_back, &[]);
+    assert!(again.is_quiet(&set) && again.events.is_empty(), "{again:?}");
+}
+
+#[test]
+fn a_lost_status_is_rebuilt_from_history_without_fighting_the_rollback() {
+    let set = set_with("nginx-config", &[("APP_VERSION", "2")], 10);
+    let revisions = vec![revision_of(&set, V1, 1), revision_of(&set, V2, 2)];
+    let rolled_back = vec![deployment("web", &[V1])];
+    // The Deployment's retained ReplicaSet shows it ran V2: that was a rollback, not a missed update.
+    let history = vec![
+        replica_set("web-1", "web", &[V1]),
+        replica_set("web-2", "web", &[V2]),
+    ];
+    let p = plan(&set, &revisions, &rolled_back, &history);
+    assert_eq!(p.status.workloads[0].state, WorkloadState::Pinned);
+    assert_eq!(p.status.workloads[0].rolled_out.as_deref(), Some(V2));
+}
+
+#[test]
+fn a_workload_cmset_never_moved_is_moved_after_a_crash() {
+    let set = set_with("nginx-config", &[("APP_VERSION", "2")], 10);
+    let revisions = vec![revision_of(&set, V1, 1), revision_of(&set, V2, 2)];
+    let mut set = set;
+    set.status = Some(ConfigMapSetStatus {
+        observed_generation: Some(1),
+        current_revision: Some(V2.into()),
+        revision: Some(2),
+        workloads: vec![WorkloadStatus {
+            kind: "Deployment".into(),
+            name: "web".into(),
+            uid: "uid-web".into(),
+            revision: V1.into(),
+            state: WorkloadState::Current,
+            rolled_out: Some(V1.into()),
+        }],
+        ..ConfigMapSetStatus::default()
+    });
+    let on_v1 = vec![deployment("web", &[V1])];
+    let p = plan(&set, &revisions, &on_v1, &[replica_set("web-1", "web", &[V1])]);
+    assert_eq!(p.status.workloads[0].state, WorkloadState::Pending);
+    let set = settled(&set, &p);
+    let target = SetTarget::from_set(&set, "uid-web").unwrap();
+    let changes = plan_workload(&on_v1[0], &[target]).changes;
+    assert_eq!(changes.len(), 1);
+    assert_eq!((changes[0].from.as_str(), changes[0].to.as_str()), (V1, V2));
+}
+
+#[test]
+fn returning_to_old_content_renumbers_the_existing_revision() {
+    let set = set_with("nginx-config", &[("APP_VERSION", "1")], 10);
+    let revisions = vec![revision_of(&set, V1, 1), revision_of(&set, V2, 2)];
+    let p = plan(&set, &revisions, &[], &[]);
+    assert!(p.create.is_none(), "no new object for old content");
+    assert_eq!(p.status.current_revision.as_deref(), Some(V1));
+    assert_eq!(p.status.revision, Some(3));
+    assert_eq!(
+        p.patches,
+        vec![(
+            V1.to_string(),
+            json!({"metadata": {"annotations": {labels::REVISION: "3"}}})
+        )]
+    );
+    assert_eq!(reasons(&p), vec!["RevisionReused"]);
+    assert_eq!(
+        p.status
+            .history
+            .iter()
+            .map(|h| (h.name.as_str(), h.revision))
+            .collect::<Vec<_>>(),
+        vec![(V1, 3), (V2, 2)]
+    );
+}
+
+#[test]
+fn template_metadata_changes_update_every_revision_in_place() {
+    let mut set = set_with("nginx-config", &[("APP_VERSION", "2")], 10);
+    let revisions = vec![revision_of(&set, V1, 1), revision_of(&set, V2, 2)];
+    set.spec
+        .template
+        .metadata
+        .labels
+        .insert("team".into(), "payments".into());
+    set.spec
+        .template
+        .metadata
+        .annotations
+        .insert("owner".into(), "alice".into());
+    let p = plan(&set, &revisions, &[], &[]);
+    assert!(p.create.is_none());
+    let expected = json!({"metadata": {"labels": {"team": "payments"}, "annotations": {"owner": "alice"}}});
+    assert_eq!(
+        p.patches,
+        vec![(V1.to_string(), expected.clone()), (V2.to_string(), expected)]
+    );
+}
+
+fn numbered(set: &ConfigMapSet, count: i64) -> Vec<RevisionView> {
+    (1..=count)
+        .map(|n| revision_of(set, &format!("nginx-config-{:0>10}", n), n))
+        .collect()
+}
+
+#[test]
+fn old_unused_revisions_beyond_the_limit_are_pruned_oldest_first_after_asking_pods() {
+    let mut set = set_with("nginx-config", &[("APP_VERSION", "2")], 2);
+    let mut revisions = numbered(&set, 5);
+    let current = revision_of(&set, V2, 6);
+    revisions.push(current);
+    set.status = Some(ConfigMapSetStatus {
+        revision: Some(6),
+        ..ConfigMapSetStatus::default()
+    });
+    let first = plan(&set, &revisions, &[], &[]);
+    assert!(
+        first.needs_pods && first.prune.is_empty(),
+        "pods are consulted before any delete"
+    );
+    let p = plan_with_pods(&set, &revisions, &[], &[], &BTreeSet::new());
+    let pruned: Vec<&str> = p.prune.iter().map(|x| x.name.as_str()).collect();
+    assert_eq!(
+        pruned,
+        vec![
+            "nginx-config-0000000001",
+            "nginx-config-0000000002",
+            "nginx-config-0000000003"
+        ]
+    );
+    assert_eq!(p.prune[0].uid, "uid-nginx-config-0000000001");
+    assert_eq!(p.status.history.len(), 3, "current plus the limit");
+}
+
+#[test]
+fn revisions_in_use_are_never_pruned_whatever_the_limit() {
+    let mut set = set_with("nginx-config", &[("APP_VERSION", "2")], 0);
+    let mut revisions = numbered(&set, 5);
+    revisions.push(revision_of(&set, V2, 6));
+    set.status = Some(ConfigMapSetStatus {
+        revision: Some(6),
+        ..ConfigMapSetStatus::default()
+    });
+    // 1: named by a retained ReplicaSet; 2: has another owner; 3: named by a Pod; 4: by a workload.
+    revisions[1].owner_references.push(OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: "ControllerRevision".into(),
+        name: "db-1".into(),
+        uid: "uid-db-1".into(),
+        controller: Some(false),
+        block_owner_deletion: Some(false),
+    });
+    let history = vec![replica_set("web-1", "web", &["nginx-config-0000000001"])];
+    let workloads = vec![deployment("web", &["nginx-config-0000000004"])];
+    let pods = BTreeSet::from(["nginx-config-0000000003".to_string()]);
+    let p = plan_with_pods(&set, &revisions, &workloads, &history, &pods);
+    let pruned: Vec<&str> = p.prune.iter().map(|x| x.name.as_str()).collect();
+    assert_eq!(pruned, vec!["nginx-config-0000000005"]);
+}
+
+#[test]
+fn an_invalid_spec_is_reported_and_nothing_else_is_written() {
+    let mut set = set_with("nginx-config", &[("bad key!", "1"), ("also/bad", "2")], 10);
+    set.status = Some(ConfigMapSetStatus {
+        observed_generation: Some(0),
+        current_revision: Some(V1.into()),
+        revision: Some(1),
+        ..ConfigMapSetStatus::default()
+    });
+    let revisions = vec![revision_of(&set, V1, 1)];
+    let p = plan(&set, &revisions, &[], &[]);
+    assert!(p.create.is_none() && p.patches.is_empty() && p.prune.is_empty());
+    assert_eq!(
+        p.status.current_revision.as_deref(),
+        Some(V1),
+        "the last good revision stays current"
+    );
+    let ready = p.status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "InvalidSpec")
+    );
+    assert!(
+        ready.message.contains("bad key!") && ready.message.contains("also/bad"),
+        "{}",
+        ready.message
+    );
+    assert!(
+        p.status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Stalled" && c.status == "True")
+    );
+    assert_eq!(reasons(&p), vec!["InvalidSpec"]);
+    let set = settled(&set, &p);
+    let again = plan(&set, &revisions, &[], &[]);
+    assert!(again.is_quiet(&set) && again.events.is_empty());
+}
+
+#[test]
+fn a_name_taken_by_someone_else_bumps_the_collision_count() {
+    let set = set_with("nginx-config", &[("APP_VERSION", "1")], 10);
+    let foreign = RevisionView {
+        name: V1.into(),
+        uid: "other".into(),
+        labels: BTreeMap::from([(labels::SET.to_string(), "nginx-config".to_string())]),
+        ..RevisionView::default()
+    };
+    let p = plan(&set, &[foreign], &[], &[]);
+    assert!(p.create.is_none());
+    assert_eq!(p.status.collision_count, Some(1));
+    assert_eq!(reasons(&p), vec!["RevisionCollision"]);
+    // With the count recorded, the next plan creates a differently named revision.
+    let set = settled(&set, &p);
+    let next = plan(&set, &[], &[], &[]);
+    let name = next.create.unwrap().metadata.name.unwrap();
+    assert_ne!(name, V1);
+    assert!(name.starts_with("nginx-config-"));
+    // Its content identity is still the collision-free hash, so it is found again later.
+    assert_eq!(content_identity(&set), V1.rsplit('-').next().unwrap());
+}
+
+#[test]
+fn a_workload_reading_two_sets_is_patched_once_with_both_changes() {
+    let a = settled_set("a", &[("K", "1")]);
+    let b = settled_set("b", &[("K", "2")]);
+    let web = deployment("web", &["a", "b", "unrelated"]);
+    let targets: Vec<SetTarget> = [&a, &b]
+        .iter()
+        .filter_map(|s| SetTarget::from_set(s, "uid-web"))
+        .collect();
+    let p = plan_workload(&web, &targets);
+    let moves: Vec<(&str, &str)> = p
+        .changes
+        .iter()
+        .map(|c| (c.from.as_str(), c.to.as_str()))
+        .collect();
+    let a_rev = a.status.as_ref().unwrap().current_revision.clone().unwrap();
+    let b_rev = b.status.as_ref().unwrap().current_revision.clone().unwrap();
+    assert_eq!(moves, vec![("a", a_rev.as_str()), ("b", b_rev.as_str())]);
+    assert!(p.add_managed_label);
+    let patch = p.json_patch("uid-web", true);
+    let ops = patch.as_array().unwrap();
+    assert_eq!(
+        ops[0],
+        json!({"op": "test", "path": "/metadata/uid", "value": "uid-web"})
+    );
+    assert_eq!(
+        ops.last().unwrap(),
+        &json!({"op": "add", "path": "/spec/template/metadata/labels/cmset.dev~1managed", "value": "true"})
+    );
+}
+
+#[test]
+fn a_workload_waits_while_a_set_it_reads_is_not_settled() {
+    let a = settled_set("a", &[("K", "1")]);
+    let mut b = settled_set("b", &[("K", "2")]);
+    b.metadata.generation = Some(2); // spec changed, its controller has not caught up
+    let web = deployment("web", &["a", "b"]);
+    assert!(waits_for_unsettled(&web, &[a.clone(), b.clone()]));
+    let other = deployment("other", &["a"]);
+    assert!(!waits_for_unsettled(&other, &[a, b]));
+}
+
+fn settled_set(name: &str, data: &[(&str, &str)]) -> ConfigMapSet {
+    let set = set_with(name, data, 10);
+    let p = plan(&set, &[], &[], &[]);
+    settled(&set, &p)
+}
+
+#[test]
+fn unrelated_and_unknown_names_are_left_alone() {
+    let a = settled_set("app", &[("K", "1")]);
+    // `app-config-…` belongs to another set; `app-zzzzzzzzzz` is no known revision of `app`.
+    let web = deployment("web", &["app-config-hf678c7m2b", "app-zzzzzzzzzz", "other"]);
+    let target = SetTarget::from_set(&a, "uid-web").unwrap();
+    assert!(plan_workload(&web, &[target]).is_empty());
+}
+
+#[test]
+fn volumes_and_env_from_move_together_in_one_plan() {
+    let a = settled_set("app", &[("K", "1")]);
+    let mut web = deployment("web", &["app"]);
+    web.pod_spec.volumes = Some(vec![Volume {
+        name: "config".into(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: "app".into(),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    }]);
+    let target = SetTarget::from_set(&a, "uid-web").unwrap();
+    let p = plan_workload(&web, std::slice::from_ref(&target));
+    assert_eq!(p.changes.len(), 2);
+    assert!(p.changes.iter().all(|c| c.to == target.current));
+}
