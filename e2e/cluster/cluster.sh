@@ -109,11 +109,12 @@ fetch_source() {
   mkdir -p "$src_dir"
   local dl
   dl=$(mktemp -d "${TMPDIR:-/tmp}/cmset-k8s-src.XXXXXX")
-  chmod 755 "$dl"   # lets apt's _apt user write there (avoids the "unsandboxed" warning)
   log "downloading the Debian source package of kubernetes $K8S_VERSION (~34 MB)"
-  if ! (cd "$dl" && apt-get source -q --download-only kubernetes/bookworm >&2); then
+  local sandbox=()
+  [[ $(id -u) -ne 0 ]] || sandbox=(-o APT::Sandbox::User=root)   # root downloading into a private temp dir
+  if ! (cd "$dl" && apt-get source -q "${sandbox[@]}" --download-only kubernetes/bookworm >&2); then
     apt_update
-    (cd "$dl" && apt-get source -q --download-only kubernetes/bookworm >&2) || { rm -rf "$dl"; die "apt-get source kubernetes failed"; }
+    (cd "$dl" && apt-get source -q "${sandbox[@]}" --download-only kubernetes/bookworm >&2) || { rm -rf "$dl"; die "apt-get source kubernetes failed"; }
   fi
   tarball=$(ls "$dl"/kubernetes_*"$K8S_VERSION".orig.tar.gz 2>/dev/null | head -n1 || true)
   [[ -n $tarball ]] || { ls -l "$dl" >&2; rm -rf "$dl"; die "no kubernetes_*$K8S_VERSION.orig.tar.gz in the source package"; }
@@ -248,7 +249,10 @@ proc_is_ours() {
   [[ ${#argv[@]} -gt 0 ]] || return 1   # zombie or kernel thread
   [[ "${argv[*]}" == *"$STATE/"* ]] || return 1
   case $name in
-    fake-node) [[ ${#argv[@]} -gt 1 && ${argv[1]} == */fake-node.py ]] ;;
+    fake-node) # python3 [-u] .../fake-node.py ...
+      local a
+      for a in "${argv[@]:1:3}"; do [[ $a == */fake-node.py ]] && return 0; done
+      return 1 ;;
     *) [[ ${argv[0]##*/} == "$name" ]] ;;
   esac
 }

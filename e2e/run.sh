@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs the end-to-end suite: against the cluster in E2E_KUBECONFIG when set (any cluster, e.g. kind),
+# otherwise against the local control plane, which it starts or reuses.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+if [[ -n "${E2E_KUBECONFIG:-}" ]]; then
+  export KUBECONFIG=$E2E_KUBECONFIG
+  operator_kubeconfig=${E2E_OPERATOR_KUBECONFIG:-$E2E_KUBECONFIG}
+else
+  CMSET_CLUSTER_DIR=${CMSET_CLUSTER_DIR:-$root/.cluster} bash e2e/cluster/cluster.sh up
+  export KUBECONFIG=${CMSET_CLUSTER_DIR:-$root/.cluster}/kubeconfig
+  operator_kubeconfig=${CMSET_CLUSTER_DIR:-$root/.cluster}/operator.kubeconfig
+fi
+
+echo "e2e: building the operator"
+cargo build --locked -q -p cmset-controller
+echo "e2e: installing the CRD and RBAC"
+make -s install >/dev/null
+
+export CMSET_CONTROLLER_BIN=$root/target/debug/cmset-controller
+export CMSET_OPERATOR_KUBECONFIG=$operator_kubeconfig
+export CMSET_E2E_LOGS=$root/target/e2e-logs
+mkdir -p "$CMSET_E2E_LOGS"
+echo "e2e: running the suite (operator logs in target/e2e-logs)"
+cargo test --locked -p cmset-e2e -- --test-threads="${E2E_THREADS:-3}" "$@"

@@ -1,0 +1,395 @@
+//! The end-to-end harness: each test gets a throwaway namespace and its own cmset operator process,
+//! watching only that namespace and running under the operator's own identity (the ClusterRole in
+//! `config/`), so the tests prove the shipped RBAC as well as the behaviour.
+//!
+//! Environment (set by `e2e/run.sh`):
+//! - `KUBECONFIG`: an admin kubeconfig, used by the tests themselves and by `kubectl`.
+//! - `CMSET_OPERATOR_KUBECONFIG`: the operator's identity (defaults to `KUBECONFIG`).
+//! - `CMSET_CONTROLLER_BIN`: the operator binary.
+//! - `CMSET_E2E_LOGS`: where operator logs go (one file per test namespace).
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use cmset_api::ConfigMapSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+
+pub use cmset_api;
+pub use k8s_openapi;
+pub use kube;
+
+/// How long the tests wait for the cluster to converge before failing.
+pub const CONVERGE: Duration = Duration::from_secs(60);
+
+fn env_path(key: &str) -> Option<PathBuf> {
+    std::env::var_os(key).map(PathBuf::from)
+}
+
+/// A namespace of one test, deleted when dropped.
+pub struct TestNamespace {
+    pub name: String,
+    pub client: Client,
+}
+
+impl TestNamespace {
+    pub async fn new(test: &str) -> Self {
+        let client = Client::try_default()
+            .await
+            .expect("KUBECONFIG points at a cluster (run `make e2e`)");
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let name = format!("e2e-{test}-{:05x}", (nanos ^ std::process::id()) & 0xfffff);
+        let ns = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("create namespace");
+        Self { name, client }
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+
+    /// `kubectl <args> -n <namespace>` as admin; panics with its output when it fails.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        kubectl_in(Some(&self.name), args, None)
+    }
+
+    /// `kubectl apply -f -` of a YAML document.
+    pub fn apply(&self, yaml: &str) -> String {
+        kubectl_in(Some(&self.name), &["apply", "-f", "-"], Some(yaml))
+    }
+
+    /// Like [`Self::kubectl`] but returns the failure instead of panicking.
+    pub fn try_kubectl(&self, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
+        try_kubectl_in(Some(&self.name), args, stdin)
+    }
+
+    pub async fn set(&self, name: &str) -> ConfigMapSet {
+        self.api::<ConfigMapSet>()
+            .get(name)
+            .await
+            .expect("get ConfigMapSet")
+    }
+
+    pub async fn deployment(&self, name: &str) -> Deployment {
+        self.api::<Deployment>().get(name).await.expect("get Deployment")
+    }
+
+    pub async fn statefulset(&self, name: &str) -> StatefulSet {
+        self.api::<StatefulSet>()
+            .get(name)
+            .await
+            .expect("get StatefulSet")
+    }
+
+    pub async fn daemonset(&self, name: &str) -> DaemonSet {
+        self.api::<DaemonSet>().get(name).await.expect("get DaemonSet")
+    }
+
+    /// ConfigMaps that are revisions of `set`, by name.
+    pub async fn revisions(&self, set: &str) -> Vec<ConfigMap> {
+        let lp = ListParams::default().labels(&format!("{}={set}", cmset_api::labels::SET));
+        let mut items = self
+            .api::<ConfigMap>()
+            .list(&lp)
+            .await
+            .expect("list revisions")
+            .items;
+        items.retain(|c| c.metadata.deletion_timestamp.is_none());
+        items.sort_by_key(|c| c.name_any());
+        items
+    }
+
+    pub async fn revision_names(&self, set: &str) -> Vec<String> {
+        self.revisions(set).await.iter().map(|c| c.name_any()).collect()
+    }
+
+    pub async fn replica_sets(&self) -> Vec<ReplicaSet> {
+        self.api::<ReplicaSet>()
+            .list(&ListParams::default())
+            .await
+            .expect("list ReplicaSets")
+            .items
+    }
+
+    pub async fn pods(&self) -> Vec<Pod> {
+        self.api::<Pod>()
+            .list(&ListParams::default())
+            .await
+            .expect("list pods")
+            .items
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        if std::env::var_os("CMSET_E2E_KEEP").is_some() {
+            eprintln!("keeping namespace {}", self.name);
+            return;
+        }
+        let _ = std::process::Command::new("kubectl")
+            .args([
+                "delete",
+                "namespace",
+                &self.name,
+                "--wait=false",
+                "--ignore-not-found",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn try_kubectl_in(namespace: Option<&str>, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
+    use std::io::Write;
+    let mut cmd = std::process::Command::new("kubectl");
+    if let Some(ns) = namespace {
+        cmd.args(["-n", ns]);
+    }
+    cmd.args(args).stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(|e| format!("kubectl: {e}"))?;
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .map_err(|e| e.to_string())?;
+    }
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| !l.contains("version difference") && !l.contains("skew"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    if out.status.success() {
+        Ok(stdout)
+    } else {
+        Err(format!("kubectl {}: {stderr}{stdout}", args.join(" ")))
+    }
+}
+
+fn kubectl_in(namespace: Option<&str>, args: &[&str], stdin: Option<&str>) -> String {
+    try_kubectl_in(namespace, args, stdin).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Polls `check` until it returns `Some`, or panics with `what` after [`CONVERGE`].
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + CONVERGE;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {CONVERGE:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Asserts that `check` holds for the whole of `duration` (for "stays so" claims).
+pub async fn stays<F, Fut>(what: &str, duration: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + duration;
+    while Instant::now() < deadline {
+        assert!(check().await, "no longer true: {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// One cmset operator process, watching one namespace.
+pub struct Operator {
+    child: Option<tokio::process::Child>,
+    namespace: String,
+    pub metrics_port: u16,
+    log: PathBuf,
+    extra: Vec<String>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Operator {
+    pub async fn start(namespace: &str) -> Self {
+        Self::start_with(namespace, &[]).await
+    }
+
+    pub async fn start_with(namespace: &str, extra: &[&str]) -> Self {
+        let logs = env_path("CMSET_E2E_LOGS").unwrap_or_else(std::env::temp_dir);
+        std::fs::create_dir_all(&logs).unwrap();
+        let mut op = Self {
+            child: None,
+            namespace: namespace.to_string(),
+            metrics_port: free_port(),
+            log: logs.join(format!("{namespace}.log")),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        op.spawn().await;
+        op
+    }
+
+    async fn spawn(&mut self) {
+        let bin = env_path("CMSET_CONTROLLER_BIN").expect("CMSET_CONTROLLER_BIN names the operator binary");
+        let kubeconfig = env_path("CMSET_OPERATOR_KUBECONFIG")
+            .or_else(|| env_path("KUBECONFIG"))
+            .expect("a kubeconfig for the operator");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = tokio::process::Command::new(bin)
+            .env("KUBECONFIG", kubeconfig)
+            .env("CMSET_LOG", "info,cmset_controller=debug")
+            .args(["--namespace", &self.namespace, "--leader-election=false"])
+            .args(["--metrics-address", &format!("127.0.0.1:{}", self.metrics_port)])
+            .args(["--workload-debounce-ms", "300"])
+            .args(&self.extra)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the operator");
+        self.child = Some(child);
+        // Ready once its caches are synced.
+        let port = self.metrics_port;
+        eventually("the operator to report ready", || async move {
+            http_get(port, "/readyz")
+                .filter(|(code, _)| *code == 200)
+                .map(|_| ())
+        })
+        .await;
+    }
+
+    /// SIGKILL: no cleanup, no lease release, as a crash or an OOM kill.
+    pub async fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill().await;
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit; returns the exit status.
+    pub async fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        let mut c = self.child.take()?;
+        let pid = c.id()?;
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+        tokio::time::timeout(Duration::from_secs(20), c.wait())
+            .await
+            .ok()?
+            .ok()
+    }
+
+    pub async fn restart(&mut self) {
+        self.kill().await;
+        self.metrics_port = free_port();
+        self.spawn().await;
+    }
+
+    /// The value of a metric summed over its label sets, from /metrics.
+    pub fn metric(&self, name: &str) -> f64 {
+        let (_, body) = http_get(self.metrics_port, "/metrics").expect("metrics endpoint answers");
+        body.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter(|l| l.split(['{', ' ']).next() == Some(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Total write requests the operator has sent (every operation).
+    pub fn writes(&self) -> f64 {
+        self.metric("cmset_api_writes_total")
+    }
+
+    pub fn log_path(&self) -> &std::path::Path {
+        &self.log
+    }
+}
+
+/// A minimal HTTP/1.0 GET on loopback: status code and body.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut response = String::new();
+    s.read_to_string(&mut response).ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+/// The name `kubectl kustomize` gives a configMapGenerator with these literals: the proof that cmset's
+/// revision names match kustomize's.
+pub fn kustomize_name(name: &str, literals: &[(&str, &str)]) -> String {
+    let dir = std::env::temp_dir().join(format!(
+        "cmset-kustomize-{}-{}",
+        std::process::id(),
+        SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let literals: Vec<String> = literals.iter().map(|(k, v)| format!("      - {k}={v}")).collect();
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        format!(
+            "configMapGenerator:\n  - name: {name}\n    literals:\n{}\n",
+            literals.join("\n")
+        ),
+    )
+    .unwrap();
+    let out = kubectl_in(None, &["kustomize", dir.to_str().unwrap()], None);
+    let _ = std::fs::remove_dir_all(&dir);
+    out.lines()
+        .find_map(|l| l.trim().strip_prefix("name: "))
+        .map(str::to_string)
+        .expect("kustomize printed a name")
+}
+
+/// Deletes an object, ignoring NotFound.
+pub async fn delete<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let _ = api.delete(name, &DeleteParams::default()).await;
+}
