@@ -30,7 +30,7 @@ test: fmt-check lint crd-check unit e2e ## Every test: format, lints, CRD drift,
 
 .PHONY: run
 run: ## Run the operator in the foreground against the cluster in KUBECONFIG
-	$(CARGO) run --release -p cmset-controller -- --metrics-address $(METRICS_ADDRESS)
+	$(CARGO) run --locked -p cmset-controller -- --metrics-address $(METRICS_ADDRESS)
 
 ##@ Checks
 
