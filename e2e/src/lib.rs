@@ -238,6 +238,15 @@ pub struct Operator {
     extra: Vec<String>,
 }
 
+/// Tests run many operators at once, each on its own namespace: no leader election unless a test asks.
+fn leader_election_default(extra: &[String]) -> Vec<&'static str> {
+    if extra.iter().any(|a| a.starts_with("--leader-election")) {
+        vec![]
+    } else {
+        vec!["--leader-election=false"]
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -278,7 +287,8 @@ impl Operator {
         let child = tokio::process::Command::new(bin)
             .env("KUBECONFIG", kubeconfig)
             .env("CMSET_LOG", "info,cmset_controller=debug")
-            .args(["--namespace", &self.namespace, "--leader-election=false"])
+            .args(["--namespace", &self.namespace])
+            .args(leader_election_default(&self.extra))
             .args(["--metrics-address", &format!("127.0.0.1:{}", self.metrics_port)])
             .args(["--workload-debounce-ms", "300"])
             .args(&self.extra)
@@ -332,6 +342,18 @@ impl Operator {
             .filter(|l| l.split(['{', ' ']).next() == Some(name))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
+    }
+
+    /// Write requests sent so far, by operation (`create_revision`, `patch_workload`, ...).
+    pub fn writes_by_operation(&self) -> std::collections::BTreeMap<String, f64> {
+        let (_, body) = http_get(self.metrics_port, "/metrics").expect("metrics endpoint answers");
+        body.lines()
+            .filter(|l| l.starts_with("cmset_api_writes_total{"))
+            .filter_map(|l| {
+                let op = l.split("operation=\"").nth(1)?.split('"').next()?.to_string();
+                Some((op, l.rsplit(' ').next()?.parse().ok()?))
+            })
+            .collect()
     }
 
     /// Total write requests the operator has sent (every operation).

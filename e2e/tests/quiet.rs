@@ -1,0 +1,149 @@
+//! What cmset writes, measured on a real API server: metadata-only template changes touch revisions in
+//! place and roll nothing; one content change costs a small, fixed number of writes; a resync writes none.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cmset_e2e::k8s_openapi::api::core::v1::ConfigMap;
+use cmset_e2e::kube::ResourceExt;
+use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name, stays};
+
+fn set_yaml(version: &str, team: &str) -> String {
+    format!(
+        r#"
+apiVersion: cmset.dev/v1alpha1
+kind: ConfigMapSet
+metadata:
+  name: app-config
+spec:
+  template:
+    metadata:
+      labels: {{team: {team}}}
+      annotations: {{owner: {team}-oncall}}
+    data:
+      APP_VERSION: "{version}"
+"#
+    )
+}
+
+const DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels:
+    cmset.dev/enabled: "true"
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+        - name: app
+          image: registry.k8s.io/pause:3.9
+          envFrom:
+            - configMapRef: {name: app-config}
+"#;
+
+fn delta(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, v)| *v != 0.0)
+        .collect()
+}
+
+async fn settled(ns: &TestNamespace, operator: &Operator) {
+    ns.kubectl(&["rollout", "status", "deployment/web", "--timeout=90s"]);
+    let mut last = operator.writes();
+    // Settled when a whole second passes without a write.
+    eventually("the operator to stop writing", || {
+        let now = operator.writes();
+        let quiet = now == last;
+        last = now;
+        async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            quiet.then_some(())
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn metadata_changes_are_made_in_place_and_a_content_change_costs_few_writes() {
+    let ns = TestNamespace::new("quiet").await;
+    let operator = Operator::start(&ns.name).await;
+    ns.apply(&set_yaml("1", "red"));
+    ns.apply(DEPLOYMENT);
+    let v1 = kustomize_name("app-config", &[("APP_VERSION", "1")]);
+    let v2 = kustomize_name("app-config", &[("APP_VERSION", "2")]);
+    eventually("web on v1", || async {
+        let d = ns.deployment("web").await;
+        let name = d.spec?.template.spec?.containers[0].env_from.as_ref()?[0]
+            .config_map_ref
+            .as_ref()?
+            .name
+            .clone();
+        (name == v1).then_some(())
+    })
+    .await;
+    settled(&ns, &operator).await;
+
+    // One content change.
+    let before = operator.writes_by_operation();
+    ns.apply(&set_yaml("2", "red"));
+    eventually("web on v2", || async {
+        let d = ns.deployment("web").await;
+        let name = d.spec?.template.spec?.containers[0].env_from.as_ref()?[0]
+            .config_map_ref
+            .as_ref()?
+            .name
+            .clone();
+        (name == v2).then_some(())
+    })
+    .await;
+    settled(&ns, &operator).await;
+    let cost = delta(&operator.writes_by_operation(), &before);
+    eprintln!("writes for one content change with one Deployment: {cost:?}");
+    assert_eq!(cost.get("create_revision"), Some(&1.0), "{cost:?}");
+    assert_eq!(cost.get("patch_workload"), Some(&1.0), "one rollout: {cost:?}");
+    assert!(cost.values().sum::<f64>() <= 10.0, "{cost:?}");
+
+    // Labels and annotations only: every revision is updated in place, nothing rolls.
+    let generation = ns.deployment("web").await.metadata.generation;
+    ns.apply(&set_yaml("2", "blue"));
+    eventually("both revisions relabelled", || async {
+        let revisions = ns.revisions("app-config").await;
+        let all = revisions.len() == 2
+            && revisions.iter().all(|c| {
+                c.labels().get("team").map(String::as_str) == Some("blue")
+                    && c.annotations().get("owner").map(String::as_str) == Some("blue-oncall")
+            });
+        all.then_some(())
+    })
+    .await;
+    assert_eq!(
+        ns.deployment("web").await.metadata.generation,
+        generation,
+        "no rollout"
+    );
+    let revision: ConfigMap = ns.api::<ConfigMap>().get(&v2).await.unwrap();
+    assert_eq!(
+        revision.labels()["cmset.dev/set"],
+        "app-config",
+        "cmset's own label stays"
+    );
+
+    // A resync of an unchanged world writes nothing.
+    settled(&ns, &operator).await;
+    let writes = operator.writes();
+    stays(
+        "no writes while nothing changes",
+        Duration::from_secs(3),
+        || async { operator.writes() == writes },
+    )
+    .await;
+}
