@@ -102,10 +102,18 @@ pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
         .unwrap_or(0);
     let mut plan = SetPlan::default();
 
-    let existing = owned.iter().find(|r| {
-        !r.being_deleted
-            && r.annotations.get(labels::CONTENT_HASH).map(String::as_str) == Some(identity.as_str())
-    });
+    // A revision is found by its content identity; failing that (someone removed the annotation), by
+    // the collision-free name, which only this content can have. The metadata patch restores the mark.
+    let plain_name = crate::naming::revision_name(&set_name(set), &identity);
+    let existing = owned
+        .iter()
+        .filter(|r| !r.being_deleted)
+        .find(|r| r.annotations.get(labels::CONTENT_HASH).map(String::as_str) == Some(identity.as_str()))
+        .or_else(|| {
+            owned.iter().find(|r| {
+                !r.being_deleted && r.name == plain_name && !r.annotations.contains_key(labels::CONTENT_HASH)
+            })
+        });
     let (current, number) = match existing {
         Some(r) => {
             let unique_highest = r.number() == Some(highest)
@@ -130,7 +138,18 @@ pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
                 return plan_collision(input, &previous, &name);
             }
             let number = highest + 1;
-            plan.create = Some(new_revision(set, &name, number));
+            let mut revision = new_revision(set, &name, number);
+            // History may already name it (it was deleted by hand and is being made again): owners from
+            // the start, so that creating it is the only write.
+            let owners = revision.metadata.owner_references.get_or_insert_with(Vec::new);
+            owners.extend(
+                input
+                    .history
+                    .iter()
+                    .filter(|h| h.referenced.contains(&name))
+                    .map(history_owner_reference),
+            );
+            plan.create = Some(revision);
             plan.events.push(PlannedEvent {
                 kind: EventKind::Normal,
                 reason: "RevisionCreated",
@@ -149,7 +168,11 @@ pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
         } else {
             r.number().unwrap_or(0)
         };
-        let content = r.annotations.get(labels::CONTENT_HASH).cloned();
+        let content = if r.name == current {
+            Some(identity.clone())
+        } else {
+            r.annotations.get(labels::CONTENT_HASH).cloned()
+        };
         let mut annotations = desired_annotations(set, own_number, content.as_deref().unwrap_or(""));
         if content.is_none() {
             annotations.remove(labels::CONTENT_HASH);

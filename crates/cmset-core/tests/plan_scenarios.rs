@@ -573,3 +573,21 @@ fn volumes_and_env_from_move_together_in_one_plan() {
     assert_eq!(p.changes.len(), 2);
     assert!(p.changes.iter().all(|c| c.to == target.current));
 }
+
+#[test]
+fn a_revision_that_lost_its_content_mark_is_recognised_by_name_and_repaired() {
+    let set = set_with("nginx-config", &[("APP_VERSION", "1")], 10);
+    let mut revision = revision_of(&set, V1, 1);
+    revision.annotations.remove(labels::CONTENT_HASH);
+    let p = plan(&set, &[revision], &[], &[]);
+    assert!(p.create.is_none(), "no duplicate revision");
+    assert_eq!(p.status.collision_count, None, "no collision either");
+    assert_eq!(p.status.current_revision.as_deref(), Some(V1));
+    assert_eq!(
+        p.patches,
+        vec![(
+            V1.to_string(),
+            json!({"metadata": {"annotations": {labels::CONTENT_HASH: "d2c65kk9hm"}}})
+        )]
+    );
+}

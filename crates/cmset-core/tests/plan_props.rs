@@ -1,0 +1,245 @@
+//! Properties of the set planner over random worlds:
+//! - carrying out a plan and planning again plans nothing (no write, no event): the controller is quiet
+//!   once it has converged, whatever it started from;
+//! - the current revision and every revision in use survive pruning;
+//! - revision numbers only grow.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, labels};
+use cmset_core::hash::content_hash;
+use cmset_core::naming::revision_name;
+use cmset_core::observe::{HistoryKind, HistoryObject, RevisionView, WorkloadKind, WorkloadView};
+use cmset_core::plan::{SetInput, SetPlan, plan_set};
+use cmset_core::revision::set_owner_reference;
+use k8s_openapi::api::core::v1::{ConfigMapVolumeSource, Container, PodSpec, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use proptest::prelude::*;
+use serde_json::Value;
+
+const SET: &str = "app";
+
+fn data(version: u8) -> BTreeMap<String, String> {
+    BTreeMap::from([("VERSION".to_string(), version.to_string())])
+}
+
+fn name_of(version: u8) -> String {
+    revision_name(SET, &content_hash(Some(&data(version)), None, 0))
+}
+
+fn the_set(version: u8, limit: i32, team: Option<&str>) -> ConfigMapSet {
+    let mut set = ConfigMapSet::new(
+        SET,
+        ConfigMapSetSpec {
+            template: ConfigMapTemplate {
+                data: Some(data(version)),
+                ..ConfigMapTemplate::default()
+            },
+            revision_history_limit: limit,
+        },
+    );
+    if let Some(team) = team {
+        set.spec
+            .template
+            .metadata
+            .labels
+            .insert("team".into(), team.into());
+    }
+    set.metadata.namespace = Some("ns".into());
+    set.metadata.uid = Some("set-uid".into());
+    set.metadata.generation = Some(1);
+    set
+}
+
+fn revision(set: &ConfigMapSet, version: u8, number: i64) -> RevisionView {
+    let name = name_of(version);
+    RevisionView {
+        uid: format!("uid-{name}"),
+        labels: BTreeMap::from([(labels::SET.to_string(), SET.to_string())]),
+        annotations: BTreeMap::from([
+            (labels::REVISION.to_string(), number.to_string()),
+            (
+                labels::CONTENT_HASH.to_string(),
+                name.rsplit('-').next().unwrap().to_string(),
+            ),
+        ]),
+        owner_references: vec![set_owner_reference(set)],
+        name,
+        being_deleted: false,
+    }
+}
+
+/// A reference target: the bare set, a version's revision, or something unrelated.
+fn target_name(choice: u8) -> String {
+    match choice {
+        0 => SET.to_string(),
+        1..=4 => name_of(choice),
+        _ => "unrelated".to_string(),
+    }
+}
+
+fn workload(i: usize, choice: u8) -> WorkloadView {
+    WorkloadView {
+        kind: WorkloadKind::Deployment,
+        name: format!("w{i}"),
+        uid: format!("uid-w{i}"),
+        pod_spec: PodSpec {
+            containers: vec![Container {
+                name: "c".into(),
+                ..Container::default()
+            }],
+            volumes: Some(vec![Volume {
+                name: "v".into(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: target_name(choice),
+                    ..Default::default()
+                }),
+                ..Volume::default()
+            }]),
+            ..PodSpec::default()
+        },
+        template_labels: BTreeMap::new(),
+    }
+}
+
+/// Carries out the plan's writes on the observed world, as the API server would.
+fn carry_out(set: &mut ConfigMapSet, revisions: &mut Vec<RevisionView>, plan: &SetPlan) {
+    if let Some(cm) = &plan.create {
+        revisions.push(RevisionView {
+            name: cm.metadata.name.clone().unwrap(),
+            uid: format!("uid-{}", cm.metadata.name.clone().unwrap()),
+            labels: cm.metadata.labels.clone().unwrap_or_default(),
+            annotations: cm.metadata.annotations.clone().unwrap_or_default(),
+            owner_references: cm.metadata.owner_references.clone().unwrap_or_default(),
+            being_deleted: false,
+        });
+    }
+    for (name, patch) in &plan.patches {
+        let r = revisions
+            .iter_mut()
+            .find(|r| &r.name == name)
+            .expect("patch of an existing revision");
+        let meta = &patch["metadata"];
+        merge(&mut r.labels, &meta["labels"]);
+        merge(&mut r.annotations, &meta["annotations"]);
+        if let Value::Array(owners) = &meta["ownerReferences"] {
+            for o in owners {
+                let o: OwnerReference = serde_json::from_value(o.clone()).unwrap();
+                if !r.owner_references.iter().any(|x| x.uid == o.uid) {
+                    r.owner_references.push(o);
+                }
+            }
+        }
+    }
+    revisions.retain(|r| !plan.prune.iter().any(|p| p.name == r.name));
+    set.status = Some(plan.status.clone());
+}
+
+fn merge(map: &mut BTreeMap<String, String>, patch: &Value) {
+    if let Value::Object(fields) = patch {
+        for (k, v) in fields {
+            match v {
+                Value::Null => {
+                    map.remove(k);
+                }
+                Value::String(s) => {
+                    map.insert(k.clone(), s.clone());
+                }
+                other => panic!("unexpected patch value {other}"),
+            }
+        }
+    }
+}
+
+fn now() -> Time {
+    Time(Timestamp::from_second(1_800_000_000).unwrap())
+}
+
+fn plan(
+    set: &ConfigMapSet,
+    revisions: &[RevisionView],
+    workloads: &[WorkloadView],
+    history: &[HistoryObject],
+) -> SetPlan {
+    let pods = BTreeSet::new();
+    plan_set(&SetInput {
+        set,
+        revisions,
+        workloads,
+        history,
+        pod_refs: Some(&pods),
+        now: now(),
+    })
+}
+
+prop_compose! {
+    fn world()(
+        version in 1u8..=4,
+        limit in 0i32..=3,
+        existing in proptest::collection::btree_set(1u8..=4, 0..=4),
+        workload_choices in proptest::collection::vec(0u8..=5, 0..=3),
+        history_choices in proptest::collection::vec((0usize..3, 1u8..=4), 0..=4),
+        team in proptest::option::of("[a-z]{1,5}"),
+    ) -> (ConfigMapSet, Vec<RevisionView>, Vec<WorkloadView>, Vec<HistoryObject>) {
+        let set = the_set(version, limit, team.as_deref());
+        let revisions = existing.iter().enumerate().map(|(i, v)| revision(&set, *v, i as i64 + 1)).collect();
+        let workloads: Vec<WorkloadView> = workload_choices.iter().enumerate().map(|(i, c)| workload(i, *c)).collect();
+        let history = history_choices
+            .iter()
+            .enumerate()
+            .map(|(i, (owner, v))| HistoryObject {
+                kind: HistoryKind::ReplicaSet,
+                name: format!("rs{i}"),
+                uid: format!("uid-rs{i}"),
+                owner_uid: Some(format!("uid-w{owner}")),
+                referenced: BTreeSet::from([name_of(*v)]),
+            })
+            .collect();
+        (set, revisions, workloads, history)
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn a_carried_out_plan_leaves_nothing_to_do((set, revisions, workloads, history) in world()) {
+        let (mut set, mut revisions) = (set, revisions);
+        let first = plan(&set, &revisions, &workloads, &history);
+        carry_out(&mut set, &mut revisions, &first);
+        let second = plan(&set, &revisions, &workloads, &history);
+        prop_assert!(second.is_quiet(&set), "second plan writes: {:?}", second);
+        prop_assert!(second.events.is_empty(), "second plan tells: {:?}", second.events);
+    }
+
+    #[test]
+    fn current_and_used_revisions_survive(( set, revisions, workloads, history) in world()) {
+        let p = plan(&set, &revisions, &workloads, &history);
+        let current = p.status.current_revision.clone().unwrap();
+        let used: BTreeSet<String> = workloads
+            .iter()
+            .flat_map(|w| w.referenced_names())
+            .chain(history.iter().flat_map(|h| h.referenced.iter().cloned()))
+            .collect();
+        for pruned in &p.prune {
+            prop_assert_ne!(&pruned.name, &current);
+            prop_assert!(!used.contains(&pruned.name), "pruned {} in use", pruned.name);
+        }
+        let kept_unused = p.status.history.iter().filter(|h| h.name != current && !used.contains(&h.name)).count();
+        prop_assert!(kept_unused <= set.spec.revision_history_limit as usize);
+    }
+
+    #[test]
+    fn revision_numbers_only_grow((set, revisions, workloads, history) in world()) {
+        let highest = revisions.iter().filter_map(|r| r.number()).max().unwrap_or(0);
+        let p = plan(&set, &revisions, &workloads, &history);
+        let number = p.status.revision.unwrap();
+        prop_assert!(number >= highest);
+        let current = p.status.current_revision.clone().unwrap();
+        let current_existing_number = revisions.iter().find(|r| r.name == current).and_then(|r| r.number());
+        if current_existing_number != Some(highest) {
+            prop_assert_eq!(number, highest + 1, "a new or reused revision becomes the newest");
+        }
+    }
+}
