@@ -236,7 +236,7 @@ init_state_paths() {
 }
 
 lock_state() {
-  exec 9>"$STATE/.lock"
+  exec 9>"$STATE/.state.lock"
   flock -w 600 9 || die "timed out waiting for another cluster.sh on $STATE"
 }
 
@@ -269,7 +269,8 @@ start_proc() { # name cmd...
   local name=$1; shift
   printf '\n===== %s: starting %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$name" >>"$LOGS/$name.log"
   # setsid: own session, so a Ctrl-C or the end of the calling shell's job does not take the cluster down.
-  setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
+  # 8>&- 9>&-: the children must not inherit (and so hold forever) the install and state locks.
+  setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null 8>&- 9>&- &
   echo $! >"$PIDS/$name.pid"
 }
 
@@ -310,18 +311,27 @@ stray_pids() {
 }
 
 stop_all() {
-  local i name pid
+  local i name pid strays
   for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
     stop_proc "${COMPONENTS[i]}"
   done
-  while read -r pid name; do
-    [[ -n ${pid:-} ]] || continue
-    log "stopping stray $name (pid $pid)"
-    kill -TERM "$pid" 2>/dev/null || true
-    sleep 2
-    proc_is_ours "$pid" "$name" && kill -KILL "$pid" 2>/dev/null || true
-  done < <(stray_pids)
-  sleep 0.2
+  strays=$(stray_pids)
+  if [[ -n $strays ]]; then
+    while read -r pid name; do
+      log "stopping stray $name (pid $pid)"
+      kill -TERM "$pid" 2>/dev/null || true
+    done <<<"$strays"
+    for ((i = 0; i < 100; i++)); do
+      [[ -n $(stray_pids) ]] || break
+      sleep 0.1
+    done
+    while read -r pid name; do
+      [[ -n ${pid:-} ]] || continue
+      log "$name (pid $pid) ignored SIGTERM; sending SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+    done < <(stray_pids)
+    sleep 0.5
+  fi
   if [[ -n $(stray_pids) ]]; then
     stray_pids >&2
     die "processes of this cluster are still running"

@@ -2,11 +2,13 @@
 # Smoke test of the local e2e cluster (e2e/cluster/cluster.sh up), with kubectl only:
 #   Deployment, StatefulSet (OrderedReady) and DaemonSet: create, become available, template update, rollout undo;
 #   a CRD (apiextensions.k8s.io/v1, status subresource, printer columns) and custom resources (reflect2 fix);
-#   the operator token's identity: RBAC bindings to ServiceAccount cmset-system/cmset-controller apply to it.
+#   the operator token's identity: RBAC bindings to ServiceAccount cmset-system/cmset-controller (and its group)
+#   apply to it.
 # Works in its own namespace, removes it (and the CRD) at the end, exits non-zero on the first failure.
 #
 #   KUBECONFIG           cluster to test (default: <state>/kubeconfig written by cluster.sh up)
-#   OPERATOR_KUBECONFIG  operator identity (default: <state>/operator.kubeconfig; the check is skipped if absent)
+#   OPERATOR_KUBECONFIG  operator identity (default with the local cluster: <state>/operator.kubeconfig;
+#                        the operator checks are skipped without one)
 #   SMOKE_TIMEOUT        per-rollout timeout (default 120s)
 set -euo pipefail
 
@@ -14,7 +16,10 @@ SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$SCRIPT_DIR/../.." && pwd)
 STATE=${CMSET_CLUSTER_DIR:-$REPO_ROOT/.cluster}
 export KUBECONFIG=${KUBECONFIG:-$STATE/kubeconfig}
-OPERATOR_KUBECONFIG=${OPERATOR_KUBECONFIG:-$STATE/operator.kubeconfig}
+if [[ -z ${OPERATOR_KUBECONFIG:-} && $(realpath -m "$KUBECONFIG") == "$(realpath -m "$STATE/kubeconfig")" ]]; then
+  OPERATOR_KUBECONFIG=$STATE/operator.kubeconfig   # the local cluster's operator identity
+fi
+OPERATOR_KUBECONFIG=${OPERATOR_KUBECONFIG:-}
 OPERATOR_USER=system:serviceaccount:cmset-system:cmset-controller
 TIMEOUT=${SMOKE_TIMEOUT:-120s}
 RUN_ID=$(date +%s)-$$
@@ -271,26 +276,23 @@ kubectl get --raw /readyz >/dev/null || fail "API server no longer ready after s
 echo "ok: API server still ready" >&2
 
 # ------------------------------------------------------------------------------------------- operator identity --
-if [[ -f $OPERATOR_KUBECONFIG ]]; then
+if [[ -n $OPERATOR_KUBECONFIG && -f $OPERATOR_KUBECONFIG ]]; then
+  # Uses this run's own CRD group, so RBAC the operator may already have on a shared cluster cannot interfere.
   step "operator identity ($OPERATOR_USER)"
   op() { kubectl --kubeconfig "$OPERATOR_KUBECONFIG" --request-timeout=30s -n "$NS" "$@"; }
-  if out=$(op get configmaps 2>&1); then
-    fail "operator could list configmaps before any RBAC was granted"
+  if out=$(op get "widgets.$CRD_GROUP" 2>&1); then
+    fail "operator could list widgets before any RBAC was granted"
   fi
   grep -qF "$OPERATOR_USER" <<<"$out" || fail "unexpected denial for the operator: $out"
   echo "ok: operator is denied without RBAC, as $OPERATOR_USER" >&2
-  k create role cm-reader --verb=get,list,watch --resource=configmaps
-  k create rolebinding cm-reader --role=cm-reader --serviceaccount=cmset-system:cmset-controller
-  k create role secret-reader --verb=list --resource=secrets
-  k create rolebinding secret-reader --role=secret-reader --group=system:serviceaccounts:cmset-system
-  expect "operator lists configmaps (RoleBinding to the ServiceAccount)" ok \
-    bash -c "kubectl --kubeconfig '$OPERATOR_KUBECONFIG' -n '$NS' get configmaps >/dev/null && echo ok"
-  expect "operator lists secrets (RoleBinding to its group)" ok \
-    bash -c "kubectl --kubeconfig '$OPERATOR_KUBECONFIG' -n '$NS' get secrets >/dev/null && echo ok"
-  if op get pods >/dev/null 2>&1; then
-    fail "operator can list pods without a grant"
-  fi
-  echo "ok: operator still denied pods" >&2
+  k create role widget-reader --verb=get,list,watch --resource="widgets.$CRD_GROUP"
+  k create rolebinding widget-reader --role=widget-reader --serviceaccount=cmset-system:cmset-controller
+  k create role widget-patcher --verb=patch --resource="widgets.$CRD_GROUP"
+  k create rolebinding widget-patcher --role=widget-patcher --group=system:serviceaccounts:cmset-system
+  expect "operator lists widgets (RoleBinding to the ServiceAccount)" w1 \
+    bash -c "kubectl --kubeconfig '$OPERATOR_KUBECONFIG' -n '$NS' get widgets.$CRD_GROUP -o 'jsonpath={.items[*].metadata.name}'"
+  expect "operator may patch widgets (RoleBinding to its group)" yes op auth can-i patch "widgets.$CRD_GROUP"
+  expect "operator may not delete widgets" no op auth can-i delete "widgets.$CRD_GROUP"
 fi
 
 step "SMOKE OK"
