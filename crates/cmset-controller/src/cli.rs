@@ -57,6 +57,24 @@ pub struct Cli {
     #[arg(long, env = "CMSET_LEASE_DURATION_SECONDS", default_value_t = 15)]
     pub lease_duration_seconds: u64,
 
+    /// Serve the mutating admission webhook (`/mutate`, HTTPS) on this address, e.g. `0.0.0.0:9443`.
+    /// Off unless set.
+    #[arg(long, env = "CMSET_WEBHOOK_ADDRESS")]
+    pub webhook_address: Option<SocketAddr>,
+
+    /// Directory with the webhook's `tls.crt` and `tls.key`; a self-signed pair is generated there
+    /// when they are missing.
+    #[arg(
+        long,
+        env = "CMSET_WEBHOOK_CERT_DIR",
+        default_value = "/tmp/k8s-webhook-server/serving-certs"
+    )]
+    pub webhook_cert_dir: std::path::PathBuf,
+
+    /// DNS names for a generated webhook certificate (besides localhost and 127.0.0.1).
+    #[arg(long, env = "CMSET_WEBHOOK_DNS_NAMES", value_delimiter = ',')]
+    pub webhook_dns_names: Vec<String>,
+
     /// This replica's identity in the Lease and in events (default: POD_NAME, else the host name).
     #[arg(long, env = "CMSET_IDENTITY")]
     pub identity: Option<String>,

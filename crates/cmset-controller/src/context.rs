@@ -2,14 +2,16 @@
 //! the clock (passed in, so tests can fix it).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use cmset_api::ConfigMapSet;
 use cmset_core::observe::{HistoryObject, RevisionView, WorkloadView};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::core::PartialObjectMeta;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::{Event, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 
@@ -98,12 +100,18 @@ pub fn system_clock() -> Clock {
 pub struct Context {
     pub client: Client,
     pub stores: Stores,
-    pub recorder: Recorder,
+    pub reporter: Reporter,
     pub metrics: Arc<Metrics>,
     pub clock: Clock,
+    /// False until every cache has its first full list. Planning from a half-filled cache would take
+    /// objects not yet listed for absent ones (a revision to create again, a workload record to drop),
+    /// so reconcilers wait for it.
+    pub caches_ready: Arc<AtomicBool>,
 }
 
 impl Context {
+    /// A context whose caches count as ready (tests fill them by hand; `runtime` clears the flag until
+    /// its watches have listed everything).
     pub fn new(
         client: Client,
         stores: Stores,
@@ -116,11 +124,27 @@ impl Context {
             instance,
         };
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
             client,
             stores,
+            reporter,
             metrics,
             clock,
+            caches_ready: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    pub fn caches_ready(&self) -> bool {
+        self.caches_ready.load(Ordering::Acquire)
+    }
+
+    /// Publishes an event, best effort. A fresh recorder each time: kube's recorder folds a repeat of
+    /// the same reason on the same object into a series that keeps the first message, while cmset
+    /// publishes only when something changed, so every event must keep its own message.
+    pub async fn publish(&self, event: &Event, regarding: &ObjectReference) {
+        self.metrics.wrote("publish_event");
+        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+        if let Err(e) = recorder.publish(event, regarding).await {
+            tracing::warn!(reason = %event.reason, error = %e, "could not publish event");
         }
     }
 }

@@ -11,4 +11,5 @@ pub mod runtime;
 pub mod server;
 pub mod set_controller;
 pub mod views;
+pub mod webhook;
 pub mod workload_controller;

@@ -9,6 +9,7 @@ use cmset_controller::leader::{Elector, LeaseConfig};
 use cmset_controller::metrics::Metrics;
 use cmset_controller::runtime::{Settings, run_scope};
 use cmset_controller::server::{Health, serve};
+use cmset_controller::webhook::{self, WebhookConfig};
 use futures::FutureExt;
 use prometheus_client::registry::Registry;
 use tracing::{error, info};
@@ -59,6 +60,24 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         registry: Arc::new(registry),
     };
     let server = tokio::spawn(serve(cli.metrics_address, health, shutdown.clone()));
+    // Every replica serves admission, leader or not: the webhook reads the API, not the caches.
+    let webhook = match cli.webhook_address {
+        Some(address) => {
+            let config = WebhookConfig {
+                address,
+                cert_dir: cli.webhook_cert_dir.clone(),
+                dns_names: cli.webhook_dns_names.clone(),
+            };
+            let bound = webhook::bind(&config).await?;
+            Some(tokio::spawn(webhook::serve(
+                bound,
+                client.clone(),
+                metrics.clone(),
+                shutdown.clone(),
+            )))
+        }
+        None => None,
+    };
 
     let elector = cli.leader_election.then(|| {
         Elector::new(
@@ -131,5 +150,8 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     }
     metrics.leader.set(0);
     let _ = server.await;
+    if let Some(webhook) = webhook {
+        let _ = webhook.await;
+    }
     outcome
 }

@@ -28,6 +28,12 @@ pub struct WriteLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    /// patched, unchanged or error.
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
     pub kind: &'static str,
 }
@@ -42,6 +48,7 @@ pub struct Metrics {
     pub revisions_pruned: Counter,
     pub workloads_updated: Family<KindLabel, Counter>,
     pub leader: Gauge,
+    pub admissions: Family<ResultLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -55,6 +62,7 @@ impl Default for Metrics {
             revisions_pruned: Counter::default(),
             workloads_updated: Family::default(),
             leader: Gauge::default(),
+            admissions: Family::default(),
         }
     }
 }
@@ -97,6 +105,11 @@ impl Metrics {
             "leader",
             "1 while this replica holds the leader lease",
             self.leader.clone(),
+        );
+        r.register(
+            "admissions",
+            "Workloads seen by the admission webhook, by result",
+            self.admissions.clone(),
         );
     }
 

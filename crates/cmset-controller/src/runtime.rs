@@ -146,13 +146,16 @@ pub async fn run_scope(
         replica_sets,
         controller_revisions,
     };
-    let ctx = Arc::new(Context::new(
+    let mut context = Context::new(
         client.clone(),
         stores.clone(),
         metrics,
         clock,
         settings.instance.clone(),
-    ));
+    );
+    context.caches_ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let caches_ready = context.caches_ready.clone();
+    let ctx = Arc::new(context);
 
     let set_config = controller::Config::default().concurrency(settings.concurrency);
     let sets_for = |store: Store<ConfigMapSet>| {
@@ -240,6 +243,7 @@ pub async fn run_scope(
             let _ = s.replica_sets.wait_until_ready().await;
             let _ = s.controller_revisions.wait_until_ready().await;
             let _ = s.revisions.wait_until_ready().await;
+            caches_ready.store(true, std::sync::atomic::Ordering::Release);
             let _ = ready.send(()).await;
         }
     };

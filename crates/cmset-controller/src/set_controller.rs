@@ -1,6 +1,7 @@
 //! The set controller, keyed by ConfigMapSet: revisions, their metadata and owners, history and status.
 //! It never touches workloads (the workload controller does, once per workload).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,7 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
@@ -27,6 +28,9 @@ pub const NAME: &str = "configmapset";
 /// could go unnoticed. A resync of an unchanged world writes nothing.
 const RESYNC: Duration = Duration::from_secs(30 * 60);
 
+/// How soon to look again while the caches fill, or after adopting a revision the cache had not seen.
+const SOON: Duration = Duration::from_millis(250);
+
 pub async fn reconcile(set: Arc<ConfigMapSet>, ctx: Arc<Context>) -> Result<Action> {
     let started = Instant::now();
     let result = reconcile_inner(&set, &ctx).await;
@@ -34,7 +38,17 @@ pub async fn reconcile(set: Arc<ConfigMapSet>, ctx: Arc<Context>) -> Result<Acti
     result
 }
 
+fn field_manager() -> PatchParams {
+    PatchParams {
+        field_manager: Some(labels::FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    }
+}
+
 async fn reconcile_inner(set: &ConfigMapSet, ctx: &Context) -> Result<Action> {
+    if !ctx.caches_ready() {
+        return Ok(Action::requeue(SOON));
+    }
     let name = set.name_any();
     let namespace = set
         .namespace()
@@ -70,23 +84,25 @@ async fn reconcile_inner(set: &ConfigMapSet, ctx: &Context) -> Result<Action> {
     }
 
     let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
-    let collision = match plan.create.clone() {
-        Some(revision) => create_revision(ctx, &configmaps, set, &revision).await?,
-        None => None,
-    };
-    if let Some(collision) = collision {
-        // Record the bumped collision count first: the next reconcile picks the next name.
-        let previous = set.status.clone().unwrap_or_default();
-        plan = plan_collision(&input, &previous, &collision);
-        write_status(ctx, set, &plan).await?;
-        publish(ctx, set, &plan.events).await;
-        return Ok(Action::requeue(Duration::from_millis(100)));
+    if let Some(revision) = plan.create.clone() {
+        match create_revision(ctx, &configmaps, set, &revision).await? {
+            Created::New => {}
+            // The plan was made from a cache that had not seen it yet: plan again once it has.
+            Created::Adopted => return Ok(Action::requeue(SOON)),
+            Created::Collision(taken) => {
+                // Record the bumped collision count first: the next reconcile picks the next name.
+                let previous = set.status.clone().unwrap_or_default();
+                plan = plan_collision(&input, &previous, &taken);
+                write_status(ctx, set, &plan).await?;
+                publish(ctx, set, &plan.events).await;
+                return Ok(Action::requeue(Duration::from_millis(100)));
+            }
+        }
     }
-    let params = PatchParams::apply(labels::FIELD_MANAGER);
     for (revision, patch) in &plan.patches {
         ctx.metrics.wrote("patch_revision");
         match configmaps
-            .patch_metadata(revision, &params, &Patch::Strategic(patch))
+            .patch_metadata(revision, &field_manager(), &Patch::Strategic(patch))
             .await
         {
             Ok(_) => {}
@@ -113,6 +129,7 @@ async fn reconcile_inner(set: &ConfigMapSet, ctx: &Context) -> Result<Action> {
             Ok(_) => {
                 ctx.metrics.revisions_pruned.inc();
             }
+            // Gone already, or replaced by another object of that name: nothing of ours to delete.
             Err(e) if matches!(api_code(&e), Some(404) | Some(409)) => {}
             Err(source) => {
                 return Err(Error::DeleteRevision {
@@ -129,68 +146,71 @@ async fn reconcile_inner(set: &ConfigMapSet, ctx: &Context) -> Result<Action> {
     Ok(Action::requeue(RESYNC))
 }
 
-/// Creates the revision. Returns the name when it collides with an existing ConfigMap that is not this
-/// revision; an existing one that is (same content, same set) is adopted.
+/// What creating a revision came to.
+enum Created {
+    New,
+    /// The name already held this revision (same content, this set as controller).
+    Adopted,
+    /// The name is taken by a ConfigMap that is not this revision.
+    Collision(String),
+}
+
+/// Creates the revision. An existing ConfigMap of that name is adopted when it is this revision, and is
+/// a collision otherwise: never overwritten, never deleted.
 async fn create_revision(
     ctx: &Context,
     configmaps: &Api<ConfigMap>,
     set: &ConfigMapSet,
     revision: &ConfigMap,
-) -> Result<Option<String>> {
+) -> Result<Created> {
     let name = revision.name_any();
     let params = PostParams {
         field_manager: Some(labels::FIELD_MANAGER.to_string()),
         ..PostParams::default()
     };
     ctx.metrics.wrote("create_revision");
-    match configmaps.create(&params, revision).await {
+    let error = match configmaps.create(&params, revision).await {
         Ok(_) => {
             info!(set = %set.name_any(), revision = %name, "created revision");
             ctx.metrics.revisions_created.inc();
-            Ok(None)
+            return Ok(Created::New);
         }
-        Err(e) if api_code(&e) == Some(409) => {
-            let existing = configmaps
-                .get(&name)
-                .await
-                .map_err(|source| Error::ReadExisting {
-                    name: name.clone(),
-                    source,
-                })?;
-            match classify_existing(&existing, set) {
-                ExistingName::Collision => {
-                    warn!(set = %set.name_any(), configmap = %name, "revision name collides with an existing ConfigMap");
-                    Ok(Some(name))
-                }
-                ExistingName::Adopt => {
-                    // Ours already; make sure it carries our labels so the cache sees it from now on.
-                    let patch = json!({ "metadata": {
-                        "labels": revision.metadata.labels,
-                        "annotations": revision.metadata.annotations,
-                    }});
-                    ctx.metrics.wrote("patch_revision");
-                    configmaps
-                        .patch_metadata(
-                            &name,
-                            &PatchParams::apply(labels::FIELD_MANAGER),
-                            &Patch::Strategic(&patch),
-                        )
-                        .await
-                        .map_err(|source| Error::PatchRevision {
-                            name: name.clone(),
-                            source,
-                        })?;
-                    Ok(None)
-                }
-            }
-        }
-        Err(source) => Err(Error::CreateRevision { name, source }),
+        Err(e) if api_code(&e) == Some(409) => e,
+        Err(source) => return Err(Error::CreateRevision { name, source }),
+    };
+    debug!(revision = %name, error = %error, "revision name exists");
+    let existing = configmaps
+        .get(&name)
+        .await
+        .map_err(|source| Error::ReadExisting {
+            name: name.clone(),
+            source,
+        })?;
+    if classify_existing(&existing, set) == ExistingName::Collision {
+        warn!(set = %set.name_any(), configmap = %name, "revision name collides with an existing ConfigMap");
+        return Ok(Created::Collision(name));
     }
+    info!(set = %set.name_any(), revision = %name, "revision exists already; adopting it");
+    // Without our label the cache never sees it: add that and nothing else (its number and metadata
+    // are planned again from the cache).
+    let label = |cm: &ConfigMap| cm.labels().get(labels::SET).cloned();
+    if label(&existing) != label(revision) {
+        let patch = json!({ "metadata": { "labels": { labels::SET: label(revision) } } });
+        ctx.metrics.wrote("patch_revision");
+        configmaps
+            .patch_metadata(&name, &field_manager(), &Patch::Strategic(&patch))
+            .await
+            .map_err(|source| Error::PatchRevision {
+                name: name.clone(),
+                source,
+            })?;
+    }
+    Ok(Created::Adopted)
 }
 
 /// ConfigMap names referenced by the Pods cmset's rewritten templates made: listed only when something
 /// is about to be pruned, so Pods are never watched or cached.
-async fn list_pod_refs(ctx: &Context, namespace: &str) -> Result<std::collections::BTreeSet<String>> {
+async fn list_pod_refs(ctx: &Context, namespace: &str) -> Result<BTreeSet<String>> {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
     let selector = format!("{}=true", labels::MANAGED_TEMPLATE);
     let list = pods
@@ -206,17 +226,18 @@ async fn list_pod_refs(ctx: &Context, namespace: &str) -> Result<std::collection
 /// Writes the planned status as a merge patch. Every field is sent, absent ones as null, so that a
 /// field that became empty is cleared rather than kept.
 async fn write_status(ctx: &Context, set: &ConfigMapSet, plan: &SetPlan) -> Result<()> {
+    const FIELDS: [&str; 7] = [
+        "observedGeneration",
+        "revision",
+        "currentRevision",
+        "collisionCount",
+        "conditions",
+        "workloads",
+        "history",
+    ];
     let mut status = serde_json::to_value(&plan.status).unwrap_or_else(|_| json!({}));
     if let Value::Object(fields) = &mut status {
-        for key in [
-            "observedGeneration",
-            "revision",
-            "currentRevision",
-            "collisionCount",
-            "conditions",
-            "workloads",
-            "history",
-        ] {
+        for key in FIELDS {
             fields.entry(key).or_insert(Value::Null);
         }
     }
@@ -235,6 +256,7 @@ async fn write_status(ctx: &Context, set: &ConfigMapSet, plan: &SetPlan) -> Resu
     Ok(())
 }
 
+/// Publishes the plan's events, best effort: losing one must not fail or repeat the reconcile.
 async fn publish(ctx: &Context, set: &ConfigMapSet, events: &[PlannedEvent]) {
     let reference = set.object_ref(&());
     for planned in events {
@@ -248,11 +270,7 @@ async fn publish(ctx: &Context, set: &ConfigMapSet, events: &[PlannedEvent]) {
             action: "Reconcile".to_string(),
             secondary: None,
         };
-        ctx.metrics.wrote("publish_event");
-        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
-            // Events are best effort: losing one must not fail or repeat the reconcile.
-            warn!(set = %set.name_any(), error = %e, "could not publish event");
-        }
+        ctx.publish(&event, &reference).await;
     }
 }
 
@@ -268,15 +286,14 @@ pub fn error_policy(set: Arc<ConfigMapSet>, error: &Error, ctx: Arc<Context>) ->
 
 /// The sets a workload, ReplicaSet or ControllerRevision references: those reconcile when it changes.
 pub fn sets_referenced(
-    ctx_sets: &kube::runtime::reflector::Store<ConfigMapSet>,
+    sets: &Store<ConfigMapSet>,
     namespace: Option<String>,
-    names: std::collections::BTreeSet<String>,
+    names: BTreeSet<String>,
 ) -> Vec<ObjectRef<ConfigMapSet>> {
     let Some(namespace) = namespace else {
         return Vec::new();
     };
-    ctx_sets
-        .state()
+    sets.state()
         .iter()
         .filter(|s| s.namespace().as_deref() == Some(namespace.as_str()))
         .filter(|s| {

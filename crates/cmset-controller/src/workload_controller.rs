@@ -31,6 +31,10 @@ pub async fn reconcile<K: Workload>(workload: Arc<K>, ctx: Arc<Context>) -> Resu
 }
 
 async fn reconcile_inner<K: Workload>(workload: &K, ctx: &Context) -> Result<Action> {
+    // Planning from half-filled caches could miss a set's record; wait for the first full lists.
+    if !ctx.caches_ready() {
+        return Ok(Action::requeue(Duration::from_millis(250)));
+    }
     // Only opted-in workloads are watched; the check keeps that true even if a watch were widened.
     let (Some(namespace), Some(view)) = (workload.namespace(), views::workload_view(workload)) else {
         return Ok(Action::await_change());
@@ -99,10 +103,7 @@ async fn reconcile_inner<K: Workload>(workload: &K, ctx: &Context) -> Result<Act
         action: "Rollout".to_string(),
         secondary: None,
     };
-    ctx.metrics.wrote("publish_event");
-    if let Err(e) = ctx.recorder.publish(&event, &workload.object_ref(&())).await {
-        warn!(workload = %what, error = %e, "could not publish event");
-    }
+    ctx.publish(&event, &workload.object_ref(&())).await;
     Ok(Action::await_change())
 }
 

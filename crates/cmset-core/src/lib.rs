@@ -4,6 +4,7 @@
 //! calls into this crate, and carries out the writes it plans.
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod conditions;
 pub mod hash;
 pub mod history;

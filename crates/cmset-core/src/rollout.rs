@@ -62,6 +62,17 @@ impl SetTarget {
         })
     }
 
+    /// The target as the set's status records it, even while its controller has not caught up with a
+    /// new spec. Admission uses it: keeping a workload on the recorded current revision changes nothing,
+    /// and the controller moves it once when the set settles.
+    pub fn as_recorded(set: &ConfigMapSet, workload_uid: &str) -> Option<Self> {
+        let mut settled = set.clone();
+        if let Some(status) = settled.status.as_mut() {
+            status.observed_generation = settled.metadata.generation;
+        }
+        Self::from_set(&settled, workload_uid)
+    }
+
     /// Whether `name` refers to this set at all.
     pub fn claims(&self, name: &str) -> bool {
         name == self.name || self.revisions.contains(name)
@@ -131,6 +142,19 @@ impl WorkloadPlan {
             });
         }
         refs::json_patch(uid, "/spec/template/spec", &self.changes, extra)
+    }
+}
+
+impl WorkloadPlan {
+    /// The patch a mutating admission webhook returns: the same changes, guarded by `test` ops on the
+    /// object being admitted (which has no UID yet when it is being created).
+    pub fn admission_patch(&self, has_template_labels: bool) -> Value {
+        let mut ops = match self.json_patch("", has_template_labels) {
+            Value::Array(ops) => ops,
+            _ => Vec::new(),
+        };
+        ops.retain(|op| op["path"] != "/metadata/uid");
+        Value::Array(ops)
     }
 }
 

@@ -1,0 +1,230 @@
+//! Living with a GitOps tool. Its manifest names the bare set and it re-applies that manifest on every
+//! sync, with server-side apply under its own field manager. With cmset's admission webhook the object is
+//! stored already rewritten, so a re-apply changes nothing: no ping-pong, no extra rollout, and a new
+//! Deployment never gets a ReplicaSet for the bare name.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use cmset_e2e::k8s_openapi::api::apps::v1::Deployment;
+use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name, stays};
+
+fn set_yaml(version: &str) -> String {
+    format!(
+        "apiVersion: cmset.dev/v1alpha1\nkind: ConfigMapSet\nmetadata:\n  name: app-config\nspec:\n  template:\n    data:\n      APP_VERSION: \"{version}\"\n"
+    )
+}
+
+/// The manifest as it is in Git: it names the set, never a revision.
+const DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels:
+    cmset.dev/enabled: "true"
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+        - name: app
+          image: registry.k8s.io/pause:3.9
+          envFrom:
+            - configMapRef: {name: app-config}
+"#;
+
+/// The webhook registration for this test's namespace only, pointing at this test's operator.
+fn webhook_yaml(name: &str, namespace: &str, port: u16, ca: &str) -> String {
+    format!(
+        r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: {name}
+webhooks:
+  - name: workloads.cmset.dev
+    clientConfig:
+      url: https://127.0.0.1:{port}/mutate
+      caBundle: {ca}
+    rules:
+      - apiGroups: ["apps"]
+        apiVersions: ["v1"]
+        operations: ["CREATE", "UPDATE"]
+        resources: ["deployments", "statefulsets", "daemonsets"]
+    namespaceSelector:
+      matchLabels: {{cmset-e2e: {namespace}}}
+    objectSelector:
+      matchLabels: {{cmset.dev/enabled: "true"}}
+    sideEffects: None
+    admissionReviewVersions: ["v1"]
+    failurePolicy: Ignore
+    reinvocationPolicy: IfNeeded
+    timeoutSeconds: 5
+"#
+    )
+}
+
+struct Registration(String);
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kubectl")
+            .args([
+                "delete",
+                "mutatingwebhookconfiguration",
+                &self.0,
+                "--ignore-not-found",
+            ])
+            .output();
+    }
+}
+
+fn envfrom(d: &Deployment) -> BTreeSet<String> {
+    d.spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
+        .env_from
+        .iter()
+        .flatten()
+        .filter_map(|e| e.config_map_ref.as_ref().map(|r| r.name.clone()))
+        .collect()
+}
+
+/// A sync as Argo CD and Flux do it: server-side apply under their own manager, forcing ownership.
+fn gitops_apply(ns: &TestNamespace) {
+    ns.try_kubectl(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=gitops",
+            "-f",
+            "-",
+        ],
+        Some(DEPLOYMENT),
+    )
+    .unwrap_or_else(|e| panic!("the GitOps re-apply must succeed: {e}"));
+}
+
+#[tokio::test]
+async fn a_gitops_tool_reapplying_its_manifest_converges_without_ping_pong() {
+    let ns = TestNamespace::new("gitops").await;
+    ns.kubectl(&["label", "namespace", &ns.name, &format!("cmset-e2e={}", ns.name)]);
+    let cert_dir = std::env::temp_dir().join(format!("cmset-webhook-{}", ns.name));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let operator = Operator::start_with(
+        &ns.name,
+        &[
+            "--webhook-address",
+            &format!("127.0.0.1:{port}"),
+            "--webhook-cert-dir",
+            cert_dir.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let ca = std::fs::read(cert_dir.join("tls.crt")).expect("the operator generated its certificate");
+    let ca = cmset_e2e::base64_encode(&ca);
+    let _registration = Registration(format!("cmset-e2e-{}", ns.name));
+    ns.apply(&webhook_yaml(
+        &format!("cmset-e2e-{}", ns.name),
+        &ns.name,
+        port,
+        &ca,
+    ));
+
+    ns.apply(&set_yaml("1"));
+    let v1 = kustomize_name("app-config", &[("APP_VERSION", "1")]);
+    eventually("the set to be ready", || async {
+        let ready = ns
+            .set("app-config")
+            .await
+            .status?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        ready.then_some(())
+    })
+    .await;
+
+    // Created through the webhook: stored already naming the revision, so the first ReplicaSet does too.
+    gitops_apply(&ns);
+    let created = ns.deployment("web").await;
+    assert_eq!(
+        envfrom(&created),
+        BTreeSet::from([v1.clone()]),
+        "rewritten at admission"
+    );
+    assert_eq!(created.metadata.generation, Some(1));
+    ns.kubectl(&["rollout", "status", "deployment/web", "--timeout=90s"]);
+    let replica_sets = ns.replica_sets().await;
+    assert_eq!(replica_sets.len(), 1, "no ReplicaSet for the bare name");
+
+    // A sync re-applies the same manifest: nothing changes.
+    gitops_apply(&ns);
+    let after = ns.deployment("web").await;
+    assert_eq!(
+        after.metadata.generation,
+        Some(1),
+        "no new generation, no rollout"
+    );
+    assert_eq!(envfrom(&after), BTreeSet::from([v1.clone()]));
+    assert_eq!(ns.replica_sets().await.len(), 1);
+
+    // The config changes; cmset rolls the Deployment once; the next sync changes nothing again.
+    ns.apply(&set_yaml("2"));
+    let v2 = kustomize_name("app-config", &[("APP_VERSION", "2")]);
+    eventually("web rolled to v2", || async {
+        (envfrom(&ns.deployment("web").await) == BTreeSet::from([v2.clone()])).then_some(())
+    })
+    .await;
+    ns.kubectl(&["rollout", "status", "deployment/web", "--timeout=90s"]);
+    let rolled = ns.deployment("web").await.metadata.generation;
+    // An applier that does not force is told that cmset now manages that list, and nothing changes.
+    let refused = ns
+        .try_kubectl(
+            &["apply", "--server-side", "--field-manager=gitops", "-f", "-"],
+            Some(DEPLOYMENT),
+        )
+        .expect_err("an unforced apply of a field cmset manages is a conflict");
+    assert!(
+        refused.contains("cmset-controller") && refused.contains("envFrom"),
+        "{refused}"
+    );
+    assert_eq!(ns.deployment("web").await.metadata.generation, rolled);
+    // Several syncs. (One apply style, as a GitOps tool has: alternating client-side and server-side
+    // apply would add and remove kubectl's last-applied annotation, and a Deployment's generation moves
+    // with its annotations; that would be the two appliers' doing, not cmset's.)
+    for _ in 0..3 {
+        gitops_apply(&ns);
+    }
+    stays(
+        "no ping-pong between the GitOps tool and cmset",
+        Duration::from_secs(3),
+        || async {
+            let d = ns.deployment("web").await;
+            d.metadata.generation == rolled && envfrom(&d) == BTreeSet::from([v2.clone()])
+        },
+    )
+    .await;
+    assert_eq!(
+        ns.replica_sets().await.len(),
+        2,
+        "exactly one rollout per config change"
+    );
+    assert!(operator.metric("cmset_admissions_total") >= 1.0);
+    let _ = std::fs::remove_dir_all(&cert_dir);
+}
