@@ -15,7 +15,7 @@ else
 fi
 
 echo "e2e: building the operator"
-cargo build --locked -q -p cmset-controller
+cargo build --locked -q -p cmset-controller -p kubectl-cmset
 echo "e2e: installing the CRD and RBAC"
 make -s install >/dev/null
 

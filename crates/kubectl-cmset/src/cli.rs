@@ -1,0 +1,199 @@
+//! Flags and subcommands.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::style::ColorChoice;
+
+const ABOUT: &str = "Inspect ConfigMapSets (configmapsets.cmset.dev): their revisions, what changed between \
+                     two of them, and which revision each workload runs and why.";
+
+const AFTER_HELP: &str = "\
+Examples:
+  kubectl cmset history app-config            revisions, newest first, and what uses each
+  kubectl cmset diff app-config               what the current revision changed
+  kubectl cmset diff app-config 1 3           revision 1 against revision 3
+  kubectl cmset status app-config             the set and every workload that references it
+  kubectl cmset why app-config deploy/web     why one workload runs the revision it runs
+  kubectl cmset history app-config -o json    the same, for scripts
+
+Exit status: 0 on success; 2 on any error (unknown set or revision, API errors, bad flags);
+`diff` exits 1 when the revisions differ, as diff(1) and kubectl diff do.
+
+Colour: --color=auto colours only when standard output is a terminal and NO_COLOR is not set.
+The plugin reads the cluster with your kubeconfig and writes nothing.";
+
+/// `kubectl cmset`.
+#[derive(Clone, Debug, Parser)]
+#[command(
+    name = "kubectl cmset",
+    bin_name = "kubectl cmset",
+    version,
+    about = ABOUT,
+    after_help = AFTER_HELP,
+    propagate_version = true,
+    disable_help_subcommand = true
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every subcommand accepts, before or after it.
+#[derive(Clone, Debug, Args)]
+pub struct Global {
+    /// Namespace of the set [default: the kubeconfig context's namespace, else "default"]
+    #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// Output format
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+
+    /// When to colour the output
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+
+    /// Path to the kubeconfig file [default: $KUBECONFIG, else ~/.kube/config]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig context to use [default: its current context]
+    #[arg(long, global = true, value_name = "CONTEXT")]
+    pub context: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// For people: aligned columns (for diff, the diff text)
+    Table,
+    /// JSON, with stable camelCase field names
+    Json,
+    /// YAML, with the same fields as JSON
+    Yaml,
+}
+
+#[derive(Clone, Debug, Subcommand)]
+pub enum Command {
+    /// List the set's revisions, newest first, and what uses each
+    #[command(long_about = "\
+List the revision ConfigMaps of a set, newest first.
+
+Columns: REVISION (its number), CONFIGMAP (its name), AGE, CURRENT (* for the set's current revision)
+and USED BY: the set's workloads that run it, and the ReplicaSets and ControllerRevisions that keep it
+for a rollback (they own it, so it is never pruned while they exist).")]
+    History {
+        /// Name of the ConfigMapSet
+        set: String,
+    },
+
+    /// Show what changed between two revisions of the set
+    #[command(long_about = "\
+Show what changed between two revisions of a set, as a unified diff of their data, key by key.
+
+With no revision: the revision before the current one (by number) against the current one.
+With one: that revision against the current one. With two: the first against the second.
+A revision is a number (3) or a ConfigMap name (app-config-9h2c4kfd8m).
+
+Multi-line values are compared line by line. binaryData values are never printed: a line
+\"binary, N bytes, sha256 ...\" stands for each. Control characters are shown escaped (\\x1b).
+
+Exit status: 0 when the revisions are identical, 1 when they differ, 2 on error
+(the same convention as diff(1) and kubectl diff).")]
+    Diff {
+        /// Name of the ConfigMapSet
+        set: String,
+        /// The older side: a revision number or ConfigMap name [default: the one before the current]
+        a: Option<String>,
+        /// The newer side: a revision number or ConfigMap name [default: the current revision]
+        b: Option<String>,
+    },
+
+    /// Explain which revision each workload runs, and why
+    #[command(
+        visible_alias = "why",
+        long_about = "\
+Explain the set's state and, for every Deployment, StatefulSet and DaemonSet of its namespace that
+references it (by the set's name or a revision's name), which revision it runs and why:
+
+  current        it runs the current revision; cmset updated it
+  pinned         a rollback (kubectl rollout undo) chose an older revision; cmset leaves it there
+                 until the set's content changes
+  pending        cmset is about to move it to the current revision
+  not opted in   it lacks the label cmset.dev/enabled=true, so cmset does not manage it
+
+Also shows the set's Ready condition, its current revision, and whether its status has caught up
+with its spec (observedGeneration against generation)."
+    )]
+    Status {
+        /// Name of the ConfigMapSet
+        set: String,
+        /// Only this workload: NAME, or KIND/NAME (deployment/web, sts/db, ds/agent)
+        workload: Option<String>,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cli_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn global_flags_go_before_or_after_the_subcommand() {
+        // kubectl hands `kubectl cmset -n ns history x` to the plugin as `-n ns history x`.
+        for args in [
+            &["kubectl-cmset", "-n", "ns", "-o", "json", "history", "app"][..],
+            &["kubectl-cmset", "history", "app", "-n", "ns", "--output=json"][..],
+        ] {
+            let cli = Cli::try_parse_from(args).unwrap();
+            assert_eq!(cli.global.namespace.as_deref(), Some("ns"));
+            assert_eq!(cli.global.output, Output::Json);
+            assert!(matches!(cli.command, Command::History { ref set } if set == "app"));
+        }
+    }
+
+    #[test]
+    fn why_is_status() {
+        let cli =
+            Cli::try_parse_from(["kubectl-cmset", "why", "app", "deploy/web", "--color=never"]).unwrap();
+        assert_eq!(cli.global.color, ColorChoice::Never);
+        assert!(matches!(
+            cli.command,
+            Command::Status { ref set, workload: Some(ref w) } if set == "app" && w == "deploy/web"
+        ));
+    }
+
+    #[test]
+    fn diff_takes_zero_one_or_two_revisions() {
+        for (args, a, b) in [
+            (&["x", "diff", "app"][..], None, None),
+            (&["x", "diff", "app", "2"][..], Some("2"), None),
+            (
+                &["x", "diff", "app", "1", "app-abc"][..],
+                Some("1"),
+                Some("app-abc"),
+            ),
+        ] {
+            let cli = Cli::try_parse_from(args).unwrap();
+            let Command::Diff {
+                a: got_a, b: got_b, ..
+            } = cli.command
+            else {
+                panic!("not diff")
+            };
+            assert_eq!((got_a.as_deref(), got_b.as_deref()), (a, b));
+        }
+        assert!(Cli::try_parse_from(["x", "diff", "app", "1", "2", "3"]).is_err());
+        assert!(Cli::try_parse_from(["x", "history"]).is_err());
+        assert!(Cli::try_parse_from(["x", "-o", "wide", "history", "app"]).is_err());
+    }
+}

@@ -1,0 +1,742 @@
+//! `kubectl cmset status` (alias `why`): the set's own state, and for every workload of its namespace
+//! that references it, which revision it runs and why.
+//!
+//! Opted-in workloads are explained from what they reference now and from the set's status, which
+//! records cmset's view of each (current, pinned by a rollback, pending). When that record lags behind
+//! the workload (it changed a moment ago), the same rule cmset applies decides instead
+//! ([`cmset_core::rollout::SetTarget`]). Workloads without the opt-in label are found by reading their
+//! pod templates, because the set's status never lists them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use cmset_api::{ConfigMapSet, WorkloadState, labels};
+use cmset_core::naming::is_revision_name_of;
+use cmset_core::observe::WorkloadKind;
+use cmset_core::refs::find_refs;
+use cmset_core::rollout::SetTarget;
+use k8s_openapi::api::core::v1::PodSpec;
+use kube::ResourceExt;
+use serde::Serialize;
+
+use crate::revisions::{Revision, current_name};
+use crate::style::{Palette, Role, visible};
+use crate::table::{Cell, render};
+
+/// A Deployment, StatefulSet or DaemonSet, reduced to what `status` reads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Workload {
+    pub kind: WorkloadKind,
+    pub name: String,
+    pub uid: String,
+    /// The workload's own labels (where the opt-in label lives).
+    pub labels: BTreeMap<String, String>,
+    pub pod_spec: Option<PodSpec>,
+}
+
+/// Why a workload runs what it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum State {
+    /// Runs the current revision.
+    Current,
+    /// Held on an older revision by a rollback until the content changes.
+    Pinned,
+    /// cmset is about to move it to the current revision.
+    Pending,
+    /// Lacks the opt-in label: cmset leaves it alone.
+    NotOptedIn,
+}
+
+impl State {
+    fn role(self) -> Role {
+        match self {
+            State::Current => Role::Good,
+            State::Pinned | State::Pending => Role::Attention,
+            State::NotOptedIn => Role::Muted,
+        }
+    }
+}
+
+/// One workload that references the set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadReport {
+    pub kind: String,
+    pub name: String,
+    pub opted_in: bool,
+    /// The ConfigMap its pod template names for this set (the revision it runs, or the bare set name).
+    pub config_map: String,
+    /// That revision's number, `null` for the bare set name or an unknown revision.
+    pub revision: Option<i64>,
+    pub state: State,
+    pub explanation: String,
+}
+
+/// A status condition, as reported.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConditionReport {
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+}
+
+/// The current revision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CurrentRevision {
+    pub config_map: String,
+    pub revision: Option<i64>,
+}
+
+/// Everything `status` reports, as serialized for `-o json|yaml`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusReport {
+    pub set: String,
+    pub namespace: String,
+    pub generation: Option<i64>,
+    pub observed_generation: Option<i64>,
+    /// `observedGeneration` differs from `generation`: cmset has not yet acted on the latest spec.
+    pub status_behind_spec: bool,
+    pub current_revision: Option<CurrentRevision>,
+    /// The `Ready` condition, if the set has one.
+    pub ready: Option<ConditionReport>,
+    /// Workloads referencing the set: opted-in ones and the others, by kind and name.
+    pub workloads: Vec<WorkloadReport>,
+}
+
+/// What the plugin knows about the set's revision names and numbers.
+struct Known {
+    set: String,
+    numbers: BTreeMap<String, Option<i64>>,
+}
+
+impl Known {
+    fn new(set: &ConfigMapSet, revisions: &[Revision<'_>]) -> Self {
+        let mut numbers: BTreeMap<String, Option<i64>> = BTreeMap::new();
+        if let Some(status) = &set.status {
+            for h in &status.history {
+                numbers.insert(h.name.clone(), Some(h.revision));
+            }
+            if let Some(current) = &status.current_revision {
+                numbers.insert(current.clone(), status.revision);
+            }
+        }
+        // The ConfigMaps themselves are the most direct record of their numbers.
+        for r in revisions {
+            numbers.insert(r.name.clone(), r.number);
+        }
+        Self {
+            set: set.name_any(),
+            numbers,
+        }
+    }
+
+    /// Whether a reference to `name` is a reference to the set: its bare name or one of its revisions
+    /// (including one that no longer exists, recognised by its form `<set>-<hash>`).
+    fn claims(&self, name: &str) -> bool {
+        name == self.set || self.numbers.contains_key(name) || is_revision_name_of(&self.set, name)
+    }
+
+    fn number(&self, name: &str) -> Option<i64> {
+        self.numbers.get(name).copied().flatten()
+    }
+}
+
+/// The names through which `spec` references the set, in [`find_refs`] order, without repeats.
+fn set_references(spec: Option<&PodSpec>, known: &Known) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    spec.map(find_refs)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| r.name)
+        .filter(|n| known.claims(n) && seen.insert(n.clone()))
+        .collect()
+}
+
+fn revision_phrase(number: Option<i64>, name: &str) -> String {
+    match number {
+        Some(n) => format!("revision {n}"),
+        None => name.to_string(),
+    }
+}
+
+/// The explanation of one workload, or `None` when it does not reference the set.
+pub fn explain(
+    set: &ConfigMapSet,
+    known_revisions: &[Revision<'_>],
+    workload: &Workload,
+) -> Option<WorkloadReport> {
+    let known = Known::new(set, known_revisions);
+    explain_with(set, &known, workload)
+}
+
+fn explain_with(set: &ConfigMapSet, known: &Known, workload: &Workload) -> Option<WorkloadReport> {
+    let refs = set_references(workload.pod_spec.as_ref(), known);
+    let current = current_name(set);
+    // The interesting reference: one that is not the current revision, if any.
+    let shown = refs
+        .iter()
+        .find(|n| Some(n.as_str()) != current)
+        .or(refs.first())?
+        .clone();
+    let report = |state: State, explanation: String| WorkloadReport {
+        kind: workload.kind.to_string(),
+        name: workload.name.clone(),
+        opted_in: state != State::NotOptedIn,
+        revision: known.number(&shown),
+        config_map: shown.clone(),
+        state,
+        explanation,
+    };
+
+    let opt_in = workload.labels.get(labels::ENABLED).map(String::as_str);
+    if opt_in != Some(labels::ENABLED_VALUE) {
+        let why = match opt_in {
+            None => format!(
+                "not opted in: label {}={} is missing; cmset does not manage it",
+                labels::ENABLED,
+                labels::ENABLED_VALUE
+            ),
+            Some(other) => format!(
+                "not opted in: label {} is {other:?}, not {:?}; cmset does not manage it",
+                labels::ENABLED,
+                labels::ENABLED_VALUE
+            ),
+        };
+        return Some(report(State::NotOptedIn, why));
+    }
+
+    let current_number = current.and_then(|c| known.number(c));
+    let pending = || {
+        let why = match current {
+            Some(c) => format!(
+                "pending: cmset is moving it to {}",
+                revision_phrase(current_number, c)
+            ),
+            None => "pending: the set has no current revision yet".to_string(),
+        };
+        report(State::Pending, why)
+    };
+    let pinned = || {
+        let why = format!(
+            "pinned to {} by a rollback; moves again when the set's content changes",
+            revision_phrase(known.number(&shown), &shown)
+        );
+        report(State::Pinned, why)
+    };
+
+    if current.is_some() && refs.iter().all(|n| Some(n.as_str()) == current) {
+        return Some(report(State::Current, "current (updated by cmset)".to_string()));
+    }
+    // cmset's own record, when it describes what the workload references now.
+    let recorded = set.status.iter().flat_map(|s| s.workloads.iter()).find(|w| {
+        (w.uid == workload.uid || (w.kind == workload.kind.as_str() && w.name == workload.name))
+            && refs.contains(&w.revision)
+    });
+    match recorded.map(|w| w.state) {
+        Some(WorkloadState::Pinned) => return Some(pinned()),
+        Some(WorkloadState::Pending) => return Some(pending()),
+        Some(WorkloadState::Current) | None => {}
+    }
+    // No usable record: apply cmset's rule to the rollout record the status keeps for this workload.
+    let Some(current) = current else {
+        return Some(pending());
+    };
+    let rolled_out = set
+        .status
+        .iter()
+        .flat_map(|s| s.workloads.iter())
+        .find(|w| w.uid == workload.uid)
+        .and_then(|w| w.rolled_out.clone());
+    let target = SetTarget {
+        name: known.set.clone(),
+        current: current.to_string(),
+        revisions: known
+            .numbers
+            .keys()
+            .chain(refs.iter().filter(|n| **n != known.set))
+            .cloned()
+            .collect(),
+        rolled_out,
+    };
+    if refs.iter().all(|n| target.retarget(n).is_none()) {
+        Some(pinned())
+    } else {
+        Some(pending())
+    }
+}
+
+/// The whole report: the set, and every workload among `workloads` that references it, by kind and
+/// name.
+pub fn status_report(set: &ConfigMapSet, revisions: &[Revision<'_>], workloads: &[Workload]) -> StatusReport {
+    let known = Known::new(set, revisions);
+    let mut reports: Vec<(WorkloadKind, WorkloadReport)> = workloads
+        .iter()
+        .filter_map(|w| explain_with(set, &known, w).map(|r| (w.kind, r)))
+        .collect();
+    reports.sort_by(|(ka, a), (kb, b)| ka.cmp(kb).then_with(|| a.name.cmp(&b.name)));
+    let status = set.status.as_ref();
+    let generation = set.metadata.generation;
+    let observed_generation = status.and_then(|s| s.observed_generation);
+    StatusReport {
+        set: set.name_any(),
+        namespace: set.namespace().unwrap_or_default(),
+        generation,
+        observed_generation,
+        status_behind_spec: observed_generation != generation,
+        current_revision: current_name(set).map(|c| CurrentRevision {
+            config_map: c.to_string(),
+            revision: known.number(c),
+        }),
+        ready: set.condition("Ready").map(|c| ConditionReport {
+            status: c.status.clone(),
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+        }),
+        workloads: reports.into_iter().map(|(_, r)| r).collect(),
+    }
+}
+
+/// Keeps the workloads `selector` names: `NAME`, or `KIND/NAME` where KIND is a kind or its kubectl short
+/// name, any case (`deployment/web`, `deploy/web`, `sts/db`, `ds/agent`).
+pub fn select(report: &mut StatusReport, selector: &str) -> Result<(), String> {
+    let (kind, name) = match selector.split_once('/') {
+        Some((kind, name)) => {
+            let kind = match kind.to_ascii_lowercase().as_str() {
+                "deployment" | "deployments" | "deploy" => WorkloadKind::Deployment,
+                "statefulset" | "statefulsets" | "sts" => WorkloadKind::StatefulSet,
+                "daemonset" | "daemonsets" | "ds" => WorkloadKind::DaemonSet,
+                other => {
+                    return Err(format!(
+                        "unknown workload kind {other:?}: use deployment, statefulset or daemonset"
+                    ));
+                }
+            };
+            (Some(kind), name)
+        }
+        None => (None, selector),
+    };
+    report
+        .workloads
+        .retain(|w| w.name == name && kind.is_none_or(|k| k.as_str() == w.kind));
+    if report.workloads.is_empty() {
+        return Err(format!(
+            "no Deployment, StatefulSet or DaemonSet {selector:?} in namespace {:?} references configmapset {:?}",
+            report.namespace, report.set
+        ));
+    }
+    Ok(())
+}
+
+/// The report as text: a few lines about the set, then a table of workloads.
+pub fn render_text(report: &StatusReport, palette: Palette) -> String {
+    let mut out = String::new();
+    let mut field = |name: &str, value: String, role: Option<Role>| {
+        out.push_str(&format!(
+            "{:<14}{}\n",
+            format!("{name}:"),
+            palette.paint(role, &visible(&value))
+        ));
+    };
+    field(
+        "ConfigMapSet",
+        format!("{} (namespace {})", report.set, report.namespace),
+        None,
+    );
+    match &report.current_revision {
+        Some(c) => field(
+            "Current",
+            format!(
+                "{}, ConfigMap {}",
+                revision_phrase(c.revision, "revision ?"),
+                c.config_map
+            ),
+            None,
+        ),
+        None => field("Current", "none yet".to_string(), Some(Role::Attention)),
+    }
+    match &report.ready {
+        Some(c) => {
+            let role = match c.status.as_str() {
+                "True" => Role::Good,
+                "False" => Role::Bad,
+                _ => Role::Attention,
+            };
+            let mut text = format!("{} ({})", c.status, c.reason);
+            if !c.message.is_empty() {
+                text.push_str(&format!(": {}", c.message));
+            }
+            field("Ready", text, Some(role));
+        }
+        None => field(
+            "Ready",
+            "unknown: no Ready condition yet".to_string(),
+            Some(Role::Attention),
+        ),
+    }
+    let number = |g: Option<i64>| g.map_or("none".to_string(), |g| g.to_string());
+    if report.status_behind_spec {
+        field(
+            "Generation",
+            format!(
+                "{}, observed {}: status is behind the spec",
+                number(report.generation),
+                number(report.observed_generation)
+            ),
+            Some(Role::Bad),
+        );
+    } else {
+        field(
+            "Generation",
+            format!(
+                "{}, observed {}",
+                number(report.generation),
+                number(report.observed_generation)
+            ),
+            None,
+        );
+    }
+    out.push('\n');
+
+    if report.workloads.is_empty() {
+        out.push_str(&format!(
+            "No Deployment, StatefulSet or DaemonSet in namespace {} references {}.\n",
+            visible(&report.namespace),
+            visible(&report.set)
+        ));
+        return out;
+    }
+    let rows: Vec<Vec<Cell>> = report
+        .workloads
+        .iter()
+        .map(|w| {
+            vec![
+                Cell::new(format!("{}/{}", w.kind, w.name)),
+                Cell::new(w.revision.map_or("-".to_string(), |n| n.to_string())),
+                Cell::new(&w.config_map),
+                Cell::styled(&w.explanation, Some(w.state.role())),
+            ]
+        })
+        .collect();
+    out.push_str(&render(
+        &["WORKLOAD", "REVISION", "CONFIGMAP", "WHY"],
+        &rows,
+        palette,
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{ConfigMap, ConfigMapEnvSource, Container, EnvFromSource};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    use serde_json::json;
+
+    use super::*;
+    use crate::revisions::fixtures::*;
+    use crate::revisions::revisions_of;
+
+    const T: &str = "2026-01-01T00:00:00Z";
+
+    fn cms() -> Vec<ConfigMap> {
+        vec![
+            revision("app-aaaaaaaaaa", Some(1), T, &[]),
+            revision("app-bbbbbbbbbb", Some(2), T, &[]),
+            revision("app-cccccccccc", Some(3), T, &[]),
+        ]
+    }
+
+    fn spec(names: &[&str]) -> PodSpec {
+        PodSpec {
+            containers: vec![Container {
+                name: "app".into(),
+                env_from: Some(
+                    names
+                        .iter()
+                        .map(|n| EnvFromSource {
+                            config_map_ref: Some(ConfigMapEnvSource {
+                                name: n.to_string(),
+                                optional: None,
+                            }),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn deployment(name: &str, opted_in: Option<&str>, refs: &[&str]) -> Workload {
+        Workload {
+            kind: WorkloadKind::Deployment,
+            name: name.into(),
+            uid: format!("{name}-uid"),
+            labels: opted_in
+                .map(|v| BTreeMap::from([(labels::ENABLED.to_string(), v.to_string())]))
+                .unwrap_or_default(),
+            pod_spec: Some(spec(refs)),
+        }
+    }
+
+    fn ready_set(workloads: Vec<cmset_api::WorkloadStatus>) -> ConfigMapSet {
+        let mut s = set(Some("app-cccccccccc"), Some(3), workloads);
+        s.status.as_mut().unwrap().conditions = vec![Condition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            reason: "RolledOut".into(),
+            message: "every opted-in workload runs revision 3 or is pinned".into(),
+            observed_generation: Some(3),
+            last_transition_time: Time(T.parse().unwrap()),
+        }];
+        s
+    }
+
+    fn why(set: &ConfigMapSet, w: &Workload) -> Option<(State, String, Option<i64>, String)> {
+        let cms = cms();
+        let revs = revisions_of(set, &cms);
+        explain(set, &revs, w).map(|r| (r.state, r.config_map, r.revision, r.explanation))
+    }
+
+    #[test]
+    fn explanations_for_each_state() {
+        let set = ready_set(vec![
+            workload("Deployment", "web", "app-cccccccccc", WorkloadState::Current),
+            workload("Deployment", "old", "app-aaaaaaaaaa", WorkloadState::Pinned),
+            workload("Deployment", "late", "app-bbbbbbbbbb", WorkloadState::Pending),
+        ]);
+        let on = Some("true");
+        let cases = [
+            (
+                deployment("web", on, &["app-cccccccccc"]),
+                Some((
+                    State::Current,
+                    "app-cccccccccc",
+                    Some(3),
+                    "current (updated by cmset)",
+                )),
+            ),
+            (
+                deployment("old", on, &["app-aaaaaaaaaa"]),
+                Some((
+                    State::Pinned,
+                    "app-aaaaaaaaaa",
+                    Some(1),
+                    "pinned to revision 1 by a rollback; moves again when the set's content changes",
+                )),
+            ),
+            (
+                deployment("late", on, &["app-bbbbbbbbbb"]),
+                Some((
+                    State::Pending,
+                    "app-bbbbbbbbbb",
+                    Some(2),
+                    "pending: cmset is moving it to revision 3",
+                )),
+            ),
+            (
+                deployment("legacy", None, &["app"]),
+                Some((
+                    State::NotOptedIn,
+                    "app",
+                    None,
+                    "not opted in: label cmset.dev/enabled=true is missing; cmset does not manage it",
+                )),
+            ),
+            (
+                deployment("off", Some("false"), &["app-cccccccccc"]),
+                Some((
+                    State::NotOptedIn,
+                    "app-cccccccccc",
+                    Some(3),
+                    "not opted in: label cmset.dev/enabled is \"false\", not \"true\"; cmset does not manage it",
+                )),
+            ),
+            // A new opted-in workload naming the bare set: cmset is about to point it at a revision.
+            (
+                deployment("new", on, &["app"]),
+                Some((
+                    State::Pending,
+                    "app",
+                    None,
+                    "pending: cmset is moving it to revision 3",
+                )),
+            ),
+            // Other ConfigMaps, and sets whose names merely start the same, are not references.
+            (
+                deployment("other", on, &["app-config-dddddddddd", "unrelated"]),
+                None,
+            ),
+        ];
+        for (w, want) in cases {
+            let got = why(&set, &w);
+            let want = want.map(|(s, c, n, e)| (s, c.to_string(), n, e.to_string()));
+            assert_eq!(got, want, "{}", w.name);
+        }
+    }
+
+    #[test]
+    fn a_lagging_record_is_replaced_by_cmsets_rule() {
+        // The status still says `web` is current, but a rollback just named revision 1; the record of the
+        // rollout (rolledOut = current) shows it is a rollback: pinned.
+        let mut entry = workload("Deployment", "web", "app-cccccccccc", WorkloadState::Current);
+        entry.rolled_out = Some("app-cccccccccc".into());
+        let set = ready_set(vec![entry]);
+        let w = deployment("web", Some("true"), &["app-aaaaaaaaaa"]);
+        assert_eq!(why(&set, &w).unwrap().0, State::Pinned);
+        // Without that record, cmset would move it: pending.
+        let set = ready_set(vec![]);
+        assert_eq!(why(&set, &w).unwrap().0, State::Pending);
+        // A reference to a pruned revision (no ConfigMap, not in history) is still recognised.
+        let w = deployment("web", Some("true"), &["app-dddddddddd"]);
+        let (state, cm, number, _) = why(&set, &w).unwrap();
+        assert_eq!(
+            (state, cm.as_str(), number),
+            (State::Pending, "app-dddddddddd", None)
+        );
+    }
+
+    #[test]
+    fn a_set_without_status() {
+        let mut set = ready_set(vec![]);
+        set.status = None;
+        let w = deployment("web", Some("true"), &["app"]);
+        let cms = cms();
+        let revs = revisions_of(&set, &cms);
+        let r = explain(&set, &revs, &w).unwrap();
+        assert_eq!(r.state, State::Pending);
+        assert_eq!(r.explanation, "pending: the set has no current revision yet");
+        let report = status_report(&set, &revs, &[w]);
+        assert!(report.status_behind_spec);
+        let text = render_text(&report, Palette::PLAIN);
+        assert!(text.contains("Current:      none yet\n"), "{text}");
+        assert!(
+            text.contains("Ready:        unknown: no Ready condition yet\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Generation:   3, observed none: status is behind the spec\n"),
+            "{text}"
+        );
+    }
+
+    fn full_report() -> StatusReport {
+        let set = ready_set(vec![
+            workload("Deployment", "web", "app-cccccccccc", WorkloadState::Current),
+            workload("StatefulSet", "db", "app-aaaaaaaaaa", WorkloadState::Pinned),
+        ]);
+        let mut db = deployment("db", Some("true"), &["app-aaaaaaaaaa"]);
+        db.kind = WorkloadKind::StatefulSet;
+        db.uid = "db-uid".into();
+        let workloads = [
+            db,
+            deployment("web", Some("true"), &["app-cccccccccc"]),
+            deployment("legacy", None, &["app"]),
+            deployment("unrelated", Some("true"), &["other"]),
+        ];
+        let cms = cms();
+        status_report(&set, &revisions_of(&set, &cms), &workloads)
+    }
+
+    #[test]
+    fn text() {
+        let text = render_text(&full_report(), Palette::PLAIN);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "ConfigMapSet: app (namespace demo)");
+        assert_eq!(lines[1], "Current:      revision 3, ConfigMap app-cccccccccc");
+        assert_eq!(
+            lines[2],
+            "Ready:        True (RolledOut): every opted-in workload runs revision 3 or is pinned"
+        );
+        assert_eq!(lines[3], "Generation:   3, observed 3");
+        assert_eq!(lines[4], "");
+        assert_eq!(
+            lines[5..].join("\n"),
+            "\
+WORKLOAD            REVISION   CONFIGMAP        WHY
+Deployment/legacy   -          app              not opted in: label cmset.dev/enabled=true is missing; cmset does not manage it
+Deployment/web      3          app-cccccccccc   current (updated by cmset)
+StatefulSet/db      1          app-aaaaaaaaaa   pinned to revision 1 by a rollback; moves again when the set's content changes"
+        );
+        let coloured = render_text(&full_report(), Palette::COLOR);
+        assert!(coloured.contains("\u{1b}[32mcurrent (updated by cmset)\u{1b}[0m"));
+        assert!(coloured.contains("\u{1b}[32mTrue (RolledOut)"));
+        assert!(!crate::style::has_escapes(&text));
+    }
+
+    #[test]
+    fn status_behind_spec_is_said() {
+        let mut set = ready_set(vec![]);
+        set.metadata.generation = Some(4);
+        let report = status_report(&set, &[], &[]);
+        assert!(report.status_behind_spec);
+        let text = render_text(&report, Palette::PLAIN);
+        assert!(
+            text.contains("Generation:   4, observed 3: status is behind the spec\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("No Deployment, StatefulSet or DaemonSet in namespace demo references app.\n")
+        );
+    }
+
+    #[test]
+    fn json_shape() {
+        let value = serde_json::to_value(full_report()).unwrap();
+        assert_eq!(value["set"], "app");
+        assert_eq!(value["namespace"], "demo");
+        assert_eq!(value["generation"], 3);
+        assert_eq!(value["observedGeneration"], 3);
+        assert_eq!(value["statusBehindSpec"], false);
+        assert_eq!(
+            value["currentRevision"],
+            json!({"configMap": "app-cccccccccc", "revision": 3})
+        );
+        assert_eq!(value["ready"]["status"], "True");
+        assert_eq!(value["ready"]["reason"], "RolledOut");
+        assert_eq!(
+            value["workloads"][0],
+            json!({
+                "kind": "Deployment",
+                "name": "legacy",
+                "optedIn": false,
+                "configMap": "app",
+                "revision": null,
+                "state": "notOptedIn",
+                "explanation": "not opted in: label cmset.dev/enabled=true is missing; cmset does not manage it",
+            })
+        );
+        let states: Vec<&str> = value["workloads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["state"].as_str().unwrap())
+            .collect();
+        assert_eq!(states, ["notOptedIn", "current", "pinned"]);
+    }
+
+    #[test]
+    fn selecting_one_workload() {
+        let mut r = full_report();
+        select(&mut r, "web").unwrap();
+        assert_eq!(r.workloads.len(), 1);
+        let mut r = full_report();
+        select(&mut r, "sts/db").unwrap();
+        assert_eq!(r.workloads[0].kind, "StatefulSet");
+        let mut r = full_report();
+        assert!(
+            select(&mut r, "Deployment/db")
+                .unwrap_err()
+                .contains("no Deployment, StatefulSet")
+        );
+        let mut r = full_report();
+        assert!(
+            select(&mut r, "pod/web")
+                .unwrap_err()
+                .contains("unknown workload kind")
+        );
+    }
+}

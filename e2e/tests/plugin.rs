@@ -1,0 +1,447 @@
+//! `kubectl cmset`, the plugin for people who inspect, run as a person would run it: the built binary,
+//! the admin kubeconfig, output into a pipe. A set goes through three contents while an opted-in
+//! Deployment follows it and a Deployment without the opt-in label merely references it; then the
+//! opted-in one is rolled back. `history`, `diff` and `status` must tell that story.
+//!
+//! The binary comes from `CMSET_PLUGIN_BIN`, else it sits next to this test's own target directory
+//! (`target/debug/kubectl-cmset`): build it first with `cargo build -p kubectl-cmset`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use cmset_e2e::cmset_api::labels;
+use cmset_e2e::k8s_openapi::api::apps::v1::Deployment;
+use cmset_e2e::kube::ResourceExt;
+use cmset_e2e::{Operator, TestNamespace, eventually};
+use serde_json::Value;
+
+const SET: &str = "app-config";
+
+fn set_yaml(version: &str, colour: &str, logo: bool) -> String {
+    let binary = if logo {
+        "    binaryData:\n      logo.png: iVBORw0KGgo=\n"
+    } else {
+        ""
+    };
+    format!(
+        r#"
+apiVersion: cmset.dev/v1alpha1
+kind: ConfigMapSet
+metadata:
+  name: {SET}
+spec:
+  template:
+    data:
+      APP_VERSION: "{version}"
+      app.properties: |
+        greeting=hello
+        colour={colour}
+        size=1
+{binary}"#
+    )
+}
+
+fn deployment_yaml(name: &str, opted_in: bool) -> String {
+    let labels = if opted_in {
+        "  labels:\n    cmset.dev/enabled: \"true\"\n"
+    } else {
+        ""
+    };
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+{labels}spec:
+  replicas: 1
+  selector:
+    matchLabels: {{app: {name}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+    spec:
+      containers:
+        - name: app
+          image: registry.k8s.io/pause:3.9
+          envFrom:
+            - configMapRef: {{name: {SET}, optional: true}}
+"#
+    )
+}
+
+fn plugin_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("CMSET_PLUGIN_BIN") {
+        return PathBuf::from(bin);
+    }
+    // This test runs from <target>/debug/deps/; the plugin is built into <target>/debug/.
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.join("kubectl-cmset")));
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/kubectl-cmset");
+    let bin = beside.filter(|b| b.exists()).unwrap_or(workspace);
+    assert!(
+        bin.exists(),
+        "{} does not exist: run `cargo build -p kubectl-cmset` first, or set CMSET_PLUGIN_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// One run of the plugin.
+#[derive(Debug)]
+struct Run {
+    stdout: String,
+    stderr: String,
+    code: i32,
+}
+
+/// Every standard output the plugin printed into a pipe, to check for escape sequences at the end.
+#[derive(Default)]
+struct Transcript {
+    piped: Vec<String>,
+}
+
+impl Transcript {
+    /// `kubectl cmset -n <ns> <args>` with standard output into a pipe, as in a script.
+    fn run(&mut self, ns: &TestNamespace, args: &[&str]) -> Run {
+        let out = Command::new(plugin_bin())
+            .args(["-n", &ns.name])
+            .args(args)
+            .env_remove("NO_COLOR")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run the plugin");
+        let run = Run {
+            stdout: String::from_utf8(out.stdout).expect("UTF-8 output"),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            code: out.status.code().expect("exited, not killed"),
+        };
+        if !args.iter().any(|a| a.starts_with("--color")) {
+            self.piped.push(run.stdout.clone());
+        }
+        run
+    }
+
+    /// Like [`Self::run`], and it must succeed with `code`.
+    fn expect(&mut self, ns: &TestNamespace, args: &[&str], code: i32) -> String {
+        let run = self.run(ns, args);
+        assert_eq!(
+            run.code,
+            code,
+            "kubectl cmset {}: stdout:\n{}\nstderr:\n{}",
+            args.join(" "),
+            run.stdout,
+            run.stderr
+        );
+        run.stdout
+    }
+
+    fn json(&mut self, ns: &TestNamespace, args: &[&str], code: i32) -> Value {
+        let out = self.expect(ns, args, code);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}"))
+    }
+}
+
+/// The rows of a table printed by the plugin, as column → value. Columns are cut at the positions of
+/// the header's words (values may be empty or hold single spaces, as "USED BY" does).
+fn parse_table(out: &str) -> Vec<BTreeMap<String, String>> {
+    let mut lines = out.lines();
+    let header = lines.next().expect("a header line");
+    // A column starts at the beginning and after every run of two or more spaces (the plugin puts three
+    // between columns; a header like "USED BY" holds one).
+    let starts: Vec<usize> = header
+        .char_indices()
+        .filter(|&(i, c)| i == 0 || (c != ' ' && header[..i].ends_with("  ")))
+        .map(|(i, _)| i)
+        .collect();
+    let names: Vec<String> = starts
+        .iter()
+        .enumerate()
+        .map(|(k, &s)| {
+            let end = starts.get(k + 1).copied().unwrap_or(header.len());
+            header[s..end].trim().to_string()
+        })
+        .collect();
+    lines
+        .map(|line| {
+            starts
+                .iter()
+                .enumerate()
+                .map(|(k, &s)| {
+                    let end = starts.get(k + 1).copied().unwrap_or(line.len()).min(line.len());
+                    let cell = line.get(s.min(line.len())..end).unwrap_or_default();
+                    (names[k].clone(), cell.trim().to_string())
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The revision ConfigMaps of the set by number.
+async fn revisions_by_number(ns: &TestNamespace) -> BTreeMap<i64, String> {
+    ns.revisions(SET)
+        .await
+        .iter()
+        .filter_map(|cm| {
+            Some((
+                cm.annotations().get(labels::REVISION)?.parse().ok()?,
+                cm.name_any(),
+            ))
+        })
+        .collect()
+}
+
+fn template_names(d: &Deployment) -> Vec<String> {
+    d.spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
+        .env_from
+        .iter()
+        .flatten()
+        .filter_map(|e| Some(e.config_map_ref.as_ref()?.name.clone()))
+        .collect()
+}
+
+/// Applies content `n` and waits until it is revision `n`, `web` runs it and its rollout is done.
+async fn roll_to(ns: &TestNamespace, n: i64, yaml: &str) -> String {
+    ns.apply(yaml);
+    let name = eventually(&format!("revision {n} to be current"), || async {
+        let status = ns.set(SET).await.status?;
+        (status.revision == Some(n)).then_some(status.current_revision?)
+    })
+    .await;
+    eventually(&format!("web to name revision {n}"), || async {
+        (template_names(&ns.deployment("web").await) == [name.clone()]).then_some(())
+    })
+    .await;
+    ns.kubectl(&["rollout", "status", "deployment/web", "--timeout=90s"]);
+    name
+}
+
+#[tokio::test]
+async fn the_plugin_tells_the_story_of_a_set() {
+    let ns = TestNamespace::new("plugin").await;
+    let _operator = Operator::start(&ns.name).await;
+    let mut t = Transcript::default();
+
+    ns.apply(&deployment_yaml("web", true));
+    ns.apply(&deployment_yaml("legacy", false));
+    let v1 = roll_to(&ns, 1, &set_yaml("1", "blue", false)).await;
+    let alone = t.run(&ns, &["diff", SET]);
+    assert_eq!(alone.code, 2, "{alone:?}");
+    assert!(
+        alone.stderr.contains(&format!(
+            "configmapset \"{SET}\" has only one revision, revision 1 ({v1}): there is nothing to compare it with"
+        )),
+        "{alone:?}"
+    );
+    let v2 = roll_to(&ns, 2, &set_yaml("2", "red", false)).await;
+    let v3 = roll_to(&ns, 3, &set_yaml("3", "red", true)).await;
+    assert_eq!(
+        revisions_by_number(&ns).await,
+        BTreeMap::from([(1, v1.clone()), (2, v2.clone()), (3, v3.clone())])
+    );
+
+    // history: three rows, newest first, the current one marked, and what uses each. The ReplicaSets
+    // become owners of the revisions they name shortly after they appear.
+    let rows = eventually("history to show the ReplicaSets using each revision", || {
+        let out = t.expect(&ns, &["history", SET], 0);
+        async move {
+            let rows = parse_table(&out);
+            let uses_rs = |r: &BTreeMap<String, String>| r["USED BY"].contains("ReplicaSet/web-");
+            (rows.len() == 3 && rows.iter().all(uses_rs)).then_some(rows)
+        }
+    })
+    .await;
+    let column = |name: &str| rows.iter().map(|r| r[name].clone()).collect::<Vec<_>>();
+    assert_eq!(column("REVISION"), ["3", "2", "1"]);
+    assert_eq!(column("CONFIGMAP"), [v3.clone(), v2.clone(), v1.clone()]);
+    assert_eq!(column("CURRENT"), ["*", "", ""]);
+    assert!(
+        rows[0]["USED BY"].starts_with("Deployment/web, ReplicaSet/web-"),
+        "{rows:?}"
+    );
+    assert!(!rows[1]["USED BY"].contains("Deployment/"), "{rows:?}");
+    assert!(rows.iter().all(|r| !r["AGE"].is_empty()), "{rows:?}");
+
+    let history = t.json(&ns, &["history", SET, "-o", "json"], 0);
+    let history = history.as_array().expect("a list");
+    assert_eq!(history.len(), 3);
+    for field in ["revision", "configMap", "created", "age", "current", "usedBy"] {
+        assert!(
+            history.iter().all(|r| r.get(field).is_some()),
+            "{field} in {history:?}"
+        );
+    }
+    assert_eq!(history[0]["revision"], 3);
+    assert_eq!(history[0]["configMap"], v3.as_str());
+    assert_eq!(history[0]["current"], true);
+    assert_eq!(history[1]["current"], false);
+    let used_by = history[0]["usedBy"].as_array().unwrap();
+    assert_eq!(used_by[0], "Deployment/web");
+    assert!(
+        used_by
+            .iter()
+            .any(|u| u.as_str().unwrap().starts_with("ReplicaSet/web-"))
+    );
+    let yaml = t.expect(&ns, &["history", SET, "-o", "yaml"], 0);
+    assert!(yaml.starts_with("- revision: 3\n"), "{yaml}");
+
+    // diff, by default the previous revision against the current one: the changed key and the added
+    // binary key (summarised, never printed); exit status 1 because they differ.
+    let diff = t.expect(&ns, &["diff", SET], 1);
+    assert!(
+        diff.starts_with(&format!("--- {v2} (revision 2)\n+++ {v3} (revision 3)\n")),
+        "{diff}"
+    );
+    assert!(diff.contains("@@ APP_VERSION: changed @@\n-2\n+3\n"), "{diff}");
+    assert!(
+        diff.contains("@@ logo.png: added (binary) @@\n+binary, 8 bytes, sha256 "),
+        "{diff}"
+    );
+    assert!(
+        !diff.contains("app.properties"),
+        "unchanged keys are not shown: {diff}"
+    );
+
+    let diff = t.expect(&ns, &["diff", SET, "1", "3"], 1);
+    assert!(
+        diff.starts_with(&format!("--- {v1} (revision 1)\n+++ {v3} (revision 3)\n")),
+        "{diff}"
+    );
+    assert!(diff.contains("@@ APP_VERSION: changed @@\n-1\n+3\n"), "{diff}");
+    assert!(
+        diff.contains("@@ app.properties: changed @@\n greeting=hello\n-colour=blue\n+colour=red\n size=1\n"),
+        "multi-line values are diffed line by line: {diff}"
+    );
+    // By ConfigMap name, and a revision against itself: identical, exit status 0, nothing printed.
+    assert_eq!(t.expect(&ns, &["diff", SET, &v1, "3"], 1), diff);
+    assert_eq!(t.expect(&ns, &["diff", SET, "2", &v2], 0), "");
+
+    let report = t.json(&ns, &["diff", SET, "-o", "json"], 1);
+    assert_eq!(report["from"]["revision"], 2);
+    assert_eq!(report["to"]["configMap"], v3.as_str());
+    assert_eq!(report["identical"], false);
+    let keys: Vec<&str> = report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["APP_VERSION", "logo.png"]);
+    assert_eq!(report["changes"][1]["to"]["binary"]["size"], 8);
+
+    // Mistakes get a clear message and exit status 2.
+    let unknown = t.run(&ns, &["diff", SET, "9"]);
+    assert_eq!(unknown.code, 2);
+    assert!(
+        unknown.stderr.contains(&format!(
+            "configmapset \"{SET}\" has no revision \"9\"; it has revision 3 ({v3})"
+        )),
+        "{unknown:?}"
+    );
+    let missing = t.run(&ns, &["history", "no-such-set"]);
+    assert_eq!(missing.code, 2);
+    assert!(
+        missing.stderr.contains(&format!(
+            "configmapset \"no-such-set\" not found in namespace \"{}\"",
+            ns.name
+        )),
+        "{missing:?}"
+    );
+
+    // status: the set, and each workload with the reason it runs what it runs.
+    let status = t.expect(&ns, &["status", SET], 0);
+    assert!(
+        status.contains(&format!("Current:      revision 3, ConfigMap {v3}\n")),
+        "{status}"
+    );
+    assert!(status.contains("Ready:        True ("), "{status}");
+    assert!(!status.contains("status is behind the spec"), "{status}");
+    let table = status
+        .split("\n\n")
+        .nth(1)
+        .expect("a table after the set's fields");
+    let by_workload: BTreeMap<String, BTreeMap<String, String>> = parse_table(table)
+        .into_iter()
+        .map(|r| (r["WORKLOAD"].clone(), r))
+        .collect();
+    assert_eq!(
+        by_workload.keys().collect::<Vec<_>>(),
+        ["Deployment/legacy", "Deployment/web"]
+    );
+    assert_eq!(by_workload["Deployment/web"]["WHY"], "current (updated by cmset)");
+    assert_eq!(by_workload["Deployment/web"]["REVISION"], "3");
+    assert_eq!(
+        by_workload["Deployment/legacy"]["WHY"],
+        "not opted in: label cmset.dev/enabled=true is missing; cmset does not manage it"
+    );
+    assert_eq!(by_workload["Deployment/legacy"]["CONFIGMAP"], SET);
+
+    let report = t.json(&ns, &["status", SET, "-o", "json"], 0);
+    assert_eq!(report["set"], SET);
+    assert_eq!(report["namespace"], ns.name.as_str());
+    assert_eq!(report["statusBehindSpec"], false);
+    assert_eq!(report["currentRevision"]["revision"], 3);
+    assert_eq!(report["ready"]["status"], "True");
+    let states: Vec<(&str, &str, bool)> = report["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["name"].as_str().unwrap(),
+                w["state"].as_str().unwrap(),
+                w["optedIn"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [("legacy", "notOptedIn", false), ("web", "current", true)]
+    );
+
+    // A rollback pins `web` to revision 2, and `why` says so.
+    ns.kubectl(&["rollout", "undo", "deployment/web"]);
+    ns.kubectl(&["rollout", "status", "deployment/web", "--timeout=90s"]);
+    let why = eventually("status to explain the rollback", || {
+        let out = t.expect(&ns, &["why", SET, "deploy/web"], 0);
+        async move { out.contains("pinned to revision 2").then_some(out) }
+    })
+    .await;
+    let rows = parse_table(why.split("\n\n").nth(1).unwrap());
+    assert_eq!(rows.len(), 1, "only the workload asked about: {why}");
+    assert_eq!(
+        rows[0]["WHY"],
+        "pinned to revision 2 by a rollback; moves again when the set's content changes"
+    );
+    assert_eq!(rows[0]["CONFIGMAP"], v2);
+    let web = t.json(&ns, &["why", SET, "deployment/web", "-o", "json"], 0);
+    assert_eq!(web["workloads"][0]["state"], "pinned");
+    assert_eq!(web["workloads"][0]["revision"], 2);
+    let history = t.expect(&ns, &["history", SET], 0);
+    let rows = parse_table(&history);
+    assert!(rows[1]["USED BY"].starts_with("Deployment/web"), "{history}");
+    assert!(!rows[0]["USED BY"].contains("Deployment/"), "{history}");
+
+    // Into a pipe, nothing is coloured; asked to, it is.
+    assert!(t.piped.len() > 10);
+    for out in &t.piped {
+        assert!(
+            !out.contains('\u{1b}'),
+            "an escape sequence in piped output:\n{out}"
+        );
+    }
+    let coloured = t.expect(&ns, &["diff", SET, "1", "3", "--color=always"], 1);
+    assert!(
+        coloured.contains("\u{1b}[31m-colour=blue\u{1b}[0m"),
+        "{coloured:?}"
+    );
+}
