@@ -22,6 +22,8 @@ pub use cmset_api;
 pub use k8s_openapi;
 pub use kube;
 
+pub mod fixtures;
+
 /// How long the tests wait for the cluster to converge before failing.
 pub const CONVERGE: Duration = Duration::from_secs(60);
 

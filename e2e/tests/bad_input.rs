@@ -4,83 +4,40 @@
 //! Warning event, while nothing else changes: no revision is stamped, opted-in workloads stay where they
 //! are. Fixing the spec recovers.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
-use cmset_e2e::k8s_openapi::api::apps::v1::Deployment;
+use cmset_e2e::fixtures::{
+    Reads, Template, deployment_yaml, set_ready, set_yaml, set_yaml_with, template_names, wait_names,
+};
 use cmset_e2e::kube::ResourceExt;
 use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name, stays};
 use serde_json::Value;
 
-/// A set with the given `data` (and optionally `binaryData`) entries, as YAML flow-mapping bodies.
-fn set_yaml(data: &str, binary_data: Option<&str>, history_limit: &str) -> String {
-    let binary = binary_data
-        .map(|b| format!("\n    binaryData: {{{b}}}"))
-        .unwrap_or_default();
-    format!(
-        r#"
+/// A valid spec: `A: <version>`.
+fn valid(version: &str) -> String {
+    set_yaml("app-config", &[("A", version)], Some(10))
+}
+
+/// A set with a value that is not a string: the one spec [`set_yaml`] cannot write.
+const INTEGER_VALUE: &str = r#"
 apiVersion: cmset.dev/v1alpha1
 kind: ConfigMapSet
 metadata:
   name: app-config
 spec:
-  revisionHistoryLimit: {history_limit}
+  revisionHistoryLimit: 10
   template:
-    data: {{{data}}}{binary}
-"#
-    )
-}
-
-fn valid(version: &str) -> String {
-    set_yaml(&format!("A: \"{version}\""), None, "10")
-}
-
-const DEPLOYMENT: &str = r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-  labels:
-    cmset.dev/enabled: "true"
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {app: web}
-  template:
-    metadata:
-      labels: {app: web}
-    spec:
-      containers:
-        - name: app
-          image: registry.k8s.io/pause:3.9
-          envFrom:
-            - configMapRef: {name: app-config}
+    data: {A: "1", count: 1}
 "#;
-
-fn env_from(d: &Deployment) -> String {
-    let spec = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
-    spec.containers[0].env_from.as_ref().unwrap()[0]
-        .config_map_ref
-        .as_ref()
-        .unwrap()
-        .name
-        .clone()
-}
 
 /// The first revision is stamped and the opted-in Deployment runs it. Returns its name.
 async fn start(ns: &TestNamespace) -> String {
     let v1 = kustomize_name("app-config", &[("A", "1")]);
     ns.apply(&valid("1"));
-    ns.apply(DEPLOYMENT);
-    eventually("the Deployment to name the first revision", || async {
-        (env_from(&ns.deployment("web").await) == v1).then_some(())
-    })
-    .await;
-    ns.kubectl(&[
-        "wait",
-        "--for=condition=Ready",
-        "cmset/app-config",
-        "--timeout=60s",
-    ]);
+    ns.apply(&deployment_yaml("web", &[Reads::EnvFrom("app-config")]));
+    wait_names(ns, "web", &[&v1]).await;
+    set_ready(ns, "app-config").await;
     v1
 }
 
@@ -109,11 +66,13 @@ fn warnings(ns: &TestNamespace, reason: &str) -> Vec<(String, i64)> {
 /// Deployment stays on it.
 async fn nothing_changes(ns: &TestNamespace, v1: &str) {
     let only_v1 = vec![v1.to_string()];
+    let names_v1 = BTreeSet::from([v1.to_string()]);
     stays(
         "no new revision and the Deployment stays on the first revision",
         Duration::from_secs(3),
         || async {
-            ns.revision_names("app-config").await == only_v1 && env_from(&ns.deployment("web").await) == v1
+            ns.revision_names("app-config").await == only_v1
+                && template_names(&ns.deployment("web").await) == names_v1
         },
     )
     .await;
@@ -176,10 +135,7 @@ async fn warned(ns: &TestNamespace, message: &str, nth: i64) -> Result<(), Strin
 async fn recovers(ns: &TestNamespace, apply: impl Fn(&str)) {
     let v2 = kustomize_name("app-config", &[("A", "2")]);
     apply(&valid("2"));
-    eventually("the Deployment to move to the second revision", || async {
-        (env_from(&ns.deployment("web").await) == v2).then_some(())
-    })
-    .await;
+    wait_names(ns, "web", &[&v2]).await;
     let set = eventually("the set to be Ready on the second revision", || async {
         let set = ns.set("app-config").await;
         let status = set.status.as_ref()?;
@@ -216,13 +172,13 @@ async fn schema_violations_are_refused_by_the_api_server() {
     let cases = [
         (
             "a negative revisionHistoryLimit",
-            set_yaml("A: \"1\"", None, "-1"),
+            set_yaml("app-config", &[("A", "1")], Some(-1)),
             "spec.revisionHistoryLimit: Invalid value: -1: spec.revisionHistoryLimit in body should be \
              greater than or equal to 0",
         ),
         (
             "an integer data value",
-            set_yaml("A: \"1\", count: 1", None, "10"),
+            INTEGER_VALUE.to_string(),
             "spec.template.data.count: Invalid value: \"integer\": spec.template.data.count in body must be of \
              type string: \"integer\"",
         ),
@@ -259,13 +215,17 @@ async fn keys_with_a_space_or_a_slash_are_reported() {
     let v1 = start(&ns).await;
     const KEY_FORM: &str = "key must consist of alphanumeric characters, '-', '_' or '.'";
 
-    ns.apply(&set_yaml("A: \"1\", \"bad key\": \"x\"", None, "10"));
+    ns.apply(&set_yaml("app-config", &[("A", "1"), ("bad key", "x")], Some(10)));
     let message = reported(&ns, r#"spec.template.data["bad key"]"#, KEY_FORM).await;
     let space_event = warned(&ns, &message, 1).await;
     nothing_changes(&ns, &v1).await;
 
     // Another bad key: another problem, so another warning, naming it.
-    ns.apply(&set_yaml("A: \"1\", \"dir/file\": \"x\"", None, "10"));
+    ns.apply(&set_yaml(
+        "app-config",
+        &[("A", "1"), ("dir/file", "x")],
+        Some(10),
+    ));
     let message = reported(&ns, r#"spec.template.data["dir/file"]"#, KEY_FORM).await;
     let slash_event = warned(&ns, &message, 2).await;
     nothing_changes(&ns, &v1).await;
@@ -289,7 +249,11 @@ async fn a_key_in_both_data_and_binary_data_is_reported() {
     let v1 = start(&ns).await;
 
     // The CRD's CEL rule would refuse this on a newer server; v1.20 drops it, so cmset reports it.
-    ns.apply(&set_yaml("A: \"1\"", Some("A: aGVsbG8="), "10"));
+    let binary_data = Template {
+        binary_data: &[("A", "aGVsbG8=")],
+        ..Template::default()
+    };
+    ns.apply(&set_yaml_with("app-config", &[("A", "1")], Some(10), binary_data));
     let message = reported(
         &ns,
         r#"spec.template.data["A"]"#,
@@ -313,7 +277,7 @@ async fn content_over_one_mebibyte_is_refused_or_reported() {
     let _operator = Operator::start(&ns.name).await;
     let v1 = start(&ns).await;
     let big = "x".repeat(1_100_000);
-    let yaml = set_yaml(&format!("A: \"1\", big: \"{big}\""), None, "10");
+    let yaml = set_yaml("app-config", &[("A", "1"), ("big", &big)], Some(10));
 
     // `kubectl apply` (client-side) copies the whole object into the last-applied-configuration
     // annotation, and the API server refuses annotations over 256 KiB before anything else.

@@ -5,64 +5,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use cmset_e2e::k8s_openapi::api::core::v1::{ConfigMap, PodSpec};
+use cmset_e2e::fixtures::{
+    DeploymentYaml, Reads, app_config_revision, app_config_yaml, configmap_names, live_pods,
+    replica_set_names, rollout_status, wait_names,
+};
+use cmset_e2e::k8s_openapi::api::core::v1::ConfigMap;
 use cmset_e2e::kube::ResourceExt;
-use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name, stays};
+use cmset_e2e::{Operator, TestNamespace, eventually, stays};
 
 fn set_yaml(version: u32) -> String {
-    format!(
-        r#"
-apiVersion: cmset.dev/v1alpha1
-kind: ConfigMapSet
-metadata:
-  name: app-config
-spec:
-  template:
-    data:
-      APP_VERSION: "{version}"
-"#
-    )
-}
-
-const DEPLOYMENT: &str = r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-  labels:
-    cmset.dev/enabled: "true"
-spec:
-  replicas: 2
-  selector:
-    matchLabels: {app: web}
-  template:
-    metadata:
-      labels: {app: web}
-    spec:
-      containers:
-        - name: app
-          image: registry.k8s.io/pause:3.9
-          envFrom:
-            - configMapRef: {name: app-config}
-          volumeMounts:
-            - {name: config, mountPath: /etc/app}
-      volumes:
-        - name: config
-          configMap: {name: app-config}
-"#;
-
-fn configmap_names(spec: &PodSpec) -> BTreeSet<String> {
-    let env = spec
-        .containers
-        .iter()
-        .flat_map(|c| c.env_from.iter().flatten())
-        .filter_map(|e| e.config_map_ref.as_ref().map(|r| r.name.clone()));
-    let volumes = spec
-        .volumes
-        .iter()
-        .flatten()
-        .filter_map(|v| v.config_map.as_ref().map(|c| c.name.clone()));
-    env.chain(volumes).collect()
+    app_config_yaml(&version.to_string(), None)
 }
 
 /// A cheap pseudo-random delay (the tests need variety, not cryptography).
@@ -80,7 +32,14 @@ async fn killed_at_random_moments_the_operator_converges_with_nothing_lost() {
     eprintln!("crash test seed {seed}");
     let mut operator = Operator::start(&ns.name).await;
     ns.apply(&set_yaml(1));
-    ns.apply(DEPLOYMENT);
+    ns.apply(
+        &DeploymentYaml::new(
+            "web",
+            &[Reads::EnvFrom("app-config"), Reads::Volume("app-config")],
+        )
+        .replicas(2)
+        .yaml(),
+    );
     for version in 2..=7 {
         ns.apply(&set_yaml(version));
         tokio::time::sleep(random_delay(&mut seed)).await;
@@ -88,14 +47,9 @@ async fn killed_at_random_moments_the_operator_converges_with_nothing_lost() {
         tokio::time::sleep(random_delay(&mut seed)).await;
         operator.restart().await;
     }
-    let last = kustomize_name("app-config", &[("APP_VERSION", "7")]);
-    eventually("the Deployment to reach the last version", || async {
-        let d = ns.deployment("web").await;
-        (configmap_names(d.spec.as_ref()?.template.spec.as_ref()?) == BTreeSet::from([last.clone()]))
-            .then_some(())
-    })
-    .await;
-    ns.kubectl(&["rollout", "status", "deployment/web", "--timeout=90s"]);
+    let last = app_config_revision("7");
+    wait_names(&ns, "web", &[&last]).await;
+    rollout_status(&ns, "deployment/web").await;
     eventually("the set to be ready on the last version", || async {
         let status = ns.set("app-config").await.status?;
         let ready = status
@@ -112,10 +66,7 @@ async fn killed_at_random_moments_the_operator_converges_with_nothing_lost() {
     let mut numbers = BTreeSet::new();
     for cm in &revisions {
         let version = cm.data.as_ref().unwrap()["APP_VERSION"].clone();
-        assert_eq!(
-            cm.name_any(),
-            kustomize_name("app-config", &[("APP_VERSION", &version)])
-        );
+        assert_eq!(cm.name_any(), app_config_revision(&version));
         assert!(
             contents.insert(version, cm.name_any()).is_none(),
             "two revisions hold the same content"
@@ -138,17 +89,7 @@ async fn killed_at_random_moments_the_operator_converges_with_nothing_lost() {
         .map(|c| c.name_any())
         .collect();
     for rs in ns.replica_sets().await {
-        let names = configmap_names(
-            rs.spec
-                .as_ref()
-                .unwrap()
-                .template
-                .as_ref()
-                .unwrap()
-                .spec
-                .as_ref()
-                .unwrap(),
-        );
+        let names = replica_set_names(&rs).expect("a pod template");
         // The very first ReplicaSet may name the bare set (made before cmset rewrote the template).
         for name in names.iter().filter(|n| *n != "app-config") {
             assert!(
@@ -158,12 +99,7 @@ async fn killed_at_random_moments_the_operator_converges_with_nothing_lost() {
             );
         }
     }
-    for pod in ns
-        .pods()
-        .await
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-    {
+    for pod in live_pods(&ns).await {
         for name in configmap_names(pod.spec.as_ref().unwrap()) {
             assert!(
                 existing.contains(&name),

@@ -6,37 +6,15 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use cmset_e2e::k8s_openapi::api::apps::v1::Deployment;
-use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name, stays};
-
-fn set_yaml(version: &str) -> String {
-    format!(
-        "apiVersion: cmset.dev/v1alpha1\nkind: ConfigMapSet\nmetadata:\n  name: app-config\nspec:\n  template:\n    data:\n      APP_VERSION: \"{version}\"\n"
-    )
-}
+use cmset_e2e::fixtures::{
+    Reads, app_config_revision, app_config_yaml, deployment_yaml, rollout_status, template_names, wait_names,
+};
+use cmset_e2e::{Operator, TestNamespace, eventually, stays};
 
 /// The manifest as it is in Git: it names the set, never a revision.
-const DEPLOYMENT: &str = r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-  labels:
-    cmset.dev/enabled: "true"
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {app: web}
-  template:
-    metadata:
-      labels: {app: web}
-    spec:
-      containers:
-        - name: app
-          image: registry.k8s.io/pause:3.9
-          envFrom:
-            - configMapRef: {name: app-config}
-"#;
+fn manifest() -> String {
+    deployment_yaml("web", &[Reads::EnvFrom("app-config")])
+}
 
 /// The webhook registration for this test's namespace only, pointing at this test's operator.
 fn webhook_yaml(name: &str, namespace: &str, port: u16, ca: &str) -> String {
@@ -84,22 +62,6 @@ impl Drop for Registration {
     }
 }
 
-fn envfrom(d: &Deployment) -> BTreeSet<String> {
-    d.spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers[0]
-        .env_from
-        .iter()
-        .flatten()
-        .filter_map(|e| e.config_map_ref.as_ref().map(|r| r.name.clone()))
-        .collect()
-}
-
 /// A sync as Argo CD and Flux do it: server-side apply under their own manager, forcing ownership.
 fn gitops_apply(ns: &TestNamespace) {
     ns.try_kubectl(
@@ -111,7 +73,7 @@ fn gitops_apply(ns: &TestNamespace) {
             "-f",
             "-",
         ],
-        Some(DEPLOYMENT),
+        Some(&manifest()),
     )
     .unwrap_or_else(|e| panic!("the GitOps re-apply must succeed: {e}"));
 }
@@ -146,8 +108,8 @@ async fn a_gitops_tool_reapplying_its_manifest_converges_without_ping_pong() {
         &ca,
     ));
 
-    ns.apply(&set_yaml("1"));
-    let v1 = kustomize_name("app-config", &[("APP_VERSION", "1")]);
+    ns.apply(&app_config_yaml("1", None));
+    let v1 = app_config_revision("1");
     eventually("the set to be ready", || async {
         let ready = ns
             .set("app-config")
@@ -164,12 +126,12 @@ async fn a_gitops_tool_reapplying_its_manifest_converges_without_ping_pong() {
     gitops_apply(&ns);
     let created = ns.deployment("web").await;
     assert_eq!(
-        envfrom(&created),
+        template_names(&created),
         BTreeSet::from([v1.clone()]),
         "rewritten at admission"
     );
     assert_eq!(created.metadata.generation, Some(1));
-    ns.kubectl(&["rollout", "status", "deployment/web", "--timeout=90s"]);
+    rollout_status(&ns, "deployment/web").await;
     let replica_sets = ns.replica_sets().await;
     assert_eq!(replica_sets.len(), 1, "no ReplicaSet for the bare name");
 
@@ -181,23 +143,20 @@ async fn a_gitops_tool_reapplying_its_manifest_converges_without_ping_pong() {
         Some(1),
         "no new generation, no rollout"
     );
-    assert_eq!(envfrom(&after), BTreeSet::from([v1.clone()]));
+    assert_eq!(template_names(&after), BTreeSet::from([v1.clone()]));
     assert_eq!(ns.replica_sets().await.len(), 1);
 
     // The config changes; cmset rolls the Deployment once; the next sync changes nothing again.
-    ns.apply(&set_yaml("2"));
-    let v2 = kustomize_name("app-config", &[("APP_VERSION", "2")]);
-    eventually("web rolled to v2", || async {
-        (envfrom(&ns.deployment("web").await) == BTreeSet::from([v2.clone()])).then_some(())
-    })
-    .await;
-    ns.kubectl(&["rollout", "status", "deployment/web", "--timeout=90s"]);
+    ns.apply(&app_config_yaml("2", None));
+    let v2 = app_config_revision("2");
+    wait_names(&ns, "web", &[&v2]).await;
+    rollout_status(&ns, "deployment/web").await;
     let rolled = ns.deployment("web").await.metadata.generation;
     // An applier that does not force is told that cmset now manages that list, and nothing changes.
     let refused = ns
         .try_kubectl(
             &["apply", "--server-side", "--field-manager=gitops", "-f", "-"],
-            Some(DEPLOYMENT),
+            Some(&manifest()),
         )
         .expect_err("an unforced apply of a field cmset manages is a conflict");
     assert!(
@@ -216,7 +175,7 @@ async fn a_gitops_tool_reapplying_its_manifest_converges_without_ping_pong() {
         Duration::from_secs(3),
         || async {
             let d = ns.deployment("web").await;
-            d.metadata.generation == rolled && envfrom(&d) == BTreeSet::from([v2.clone()])
+            d.metadata.generation == rolled && template_names(&d) == BTreeSet::from([v2.clone()])
         },
     )
     .await;

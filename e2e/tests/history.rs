@@ -4,81 +4,38 @@
 
 use std::collections::BTreeSet;
 
-use cmset_e2e::k8s_openapi::api::apps::v1::Deployment;
-use cmset_e2e::k8s_openapi::api::core::v1::{ConfigMap, PodSpec};
+use cmset_e2e::fixtures::{
+    DeploymentYaml, Reads, app_config_revision, app_config_yaml, replica_set_names, rollout_status,
+    template_names, wait_names,
+};
+use cmset_e2e::k8s_openapi::api::core::v1::ConfigMap;
 use cmset_e2e::kube::ResourceExt;
-use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name};
+use cmset_e2e::{Operator, TestNamespace, eventually};
 
 fn set_yaml(version: &str, limit: i32) -> String {
-    format!(
-        r#"
-apiVersion: cmset.dev/v1alpha1
-kind: ConfigMapSet
-metadata:
-  name: app-config
-spec:
-  revisionHistoryLimit: {limit}
-  template:
-    data:
-      APP_VERSION: "{version}"
-"#
-    )
+    app_config_yaml(version, Some(limit))
 }
 
+/// Web reads APP_VERSION through `env` `valueFrom` and keeps `history_limit` old ReplicaSets.
 fn deployment_yaml(history_limit: i32) -> String {
-    format!(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-  labels:
-    cmset.dev/enabled: "true"
-spec:
-  replicas: 1
-  revisionHistoryLimit: {history_limit}
-  selector:
-    matchLabels: {{app: web}}
-  template:
-    metadata:
-      labels: {{app: web}}
-    spec:
-      containers:
-        - name: app
-          image: registry.k8s.io/pause:3.9
-          env:
-            - name: APP_VERSION
-              valueFrom:
-                configMapKeyRef: {{name: app-config, key: APP_VERSION}}
-"#
-    )
-}
-
-fn names(spec: &PodSpec) -> BTreeSet<String> {
-    spec.containers
-        .iter()
-        .flat_map(|c| c.env.iter().flatten())
-        .filter_map(|e| Some(e.value_from.as_ref()?.config_map_key_ref.as_ref()?.name.clone()))
-        .collect()
-}
-
-fn template_names(d: &Deployment) -> BTreeSet<String> {
-    names(d.spec.as_ref().unwrap().template.spec.as_ref().unwrap())
+    let reads = [Reads::EnvKey {
+        name: "app-config",
+        key: "APP_VERSION",
+    }];
+    DeploymentYaml::new("web", &reads)
+        .revision_history_limit(history_limit)
+        .yaml()
 }
 
 fn version_name(v: u32) -> String {
-    kustomize_name("app-config", &[("APP_VERSION", &v.to_string())])
+    app_config_revision(&v.to_string())
 }
 
 /// Applies version `v` of the set and waits until the Deployment has rolled out onto it.
 async fn roll_to(ns: &TestNamespace, v: u32, limit: i32) {
     ns.apply(&set_yaml(&v.to_string(), limit));
-    let want = BTreeSet::from([version_name(v)]);
-    eventually(&format!("web to name version {v}"), || async {
-        (template_names(&ns.deployment("web").await) == want).then_some(())
-    })
-    .await;
-    ns.kubectl(&["rollout", "status", "deployment/web", "--timeout=90s"]);
+    wait_names(ns, "web", &[&version_name(v)]).await;
+    rollout_status(ns, "deployment/web").await;
 }
 
 #[tokio::test]
@@ -143,9 +100,7 @@ async fn every_retained_replica_set_can_be_returned_to_whatever_the_set_limit() 
         .iter()
         .filter_map(|rs| {
             let number = rs.annotations().get("deployment.kubernetes.io/revision")?.clone();
-            let name = names(rs.spec.as_ref()?.template.as_ref()?.spec.as_ref()?)
-                .into_iter()
-                .next()?;
+            let name = replica_set_names(rs)?.into_iter().next()?;
             all.contains(&name).then_some((number, name))
         })
         .collect();
@@ -160,14 +115,7 @@ async fn every_retained_replica_set_can_be_returned_to_whatever_the_set_limit() 
             .replica_sets()
             .await
             .iter()
-            .find(|rs| {
-                rs.spec
-                    .as_ref()
-                    .and_then(|s| s.template.as_ref())
-                    .and_then(|t| t.spec.as_ref())
-                    .map(names)
-                    == Some(BTreeSet::from([name.clone()]))
-            })
+            .find(|rs| replica_set_names(rs) == Some(BTreeSet::from([name.clone()])))
             .and_then(|rs| rs.annotations().get("deployment.kubernetes.io/revision").cloned())
             .unwrap_or_else(|| number.clone());
         ns.kubectl(&[
@@ -176,7 +124,7 @@ async fn every_retained_replica_set_can_be_returned_to_whatever_the_set_limit() 
             "deployment/web",
             &format!("--to-revision={target}"),
         ]);
-        ns.kubectl(&["rollout", "status", "deployment/web", "--timeout=90s"]);
+        rollout_status(&ns, "deployment/web").await;
         assert_eq!(
             template_names(&ns.deployment("web").await),
             BTreeSet::from([name.clone()])

@@ -4,21 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use cmset_e2e::fixtures::set_yaml;
 use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name};
-
-fn set_yaml(data: &str) -> String {
-    format!(
-        r#"
-apiVersion: cmset.dev/v1alpha1
-kind: ConfigMapSet
-metadata:
-  name: app-config
-spec:
-  template:
-    data: {{{data}}}
-"#
-    )
-}
 
 /// One table printed by `kubectl get`: its header and its rows, each as column → value.
 #[derive(Debug)]
@@ -95,7 +82,7 @@ async fn kubectl_wait_get_and_describe() {
     let v2 = kustomize_name("app-config", &[("A", "2")]);
 
     // `kubectl wait` right after the apply: the set has no status yet, and the wait sees it become Ready.
-    ns.apply(&set_yaml("A: \"1\""));
+    ns.apply(&set_yaml("app-config", &[("A", "1")], None));
     let waited = ns
         .try_kubectl(
             &[
@@ -138,7 +125,7 @@ async fn kubectl_wait_get_and_describe() {
     );
 
     // A new revision shows in the columns.
-    ns.apply(&set_yaml("A: \"2\""));
+    ns.apply(&set_yaml("app-config", &[("A", "2")], None));
     let row = eventually("kubectl get cmset to show revision 2", || async {
         let row = only_row(&ns, &["get", "cmset"], &COLUMNS);
         (row["REVISION"] == "2" && row["READY"] == "True").then_some(row)
@@ -147,7 +134,7 @@ async fn kubectl_wait_get_and_describe() {
     assert_row(&row, "2", &v2, "True");
 
     // An invalid spec: READY False, REASON InvalidSpec, the current revision unchanged.
-    ns.apply(&set_yaml("A: \"2\", \"bad key\": \"x\""));
+    ns.apply(&set_yaml("app-config", &[("A", "2"), ("bad key", "x")], None));
     let wide = eventually("kubectl get cmset -o wide to show InvalidSpec", || async {
         let row = only_row(&ns, &["get", "cmset", "-o", "wide"], &WIDE_COLUMNS);
         (row["REASON"] == "InvalidSpec").then_some(row)

@@ -3,19 +3,14 @@
 
 use std::time::{Duration, Instant};
 
+use cmset_e2e::fixtures::{app_config_revision, app_config_yaml};
 use cmset_e2e::k8s_openapi::api::coordination::v1::Lease;
 use cmset_e2e::kube::Api;
-use cmset_e2e::{Operator, TestNamespace, eventually, http_get, kustomize_name};
+use cmset_e2e::{Operator, TestNamespace, eventually, http_get};
 
 const LEASE_NAMESPACE: &str = "cmset-system";
 // The shipped Role grants get/update on this one Lease name only.
 const LEASE: &str = "cmset-controller";
-
-fn set_yaml(version: &str) -> String {
-    format!(
-        "apiVersion: cmset.dev/v1alpha1\nkind: ConfigMapSet\nmetadata:\n  name: app-config\nspec:\n  template:\n    data:\n      APP_VERSION: \"{version}\"\n"
-    )
-}
 
 async fn holder(ns: &TestNamespace) -> Option<String> {
     let leases: Api<Lease> = Api::namespaced(ns.client.clone(), LEASE_NAMESPACE);
@@ -54,8 +49,8 @@ async fn one_of_two_replicas_leads_and_the_other_takes_over() {
     );
 
     // Only the leader works.
-    ns.apply(&set_yaml("1"));
-    let v1 = kustomize_name("app-config", &[("APP_VERSION", "1")]);
+    ns.apply(&app_config_yaml("1", None));
+    let v1 = app_config_revision("1");
     eventually("the leader to create the revision", || async {
         ns.revision_names("app-config").await.contains(&v1).then_some(())
     })
@@ -74,8 +69,8 @@ async fn one_of_two_replicas_leads_and_the_other_takes_over() {
         "took over in {:?}",
         killed.elapsed()
     );
-    ns.apply(&set_yaml("2"));
-    let v2 = kustomize_name("app-config", &[("APP_VERSION", "2")]);
+    ns.apply(&app_config_yaml("2", None));
+    let v2 = app_config_revision("2");
     eventually("the new leader to create the next revision", || async {
         ns.revision_names("app-config").await.contains(&v2).then_some(())
     })

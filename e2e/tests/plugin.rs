@@ -11,64 +11,37 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use cmset_e2e::cmset_api::labels;
-use cmset_e2e::k8s_openapi::api::apps::v1::Deployment;
+use cmset_e2e::fixtures::{DeploymentYaml, Reads, Template, rollout_status, set_yaml_with, wait_names};
 use cmset_e2e::kube::ResourceExt;
 use cmset_e2e::{Operator, TestNamespace, eventually};
 use serde_json::Value;
 
 const SET: &str = "app-config";
 
+/// The set's content: a version, a multi-line properties file, and with `logo` a binary key.
 fn set_yaml(version: &str, colour: &str, logo: bool) -> String {
-    let binary = if logo {
-        "    binaryData:\n      logo.png: iVBORw0KGgo=\n"
-    } else {
-        ""
+    let properties = format!("greeting=hello\ncolour={colour}\nsize=1\n");
+    let template = Template {
+        binary_data: if logo {
+            &[("logo.png", "iVBORw0KGgo=")]
+        } else {
+            &[]
+        },
+        ..Template::default()
     };
-    format!(
-        r#"
-apiVersion: cmset.dev/v1alpha1
-kind: ConfigMapSet
-metadata:
-  name: {SET}
-spec:
-  template:
-    data:
-      APP_VERSION: "{version}"
-      app.properties: |
-        greeting=hello
-        colour={colour}
-        size=1
-{binary}"#
+    set_yaml_with(
+        SET,
+        &[("APP_VERSION", version), ("app.properties", &properties)],
+        None,
+        template,
     )
 }
 
+/// A Deployment reading the set (optionally, so `legacy`, which is not opted in, starts too).
 fn deployment_yaml(name: &str, opted_in: bool) -> String {
-    let labels = if opted_in {
-        "  labels:\n    cmset.dev/enabled: \"true\"\n"
-    } else {
-        ""
-    };
-    format!(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {name}
-{labels}spec:
-  replicas: 1
-  selector:
-    matchLabels: {{app: {name}}}
-  template:
-    metadata:
-      labels: {{app: {name}}}
-    spec:
-      containers:
-        - name: app
-          image: registry.k8s.io/pause:3.9
-          envFrom:
-            - configMapRef: {{name: {SET}, optional: true}}
-"#
-    )
+    DeploymentYaml::new(name, &[Reads::EnvFromOptional(SET)])
+        .opted_in(opted_in)
+        .yaml()
 }
 
 fn plugin_bin() -> PathBuf {
@@ -193,22 +166,6 @@ async fn revisions_by_number(ns: &TestNamespace) -> BTreeMap<i64, String> {
         .collect()
 }
 
-fn template_names(d: &Deployment) -> Vec<String> {
-    d.spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers[0]
-        .env_from
-        .iter()
-        .flatten()
-        .filter_map(|e| Some(e.config_map_ref.as_ref()?.name.clone()))
-        .collect()
-}
-
 /// Applies content `n` and waits until it is revision `n`, `web` runs it and its rollout is done.
 async fn roll_to(ns: &TestNamespace, n: i64, yaml: &str) -> String {
     ns.apply(yaml);
@@ -217,11 +174,8 @@ async fn roll_to(ns: &TestNamespace, n: i64, yaml: &str) -> String {
         (status.revision == Some(n)).then_some(status.current_revision?)
     })
     .await;
-    eventually(&format!("web to name revision {n}"), || async {
-        (template_names(&ns.deployment("web").await) == [name.clone()]).then_some(())
-    })
-    .await;
-    ns.kubectl(&["rollout", "status", "deployment/web", "--timeout=90s"]);
+    wait_names(ns, "web", &[&name]).await;
+    rollout_status(ns, "deployment/web").await;
     name
 }
 
@@ -410,7 +364,7 @@ async fn the_plugin_tells_the_story_of_a_set() {
 
     // A rollback pins `web` to revision 2, and `why` says so.
     ns.kubectl(&["rollout", "undo", "deployment/web"]);
-    ns.kubectl(&["rollout", "status", "deployment/web", "--timeout=90s"]);
+    rollout_status(&ns, "deployment/web").await;
     let why = eventually("status to explain the rollback", || {
         let out = t.expect(&ns, &["why", SET, "deploy/web"], 0);
         async move { out.contains("pinned to revision 2").then_some(out) }

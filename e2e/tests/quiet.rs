@@ -4,49 +4,23 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use cmset_e2e::fixtures::{
+    Reads, Template, app_config_revision, deployment_yaml, rollout_status, set_yaml_with, wait_names,
+};
 use cmset_e2e::k8s_openapi::api::core::v1::ConfigMap;
 use cmset_e2e::kube::ResourceExt;
-use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name, stays};
+use cmset_e2e::{Operator, TestNamespace, eventually, stays};
 
+/// The set, its revisions labelled `team: <team>` and annotated `owner: <team>-oncall`.
 fn set_yaml(version: &str, team: &str) -> String {
-    format!(
-        r#"
-apiVersion: cmset.dev/v1alpha1
-kind: ConfigMapSet
-metadata:
-  name: app-config
-spec:
-  template:
-    metadata:
-      labels: {{team: {team}}}
-      annotations: {{owner: {team}-oncall}}
-    data:
-      APP_VERSION: "{version}"
-"#
-    )
+    let owner = format!("{team}-oncall");
+    let template = Template {
+        labels: &[("team", team)],
+        annotations: &[("owner", &owner)],
+        ..Template::default()
+    };
+    set_yaml_with("app-config", &[("APP_VERSION", version)], None, template)
 }
-
-const DEPLOYMENT: &str = r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-  labels:
-    cmset.dev/enabled: "true"
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {app: web}
-  template:
-    metadata:
-      labels: {app: web}
-    spec:
-      containers:
-        - name: app
-          image: registry.k8s.io/pause:3.9
-          envFrom:
-            - configMapRef: {name: app-config}
-"#;
 
 fn delta(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
     after
@@ -57,7 +31,7 @@ fn delta(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> BTree
 }
 
 async fn settled(ns: &TestNamespace, operator: &Operator) {
-    ns.kubectl(&["rollout", "status", "deployment/web", "--timeout=90s"]);
+    rollout_status(ns, "deployment/web").await;
     let mut last = operator.writes();
     // Settled when a whole second passes without a write.
     eventually("the operator to stop writing", || {
@@ -77,34 +51,16 @@ async fn metadata_changes_are_made_in_place_and_a_content_change_costs_few_write
     let ns = TestNamespace::new("quiet").await;
     let operator = Operator::start(&ns.name).await;
     ns.apply(&set_yaml("1", "red"));
-    ns.apply(DEPLOYMENT);
-    let v1 = kustomize_name("app-config", &[("APP_VERSION", "1")]);
-    let v2 = kustomize_name("app-config", &[("APP_VERSION", "2")]);
-    eventually("web on v1", || async {
-        let d = ns.deployment("web").await;
-        let name = d.spec?.template.spec?.containers[0].env_from.as_ref()?[0]
-            .config_map_ref
-            .as_ref()?
-            .name
-            .clone();
-        (name == v1).then_some(())
-    })
-    .await;
+    ns.apply(&deployment_yaml("web", &[Reads::EnvFrom("app-config")]));
+    let v1 = app_config_revision("1");
+    let v2 = app_config_revision("2");
+    wait_names(&ns, "web", &[&v1]).await;
     settled(&ns, &operator).await;
 
     // One content change.
     let before = operator.writes_by_operation();
     ns.apply(&set_yaml("2", "red"));
-    eventually("web on v2", || async {
-        let d = ns.deployment("web").await;
-        let name = d.spec?.template.spec?.containers[0].env_from.as_ref()?[0]
-            .config_map_ref
-            .as_ref()?
-            .name
-            .clone();
-        (name == v2).then_some(())
-    })
-    .await;
+    wait_names(&ns, "web", &[&v2]).await;
     settled(&ns, &operator).await;
     let cost = delta(&operator.writes_by_operation(), &before);
     eprintln!("writes for one content change with one Deployment: {cost:?}");

@@ -6,26 +6,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use cmset_e2e::fixtures::{self, Reads, rollout_status, set_yaml};
 use cmset_e2e::k8s_openapi::api::apps::v1::Deployment;
 use cmset_e2e::k8s_openapi::api::core::v1::ConfigMap;
 use cmset_e2e::kube::ResourceExt;
 use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name, stays};
 use serde_json::Value;
-
-fn set_yaml(name: &str, value: &str) -> String {
-    format!(
-        r#"
-apiVersion: cmset.dev/v1alpha1
-kind: ConfigMapSet
-metadata:
-  name: {name}
-spec:
-  template:
-    data:
-      A: "{value}"
-"#
-    )
-}
 
 /// A ConfigMap that exists and has nothing to do with cmset, and a Secret that has the set's name: a
 /// reference to either must never be rewritten.
@@ -252,12 +238,7 @@ async fn rollouts(ns: &TestNamespace, name: &str) -> Rollouts {
 /// The Deployment controller has nothing more to write about it: its status describes its spec and the
 /// rollout is complete. Only then are its resourceVersion and generation a fair baseline.
 async fn settled(ns: &TestNamespace, name: &str) -> Deployment {
-    ns.kubectl(&[
-        "rollout",
-        "status",
-        &format!("deployment/{name}"),
-        "--timeout=90s",
-    ]);
+    rollout_status(ns, &format!("deployment/{name}")).await;
     eventually(&format!("Deployment {name} to settle"), || async {
         let d = ns.deployment(name).await;
         let status = d.status.as_ref()?;
@@ -279,7 +260,7 @@ async fn every_reference_form_moves_in_one_rollout_and_nothing_else_does() {
     let v2 = kustomize_name("app-config", &[("A", "2")]);
 
     ns.apply(NEIGHBOURS);
-    ns.apply(&set_yaml("app-config", "1"));
+    ns.apply(&set_yaml("app-config", &[("A", "1")], None));
     ns.apply(&deployment_yaml("web", true));
     ns.apply(&deployment_yaml("bystander", false));
 
@@ -319,7 +300,7 @@ async fn every_reference_form_moves_in_one_rollout_and_nothing_else_does() {
 
     // A content change moves every reference again, in one rollout.
     let before = rollouts(&ns, "web").await;
-    ns.apply(&set_yaml("app-config", "2"));
+    ns.apply(&set_yaml("app-config", &[("A", "2")], None));
     eventually(
         "every set reference of web to name the second revision",
         || async { all_at(&ns.deployment("web").await, &v2).then_some(()) },
@@ -402,30 +383,10 @@ async fn every_reference_form_moves_in_one_rollout_and_nothing_else_does() {
     );
 }
 
-const TWO_SETS_DEPLOYMENT: &str = r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: both
-  labels:
-    cmset.dev/enabled: "true"
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {app: both}
-  template:
-    metadata:
-      labels: {app: both}
-    spec:
-      containers:
-        - name: app
-          image: registry.k8s.io/pause:3.9
-          envFrom:
-            - configMapRef: {name: alpha}
-      volumes:
-        - name: beta
-          configMap: {name: beta}
-"#;
+/// Reads set `alpha` through envFrom and set `beta` as a volume.
+fn two_sets_deployment() -> String {
+    fixtures::deployment_yaml("both", &[Reads::EnvFrom("alpha"), Reads::Volume("beta")])
+}
 
 fn both_refs(d: &Deployment) -> (String, String) {
     let spec = pod_spec_json(d);
@@ -450,8 +411,12 @@ async fn two_sets_changed_in_one_apply_roll_once() {
     let a2 = kustomize_name("alpha", &[("A", "2")]);
     let b2 = kustomize_name("beta", &[("A", "2")]);
 
-    ns.apply(&format!("{}---{}", set_yaml("alpha", "1"), set_yaml("beta", "1")));
-    ns.apply(TWO_SETS_DEPLOYMENT);
+    ns.apply(&format!(
+        "{}---{}",
+        set_yaml("alpha", &[("A", "1")], None),
+        set_yaml("beta", &[("A", "1")], None)
+    ));
+    ns.apply(&two_sets_deployment());
     eventually("the Deployment to name both first revisions", || async {
         (both_refs(&ns.deployment("both").await) == (a1.clone(), b1.clone())).then_some(())
     })
@@ -460,7 +425,11 @@ async fn two_sets_changed_in_one_apply_roll_once() {
 
     let before = rollouts(&ns, "both").await;
     // One `kubectl apply` of one YAML that changes both sets.
-    ns.apply(&format!("{}---{}", set_yaml("alpha", "2"), set_yaml("beta", "2")));
+    ns.apply(&format!(
+        "{}---{}",
+        set_yaml("alpha", &[("A", "2")], None),
+        set_yaml("beta", &[("A", "2")], None)
+    ));
     eventually("the Deployment to name both second revisions", || async {
         (both_refs(&ns.deployment("both").await) == (a2.clone(), b2.clone())).then_some(())
     })

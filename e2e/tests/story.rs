@@ -5,73 +5,23 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use cmset_e2e::k8s_openapi::api::apps::v1::Deployment;
-use cmset_e2e::k8s_openapi::api::core::v1::{ConfigMap, PodSpec};
+use cmset_e2e::fixtures::{
+    DeploymentYaml, Reads, app_config_revision, app_config_yaml, configmap_names, live_pods,
+    replica_set_names, rollout_status, template_names, wait_names,
+};
+use cmset_e2e::k8s_openapi::api::core::v1::ConfigMap;
 use cmset_e2e::kube::ResourceExt;
-use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name, stays};
+use cmset_e2e::{Operator, TestNamespace, eventually, stays};
 
 fn set_yaml(version: &str) -> String {
-    format!(
-        r#"
-apiVersion: cmset.dev/v1alpha1
-kind: ConfigMapSet
-metadata:
-  name: app-config
-spec:
-  revisionHistoryLimit: 5
-  template:
-    data:
-      APP_VERSION: "{version}"
-"#
-    )
-}
-
-const DEPLOYMENT: &str = r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-  labels:
-    cmset.dev/enabled: "true"
-spec:
-  replicas: 2
-  selector:
-    matchLabels: {app: web}
-  template:
-    metadata:
-      labels: {app: web}
-    spec:
-      containers:
-        - name: app
-          image: registry.k8s.io/pause:3.9
-          envFrom:
-            - configMapRef:
-                name: app-config
-"#;
-
-/// The ConfigMap names a pod spec reads through envFrom.
-fn env_from_names(spec: &PodSpec) -> BTreeSet<String> {
-    spec.containers
-        .iter()
-        .flat_map(|c| c.env_from.iter().flatten())
-        .filter_map(|e| e.config_map_ref.as_ref().map(|r| r.name.clone()))
-        .collect()
-}
-
-fn template_names(d: &Deployment) -> BTreeSet<String> {
-    env_from_names(d.spec.as_ref().unwrap().template.spec.as_ref().unwrap())
+    app_config_yaml(version, Some(5))
 }
 
 /// APP_VERSION as each live pod would see it, following the pod's own reference to its ConfigMap.
 async fn versions_pods_see(ns: &TestNamespace) -> Vec<String> {
     let mut seen = Vec::new();
-    for pod in ns
-        .pods()
-        .await
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-    {
-        for name in env_from_names(pod.spec.as_ref().unwrap()) {
+    for pod in live_pods(ns).await {
+        for name in configmap_names(pod.spec.as_ref().unwrap()) {
             let cm: ConfigMap = ns
                 .api::<ConfigMap>()
                 .get(&name)
@@ -90,25 +40,22 @@ async fn versions_pods_see(ns: &TestNamespace) -> Vec<String> {
     seen
 }
 
-async fn rolled_out(ns: &TestNamespace) {
-    ns.kubectl(&["rollout", "status", "deployment/web", "--timeout=90s"]);
-}
-
 #[tokio::test]
 async fn config_rolls_out_and_rolls_back_with_its_workload() {
     let ns = TestNamespace::new("story").await;
     let mut operator = Operator::start(&ns.name).await;
-    let v1 = kustomize_name("app-config", &[("APP_VERSION", "1")]);
-    let v2 = kustomize_name("app-config", &[("APP_VERSION", "2")]);
+    let v1 = app_config_revision("1");
+    let v2 = app_config_revision("2");
 
     // The team writes its Deployment as if the ConfigMap were simply called `app-config`.
     ns.apply(&set_yaml("1"));
-    ns.apply(DEPLOYMENT);
-    eventually("the Deployment to name the first revision", || async {
-        (template_names(&ns.deployment("web").await) == BTreeSet::from([v1.clone()])).then_some(())
-    })
-    .await;
-    rolled_out(&ns).await;
+    ns.apply(
+        &DeploymentYaml::new("web", &[Reads::EnvFrom("app-config")])
+            .replicas(2)
+            .yaml(),
+    );
+    wait_names(&ns, "web", &[&v1]).await;
+    rollout_status(&ns, "deployment/web").await;
     let revision: ConfigMap = ns.api::<ConfigMap>().get(&v1).await.unwrap();
     assert_eq!(revision.immutable, Some(true), "revisions are immutable");
     assert_eq!(
@@ -122,11 +69,8 @@ async fn config_rolls_out_and_rolls_back_with_its_workload() {
 
     // A config change rolls the pods.
     ns.apply(&set_yaml("2"));
-    eventually("the Deployment to roll to the second revision", || async {
-        (template_names(&ns.deployment("web").await) == BTreeSet::from([v2.clone()])).then_some(())
-    })
-    .await;
-    rolled_out(&ns).await;
+    wait_names(&ns, "web", &[&v2]).await;
+    rollout_status(&ns, "deployment/web").await;
     eventually("pods to see APP_VERSION=2", || async {
         (versions_pods_see(&ns).await == ["2", "2"]).then_some(())
     })
@@ -134,7 +78,7 @@ async fn config_rolls_out_and_rolls_back_with_its_workload() {
 
     // `kubectl rollout undo` brings back the old pod template, and with it the old config.
     ns.kubectl(&["rollout", "undo", "deployment/web"]);
-    rolled_out(&ns).await;
+    rollout_status(&ns, "deployment/web").await;
     assert_eq!(
         template_names(&ns.deployment("web").await),
         BTreeSet::from([v1.clone()])
@@ -150,18 +94,7 @@ async fn config_rolls_out_and_rolls_back_with_its_workload() {
         .filter(|rs| rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0) > 0)
         .collect();
     assert_eq!(active.len(), 1, "one active ReplicaSet");
-    let active_names = env_from_names(
-        active[0]
-            .spec
-            .as_ref()
-            .unwrap()
-            .template
-            .as_ref()
-            .unwrap()
-            .spec
-            .as_ref()
-            .unwrap(),
-    );
+    let active_names = replica_set_names(&active[0]).expect("a pod template");
     assert_eq!(
         active_names,
         BTreeSet::from([v1.clone()]),

@@ -6,44 +6,25 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use cmset_e2e::cmset_api::WorkloadState;
+use cmset_e2e::fixtures::{
+    Reads, app_config_revision, app_config_yaml, configmap_names, live_pods, pod_spec_yaml, rollout_status,
+    set_ready,
+};
 use cmset_e2e::k8s_openapi::api::apps::v1::ControllerRevision;
 use cmset_e2e::k8s_openapi::api::core::v1::{ConfigMap, PodSpec};
 use cmset_e2e::kube::ResourceExt;
 use cmset_e2e::kube::api::ListParams;
-use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name, stays};
+use cmset_e2e::{Operator, TestNamespace, eventually, stays};
 
 fn set_yaml(version: &str) -> String {
     // revisionHistoryLimit 0: an old revision survives only because something still uses it.
-    format!(
-        r#"
-apiVersion: cmset.dev/v1alpha1
-kind: ConfigMapSet
-metadata:
-  name: app-config
-spec:
-  revisionHistoryLimit: 0
-  template:
-    data:
-      APP_VERSION: "{version}"
-"#
-    )
+    app_config_yaml(version, Some(0))
 }
 
-const POD_SPEC: &str = r#"
-      containers:
-        - name: app
-          image: registry.k8s.io/pause:3.9
-          envFrom:
-            - configMapRef:
-                name: app-config
-          volumeMounts:
-            - name: config
-              mountPath: /etc/config
-      volumes:
-        - name: config
-          configMap:
-            name: app-config
-"#;
+/// What both workloads' pods do: read the set through envFrom and as a volume.
+fn pod_spec() -> String {
+    pod_spec_yaml(&[Reads::EnvFrom("app-config"), Reads::Volume("app-config")])
+}
 
 fn statefulset_yaml() -> String {
     format!(
@@ -65,7 +46,8 @@ spec:
   template:
     metadata:
       labels: {{app: db}}
-    spec:{POD_SPEC}"#
+    spec:{pod}"#,
+        pod = pod_spec(),
     )
 }
 
@@ -86,7 +68,8 @@ spec:
   template:
     metadata:
       labels: {{app: agent}}
-    spec:{POD_SPEC}"#
+    spec:{pod}"#,
+        pod = pod_spec(),
     )
 }
 
@@ -136,7 +119,7 @@ impl Kind {
 
     /// The ConfigMaps the workload's template names (envFrom and volume).
     async fn names(&self, ns: &TestNamespace) -> BTreeSet<String> {
-        config_map_names(&self.pod_spec(ns).await)
+        configmap_names(&self.pod_spec(ns).await)
     }
 
     /// Waits until both references name `revision`.
@@ -162,34 +145,15 @@ impl Kind {
         assert_eq!(env_from, revision, "{}: envFrom names {revision}", self.target());
         assert_eq!(volume, revision, "{}: the volume names {revision}", self.target());
     }
-
-    fn rolled_out(&self, ns: &TestNamespace) {
-        ns.kubectl(&["rollout", "status", &self.target(), "--timeout=90s"]);
-    }
-}
-
-fn config_map_names(spec: &PodSpec) -> BTreeSet<String> {
-    let env_from = spec
-        .containers
-        .iter()
-        .flat_map(|c| c.env_from.iter().flatten())
-        .filter_map(|e| e.config_map_ref.as_ref().map(|r| r.name.clone()));
-    let volumes = spec
-        .volumes
-        .iter()
-        .flatten()
-        .filter_map(|v| v.config_map.as_ref().map(|c| c.name.clone()));
-    env_from.chain(volumes).collect()
 }
 
 /// The ConfigMap names of the workload's pods that are not being deleted.
 async fn pod_names(ns: &TestNamespace, app: &str) -> Vec<BTreeSet<String>> {
-    ns.pods()
+    live_pods(ns)
         .await
         .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter(|p| p.labels().get("app").map(String::as_str) == Some(app))
-        .map(|p| config_map_names(p.spec.as_ref().unwrap()))
+        .map(|p| configmap_names(p.spec.as_ref().unwrap()))
         .collect()
 }
 
@@ -244,20 +208,15 @@ async fn state_of(ns: &TestNamespace, kind: Kind) -> Option<(WorkloadState, Stri
 async fn follows_rollout_and_undo(kind: Kind, short: &str) {
     let ns = TestNamespace::new(short).await;
     let _operator = Operator::start(&ns.name).await;
-    let v1 = kustomize_name("app-config", &[("APP_VERSION", "1")]);
-    let v2 = kustomize_name("app-config", &[("APP_VERSION", "2")]);
-    let v3 = kustomize_name("app-config", &[("APP_VERSION", "3")]);
+    let v1 = app_config_revision("1");
+    let v2 = app_config_revision("2");
+    let v3 = app_config_revision("3");
 
     ns.apply(&set_yaml("1"));
-    ns.kubectl(&[
-        "wait",
-        "--for=condition=Ready",
-        "cmset/app-config",
-        "--timeout=60s",
-    ]);
+    set_ready(&ns, "app-config").await;
     ns.apply(&(kind.yaml)());
     kind.reaches(&ns, &v1, "to name the first revision").await;
-    kind.rolled_out(&ns);
+    rollout_status(&ns, &kind.target()).await;
     eventually("the pods to read the first revision", || async {
         let pods = pod_names(&ns, kind.name).await;
         (!pods.is_empty() && pods.iter().all(|p| *p == BTreeSet::from([v1.clone()]))).then_some(())
@@ -273,7 +232,7 @@ async fn follows_rollout_and_undo(kind: Kind, short: &str) {
     // A content change rolls the workload.
     ns.apply(&set_yaml("2"));
     kind.reaches(&ns, &v2, "to roll to the second revision").await;
-    kind.rolled_out(&ns);
+    rollout_status(&ns, &kind.target()).await;
     eventually("the pods to read the second revision", || async {
         let pods = pod_names(&ns, kind.name).await;
         (!pods.is_empty() && pods.iter().all(|p| *p == BTreeSet::from([v2.clone()]))).then_some(())
@@ -301,7 +260,7 @@ async fn follows_rollout_and_undo(kind: Kind, short: &str) {
     ns.kubectl(&["rollout", "undo", &kind.target()]);
     kind.reaches(&ns, &v1, "to be back on the first revision after the undo")
         .await;
-    kind.rolled_out(&ns);
+    rollout_status(&ns, &kind.target()).await;
     eventually(
         "the set to report the workload Pinned to the first revision",
         || async { (state_of(&ns, kind).await == Some((WorkloadState::Pinned, v1.clone()))).then_some(()) },
@@ -341,7 +300,7 @@ async fn follows_rollout_and_undo(kind: Kind, short: &str) {
     // The pin lasts until the content changes.
     ns.apply(&set_yaml("3"));
     kind.reaches(&ns, &v3, "to move on to the third revision").await;
-    kind.rolled_out(&ns);
+    rollout_status(&ns, &kind.target()).await;
     eventually("the set to report the workload Current again", || async {
         (state_of(&ns, kind).await == Some((WorkloadState::Current, v3.clone()))).then_some(())
     })
