@@ -591,3 +591,44 @@ fn a_revision_that_lost_its_content_mark_is_recognised_by_name_and_repaired() {
         )]
     );
 }
+
+#[test]
+fn revisions_never_inherit_the_sets_own_gitops_tracking_metadata() {
+    // Argo CD prunes objects carrying its tracking label or annotation that are not in Git: a revision
+    // copying them from the set would be deleted on the next sync. Only template metadata is copied.
+    let mut set = set_with("nginx-config", &[("APP_VERSION", "1")], 10);
+    let tracking = [
+        ("app.kubernetes.io/instance", "my-app"),
+        ("argocd.argoproj.io/instance", "my-app"),
+        ("kustomize.toolkit.fluxcd.io/name", "my-app"),
+    ];
+    set.metadata.labels = Some(
+        tracking
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    set.metadata.annotations = Some(BTreeMap::from([(
+        "argocd.argoproj.io/tracking-id".to_string(),
+        "my-app:cmset.dev/ConfigMapSet:team/nginx-config".to_string(),
+    )]));
+    set.spec
+        .template
+        .metadata
+        .labels
+        .insert("team".into(), "payments".into());
+    let cm = plan(&set, &[], &[], &[]).create.unwrap();
+    let labels = cm.metadata.labels.unwrap();
+    assert_eq!(
+        labels,
+        BTreeMap::from([
+            ("team".to_string(), "payments".to_string()),
+            (labels::SET.to_string(), "nginx-config".to_string())
+        ])
+    );
+    let annotations = cm.metadata.annotations.unwrap();
+    assert!(
+        annotations.keys().all(|k| k.starts_with("cmset.dev/")),
+        "{annotations:?}"
+    );
+}
