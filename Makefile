@@ -16,7 +16,7 @@ METRICS_ADDRESS ?= 127.0.0.1:8080
 
 .PHONY: help
 help: ## List the targets
-	@grep -hE '^[a-z][a-z0-9-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z][a-z0-9-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
 ##@ Everyday
 
@@ -25,7 +25,7 @@ dev: ## Start a local cluster if none is configured, install cmset and a sample,
 	@bash e2e/dev.sh
 
 .PHONY: test
-test: fmt-check lint crd-check unit e2e ## Every test: format, lints, CRD drift, unit and scenario tests, end-to-end
+test: fmt-check lint crd-check manifests-check gitops-check unit e2e image image-check ## Every test: format, lints, CRD drift, manifests, unit and scenario tests, end-to-end, the image
 	@echo "make test: all checks passed"
 
 .PHONY: run
@@ -83,3 +83,25 @@ uninstall: ## Remove the RBAC and the CRD (and with it every ConfigMapSet) from 
 .PHONY: e2e
 e2e: ## End-to-end tests on a real API server (the local one unless E2E_KUBECONFIG is set)
 	@bash e2e/run.sh
+
+##@ Install manifests and image
+# (Appended section: install manifests under config/, their offline validation, and the OCI image.)
+
+IMAGE ?= ghcr.io/cmset/cmset-controller
+IMAGE_ARCHIVE := target/image/cmset-controller.oci.tar
+
+.PHONY: manifests-check
+manifests-check: ## Build every kustomization in config/ and validate it offline (kubernetes-validate, CRD schema)
+	@bash config/validate.sh
+
+.PHONY: image
+image: ## Build the operator's OCI image with buildah (no daemon) into target/image/cmset-controller.oci.tar
+	@IMAGE=$(IMAGE) TAG=$(TAG) CARGO=$(CARGO) bash config/image/build.sh
+
+.PHONY: image-check
+image-check: ## Check the OCI archive: layout, size budget, entrypoint runs from the bare rootfs (chroot)
+	@ARCHIVE=$(IMAGE_ARCHIVE) CLUSTER_DIR=$(CLUSTER_DIR) bash config/image/check.sh
+
+.PHONY: gitops-check
+gitops-check: ## Run the Argo CD health check on sample ConfigMapSets (Lua) and check argocd-cm embeds it
+	@bash config/gitops/test.sh

@@ -266,6 +266,9 @@ pub async fn run_scope(
         _ = controllers => {}
         _ = watches => {}
         _ = readiness.then(|_| futures::future::pending::<()>()) => {}
+        // The controllers only see the shutdown signal once their caches are ready; a SIGTERM before
+        // that (an API server that refuses us, say) must still stop the process at once.
+        _ = shutdown => {}
     }
 }
 

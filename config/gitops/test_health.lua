@@ -1,0 +1,37 @@
+-- Runs argocd/health.lua on sample objects the way Argo CD does (a global `obj`, the script returns hs).
+local script = assert(loadfile("argocd/health.lua"))
+local failures = 0
+local function check(name, object, want_status, want_message)
+  obj = object
+  local hs = script()
+  local ok = hs.status == want_status and (want_message == nil or string.find(hs.message, want_message, 1, true))
+  if not ok then
+    failures = failures + 1
+    print(string.format("FAIL %s: got %s %q", name, tostring(hs.status), tostring(hs.message)))
+  else
+    print("ok   " .. name)
+  end
+end
+local function cond(type_, status, reason, message)
+  return { type = type_, status = status, reason = reason, message = message }
+end
+check("no status yet", { metadata = { generation = 1 } }, "Progressing")
+check("status behind the spec",
+  { metadata = { generation = 2 }, status = { observedGeneration = 1, conditions = { cond("Ready", "True", "RolledOut", "ok") } } },
+  "Progressing", "generation 2")
+check("ready", { metadata = { generation = 3 }, status = { observedGeneration = 3,
+  conditions = { cond("Ready", "True", "RolledOut", "Revision 3 (app-config-abc) is current") } } },
+  "Healthy", "Revision 3")
+check("rollout pending", { metadata = { generation = 3 }, status = { observedGeneration = 3,
+  conditions = { cond("Ready", "False", "RolloutPending", "1 of 2 workloads are being moved") } } },
+  "Progressing", "being moved")
+check("invalid spec", { metadata = { generation = 4 }, status = { observedGeneration = 4,
+  conditions = { cond("Ready", "False", "InvalidSpec", "bad key"), cond("Stalled", "True", "InvalidSpec", "spec.template.data[\"a b\"]: bad key") } } },
+  "Degraded", "a b")
+check("collision being resolved", { metadata = { generation = 1 }, status = { observedGeneration = 1,
+  conditions = { cond("Ready", "False", "RevisionCollision", "taken") } } },
+  "Progressing", "taken")
+if failures > 0 then
+  os.exit(1)
+end
+print("health check: " .. "6 passed, 0 failed")

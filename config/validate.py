@@ -1,0 +1,432 @@
+#!/usr/bin/env python3
+"""Offline validation of cmset's kustomize builds; run by config/validate.sh (`make manifests-check`).
+
+Arguments: NAME=FILE pairs, each the output of `kubectl kustomize NAME`.
+
+1. Schemas. Every object of a built-in kind is validated with kubernetes-validate's `validate()` (the
+   function behind `kubernetes-validate -k 1.33.0 --strict`): Kubernetes' own OpenAPI schemas, unknown
+   fields rejected. The CRD is a built-in kind (apiextensions.k8s.io/v1) and is validated like the rest.
+   kubernetes-validate has no schema for custom resources, and its CLI only *warns* (exit 0) for a kind it
+   does not know, which would also let a typo such as `apps/v2` through. So here a kind without a schema is
+   validated against the openAPIV3Schema of a CRD found in the builds (ConfigMapSet samples against
+   crds/configmapsets.cmset.dev.yaml: types, bounds, required fields, unknown fields; CEL rules are not
+   evaluated offline); third-party custom resources listed in THIRD_PARTY (cert-manager's) are skipped
+   with a message; any other kind without a schema is an error.
+2. cmset's own rules, which no schema knows: the namespaced Role has exactly the ClusterRole's rules; the
+   copied files in config/namespaced match their originals; the namespaces listed in CMSET_NAMESPACES are the
+   ones with a Role; each installation binds the operator's ServiceAccount to what it needs; ports, probes,
+   selectors and the image tag agree; pods in `restricted` namespaces meet the restricted Pod Security
+   Standard (the local v1.20 API server has no Pod Security admission to tell).
+3. A self-test: known-bad objects must be rejected, so a silently permissive setup cannot pass.
+"""
+
+import argparse
+import copy
+import os
+import re
+import sys
+
+import jsonschema
+import yaml
+from kubernetes_validate.utils import SchemaNotFoundError, ValidationError
+from kubernetes_validate.utils import validate as k8s_validate
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IMAGE = "ghcr.io/cmset/cmset-controller"
+OPERATOR = "cmset-controller"
+# Which builds are applied together, and how the operator is scoped in each.
+# Third-party custom resources that an install may carry but whose CRDs are not ours: no schema to check
+# them against offline, so they are skipped, by name and with a message. Anything else unknown fails.
+THIRD_PARTY = {
+    "cert-manager.io": {"Certificate", "Issuer", "ClusterIssuer"},
+}
+INSTALLATIONS = {
+    "all namespaces (config/default)": (["config/default"], "cluster"),
+    "listed namespaces (config/namespaced)": (["config/namespaced", "config/namespaced/cluster-admin"], "namespaced"),
+}
+
+
+class Checker:
+    def __init__(self, k8s_version):
+        self.k8s_version = k8s_version
+        self.failures = []
+        self.counts = {"built-in": 0, "custom": 0, "skipped": 0, "rules": 0}
+
+    def fail(self, where, message):
+        self.failures.append(f"{where}: {message}")
+        print(f"  FAIL  {where}: {message}")
+
+    def rule(self, where, ok, message):
+        """A consistency rule: counted, and reported only when broken."""
+        self.counts["rules"] += 1
+        if not ok:
+            self.fail(where, message)
+        return ok
+
+
+def load(path):
+    with open(path) as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def ident(obj):
+    md = obj.get("metadata", {})
+    ns = md.get("namespace")
+    return f"{obj.get('apiVersion')} {obj.get('kind')} {ns + '/' if ns else ''}{md.get('name')}"
+
+
+def key(obj):
+    md = obj.get("metadata", {})
+    return (obj.get("apiVersion"), obj.get("kind"), md.get("namespace"), md.get("name"))
+
+
+# --- 1. schemas --------------------------------------------------------------------------------------------
+
+def crd_to_json_schema(schema, strict=True):
+    """A CRD's structural openAPIV3Schema as a JSON Schema (draft 4) that behaves like the API server:
+    `nullable`, int-or-string, and (strict) unknown fields rejected where the server would prune them."""
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for k, v in schema.items():
+        if k.startswith("x-kubernetes-") or k in ("description", "default", "example", "externalDocs", "nullable"):
+            continue
+        if k == "properties":
+            out[k] = {name: crd_to_json_schema(p, strict) for name, p in v.items()}
+        elif k in ("items", "additionalProperties", "not") and isinstance(v, dict):
+            out[k] = crd_to_json_schema(v, strict)
+        elif k in ("allOf", "anyOf", "oneOf"):
+            out[k] = [crd_to_json_schema(s, strict) for s in v]
+        else:
+            out[k] = v
+    if schema.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    if (strict and out.get("type") == "object" and "properties" in out and "additionalProperties" not in out
+            and not schema.get("x-kubernetes-preserve-unknown-fields")):
+        out["additionalProperties"] = False
+    if schema.get("nullable") and "type" in out:
+        out["type"] = [out["type"], "null"]
+    return out
+
+
+def custom_resource_schema(obj, crds):
+    """The JSON Schema for a custom resource from a CRD in `crds`, or None."""
+    group, _, version = obj.get("apiVersion", "").rpartition("/")
+    for crd in crds:
+        spec = crd["spec"]
+        if spec["group"] != group or spec["names"]["kind"] != obj.get("kind"):
+            continue
+        for v in spec["versions"]:
+            if v["name"] == version and v.get("served", False):
+                schema = crd_to_json_schema(v["schema"]["openAPIV3Schema"])
+                # The API server accepts these at the root of every object.
+                schema.setdefault("properties", {}).update(
+                    {"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"}})
+                return schema
+        raise SchemaNotFoundError(version=f"CRD {crd['metadata']['name']}", kind=obj.get("kind"),
+                                  api_version=obj.get("apiVersion"))
+    return None
+
+
+def validate_object(chk, where, obj, crds, quiet=False):
+    """Validates one object; returns None when valid, else the error message."""
+    try:
+        version = k8s_validate(obj, chk.k8s_version, strict=True)
+        kind = "built-in"
+        how = f"Kubernetes {version} schema, strict"
+    except ValidationError as e:
+        return f"{'.'.join(str(p) for p in e.path) or '<root>'}: {e.message}"
+    except SchemaNotFoundError as e:
+        try:
+            schema = custom_resource_schema(obj, crds)
+        except SchemaNotFoundError as served:
+            return f"no served version {obj.get('apiVersion')} in {served.version}"
+        if schema is None:
+            group = obj.get("apiVersion", "").rpartition("/")[0]
+            if obj.get("kind") in THIRD_PARTY.get(group, ()):
+                chk.counts["skipped"] += 1
+                if not quiet:
+                    print(f"  skip  {where}  {ident(obj)}  [third-party custom resource: no schema offline]")
+                return None
+            return f"unknown kind: {e.message} and no CRD in the builds defines it"
+        errors = sorted(jsonschema.Draft4Validator(schema).iter_errors(obj), key=lambda x: list(x.path))
+        if errors:
+            return "; ".join(f"{'.'.join(str(p) for p in err.path) or '<root>'}: {err.message}" for err in errors)
+        kind = "custom"
+        how = "schema of its CRD, strict (CEL rules not evaluated offline)"
+    chk.counts[kind] += 1
+    if not quiet:
+        print(f"  ok    {where}  {ident(obj)}  [{how}]")
+    return None
+
+
+# --- 2. cmset's rules ----------------------------------------------------------------------------------------
+
+def rule_tuples(rules):
+    """RBAC rules as a set of (group, resource, verb, resourceName) atoms, so formatting cannot matter."""
+    atoms = set()
+    for r in rules:
+        for g in r.get("apiGroups", []):
+            for res in r.get("resources", []):
+                for v in r.get("verbs", []):
+                    for n in r.get("resourceNames") or ["*"]:
+                        atoms.add((g, res, v, n))
+    return atoms
+
+
+def pod_templates(obj):
+    kind, spec = obj.get("kind"), obj.get("spec", {})
+    if kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"):
+        yield spec.get("template", {}).get("spec", {})
+    elif kind == "CronJob":
+        yield spec.get("jobTemplate", {}).get("spec", {}).get("template", {}).get("spec", {})
+    elif kind == "Pod":
+        yield spec
+
+
+def check_restricted(chk, where, obj, pod):
+    """The restricted Pod Security Standard (the parts a manifest controls)."""
+    name = ident(obj)
+    psc = pod.get("securityContext", {})
+    for f in ("hostNetwork", "hostPID", "hostIPC"):
+        chk.rule(where, not pod.get(f), f"{name}: {f} is not allowed")
+    chk.rule(where, not any("hostPath" in v for v in pod.get("volumes", [])), f"{name}: hostPath volume")
+    containers = pod.get("containers", []) + pod.get("initContainers", []) + pod.get("ephemeralContainers", [])
+    for c in containers:
+        sc = c.get("securityContext", {})
+        cn = f"{name} container {c.get('name')}"
+        chk.rule(where, sc.get("allowPrivilegeEscalation") is False, f"{cn}: allowPrivilegeEscalation must be false")
+        chk.rule(where, not sc.get("privileged"), f"{cn}: privileged")
+        caps = sc.get("capabilities", {})
+        chk.rule(where, "ALL" in caps.get("drop", []), f"{cn}: capabilities must drop ALL")
+        chk.rule(where, set(caps.get("add", [])) <= {"NET_BIND_SERVICE"}, f"{cn}: capabilities.add beyond NET_BIND_SERVICE")
+        non_root = sc.get("runAsNonRoot", psc.get("runAsNonRoot"))
+        chk.rule(where, non_root is True, f"{cn}: runAsNonRoot must be true")
+        chk.rule(where, sc.get("runAsUser", psc.get("runAsUser")) != 0, f"{cn}: runAsUser 0")
+        seccomp = sc.get("seccompProfile", psc.get("seccompProfile", {})).get("type")
+        chk.rule(where, seccomp in ("RuntimeDefault", "Localhost"), f"{cn}: seccompProfile must be RuntimeDefault or Localhost")
+        chk.rule(where, not any(p.get("hostPort") for p in c.get("ports", [])), f"{cn}: hostPort")
+
+
+def matches(selector, labels):
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def check_operator(chk, where, objs, mode, cluster_role_atoms, version):
+    """One installation (the builds applied together) is complete and consistent."""
+    by_kind = {}
+    for o in objs:
+        by_kind.setdefault(o["kind"], []).append(o)
+    deps = [d for d in by_kind.get("Deployment", []) if d["metadata"]["name"] == OPERATOR]
+    if not chk.rule(where, len(deps) == 1, f"expected one Deployment {OPERATOR}, found {len(deps)}"):
+        return
+    dep = deps[0]
+    ns = dep["metadata"]["namespace"]
+    tmpl = dep["spec"]["template"]
+    pod, labels = tmpl["spec"], tmpl["metadata"].get("labels", {})
+    chk.rule(where, matches(dep["spec"]["selector"].get("matchLabels"), labels), "Deployment selector does not match its pods")
+    chk.rule(where, dep["spec"].get("replicas", 1) >= 2, "fewer than 2 replicas")
+    chk.rule(where, any(c["kind"] == "CustomResourceDefinition" and c["metadata"]["name"] == "configmapsets.cmset.dev"
+                        for c in objs), "the ConfigMapSet CRD is missing")
+    chk.rule(where, any(n["metadata"]["name"] == ns for n in by_kind.get("Namespace", [])), f"namespace {ns} is missing")
+
+    c = next((c for c in pod["containers"] if c["name"] == "manager"), None)
+    if not chk.rule(where, c is not None, "no container `manager`"):
+        return
+    chk.rule(where, c["image"] == f"{IMAGE}:v{version}",
+             f"image {c['image']} is not {IMAGE}:v{version} (the workspace version in Cargo.toml)")
+    ports = {p.get("name"): p["containerPort"] for p in c.get("ports", [])}
+    chk.rule(where, "metrics" in ports, "no container port named metrics")
+    addr = next((a.split("=", 1)[1] for a in c.get("args", []) if a.startswith("--metrics-address=")), "0.0.0.0:8080")
+    chk.rule(where, int(addr.rsplit(":", 1)[1]) == ports.get("metrics"),
+             f"--metrics-address {addr} and the metrics port {ports.get('metrics')} differ")
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        get = c.get(probe, {}).get("httpGet", {})
+        chk.rule(where, get.get("path") == path and get.get("port") in ("metrics", ports.get("metrics")),
+                 f"{probe} must GET {path} on the metrics port")
+    env = {e["name"]: e for e in c.get("env", [])}
+    for var, field in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")):
+        chk.rule(where, env.get(var, {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == field,
+                 f"env {var} must come from the downward API ({field})")
+    for k in ("requests", "limits"):
+        chk.rule(where, {"cpu", "memory"} <= set(c.get("resources", {}).get(k, {})), f"resources.{k} needs cpu and memory")
+
+    svcs = [s for s in by_kind.get("Service", []) if s["metadata"].get("namespace") == ns]
+    chk.rule(where, any(matches(s["spec"].get("selector"), labels)
+                        and any(p.get("targetPort") in ("metrics", ports.get("metrics")) for p in s["spec"]["ports"])
+                        for s in svcs), "no Service selects the operator's metrics port")
+    pdbs = [p for p in by_kind.get("PodDisruptionBudget", []) if p["metadata"].get("namespace") == ns]
+    chk.rule(where, any(matches(p["spec"]["selector"].get("matchLabels"), labels) for p in pdbs),
+             "no PodDisruptionBudget selects the operator's pods")
+
+    # RBAC: what the ServiceAccount is granted, namespace by namespace.
+    sa = pod.get("serviceAccountName")
+    chk.rule(where, any(s["metadata"]["name"] == sa and s["metadata"].get("namespace") == ns
+                        for s in by_kind.get("ServiceAccount", [])), f"ServiceAccount {ns}/{sa} is missing")
+    subject = {"kind": "ServiceAccount", "name": sa, "namespace": ns}
+    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in by_kind.get("Role", [])}
+    cluster_roles = {r["metadata"]["name"]: r for r in by_kind.get("ClusterRole", [])}
+
+    def bound(binding):
+        return any({k: s.get(k) for k in subject} == subject for s in binding.get("subjects", []))
+
+    granted = {}  # namespace (None: cluster-wide) -> atoms
+    for b in by_kind.get("ClusterRoleBinding", []):
+        if bound(b) and b["roleRef"]["name"] in cluster_roles:
+            granted.setdefault(None, set()).update(rule_tuples(cluster_roles[b["roleRef"]["name"]]["rules"]))
+    for b in by_kind.get("RoleBinding", []):
+        bns = b["metadata"]["namespace"]
+        ref = b["roleRef"]
+        role = roles.get((bns, ref["name"])) if ref["kind"] == "Role" else cluster_roles.get(ref["name"])
+        if bound(b) and role is not None:
+            granted.setdefault(bns, set()).update(rule_tuples(role["rules"]))
+
+    lease = {("coordination.k8s.io", "leases", "create", "*"), ("coordination.k8s.io", "leases", "get", OPERATOR),
+             ("coordination.k8s.io", "leases", "update", OPERATOR)}
+    chk.rule(where, lease <= granted.get(ns, set()) | granted.get(None, set()),
+             f"the ServiceAccount cannot take the Lease {OPERATOR} in {ns}")
+
+    listed = env.get("CMSET_NAMESPACES", {}).get("value")
+    if mode == "cluster":
+        chk.rule(where, listed is None, "CMSET_NAMESPACES is set, but this installation watches all namespaces")
+        chk.rule(where, cluster_role_atoms <= granted.get(None, set()),
+                 "the ServiceAccount is not bound to the cmset-controller ClusterRole")
+    else:
+        chk.rule(where, None not in granted, "the namespaced installation grants cluster-wide rights")
+        watched = sorted(n.strip() for n in (listed or "").split(",") if n.strip())
+        # Namespaces where the ServiceAccount is granted anything besides its Lease.
+        bound_in = sorted(n for n, atoms in granted.items() if n is not None and atoms - lease)
+        chk.rule(where, bool(watched), "CMSET_NAMESPACES is not set")
+        chk.rule(where, watched == bound_in,
+                 f"CMSET_NAMESPACES lists {watched}, but the operator is granted rights in {bound_in}")
+        for n in bound_in:
+            missing = cluster_role_atoms - granted[n]
+            extra = granted[n] - cluster_role_atoms - (lease if n == ns else set())
+            chk.rule(where, not missing, f"the operator's rights in {n} lack what the ClusterRole has: {sorted(missing)}")
+            chk.rule(where, not extra, f"the operator's rights in {n} exceed the ClusterRole's: {sorted(extra)}")
+
+
+# --- 3. self-test ----------------------------------------------------------------------------------------------
+
+def self_test(chk, crds):
+    """Objects the validation must refuse; fails the run if one of them passes."""
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"},
+                  "spec": {"selector": {"matchLabels": {"a": "b"}},
+                           "template": {"metadata": {"labels": {"a": "b"}},
+                                        "spec": {"containers": [{"name": "c", "image": "i"}]}}}}
+    cmset = {"apiVersion": "cmset.dev/v1alpha1", "kind": "ConfigMapSet", "metadata": {"name": "x"},
+             "spec": {"template": {"data": {"k": "v"}}}}
+    bad = []
+    d = copy.deepcopy(deployment); d["spec"]["replicas"] = "two"; bad.append(("replicas: \"two\"", d))
+    d = copy.deepcopy(deployment); d["spec"]["replica"] = 2; bad.append(("unknown field spec.replica", d))
+    d = copy.deepcopy(deployment); d["apiVersion"] = "apps/v2"; bad.append(("apiVersion apps/v2", d))
+    d = copy.deepcopy(deployment); d["apiVersion"] = "policy/v1beta1"; d["kind"] = "PodDisruptionBudget"
+    bad.append(("policy/v1beta1 PodDisruptionBudget (removed in 1.25)", d))
+    c = copy.deepcopy(cmset); c["spec"]["revisionHistoryLimit"] = -1; bad.append(("revisionHistoryLimit: -1", c))
+    c = copy.deepcopy(cmset); del c["spec"]["template"]; bad.append(("ConfigMapSet without template", c))
+    c = copy.deepcopy(cmset); c["spec"]["templat"] = {}; bad.append(("unknown field spec.templat", c))
+    c = copy.deepcopy(cmset); c["spec"]["template"]["data"] = {"k": 1}; bad.append(("data value 1 (not a string)", c))
+    c = copy.deepcopy(cmset); c["apiVersion"] = "cmset.dev/v1"; bad.append(("ConfigMapSet cmset.dev/v1", c))
+    good = [("a minimal Deployment", deployment), ("a minimal ConfigMapSet", cmset)]
+    for label, obj in bad:
+        chk.rule("self-test", validate_object(chk, "self-test", obj, crds, quiet=True) is not None,
+                 f"accepted a bad object ({label})")
+    for label, obj in good:
+        err = validate_object(chk, "self-test", obj, crds, quiet=True)
+        chk.rule("self-test", err is None, f"refused {label}: {err}")
+    chk.counts["built-in"] -= 1
+    chk.counts["custom"] -= 1
+    print(f"  ok    self-test: {len(bad)} bad objects refused, {len(good)} good ones accepted")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kubernetes-version", default="1.33.0")
+    ap.add_argument("--image-override", help="FILE=IMAGE: the build of an overlay that sets `images:`")
+    ap.add_argument("builds", nargs="+", help="NAME=FILE")
+    args = ap.parse_args()
+    chk = Checker(args.kubernetes_version)
+    with open(os.path.join(REPO, "Cargo.toml")) as f:
+        version = re.search(r'\[workspace\.package\][^\[]*?\nversion\s*=\s*"([^"]+)"', f.read()).group(1)
+
+    builds = {}
+    for arg in args.builds:
+        name, path = arg.split("=", 1)
+        builds[name] = load(path)
+    crds = [o for objs in builds.values() for o in objs
+            if o.get("kind") == "CustomResourceDefinition" and o.get("apiVersion") == "apiextensions.k8s.io/v1"]
+
+    print(f"[manifests] 1. schemas (kubernetes-validate, Kubernetes {args.kubernetes_version}, strict)")
+    for name, objs in builds.items():
+        if not chk.rule(name, bool(objs), "the build is empty"):
+            continue
+        for obj in objs:
+            err = validate_object(chk, name, obj, crds)
+            if err:
+                chk.fail(name, f"{ident(obj)}: {err}")
+
+    print("[manifests] 2. cmset's rules")
+    cluster_role = next((o for o in builds.get("config/rbac", []) if o["kind"] == "ClusterRole"
+                         and o["metadata"]["name"] == OPERATOR), None)
+    if chk.rule("config/rbac", cluster_role is not None, f"no ClusterRole {OPERATOR}"):
+        atoms = rule_tuples(cluster_role["rules"])
+        for label, (names, mode) in INSTALLATIONS.items():
+            if all(n in builds for n in names):
+                before = len(chk.failures)
+                check_operator(chk, label, [o for n in names for o in builds[n]], mode, atoms, version)
+                if len(chk.failures) == before:
+                    print(f"  ok    {label}: the operator's Deployment, Service, PDB, RBAC and scope agree")
+
+    # Files copied into config/namespaced must equal their originals (kustomize cannot share single files).
+    originals = {key(o): o for n in ("config/rbac", "config/default") for o in builds.get(n, [])}
+    before = len(chk.failures)
+    for name in ("config/namespaced", "config/namespaced/cluster-admin"):
+        for obj in builds.get(name, []):
+            orig = originals.get(key(obj))
+            if orig is None:
+                continue
+            mine = copy.deepcopy(obj)
+            if obj["kind"] == "Deployment":  # differs only by the namespaces it watches
+                for c in mine["spec"]["template"]["spec"]["containers"]:
+                    c["env"] = [e for e in c.get("env", []) if e["name"] != "CMSET_NAMESPACES"]
+            chk.rule(name, mine == orig, f"{ident(obj)} differs from its original in config/default or config/rbac")
+    if len(chk.failures) == before:
+        print("  ok    the copies in config/namespaced equal their originals")
+
+    restricted = {o["metadata"]["name"] for objs in builds.values() for o in objs if o["kind"] == "Namespace"
+                  and o["metadata"].get("labels", {}).get("pod-security.kubernetes.io/enforce") == "restricted"}
+    before = len(chk.failures)
+    for name, objs in builds.items():
+        for obj in objs:
+            if obj.get("metadata", {}).get("namespace") in restricted:
+                for pod in pod_templates(obj):
+                    check_restricted(chk, name, obj, pod)
+    if len(chk.failures) == before:
+        print(f"  ok    pod templates in restricted namespaces {sorted(restricted)} meet the restricted Pod Security Standard")
+
+    if args.image_override:
+        path, want = args.image_override.split("=", 1)
+        images = [c["image"] for o in load(path) if o["kind"] == "Deployment"
+                  for c in o["spec"]["template"]["spec"]["containers"]]
+        if chk.rule("images override", images == [want], f"an overlay's `images:` gave {images}, not [{want}]"):
+            print(f"  ok    an overlay's `images:` replaces the operator image ({want})")
+
+    print("[manifests] 3. self-test")
+    self_test(chk, crds)
+
+    total = chk.counts["built-in"] + chk.counts["custom"]
+    print(f"[manifests] {total} objects in {len(builds)} builds validated ({chk.counts['built-in']} built-in, "
+          f"{chk.counts['custom']} custom resources), {chk.counts['skipped']} third-party custom resources skipped, "
+          f"{chk.counts['rules']} rules checked")
+    if chk.failures:
+        print(f"manifests-check: {len(chk.failures)} failed")
+        for f in chk.failures:
+            print(f"  - {f}")
+        return 1
+    print("manifests-check: all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
