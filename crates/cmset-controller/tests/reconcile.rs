@@ -22,6 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::jiff::Timestamp;
 use kube::client::Body;
 use kube::core::PartialObjectMeta;
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
 use kube::{Client, Resource};
@@ -208,6 +209,39 @@ where
     (out, seen)
 }
 
+/// Reconciles `set` against a well-behaved mocked API server.
+async fn reconcile_set(
+    world: &World,
+    set: &ConfigMapSet,
+) -> (cmset_controller::error::Result<Action>, Vec<Seen>) {
+    let owned = set.clone();
+    scenario(world, ok_responder(set.clone()), |ctx| {
+        set_controller::reconcile(Arc::new(owned), ctx)
+    })
+    .await
+}
+
+/// Reconciles `deployment` against a well-behaved mocked API server.
+async fn reconcile_deployment(
+    world: &World,
+    set: &ConfigMapSet,
+    deployment: &Deployment,
+) -> (cmset_controller::error::Result<Action>, Vec<Seen>) {
+    let owned = deployment.clone();
+    scenario(world, ok_responder(set.clone()), |ctx| {
+        workload_controller::reconcile(Arc::new(owned), ctx)
+    })
+    .await
+}
+
+fn assert_no_requests(seen: &[Seen]) {
+    assert!(
+        seen.is_empty(),
+        "expected no request, got: {:?}",
+        seen.iter().map(Seen::line).collect::<Vec<_>>()
+    );
+}
+
 fn nginx_set(version: &str) -> ConfigMapSet {
     let mut set = ConfigMapSet::new(
         "nginx-config",
@@ -299,10 +333,7 @@ async fn a_new_set_creates_its_revision_then_writes_status_then_tells() {
     let mut world = World::new();
     let set = nginx_set("1");
     world.add_set(&set);
-    let (result, seen) = scenario(&world, ok_responder(set.clone()), |ctx| {
-        set_controller::reconcile(Arc::new(set.clone()), ctx)
-    })
-    .await;
+    let (result, seen) = reconcile_set(&world, &set).await;
     result.expect("reconcile succeeds");
     let lines: Vec<String> = seen.iter().map(Seen::line).collect();
     assert_eq!(
@@ -352,16 +383,9 @@ async fn an_unchanged_set_sends_no_request() {
     let mut world = World::new();
     world.add_deployment(&web(V1, true));
     let set = settle(&mut world, &nginx_set("1"));
-    let (result, seen) = scenario(&world, ok_responder(set.clone()), |ctx| {
-        set_controller::reconcile(Arc::new(set.clone()), ctx)
-    })
-    .await;
+    let (result, seen) = reconcile_set(&world, &set).await;
     result.unwrap();
-    assert!(
-        seen.is_empty(),
-        "unexpected requests: {:?}",
-        seen.iter().map(Seen::line).collect::<Vec<_>>()
-    );
+    assert_no_requests(&seen);
 }
 
 #[tokio::test]
@@ -405,26 +429,12 @@ async fn a_restart_with_everything_in_place_sends_no_request() {
         .apply_watcher_event(&watcher::Event::Apply(revision));
     let set = settle(&mut world, &set);
 
-    let (set_result, set_seen) = scenario(&world, ok_responder(set.clone()), |ctx| {
-        set_controller::reconcile(Arc::new(set.clone()), ctx)
-    })
-    .await;
+    let (set_result, set_seen) = reconcile_set(&world, &set).await;
     set_result.unwrap();
-    let (workload_result, workload_seen) = scenario(&world, ok_responder(set.clone()), |ctx| {
-        workload_controller::reconcile(Arc::new(deployment.clone()), ctx)
-    })
-    .await;
+    let (workload_result, workload_seen) = reconcile_deployment(&world, &set, &deployment).await;
     workload_result.unwrap();
-    assert!(
-        set_seen.is_empty(),
-        "set: {:?}",
-        set_seen.iter().map(Seen::line).collect::<Vec<_>>()
-    );
-    assert!(
-        workload_seen.is_empty(),
-        "workload: {:?}",
-        workload_seen.iter().map(Seen::line).collect::<Vec<_>>()
-    );
+    assert_no_requests(&set_seen);
+    assert_no_requests(&workload_seen);
     assert_eq!(world.unused_writers(), 0);
 }
 
@@ -434,10 +444,7 @@ async fn a_workload_naming_the_bare_set_is_moved_with_one_guarded_json_patch() {
     let deployment = web("nginx-config", true);
     world.add_deployment(&deployment);
     let set = settle(&mut world, &nginx_set("1"));
-    let (result, seen) = scenario(&world, ok_responder(set.clone()), |ctx| {
-        workload_controller::reconcile(Arc::new(deployment.clone()), ctx)
-    })
-    .await;
+    let (result, seen) = reconcile_deployment(&world, &set, &deployment).await;
     result.unwrap();
     let lines: Vec<String> = seen.iter().map(Seen::line).collect();
     assert_eq!(
@@ -477,16 +484,9 @@ async fn a_pinned_workload_sends_no_request() {
         set.status.as_ref().unwrap().workloads[0].state,
         cmset_api::WorkloadState::Pinned
     );
-    let (result, seen) = scenario(&world, ok_responder(set.clone()), |ctx| {
-        workload_controller::reconcile(Arc::new(rolled_back.clone()), ctx)
-    })
-    .await;
+    let (result, seen) = reconcile_deployment(&world, &set, &rolled_back).await;
     result.unwrap();
-    assert!(
-        seen.is_empty(),
-        "{:?}",
-        seen.iter().map(Seen::line).collect::<Vec<_>>()
-    );
+    assert_no_requests(&seen);
 }
 
 #[tokio::test]
@@ -495,16 +495,9 @@ async fn a_workload_not_opted_in_sends_no_request() {
     let deployment = web("nginx-config", false);
     world.add_deployment(&deployment);
     let set = settle(&mut world, &nginx_set("1"));
-    let (result, seen) = scenario(&world, ok_responder(set.clone()), |ctx| {
-        workload_controller::reconcile(Arc::new(deployment.clone()), ctx)
-    })
-    .await;
+    let (result, seen) = reconcile_deployment(&world, &set, &deployment).await;
     result.unwrap();
-    assert!(
-        seen.is_empty(),
-        "{:?}",
-        seen.iter().map(Seen::line).collect::<Vec<_>>()
-    );
+    assert_no_requests(&seen);
     assert!(
         set.status.as_ref().unwrap().workloads.is_empty(),
         "not listed in status either"
@@ -587,10 +580,7 @@ async fn pruning_lists_pods_by_label_then_deletes_with_a_uid_precondition() {
         ..Default::default()
     });
     world.add_set(&set);
-    let (result, seen) = scenario(&world, ok_responder(set.clone()), |ctx| {
-        set_controller::reconcile(Arc::new(set.clone()), ctx)
-    })
-    .await;
+    let (result, seen) = reconcile_set(&world, &set).await;
     result.unwrap();
     let lines: Vec<String> = seen.iter().map(Seen::line).collect();
     assert_eq!(
