@@ -140,6 +140,17 @@ fn settled(set: &ConfigMapSet, plan: &SetPlan) -> ConfigMapSet {
     next
 }
 
+/// Status and reason of the planned Ready condition.
+fn ready_of(plan: &SetPlan) -> (&str, &str) {
+    let ready = plan
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("a Ready condition");
+    (ready.status.as_str(), ready.reason.as_str())
+}
+
 fn reasons(plan: &SetPlan) -> Vec<&'static str> {
     plan.events.iter().map(|e| e.reason).collect()
 }
@@ -166,11 +177,7 @@ fn a_new_set_gets_its_first_revision_with_the_kustomize_name() {
     assert_eq!(p.status.revision, Some(1));
     assert_eq!(p.status.observed_generation, Some(1));
     assert_eq!(reasons(&p), vec!["RevisionCreated"]);
-    let ready = p.status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
-    assert_eq!(
-        (ready.status.as_str(), ready.reason.as_str()),
-        ("True", "RolledOut")
-    );
+    assert_eq!(ready_of(&p), ("True", "RolledOut"));
 }
 
 #[test]
@@ -249,11 +256,7 @@ fn new_content_makes_a_new_revision_and_marks_workloads_pending() {
         (w.revision.as_str(), w.state, w.rolled_out.as_deref()),
         (V1, WorkloadState::Pending, Some(V1))
     );
-    let ready = p.status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
-    assert_eq!(
-        (ready.status.as_str(), ready.reason.as_str()),
-        ("False", "RolloutPending")
-    );
+    assert_eq!(ready_of(&p), ("False", "RolloutPending"));
 }
 
 #[test]
@@ -454,11 +457,8 @@ fn an_invalid_spec_is_reported_and_nothing_else_is_written() {
         Some(V1),
         "the last good revision stays current"
     );
+    assert_eq!(ready_of(&p), ("False", "InvalidSpec"));
     let ready = p.status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
-    assert_eq!(
-        (ready.status.as_str(), ready.reason.as_str()),
-        ("False", "InvalidSpec")
-    );
     assert!(
         ready.message.contains("bad key!") && ready.message.contains("also/bad"),
         "{}",
