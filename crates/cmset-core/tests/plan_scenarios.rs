@@ -104,15 +104,14 @@ fn plan(
     workloads: &[WorkloadView],
     history: &[HistoryObject],
 ) -> SetPlan {
-    let input = SetInput {
+    plan_set(&SetInput {
         set,
         revisions,
         workloads,
         history,
         pod_refs: None,
         now: now(),
-    };
-    plan_set(&input)
+    })
 }
 
 fn plan_with_pods(
@@ -122,15 +121,14 @@ fn plan_with_pods(
     history: &[HistoryObject],
     pods: &BTreeSet<String>,
 ) -> SetPlan {
-    let input = SetInput {
+    plan_set(&SetInput {
         set,
         revisions,
         workloads,
         history,
         pod_refs: Some(pods),
         now: now(),
-    };
-    plan_set(&input)
+    })
 }
 
 /// The set after its controller wrote the planned status.
@@ -631,4 +629,26 @@ fn revisions_never_inherit_the_sets_own_gitops_tracking_metadata() {
         annotations.keys().all(|k| k.starts_with("cmset.dev/")),
         "{annotations:?}"
     );
+}
+
+#[test]
+fn an_empty_set_gets_an_empty_revision_with_the_kustomize_name() {
+    // kustomize names a generator with no data `<name>-6ct58987ht` (checked with `kubectl kustomize`).
+    let mut set = set_with("nginx-config", &[], 10);
+    set.spec.template.data = None;
+    let p = plan(&set, &[], &[], &[]);
+    assert_eq!(ready_of(&p), ("True", "RolledOut"));
+    let cm = p.create.expect("an empty set still gets its revision");
+    assert_eq!(cm.metadata.name.as_deref(), Some("nginx-config-6ct58987ht"));
+    assert_eq!((cm.data, cm.binary_data), (None, None));
+    // An empty map is the same content as no map at all: same revision, no second one.
+    let mut empty_map = set.clone();
+    empty_map.spec.template.data = Some(BTreeMap::new());
+    let again = plan(
+        &empty_map,
+        &[revision_of(&set, "nginx-config-6ct58987ht", 1)],
+        &[],
+        &[],
+    );
+    assert!(again.create.is_none());
 }
