@@ -33,6 +33,27 @@ pub fn is_revision_name_of(set_name: &str, candidate: &str) -> bool {
         .is_some_and(is_hash)
 }
 
+/// Whether the ConfigMap name `configmap` refers to set `set_name`: the set's bare name (how a workload
+/// opts in) or one of its revisions. This is the one rule for "does this name belong to that set";
+/// everything that asks (the controllers, the plugin, the indexes) asks here.
+pub fn refers_to_set(set_name: &str, configmap: &str) -> bool {
+    configmap == set_name || is_revision_name_of(set_name, configmap)
+}
+
+/// The names of the sets a ConfigMap name can refer to, by [`refers_to_set`]: the name itself, and the
+/// part before `-<hash>` when it ends in one. At most two, so a reference is mapped to its set in O(1)
+/// instead of by asking every set.
+pub fn set_candidates(configmap: &str) -> impl Iterator<Item = &str> {
+    let revision_of = configmap
+        .len()
+        .checked_sub(HASH_LEN + 1)
+        .filter(|&cut| cut > 0 && configmap.is_char_boundary(cut))
+        .map(|cut| configmap.split_at(cut))
+        .filter(|(_, suffix)| suffix.strip_prefix('-').is_some_and(is_hash))
+        .map(|(set, _)| set);
+    std::iter::once(configmap).chain(revision_of)
+}
+
 /// Value of the `cmset.dev/set` label on the revisions of set `set_name`.
 ///
 /// A set name that is a valid label value (every valid set name of at most 63 characters) is used as

@@ -4,7 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use cmset_core::hash::content_hash;
 use cmset_core::naming::{
-    MAX_SET_NAME_LEN, is_dns_subdomain, is_label_value, is_revision_name_of, revision_name, set_label_value,
+    MAX_SET_NAME_LEN, is_dns_subdomain, is_label_value, is_revision_name_of, refers_to_set, revision_name,
+    set_candidates, set_label_value,
 };
 use proptest::prelude::*;
 
@@ -165,4 +166,38 @@ fn revision_name_examples() {
     let revision = revision_name(&longest, "d2c65kk9hm");
     assert_eq!(revision.len(), 253);
     assert!(is_dns_subdomain(&revision));
+}
+
+proptest! {
+    /// `set_candidates` is exactly the sets `refers_to_set` accepts: a set is a candidate of a name iff
+    /// the name refers to it.
+    #[test]
+    fn candidates_are_exactly_the_sets_a_name_refers_to(name in "[a-z][a-z0-9-]{0,30}", content in "[a-z]{0,8}") {
+        let hash = cmset_core::hash::short_hash(content.as_bytes());
+        for configmap in [name.clone(), revision_name(&name, &hash)] {
+            let candidates: Vec<&str> = set_candidates(&configmap).collect();
+            prop_assert!(candidates.contains(&configmap.as_str()));
+            prop_assert!(candidates.iter().all(|set| refers_to_set(set, &configmap)));
+            prop_assert!(refers_to_set(&name, &configmap));
+            prop_assert!(candidates.contains(&name.as_str()), "{configmap} does not name {name} as a candidate");
+        }
+    }
+}
+
+#[test]
+fn candidates_of_plain_and_revision_names() {
+    assert_eq!(set_candidates("app").collect::<Vec<_>>(), vec!["app"]);
+    assert_eq!(
+        set_candidates("app-config-d2c65kk9hm").collect::<Vec<_>>(),
+        vec!["app-config-d2c65kk9hm", "app-config"]
+    );
+    assert_eq!(
+        set_candidates("app-d2c653391a").collect::<Vec<_>>(),
+        vec!["app-d2c653391a"]
+    );
+    assert_eq!(
+        set_candidates("-d2c65kk9hm").collect::<Vec<_>>(),
+        vec!["-d2c65kk9hm"]
+    );
+    assert!(!refers_to_set("app", "app-config-d2c65kk9hm"));
 }
