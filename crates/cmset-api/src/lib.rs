@@ -111,6 +111,8 @@ impl TemplateMetadata {
 
 /// What cmset observed and did, compatible with kstatus (`observedGeneration` and a `Ready` condition),
 /// so `kubectl wait --for=condition=Ready` and GitOps health checks work.
+// Lists are always serialized, empty ones as `[]`: status is written by server-side apply, and sending
+// an empty list is what clears one that became empty.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigMapSetStatus {
@@ -134,15 +136,15 @@ pub struct ConfigMapSetStatus {
 
     /// `Ready`: the current revision exists and every opted-in workload either uses it or is pinned
     /// to an older revision by a rollback. `Stalled`: the spec cannot be rolled out as it is.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub conditions: Vec<Condition>,
 
     /// Opted-in workloads of the namespace that reference this set, and the revision each runs.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub workloads: Vec<WorkloadStatus>,
 
     /// Every revision that exists, newest first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub history: Vec<RevisionStatus>,
 }
 

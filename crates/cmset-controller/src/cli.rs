@@ -33,8 +33,10 @@ pub struct Cli {
     #[arg(long, env = "CMSET_CONCURRENCY", default_value_t = 4)]
     pub concurrency: u16,
 
-    /// How long changes to a workload's sets are gathered into one rollout (milliseconds).
-    #[arg(long, env = "CMSET_WORKLOAD_DEBOUNCE_MS", default_value_t = 1000)]
+    /// How long a workload that reads several sets waits after the last change to one of them, so
+    /// that sets changed by one apply land in one rollout (milliseconds). A workload that reads one set
+    /// never waits.
+    #[arg(long, env = "CMSET_WORKLOAD_DEBOUNCE_MS", default_value_t = 500)]
     pub workload_debounce_ms: u64,
 
     /// Address of the /metrics, /healthz and /readyz endpoints.
@@ -81,7 +83,7 @@ pub struct Cli {
 }
 
 impl Cli {
-    pub fn workload_debounce(&self) -> Duration {
+    pub fn multi_set_window(&self) -> Duration {
         Duration::from_millis(self.workload_debounce_ms)
     }
 

@@ -1,92 +1,52 @@
 //! What every reconciliation shares: the client, the informer caches, the event recorder, metrics and
 //! the clock (passed in, so tests can fix it).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use cmset_api::ConfigMapSet;
-use cmset_core::observe::{HistoryObject, RevisionView, WorkloadView};
-use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::ConfigMap;
+use cmset_core::observe::{WorkloadKind, WorkloadView};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::core::PartialObjectMeta;
+use kube::Client;
 use kube::runtime::events::{Event, Recorder, Reporter};
-use kube::runtime::reflector::Store;
-use kube::{Client, ResourceExt};
+use kube::runtime::reflector::{ObjectRef, Store};
 
+use crate::index::{Index, Key};
 use crate::metrics::Metrics;
 use crate::views;
 
-/// Informer caches, each filled by one label-selected watch (see `runtime`).
+/// The reflector stores the controllers are keyed by: sets (whole, since revisions are stamped from
+/// them) and opted-in workloads (slimmed to their references, see [`crate::index::Indexed::slim`]).
+/// Everything else lives in the [`Index`].
 #[derive(Clone)]
 pub struct Stores {
     pub sets: Store<ConfigMapSet>,
-    /// Revision ConfigMaps, metadata only: their content is never needed once created.
-    pub revisions: Store<PartialObjectMeta<ConfigMap>>,
     pub deployments: Store<Deployment>,
     pub statefulsets: Store<StatefulSet>,
     pub daemonsets: Store<DaemonSet>,
-    pub replica_sets: Store<ReplicaSet>,
-    pub controller_revisions: Store<ControllerRevision>,
-}
-
-fn in_namespace<K: ResourceExt>(obj: &K, namespace: &str) -> bool {
-    obj.namespace().as_deref() == Some(namespace)
 }
 
 impl Stores {
-    pub fn sets_in(&self, namespace: &str) -> Vec<ConfigMapSet> {
-        self.sets
-            .state()
-            .iter()
-            .filter(|s| in_namespace(s.as_ref(), namespace))
-            .map(|s| (**s).clone())
-            .collect()
+    pub fn set(&self, key: &Key) -> Option<Arc<ConfigMapSet>> {
+        self.sets.get(&ObjectRef::new(&key.name).within(&key.namespace))
     }
 
-    pub fn revisions_in(&self, namespace: &str, set_label: &str) -> Vec<RevisionView> {
-        self.revisions
-            .state()
-            .iter()
-            .filter(|c| in_namespace(c.as_ref(), namespace))
-            .filter(|c| c.labels().get(cmset_api::labels::SET).map(String::as_str) == Some(set_label))
-            .map(|c| views::revision_view(c))
-            .collect()
-    }
-
-    /// Opted-in workloads of every kind in the namespace.
-    pub fn workloads_in(&self, namespace: &str) -> Vec<WorkloadView> {
-        fn of<K: views::Workload>(store: &Store<K>, namespace: &str) -> Vec<WorkloadView> {
-            store
-                .state()
-                .iter()
-                .filter(|w| in_namespace(w.as_ref(), namespace) && views::opted_in(w.as_ref()))
-                .filter_map(|w| views::workload_view(w.as_ref()))
-                .collect()
+    /// The view of one opted-in workload, looked up by key.
+    pub fn workload(&self, kind: WorkloadKind, namespace: &str, name: &str) -> Option<WorkloadView> {
+        fn view<K: views::Workload>(store: &Store<K>, namespace: &str, name: &str) -> Option<WorkloadView> {
+            let obj = store.get(&ObjectRef::new(name).within(namespace))?;
+            views::opted_in(obj.as_ref())
+                .then(|| views::workload_view(obj.as_ref()))
+                .flatten()
         }
-        let mut all = of(&self.deployments, namespace);
-        all.extend(of(&self.statefulsets, namespace));
-        all.extend(of(&self.daemonsets, namespace));
-        all
-    }
-
-    pub fn history_in(&self, namespace: &str) -> Vec<HistoryObject> {
-        let mut all: Vec<HistoryObject> = self
-            .replica_sets
-            .state()
-            .iter()
-            .filter(|r| in_namespace(r.as_ref(), namespace))
-            .filter_map(|r| views::replica_set_view(r))
-            .collect();
-        all.extend(
-            self.controller_revisions
-                .state()
-                .iter()
-                .filter(|r| in_namespace(r.as_ref(), namespace))
-                .filter_map(|r| views::controller_revision_view(r)),
-        );
-        all
+        match kind {
+            WorkloadKind::Deployment => view(&self.deployments, namespace, name),
+            WorkloadKind::StatefulSet => view(&self.statefulsets, namespace, name),
+            WorkloadKind::DaemonSet => view(&self.daemonsets, namespace, name),
+        }
     }
 }
 
@@ -96,24 +56,28 @@ pub fn system_clock() -> Clock {
     Arc::new(|| Time(jiff::Timestamp::now()))
 }
 
-#[derive(Clone)]
 pub struct Context {
     pub client: Client,
+    pub index: Arc<Index>,
     pub stores: Stores,
     pub reporter: Reporter,
     pub metrics: Arc<Metrics>,
     pub clock: Clock,
-    /// False until every cache has its first full list. Planning from a half-filled cache would take
-    /// objects not yet listed for absent ones (a revision to create again, a workload record to drop),
-    /// so reconcilers wait for it.
-    pub caches_ready: Arc<AtomicBool>,
+    /// How long a workload that reads several sets waits after the last change to any of them, so
+    /// that sets changed by one apply land in one rollout (see `workload_controller`).
+    pub multi_set_window: Duration,
+    /// Since when each set has had only deferrable writes planned (see `set_controller`): batched
+    /// until [`BATCH_WINDOW`] has passed or an urgent write comes along.
+    pub deferred: Mutex<HashMap<Key, Instant>>,
 }
 
+/// The longest a set's deferrable writes wait to be batched.
+pub const BATCH_WINDOW: Duration = Duration::from_secs(1);
+
 impl Context {
-    /// A context whose caches count as ready (tests fill them by hand; `runtime` clears the flag until
-    /// its watches have listed everything).
     pub fn new(
         client: Client,
+        index: Arc<Index>,
         stores: Stores,
         metrics: Arc<Metrics>,
         clock: Clock,
@@ -125,16 +89,40 @@ impl Context {
         };
         Self {
             client,
+            index,
             stores,
             reporter,
             metrics,
             clock,
-            caches_ready: Arc::new(AtomicBool::new(true)),
+            multi_set_window: Duration::from_millis(500),
+            deferred: Mutex::new(HashMap::new()),
         }
     }
 
+    /// False until every watch has listed everything once. Planning from a half-filled index would
+    /// take objects not yet listed for absent ones (a revision to create again, a workload record to
+    /// drop), so reconcilers wait for it.
     pub fn caches_ready(&self) -> bool {
-        self.caches_ready.load(Ordering::Acquire)
+        self.index.is_ready()
+    }
+
+    /// Marks `set`'s pending writes as deferred: `Some(wait)` while the batch window since the first
+    /// deferral is still open, `None` once it has passed (write now).
+    pub fn defer(&self, set: &Key) -> Option<Duration> {
+        let now = Instant::now();
+        let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+        let since = *deferred.entry(set.clone()).or_insert(now);
+        BATCH_WINDOW
+            .checked_sub(now.duration_since(since))
+            .filter(|w| !w.is_zero())
+    }
+
+    /// Forgets a deferral: the writes were made, or are no longer wanted.
+    pub fn forget_deferred(&self, set: &Key) {
+        self.deferred
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(set);
     }
 
     /// Publishes an event, best effort. A fresh recorder each time: kube's recorder folds a repeat of

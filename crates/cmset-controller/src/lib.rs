@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod context;
 pub mod error;
+pub mod index;
 pub mod leader;
 pub mod metrics;
 pub mod runtime;

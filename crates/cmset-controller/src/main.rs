@@ -104,7 +104,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
 
     let settings = Settings {
         concurrency: cli.concurrency.max(1),
-        workload_debounce: cli.workload_debounce(),
+        multi_set_window: cli.multi_set_window(),
         instance: Some(cli.identity()),
     };
     let scopes: Vec<Option<String>> = if cli.namespaces.is_empty() {

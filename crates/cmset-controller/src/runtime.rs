@@ -1,89 +1,113 @@
-//! Wires watches, caches and the two controllers for one scope (one namespace, or all of them).
+//! Wires the watches, the index and the two controllers of one scope (one namespace, or all of them).
 //!
 //! Every watch is as narrow as cmset's job allows, because an operator's memory grows with what it
-//! caches (the failure of tools that watch every ConfigMap in the cluster):
-//! - ConfigMapSets: all in scope (they are cmset's own).
-//! - revision ConfigMaps: label `cmset.dev/set`, metadata only.
-//! - Deployments, StatefulSets, DaemonSets: label `cmset.dev/enabled=true` (opted in).
-//! - ReplicaSets, ControllerRevisions: label `cmset.dev/managed=true`, which cmset puts on the pod
-//!   templates it rewrites and the workload controllers copy onto their history objects.
+//! caches (the failure of tools that watch every ConfigMap in the cluster); each kind's selector and
+//! slimming live with its [`Indexed`] impl:
+//! - ConfigMapSets: all in scope (they are cmset's own); kept whole in a store.
+//! - revision ConfigMaps: label `cmset.dev/set`, metadata only; indexed, not stored.
+//! - Deployments, StatefulSets, DaemonSets: label `cmset.dev/enabled=true`; stored slim.
+//! - ReplicaSets, ControllerRevisions: label `cmset.dev/managed=true` (which cmset puts on the pod
+//!   templates it rewrites); reduced to the names they reference, not stored.
 //! - Pods: never watched; listed by label only when a prune is about to happen.
 //!
-//! Each watch feeds one shared cache; the controllers subscribe to it instead of opening their own.
+//! Every watch event passes through the [`Index`], which sends the reconciles it triggers to the
+//! controllers (`reconcile_on`): no mapper ever walks a cache.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cmset_api::{ConfigMapSet, labels};
+use cmset_api::ConfigMapSet;
 use futures::{FutureExt, Stream, StreamExt, future::BoxFuture};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{self, ReflectHandle, Store};
+use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store};
 use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
+use kube::{Api, Client};
 use tracing::{debug, warn};
 
 use crate::context::{Clock, Context, Stores};
+use crate::index::{Index, Indexed, trigger_channels};
 use crate::metrics::Metrics;
-use crate::views::{self, Workload};
+use crate::views::Workload;
 use crate::{set_controller, workload_controller};
 
 /// Tuning of one scope's controllers.
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub concurrency: u16,
-    /// Triggers of one workload within this window become one reconcile: sets changed by one apply
-    /// land within it, so the workload rolls once.
-    pub workload_debounce: Duration,
+    /// How long a workload that reads several sets waits after the last change to one of them (see
+    /// `workload_controller`).
+    pub multi_set_window: Duration,
     pub instance: Option<String>,
 }
 
+/// Every kind watched, each feeding the index once: ConfigMapSet, revision ConfigMap, Deployment,
+/// StatefulSet, DaemonSet, ReplicaSet, ControllerRevision.
+const WATCHED_KINDS: usize = 7;
+
 const BUFFER: usize = 1024;
 
-fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
+fn api<K: Indexed>(client: &Client, namespace: Option<&str>) -> Api<K> {
     match namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     }
 }
 
-/// Drops what no cmset decision reads before an object enters a cache.
-fn slim<K: Resource>(obj: &mut K) {
-    obj.meta_mut().managed_fields = None;
-    if let Some(a) = obj.meta_mut().annotations.as_mut() {
-        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+fn watch_config<K: Indexed>() -> watcher::Config {
+    let config = watcher::Config::default();
+    match K::selector() {
+        Some(selector) => config.labels(&selector),
+        None => config,
     }
 }
 
-/// A shared, label-selected, slimmed watch: its cache, a subscription for controllers, and the future
-/// that drives it.
-fn shared_watch<K>(
-    api: Api<K>,
-    selector: Option<&str>,
-) -> (Store<K>, ReflectHandle<K>, BoxFuture<'static, ()>)
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-{
+fn log_watch_errors<K: Indexed>(e: &watcher::Error) {
+    warn!(kind = K::NAME, error = %e, "watch error; retrying with backoff");
+}
+
+/// A watch that only feeds the index (revisions, history objects): nothing is cached whole.
+fn indexed_watch<K: Indexed>(
+    client: &Client,
+    namespace: Option<&str>,
+    index: Arc<Index>,
+) -> BoxFuture<'static, ()> {
+    watcher(api::<K>(client, namespace), watch_config::<K>())
+        .default_backoff()
+        .modify(K::slim)
+        .for_each(move |event| {
+            match event {
+                Ok(event) => {
+                    index.handle(&event);
+                }
+                Err(e) => log_watch_errors::<K>(&e),
+            }
+            futures::future::ready(())
+        })
+        .boxed()
+}
+
+/// A watch that fills a shared store a controller is keyed by, and feeds the index.
+fn stored_watch<K: Indexed>(
+    client: &Client,
+    namespace: Option<&str>,
+    index: Arc<Index>,
+) -> (Store<K>, ReflectHandle<K>, BoxFuture<'static, ()>) {
     let (reader, writer) = reflector::store_shared(BUFFER);
     let subscriber = writer.subscribe().expect("a shared store can be subscribed to");
-    let mut config = watcher::Config::default();
-    if let Some(s) = selector {
-        config = config.labels(s);
-    }
-    let driver = watcher(api, config)
+    let driver = watcher(api::<K>(client, namespace), watch_config::<K>())
         .default_backoff()
-        .modify(slim::<K>)
+        .modify(K::slim)
         .reflect_shared(writer)
-        .for_each(|event| async move {
-            if let Err(e) = event {
-                warn!(kind = %K::kind(&()), error = %e, "watch error; retrying with backoff");
+        .for_each(move |event| {
+            match event {
+                Ok(event) => {
+                    index.handle(&event);
+                }
+                Err(e) => log_watch_errors::<K>(&e),
             }
+            futures::future::ready(())
         })
         .boxed();
     (reader, subscriber, driver)
@@ -116,152 +140,87 @@ pub async fn run_scope(
     ready: tokio::sync::mpsc::Sender<()>,
 ) {
     let ns = namespace.as_deref();
-    let enabled = format!("{}={}", labels::ENABLED, labels::ENABLED_VALUE);
-    let managed = format!("{}=true", labels::MANAGED_TEMPLATE);
+    let (senders, triggers) = trigger_channels();
+    let index = Arc::new(Index::new(WATCHED_KINDS, Some(senders)));
 
-    let (sets, sets_sub, sets_watch) = shared_watch::<ConfigMapSet>(api(&client, ns), None);
-    let (deployments, deploy_sub, deploy_watch) =
-        shared_watch::<Deployment>(api(&client, ns), Some(&enabled));
-    let (statefulsets, sts_sub, sts_watch) = shared_watch::<StatefulSet>(api(&client, ns), Some(&enabled));
-    let (daemonsets, ds_sub, ds_watch) = shared_watch::<DaemonSet>(api(&client, ns), Some(&enabled));
-    let (replica_sets, rs_sub, rs_watch) = shared_watch::<ReplicaSet>(api(&client, ns), Some(&managed));
-    let (controller_revisions, cr_sub, cr_watch) =
-        shared_watch::<ControllerRevision>(api(&client, ns), Some(&managed));
-
-    let (revisions, revisions_writer) = reflector::store::<PartialObjectMeta<ConfigMap>>();
-    let revision_config = watcher::Config::default().labels(labels::SET);
-    // `Api<PartialObjectMeta<_>>` makes metadata-only requests.
-    let revision_stream = watcher(api::<PartialObjectMeta<ConfigMap>>(&client, ns), revision_config)
-        .default_backoff()
-        .modify(slim::<PartialObjectMeta<ConfigMap>>)
-        .reflect(revisions_writer)
-        .touched_objects();
+    let (sets, sets_sub, sets_watch) = stored_watch::<ConfigMapSet>(&client, ns, index.clone());
+    let (deployments, deploy_sub, deploy_watch) = stored_watch::<Deployment>(&client, ns, index.clone());
+    let (statefulsets, sts_sub, sts_watch) = stored_watch::<StatefulSet>(&client, ns, index.clone());
+    let (daemonsets, ds_sub, ds_watch) = stored_watch::<DaemonSet>(&client, ns, index.clone());
+    let watches = futures::future::join_all(vec![
+        sets_watch,
+        deploy_watch,
+        sts_watch,
+        ds_watch,
+        indexed_watch::<PartialObjectMeta<ConfigMap>>(&client, ns, index.clone()),
+        indexed_watch::<ReplicaSet>(&client, ns, index.clone()),
+        indexed_watch::<ControllerRevision>(&client, ns, index.clone()),
+    ]);
 
     let stores = Stores {
         sets: sets.clone(),
-        revisions: revisions.clone(),
         deployments: deployments.clone(),
         statefulsets: statefulsets.clone(),
         daemonsets: daemonsets.clone(),
-        replica_sets,
-        controller_revisions,
     };
     let mut context = Context::new(
         client.clone(),
-        stores.clone(),
+        index.clone(),
+        stores,
         metrics,
         clock,
         settings.instance.clone(),
     );
-    context.caches_ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let caches_ready = context.caches_ready.clone();
+    context.multi_set_window = settings.multi_set_window;
     let ctx = Arc::new(context);
+    let config = controller::Config::default().concurrency(settings.concurrency);
 
-    let set_config = controller::Config::default().concurrency(settings.concurrency);
-    let sets_for = |store: Store<ConfigMapSet>| {
-        move |names: (Option<String>, BTreeSet<String>)| {
-            set_controller::sets_referenced(&store, names.0, names.1)
-        }
-    };
-    let by_workload = |w: &dyn WorkloadRefs| (w.ns(), w.names());
-    let set_ctl = Controller::for_shared_stream(sets_sub.clone(), sets.clone())
-        .with_config(set_config)
-        .owns_stream(revision_stream)
-        .watches_shared_stream(deploy_sub.clone(), {
-            let f = sets_for(sets.clone());
-            move |w: Arc<Deployment>| f(by_workload(w.as_ref()))
-        })
-        .watches_shared_stream(sts_sub.clone(), {
-            let f = sets_for(sets.clone());
-            move |w: Arc<StatefulSet>| f(by_workload(w.as_ref()))
-        })
-        .watches_shared_stream(ds_sub.clone(), {
-            let f = sets_for(sets.clone());
-            move |w: Arc<DaemonSet>| f(by_workload(w.as_ref()))
-        })
-        .watches_shared_stream(rs_sub, {
-            let f = sets_for(sets.clone());
-            move |r: Arc<ReplicaSet>| {
-                let names = views::replica_set_view(&r)
-                    .map(|h| h.referenced)
-                    .unwrap_or_default();
-                f((r.namespace(), names))
-            }
-        })
-        .watches_shared_stream(cr_sub, {
-            let f = sets_for(sets.clone());
-            move |r: Arc<ControllerRevision>| {
-                let names = views::controller_revision_view(&r)
-                    .map(|h| h.referenced)
-                    .unwrap_or_default();
-                f((r.namespace(), names))
-            }
-        })
+    let set_ctl = Controller::for_shared_stream(sets_sub, sets)
+        .with_config(config.clone())
+        .reconcile_on(triggers.sets)
         .graceful_shutdown_on(shutdown.clone())
         .run(
             set_controller::reconcile,
             set_controller::error_policy,
             ctx.clone(),
         );
-
-    let workload_config = controller::Config::default()
-        .concurrency(settings.concurrency)
-        .debounce(settings.workload_debounce);
-    let deploy_ctl = workload_controller_for(
-        deploy_sub,
-        deployments,
-        sets_sub.clone(),
-        &workload_config,
-        &ctx,
-        shutdown.clone(),
-    );
-    let sts_ctl = workload_controller_for(
-        sts_sub,
-        statefulsets,
-        sets_sub.clone(),
-        &workload_config,
-        &ctx,
-        shutdown.clone(),
-    );
-    let ds_ctl = workload_controller_for(
-        ds_sub,
-        daemonsets,
-        sets_sub,
-        &workload_config,
-        &ctx,
-        shutdown.clone(),
-    );
-
-    // Readiness: once every cache has its first full list.
-    let readiness = {
-        let s = stores.clone();
-        async move {
-            let _ = s.sets.wait_until_ready().await;
-            let _ = s.deployments.wait_until_ready().await;
-            let _ = s.statefulsets.wait_until_ready().await;
-            let _ = s.daemonsets.wait_until_ready().await;
-            let _ = s.replica_sets.wait_until_ready().await;
-            let _ = s.controller_revisions.wait_until_ready().await;
-            let _ = s.revisions.wait_until_ready().await;
-            caches_ready.store(true, std::sync::atomic::Ordering::Release);
-            let _ = ready.send(()).await;
-        }
-    };
-
-    let watches = futures::future::join_all(vec![
-        sets_watch,
-        deploy_watch,
-        sts_watch,
-        ds_watch,
-        rs_watch,
-        cr_watch,
-    ]);
     let controllers = futures::future::join_all(vec![
         log_results(set_ctl, set_controller::NAME),
-        deploy_ctl,
-        sts_ctl,
-        ds_ctl,
+        workload_controller_for(
+            deploy_sub,
+            deployments,
+            triggers.deployments,
+            &config,
+            &ctx,
+            shutdown.clone(),
+        ),
+        workload_controller_for(
+            sts_sub,
+            statefulsets,
+            triggers.statefulsets,
+            &config,
+            &ctx,
+            shutdown.clone(),
+        ),
+        workload_controller_for(
+            ds_sub,
+            daemonsets,
+            triggers.daemonsets,
+            &config,
+            &ctx,
+            shutdown.clone(),
+        ),
     ]);
+
+    // Readiness: once every watch has listed everything (the index counts them).
+    let readiness = async move {
+        while !index.is_ready() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        debug!(sizes = ?index.sizes(), "index filled");
+        let _ = ready.send(()).await;
+    };
+
     tokio::select! {
         _ = controllers => {}
         _ = watches => {}
@@ -272,37 +231,17 @@ pub async fn run_scope(
     }
 }
 
-/// Names and namespace of what a workload references, for the set controller's mapper.
-trait WorkloadRefs {
-    fn ns(&self) -> Option<String>;
-    fn names(&self) -> BTreeSet<String>;
-}
-
-impl<K: Workload> WorkloadRefs for K {
-    fn ns(&self) -> Option<String> {
-        self.namespace()
-    }
-    fn names(&self) -> BTreeSet<String> {
-        views::workload_view(self)
-            .map(|v| v.referenced_names())
-            .unwrap_or_default()
-    }
-}
-
-fn workload_controller_for<K: Workload>(
+fn workload_controller_for<K: Workload + Indexed>(
     subscription: ReflectHandle<K>,
     store: Store<K>,
-    sets: ReflectHandle<ConfigMapSet>,
+    triggers: impl Stream<Item = ObjectRef<K>> + Send + 'static,
     config: &controller::Config,
     ctx: &Arc<Context>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> BoxFuture<'static, ()> {
-    let mapper_store = store.clone();
     let stream = Controller::for_shared_stream(subscription, store)
         .with_config(config.clone())
-        .watches_shared_stream(sets, move |set: Arc<ConfigMapSet>| {
-            workload_controller::workloads_referencing(&mapper_store, &set)
-        })
+        .reconcile_on(triggers)
         .graceful_shutdown_on(shutdown)
         .run(
             workload_controller::reconcile::<K>,

@@ -5,21 +5,22 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cmset_api::{ConfigMapSet, labels};
+use cmset_api::{ConfigMapSet, WorkloadState, labels};
 use cmset_core::naming;
+use cmset_core::observe::{HistoryObject, RevisionView, WorkloadView};
 use cmset_core::plan::{EventKind, PlannedEvent, SetInput, SetPlan, plan_collision, plan_set};
 use cmset_core::revision::{ExistingName, classify_existing};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::context::Context;
 use crate::error::{Error, Result, api_code};
+use crate::index::Key;
 use crate::views;
 
 pub const NAME: &str = "configmapset";
@@ -33,7 +34,13 @@ const SOON: Duration = Duration::from_millis(250);
 
 pub async fn reconcile(set: Arc<ConfigMapSet>, ctx: Arc<Context>) -> Result<Action> {
     let started = Instant::now();
-    let result = reconcile_inner(&set, &ctx).await;
+    let span = info_span!(
+        "reconcile",
+        controller = NAME,
+        namespace = set.namespace().unwrap_or_default(),
+        set = %set.name_any(),
+    );
+    let result = reconcile_inner(&set, &ctx).instrument(span).await;
     ctx.metrics.reconciled(NAME, started.elapsed());
     result
 }
@@ -45,6 +52,21 @@ fn field_manager() -> PatchParams {
     }
 }
 
+/// What a set's plan reads, from the index: its revisions by label, and the workloads and history
+/// objects that name it. Nothing else in the namespace is looked at.
+fn observe(ctx: &Context, key: &Key) -> (Vec<RevisionView>, Vec<WorkloadView>, Vec<HistoryObject>) {
+    let revisions = ctx
+        .index
+        .revisions(&key.namespace, &naming::set_label_value(&key.name));
+    let readers = ctx.index.readers(key);
+    let workloads = readers
+        .workloads
+        .iter()
+        .filter_map(|(kind, workload)| ctx.stores.workload(*kind, &key.namespace, workload))
+        .collect();
+    (revisions, workloads, readers.history)
+}
+
 async fn reconcile_inner(set: &ConfigMapSet, ctx: &Context) -> Result<Action> {
     if !ctx.caches_ready() {
         return Ok(Action::requeue(SOON));
@@ -53,16 +75,14 @@ async fn reconcile_inner(set: &ConfigMapSet, ctx: &Context) -> Result<Action> {
     let namespace = set
         .namespace()
         .ok_or_else(|| Error::MissingNamespace(name.clone()))?;
+    let key = Key::new(&namespace, &name);
     if set.meta().deletion_timestamp.is_some() {
         // The garbage collector deletes the revisions only the set owns; the ones a ReplicaSet or
         // ControllerRevision also owns stay until those go. Nothing to do here.
+        ctx.forget_deferred(&key);
         return Ok(Action::await_change());
     }
-    let revisions = ctx
-        .stores
-        .revisions_in(&namespace, &naming::set_label_value(&name));
-    let workloads = ctx.stores.workloads_in(&namespace);
-    let history = ctx.stores.history_in(&namespace);
+    let (revisions, workloads, history) = observe(ctx, &key);
     let mut input = SetInput {
         set,
         revisions: &revisions,
@@ -79,9 +99,15 @@ async fn reconcile_inner(set: &ConfigMapSet, ctx: &Context) -> Result<Action> {
         plan = plan_set(&input);
     }
     if plan.is_quiet(set) {
-        debug!(set = %name, %namespace, "nothing to do");
+        debug!("nothing to do");
+        ctx.forget_deferred(&key);
         return Ok(Action::requeue(RESYNC));
     }
+    if let Some(wait) = deferrable(&plan, set).then(|| ctx.defer(&key)).flatten() {
+        debug!(?wait, "batching deferrable writes");
+        return Ok(Action::requeue(wait));
+    }
+    ctx.forget_deferred(&key);
 
     let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
     if let Some(revision) = plan.create.clone() {
@@ -223,30 +249,21 @@ async fn list_pod_refs(ctx: &Context, namespace: &str) -> Result<BTreeSet<String
     Ok(views::pod_refs(&list.items))
 }
 
-/// Writes the planned status as a merge patch. Every field is sent, absent ones as null, so that a
-/// field that became empty is cleared rather than kept.
+/// Writes the planned status with a server-side apply of the whole status, forcing ownership: cmset
+/// is its only writer, and a field the plan leaves out is removed because this manager owned it, so
+/// no hand-kept list of fields can go stale.
 async fn write_status(ctx: &Context, set: &ConfigMapSet, plan: &SetPlan) -> Result<()> {
-    const FIELDS: [&str; 7] = [
-        "observedGeneration",
-        "revision",
-        "currentRevision",
-        "collisionCount",
-        "conditions",
-        "workloads",
-        "history",
-    ];
-    let mut status = serde_json::to_value(&plan.status).unwrap_or_else(|_| json!({}));
-    if let Value::Object(fields) = &mut status {
-        for key in FIELDS {
-            fields.entry(key).or_insert(Value::Null);
-        }
-    }
+    let body = json!({
+        "apiVersion": ConfigMapSet::api_version(&()),
+        "kind": ConfigMapSet::kind(&()),
+        "status": plan.status,
+    });
     let api: Api<ConfigMapSet> = Api::namespaced(ctx.client.clone(), &set.namespace().unwrap_or_default());
     ctx.metrics.wrote("write_status");
     api.patch_status(
         &set.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "status": status })),
+        &PatchParams::apply(labels::FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
     )
     .await
     .map_err(|source| Error::WriteStatus {
@@ -254,6 +271,32 @@ async fn write_status(ctx: &Context, set: &ConfigMapSet, plan: &SetPlan) -> Resu
         source,
     })?;
     Ok(())
+}
+
+/// Whether every write `plan` wants may wait a moment, to be batched with the next ones:
+///
+/// - owner references for new history objects (a rollout of N workloads makes N ReplicaSets within
+///   moments, and one patch can carry them all);
+/// - a status whose only news is that workloads are about to move: the workload controllers move
+///   them within milliseconds, and the status written then says everything at once.
+///
+/// Creating, renumbering or pruning a revision, a collision, an invalid spec, a pin: never deferred.
+fn deferrable(plan: &SetPlan, set: &ConfigMapSet) -> bool {
+    let owners_only = plan.patches.iter().all(|(_, patch)| adds_only_owners(patch));
+    let status_can_wait = !plan.status_changed(set)
+        || plan
+            .status
+            .workloads
+            .iter()
+            .any(|w| w.state == WorkloadState::Pending);
+    plan.create.is_none() && plan.prune.is_empty() && !plan.needs_pods && owners_only && status_can_wait
+}
+
+fn adds_only_owners(patch: &Value) -> bool {
+    patch
+        .get("metadata")
+        .and_then(Value::as_object)
+        .is_some_and(|m| m.keys().all(|k| k == "ownerReferences"))
 }
 
 /// Publishes the plan's events, best effort: losing one must not fail or repeat the reconcile.
@@ -282,26 +325,4 @@ pub fn error_policy(set: Arc<ConfigMapSet>, error: &Error, ctx: Arc<Context>) ->
     }
     warn!(set = %set.name_any(), %error, "reconcile failed");
     Action::requeue(Duration::from_secs(10))
-}
-
-/// The sets a workload, ReplicaSet or ControllerRevision references: those reconcile when it changes.
-pub fn sets_referenced(
-    sets: &Store<ConfigMapSet>,
-    namespace: Option<String>,
-    names: BTreeSet<String>,
-) -> Vec<ObjectRef<ConfigMapSet>> {
-    let Some(namespace) = namespace else {
-        return Vec::new();
-    };
-    sets.state()
-        .iter()
-        .filter(|s| s.namespace().as_deref() == Some(namespace.as_str()))
-        .filter(|s| {
-            let set = s.name_any();
-            names
-                .iter()
-                .any(|n| *n == set || naming::is_revision_name_of(&set, n))
-        })
-        .map(|s| ObjectRef::from_obj(s.as_ref()))
-        .collect()
 }

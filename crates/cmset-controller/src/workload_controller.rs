@@ -1,17 +1,29 @@
 //! The workload controller, keyed by workload: computes every set reference of one Deployment,
 //! StatefulSet or DaemonSet at once and patches it once, so that sets changed together roll it once.
+//!
+//! When to act, so that one apply is one rollout without making every change wait:
+//! - a workload that reads one set moves as soon as that set's current revision exists: nothing else
+//!   it reads can change in the same apply, so waiting would only add latency;
+//! - a workload that reads several sets also waits until none of them changed in the last
+//!   `multi_set_window` (500 ms by default). An apply writes its objects one after another, a few
+//!   milliseconds apart on a healthy API server (kubectl reads and patches each in turn; Argo CD and
+//!   Flux do the same within a sync wave), so sets changed together land inside the window and the
+//!   workload rolls once.
+//!
+//! A workload never waits on the set's status: its target comes from the set's spec (the content
+//! identity the index computed once) and the revision ConfigMaps the index has seen, so it moves the
+//! moment its revision exists, and the set's status is written once, after the move.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cmset_api::{ConfigMapSet, labels};
-use cmset_core::rollout::{SetTarget, plan_workload, waits_for_unsettled};
+use cmset_api::labels;
+use cmset_core::rollout::{SetTarget, plan_workload};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -19,15 +31,65 @@ use crate::views::{self, Workload};
 
 pub const NAME: &str = "workload";
 
-/// Waiting for a set whose controller has not caught up: its status change triggers this workload
-/// anyway; the requeue only bounds the wait if that event were missed.
+/// Bounds a wait for a set whose revision does not exist yet: its creation triggers this workload
+/// anyway, the requeue only covers a missed event.
 const WAIT_FOR_SETS: Duration = Duration::from_secs(30);
 
 pub async fn reconcile<K: Workload>(workload: Arc<K>, ctx: Arc<Context>) -> Result<Action> {
     let started = Instant::now();
-    let result = reconcile_inner(workload.as_ref(), &ctx).await;
+    let span = info_span!(
+        "reconcile",
+        controller = NAME,
+        kind = K::KIND.as_str(),
+        namespace = workload.namespace().unwrap_or_default(),
+        workload = %workload.name_any(),
+    );
+    let result = reconcile_inner(workload.as_ref(), &ctx).instrument(span).await;
     ctx.metrics.reconciled(NAME, started.elapsed());
     result
+}
+
+/// Why a workload does not move yet.
+enum Wait {
+    /// A set it reads has no revision for its spec yet (or the index has not caught up with it).
+    ForSet(String),
+    /// It reads several sets and one changed moments ago: more may follow in the same apply.
+    Window(Duration),
+}
+
+/// The targets of every set `view` reads, or why it must wait.
+fn targets(
+    ctx: &Context,
+    namespace: &str,
+    view: &cmset_core::observe::WorkloadView,
+) -> Result<Vec<SetTarget>, Wait> {
+    let sets = ctx.index.sets_read(namespace, &view.referenced_names());
+    let mut targets = Vec::with_capacity(sets.len());
+    for (key, facts) in &sets {
+        let set = ctx
+            .stores
+            .set(key)
+            .ok_or_else(|| Wait::ForSet(key.name.clone()))?;
+        // The index computed its facts from the same event the store holds; a mismatch means the
+        // index is a moment behind, and it triggers this workload when it catches up.
+        if set.metadata.generation != facts.generation {
+            return Err(Wait::ForSet(key.name.clone()));
+        }
+        let revisions = ctx.index.revisions(namespace, &facts.label);
+        let target = SetTarget::observed(&set, facts.identity.as_deref(), &revisions, &view.uid)
+            .ok_or_else(|| Wait::ForSet(key.name.clone()))?;
+        targets.push(target);
+    }
+    if sets.len() > 1 {
+        let last_change = sets.iter().map(|(_, f)| f.changed_at).max();
+        if let Some(wait) = last_change
+            .and_then(|at| ctx.multi_set_window.checked_sub(at.elapsed()))
+            .filter(|w| !w.is_zero())
+        {
+            return Err(Wait::Window(wait));
+        }
+    }
+    Ok(targets)
 }
 
 async fn reconcile_inner<K: Workload>(workload: &K, ctx: &Context) -> Result<Action> {
@@ -43,15 +105,20 @@ async fn reconcile_inner<K: Workload>(workload: &K, ctx: &Context) -> Result<Act
         return Ok(Action::await_change());
     }
     // Sets of the workload's own namespace only: a cross-namespace reference cannot be expressed.
-    let sets = ctx.stores.sets_in(&namespace);
-    if waits_for_unsettled(&view, &sets) {
-        debug!(workload = %view.name, "a referenced set is not settled yet");
-        return Ok(Action::requeue(WAIT_FOR_SETS));
-    }
-    let targets: Vec<SetTarget> = sets
-        .iter()
-        .filter_map(|s| SetTarget::from_set(s, &view.uid))
-        .collect();
+    let targets = match targets(ctx, &namespace, &view) {
+        Ok(targets) => targets,
+        Err(Wait::ForSet(set)) => {
+            debug!(%set, "waiting for the set's current revision");
+            return Ok(Action::requeue(WAIT_FOR_SETS));
+        }
+        Err(Wait::Window(wait)) => {
+            debug!(
+                ?wait,
+                "a set it reads changed moments ago; gathering changes into one rollout"
+            );
+            return Ok(Action::requeue(wait));
+        }
+    };
     let plan = plan_workload(&view, &targets);
     if plan.is_empty() {
         return Ok(Action::await_change());
@@ -127,25 +194,4 @@ pub fn error_policy<K: Workload>(workload: Arc<K>, error: &Error, ctx: Arc<Conte
     }
     warn!(workload = %workload.name_any(), %error, "reconcile failed");
     Action::requeue(Duration::from_secs(10))
-}
-
-/// Workloads to reconcile when a set changes: those of its namespace that name it or a revision of it.
-pub fn workloads_referencing<K: Workload>(store: &Store<K>, set: &ConfigMapSet) -> Vec<ObjectRef<K>> {
-    let Some(namespace) = set.namespace() else {
-        return Vec::new();
-    };
-    let name = set.name_any();
-    store
-        .state()
-        .iter()
-        .filter(|w| w.namespace().as_deref() == Some(namespace.as_str()))
-        .filter(|w| {
-            views::workload_view(w.as_ref()).is_some_and(|v| {
-                v.referenced_names()
-                    .iter()
-                    .any(|n| *n == name || cmset_core::naming::is_revision_name_of(&name, n))
-            })
-        })
-        .map(|w| ObjectRef::from_obj(w.as_ref()))
-        .collect()
 }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, labels};
 use cmset_controller::context::{Clock, Context, Stores};
+use cmset_controller::index::{Index, Indexed, Key};
 use cmset_controller::metrics::Metrics;
 use cmset_controller::{set_controller, workload_controller};
 use cmset_core::plan::{SetInput, plan_set};
@@ -103,48 +104,51 @@ fn ok_responder(set: ConfigMapSet) -> Responder {
     })
 }
 
+/// What the controllers observe: the stores they are keyed by and the index, fed the way the watches
+/// feed them.
 struct World {
     sets: Writer<ConfigMapSet>,
-    revisions: Writer<PartialObjectMeta<ConfigMap>>,
     deployments: Writer<Deployment>,
     statefulsets: Writer<StatefulSet>,
     daemonsets: Writer<DaemonSet>,
-    replica_sets: Writer<ReplicaSet>,
-    controller_revisions: Writer<ControllerRevision>,
+    index: Arc<Index>,
     stores: Stores,
 }
 
 impl World {
     fn new() -> Self {
         let (sets_r, sets) = reflector::store();
-        let (revisions_r, revisions) = reflector::store();
         let (deployments_r, deployments) = reflector::store();
         let (statefulsets_r, statefulsets) = reflector::store();
         let (daemonsets_r, daemonsets) = reflector::store();
-        let (replica_sets_r, replica_sets) = reflector::store();
-        let (controller_revisions_r, controller_revisions) = reflector::store();
+        let index = Arc::new(Index::new(7, None));
+        // Every watch has listed (nothing yet): the caches count as ready.
+        index.handle::<ConfigMapSet>(&watcher::Event::InitDone);
+        index.handle::<PartialObjectMeta<ConfigMap>>(&watcher::Event::InitDone);
+        index.handle::<Deployment>(&watcher::Event::InitDone);
+        index.handle::<StatefulSet>(&watcher::Event::InitDone);
+        index.handle::<DaemonSet>(&watcher::Event::InitDone);
+        index.handle::<ReplicaSet>(&watcher::Event::InitDone);
+        index.handle::<ControllerRevision>(&watcher::Event::InitDone);
         Self {
             sets,
-            revisions,
             deployments,
             statefulsets,
             daemonsets,
-            replica_sets,
-            controller_revisions,
+            index,
             stores: Stores {
                 sets: sets_r,
-                revisions: revisions_r,
                 deployments: deployments_r,
                 statefulsets: statefulsets_r,
                 daemonsets: daemonsets_r,
-                replica_sets: replica_sets_r,
-                controller_revisions: controller_revisions_r,
             },
         }
     }
 
     fn add_set(&mut self, set: &ConfigMapSet) {
-        self.sets.apply_watcher_event(&watcher::Event::Apply(set.clone()));
+        let event = watcher::Event::Apply(set.clone());
+        self.sets.apply_watcher_event(&event);
+        self.index.handle(&event);
     }
 
     fn add_revision(&mut self, cm: &ConfigMap) {
@@ -153,17 +157,23 @@ impl World {
             metadata: cm.metadata.clone(),
             _phantom: Default::default(),
         };
-        self.revisions.apply_watcher_event(&watcher::Event::Apply(meta));
+        self.index.handle(&watcher::Event::Apply(meta));
     }
 
     fn add_deployment(&mut self, d: &Deployment) {
-        self.deployments
-            .apply_watcher_event(&watcher::Event::Apply(d.clone()));
+        let mut slim = d.clone();
+        slim.slim();
+        let event = watcher::Event::Apply(slim);
+        self.deployments.apply_watcher_event(&event);
+        self.index.handle(&event);
     }
 
     fn add_replica_set(&mut self, rs: &ReplicaSet) {
-        self.replica_sets
-            .apply_watcher_event(&watcher::Event::Apply(rs.clone()));
+        self.index.handle(&watcher::Event::Apply(rs.clone()));
+    }
+
+    fn revisions(&self) -> Vec<cmset_core::observe::RevisionView> {
+        self.index.revisions(NS, "nginx-config")
     }
 
     fn unused_writers(&self) -> usize {
@@ -171,7 +181,6 @@ impl World {
         [
             self.statefulsets.as_reader().state().len(),
             self.daemonsets.as_reader().state().len(),
-            self.controller_revisions.as_reader().state().len(),
         ]
         .iter()
         .sum()
@@ -188,17 +197,33 @@ where
     F: FnOnce(Arc<Context>) -> Fut,
     Fut: std::future::Future<Output = T>,
 {
+    scenario_after(world, respond, |_| {}, f).await
+}
+
+/// [`scenario`], with the context prepared first (as earlier reconciles would have left it).
+async fn scenario_after<F, Fut, T>(
+    world: &World,
+    respond: Responder,
+    prepare: impl FnOnce(&Context),
+    f: F,
+) -> (T, Vec<Seen>)
+where
+    F: FnOnce(Arc<Context>) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let server = tokio::spawn(serve(handle, respond, seen.clone()));
     let client = Client::new(service, NS);
     let ctx = Arc::new(Context::new(
         client,
+        world.index.clone(),
         world.stores.clone(),
         Arc::new(Metrics::default()),
         fixed_clock(),
         None,
     ));
+    prepare(&ctx);
     let out = f(ctx).await;
     // Dropping the last client ends the mock server.
     tokio::time::timeout(std::time::Duration::from_secs(5), server)
@@ -306,9 +331,15 @@ fn web(configmap: &str, opted_in: bool) -> Deployment {
 
 /// Brings `set` and its revisions to what the controller would have written, planning from the world.
 fn settle(world: &mut World, set: &ConfigMapSet) -> ConfigMapSet {
-    let revisions = world.stores.revisions_in(NS, "nginx-config");
-    let workloads = world.stores.workloads_in(NS);
-    let history = world.stores.history_in(NS);
+    world.add_set(set);
+    let revisions = world.revisions();
+    let readers = world.index.readers(&Key::new(NS, "nginx-config"));
+    let workloads: Vec<_> = readers
+        .workloads
+        .iter()
+        .filter_map(|(kind, name)| world.stores.workload(*kind, NS, name))
+        .collect();
+    let history = readers.history;
     let pods = Default::default();
     let input = SetInput {
         set,
@@ -366,14 +397,23 @@ async fn a_new_set_creates_its_revision_then_writes_status_then_tells() {
             "data": {"APP_VERSION": "1"}
         })
     );
+    // Status goes by server-side apply of the whole status, as cmset's field manager, forced.
+    assert!(
+        seen[1].query.contains("fieldManager=cmset-controller"),
+        "{}",
+        seen[1].query
+    );
+    assert!(seen[1].query.contains("force=true"), "{}", seen[1].query);
+    assert_eq!(seen[1].body["apiVersion"], "cmset.dev/v1alpha1");
+    assert_eq!(seen[1].body["kind"], "ConfigMapSet");
     let status = &seen[1].body["status"];
     assert_eq!(status["currentRevision"], V1);
     assert_eq!(status["revision"], 1);
     assert_eq!(status["observedGeneration"], 1);
     assert_eq!(
         status["workloads"],
-        Value::Null,
-        "an empty list is cleared explicitly"
+        json!([]),
+        "an empty list is sent, so it clears"
     );
     assert_eq!(seen[2].body["reason"], "RevisionCreated");
 }
@@ -411,7 +451,19 @@ async fn a_restart_with_everything_in_place_sends_no_request() {
         ..Default::default()
     });
     world.add_replica_set(&rs);
-    let mut revision = world.stores.revisions.state()[0].as_ref().clone();
+    let mut revision = PartialObjectMeta::<ConfigMap> {
+        types: None,
+        metadata: ObjectMeta {
+            name: Some(V1.into()),
+            namespace: Some(NS.into()),
+            ..ObjectMeta::default()
+        },
+        _phantom: Default::default(),
+    };
+    let view = world.revisions().remove(0);
+    revision.metadata.labels = Some(view.labels);
+    revision.metadata.annotations = Some(view.annotations);
+    revision.metadata.owner_references = Some(view.owner_references);
     revision
         .metadata
         .owner_references
@@ -424,9 +476,7 @@ async fn a_restart_with_everything_in_place_sends_no_request() {
             controller: Some(false),
             block_owner_deletion: Some(false),
         });
-    world
-        .revisions
-        .apply_watcher_event(&watcher::Event::Apply(revision));
+    world.index.handle(&watcher::Event::Apply(revision));
     let set = settle(&mut world, &set);
 
     let (set_result, set_seen) = reconcile_set(&world, &set).await;
@@ -569,11 +619,9 @@ async fn pruning_lists_pods_by_label_then_deletes_with_a_uid_precondition() {
     set.spec.revision_history_limit = 0;
     let v1 = nginx_set("1");
     world.add_revision(&cmset_core::revision::new_revision(&v1, V1, 1));
-    let mut with_uid = world.stores.revisions.state()[0].as_ref().clone();
+    let mut with_uid = cmset_core::revision::new_revision(&v1, V1, 1);
     with_uid.metadata.uid = Some("uid-v1".into());
-    world
-        .revisions
-        .apply_watcher_event(&watcher::Event::Apply(with_uid));
+    world.add_revision(&with_uid);
     world.add_revision(&cmset_core::revision::new_revision(&set, V2, 2));
     set.status = Some(cmset_api::ConfigMapSetStatus {
         revision: Some(2),
@@ -599,4 +647,164 @@ async fn pruning_lists_pods_by_label_then_deletes_with_a_uid_precondition() {
     );
     assert_eq!(seen[1].body["preconditions"]["uid"], "uid-v1");
     assert_eq!(seen[3].body["reason"], "RevisionPruned");
+}
+
+/// `set` changed to new content whose revision the set controller has just created; its status still
+/// describes the previous generation.
+fn changed_with_revision(
+    world: &mut World,
+    set: &ConfigMapSet,
+    version: &str,
+    revision: &str,
+) -> ConfigMapSet {
+    let mut changed = nginx_set(version);
+    changed.metadata.generation = Some(2);
+    changed.status = set.status.clone();
+    world.add_revision(&cmset_core::revision::new_revision(&changed, revision, 2));
+    world.add_set(&changed);
+    changed
+}
+
+#[tokio::test]
+async fn a_workload_moves_as_soon_as_its_revision_exists_without_waiting_for_status() {
+    let mut world = World::new();
+    let deployment = web(V1, true);
+    world.add_deployment(&deployment);
+    let set = settle(&mut world, &nginx_set("1"));
+    let changed = changed_with_revision(&mut world, &set, "2", V2);
+    assert_eq!(
+        changed.status.as_ref().unwrap().observed_generation,
+        Some(1),
+        "status is behind"
+    );
+    let (result, seen) = reconcile_deployment(&world, &changed, &deployment).await;
+    result.unwrap();
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(
+        lines,
+        vec![
+            "PATCH /apis/apps/v1/namespaces/team/deployments/web",
+            "POST /apis/events.k8s.io/v1/namespaces/team/events"
+        ]
+    );
+    assert_eq!(
+        seen[0].body[2],
+        json!({"op": "replace", "path": "/spec/template/spec/containers/0/envFrom/0/configMapRef/name", "value": V2})
+    );
+}
+
+#[tokio::test]
+async fn a_workload_whose_revision_does_not_exist_yet_waits_and_sends_no_request() {
+    let mut world = World::new();
+    let deployment = web(V1, true);
+    world.add_deployment(&deployment);
+    let set = settle(&mut world, &nginx_set("1"));
+    let mut changed = nginx_set("2");
+    changed.metadata.generation = Some(2);
+    changed.status = set.status.clone();
+    world.add_set(&changed);
+    let (result, seen) = reconcile_deployment(&world, &changed, &deployment).await;
+    assert!(
+        matches!(result, Ok(action) if action != Action::await_change()),
+        "it looks again later"
+    );
+    assert_no_requests(&seen);
+}
+
+#[tokio::test]
+async fn a_workload_reading_two_sets_waits_while_one_changed_moments_ago() {
+    let mut world = World::new();
+    let mut deployment = web(V1, true);
+    let other = {
+        let mut s = nginx_set("1");
+        s.metadata.name = Some("feature-flags".into());
+        s.metadata.uid = Some("flags-uid".into());
+        s
+    };
+    let pod = deployment.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+    pod.containers[0].env_from.as_mut().unwrap().push(EnvFromSource {
+        config_map_ref: Some(ConfigMapEnvSource {
+            name: "feature-flags".into(),
+            optional: None,
+        }),
+        ..EnvFromSource::default()
+    });
+    world.add_deployment(&deployment);
+    let flags_revision = "feature-flags-d2c65kk9hm";
+    world.add_revision(&cmset_core::revision::new_revision(&other, flags_revision, 1));
+    world.add_set(&other);
+    let set = settle(&mut world, &nginx_set("1"));
+    // Both sets were just seen (a fresh index): the window since the last change is open.
+    let changed = changed_with_revision(&mut world, &set, "2", V2);
+    let (result, seen) = reconcile_deployment(&world, &changed, &deployment).await;
+    let action = result.unwrap();
+    assert_no_requests(&seen);
+    assert!(
+        action != Action::await_change(),
+        "it comes back when the window closes"
+    );
+}
+
+#[tokio::test]
+async fn a_status_that_only_says_workloads_are_about_to_move_is_deferred() {
+    let mut world = World::new();
+    world.add_deployment(&web(V1, true));
+    let set = settle(&mut world, &nginx_set("1"));
+    // The revision for the new content exists; the workload has not moved yet.
+    let changed = changed_with_revision(&mut world, &set, "2", V2);
+    let (result, seen) = reconcile_set(&world, &changed).await;
+    assert!(matches!(result, Ok(action) if action != Action::await_change()));
+    assert_no_requests(&seen);
+}
+
+#[tokio::test]
+async fn owners_for_new_replica_sets_are_batched() {
+    let mut world = World::new();
+    let deployment = web(V1, true);
+    world.add_deployment(&deployment);
+    let set = settle(&mut world, &nginx_set("1"));
+    let mut rs = ReplicaSet {
+        metadata: ObjectMeta {
+            name: Some("web-abc".into()),
+            namespace: Some(NS.into()),
+            uid: Some("uid-web-abc".into()),
+            owner_references: Some(vec![deployment.controller_owner_ref(&()).unwrap()]),
+            ..ObjectMeta::default()
+        },
+        ..ReplicaSet::default()
+    };
+    rs.spec = Some(k8s_openapi::api::apps::v1::ReplicaSetSpec {
+        template: Some(deployment.spec.as_ref().unwrap().template.clone()),
+        ..Default::default()
+    });
+    world.add_replica_set(&rs);
+    // The only write due is the revision's new owner: it waits for more to come along.
+    let (result, seen) = reconcile_set(&world, &set).await;
+    assert!(matches!(result, Ok(action) if action != Action::await_change()));
+    assert_no_requests(&seen);
+    // Once the batch window has passed since the first deferral, one patch carries the owner.
+    let deferred_long_ago = |ctx: &Context| {
+        let since = std::time::Instant::now() - cmset_controller::context::BATCH_WINDOW * 2;
+        ctx.deferred
+            .lock()
+            .unwrap()
+            .insert(Key::new(NS, "nginx-config"), since);
+    };
+    let (result, seen) = scenario_after(&world, ok_responder(set.clone()), deferred_long_ago, |ctx| {
+        set_controller::reconcile(Arc::new(set.clone()), ctx)
+    })
+    .await;
+    result.unwrap();
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(
+        lines,
+        vec![format!("PATCH /api/v1/namespaces/team/configmaps/{V1}")]
+    );
+    assert_eq!(
+        seen[0].body,
+        json!({"metadata": {"ownerReferences": [{
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-abc", "uid": "uid-web-abc",
+            "controller": false, "blockOwnerDeletion": false
+        }]}})
+    );
 }

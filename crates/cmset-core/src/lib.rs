@@ -14,4 +14,5 @@ pub mod plan;
 pub mod refs;
 pub mod revision;
 pub mod rollout;
+pub mod slim;
 pub mod validate;

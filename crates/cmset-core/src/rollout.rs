@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use cmset_api::{ConfigMapSet, WorkloadState, WorkloadStatus, labels};
 use serde_json::{Value, json};
 
-use crate::observe::{HistoryObject, WorkloadView};
+use crate::observe::{HistoryObject, RevisionView, WorkloadView};
 use crate::refs::{self, NameChange};
 use crate::revision::set_name;
 
@@ -58,6 +58,51 @@ impl SetTarget {
             name: set_name(set),
             current,
             revisions,
+            rolled_out,
+        })
+    }
+
+    /// The target for `workload_uid` from what was observed directly: the set's spec (through
+    /// `identity`, its [content identity](crate::revision::content_identity), `None` when the spec is
+    /// invalid) and the revision ConfigMaps labelled for it. The current revision is the one holding the
+    /// spec's content, found exactly as the set planner finds it; until its ConfigMap exists there is no
+    /// target (`None`), so a workload never names a revision that is not there yet.
+    ///
+    /// This needs no status round trip: a workload moves as soon as its revision exists, and the set's
+    /// status is written once, when the move is done. The status still supplies the rollout record, and,
+    /// for an invalid spec, the last good revision.
+    pub fn observed(
+        set: &ConfigMapSet,
+        identity: Option<&str>,
+        revisions: &[RevisionView],
+        workload_uid: &str,
+    ) -> Option<Self> {
+        let Some(identity) = identity else {
+            return Self::from_set(set, workload_uid);
+        };
+        let uid = crate::revision::set_uid(set);
+        let owned: Vec<&RevisionView> = revisions
+            .iter()
+            .filter(|r| r.is_controlled_by(&uid) && !r.being_deleted)
+            .collect();
+        let current = crate::revision::find_current(&owned, &set_name(set), identity)?
+            .name
+            .clone();
+        let status = set.status.as_ref();
+        let mut names: BTreeSet<String> = owned.iter().map(|r| r.name.clone()).collect();
+        names.extend(
+            status
+                .iter()
+                .flat_map(|s| s.history.iter().map(|h| h.name.clone())),
+        );
+        names.insert(current.clone());
+        let rolled_out = status
+            .and_then(|s| s.workloads.iter().find(|w| w.uid == workload_uid))
+            .and_then(|w| w.rolled_out.clone());
+        Some(Self {
+            name: set_name(set),
+            current,
+            revisions: names,
             rolled_out,
         })
     }

@@ -1,0 +1,861 @@
+//! The operator's index: what each reconcile needs, kept current by watch events, looked up by key.
+//!
+//! Every watched kind implements [`Indexed`] once, here: how one of its objects enters and leaves the
+//! index, and which reconciles that change must trigger. Reconcilers and mappers then answer their
+//! questions with map lookups whose cost grows with the objects that matter to one set or workload,
+//! never with everything in the namespace:
+//!
+//! - set → its revisions ([`Index::revisions`]);
+//! - set → the workloads and history objects (ReplicaSets, ControllerRevisions) that name it or one of
+//!   its revisions ([`Index::readers`]), through [`naming::set_candidates`], so a ConfigMap name maps to
+//!   its set in O(1);
+//! - workload → the sets it reads ([`Index::sets_read`]);
+//! - set → facts computed once per spec change ([`SetFacts`]: the content identity, whether the spec is
+//!   valid, when it last changed), so a workload reconcile never hashes a set's content.
+//!
+//! Only keys and small views live here. Sets and workloads themselves stay in kube's reflector stores
+//! (shared `Arc`s, which the controllers need anyway); revisions and history objects have no store at
+//! all: the index keeps the few names a decision reads and drops the rest of the object.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use cmset_api::{ConfigMapSet, labels};
+use cmset_core::naming;
+use cmset_core::observe::{HistoryKind, HistoryObject, RevisionView, WorkloadKind};
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use crate::views::{self, Workload};
+
+/// An object's namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Key {
+    pub fn new(namespace: &str, name: &str) -> Self {
+        Self {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+
+    fn of<K: Resource>(obj: &K) -> Option<Self> {
+        Some(Self {
+            namespace: obj.meta().namespace.clone()?,
+            name: obj.meta().name.clone()?,
+        })
+    }
+}
+
+/// Something that names ConfigMaps in its pod template: an opted-in workload or a history object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ReaderKind {
+    Workload(WorkloadKind),
+    History(HistoryKind),
+}
+
+/// What the index knows of a set beyond its object, computed once per change of its spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetFacts {
+    pub uid: String,
+    pub generation: Option<i64>,
+    /// The content identity of a valid spec (`None`: the spec is invalid, and workloads stay on the
+    /// last good revision).
+    pub identity: Option<String>,
+    /// The value of the `cmset.dev/set` label on its revisions.
+    pub label: String,
+    /// When this process saw the spec change last (or first saw the set).
+    pub changed_at: Instant,
+}
+
+impl SetFacts {
+    fn of(set: &ConfigMapSet, changed_at: Instant) -> Self {
+        let name = set.name_any();
+        let valid = cmset_core::validate::validate(&name, &set.spec).is_ok();
+        Self {
+            uid: set.uid().unwrap_or_default(),
+            generation: set.metadata.generation,
+            identity: valid.then(|| cmset_core::revision::content_identity(set)),
+            label: naming::set_label_value(&name),
+            changed_at,
+        }
+    }
+}
+
+/// Reconciles a change asks for.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Triggers {
+    pub sets: BTreeSet<Key>,
+    pub workloads: BTreeSet<(WorkloadKind, Key)>,
+}
+
+/// Everything indexed, for all namespaces in scope.
+#[derive(Default)]
+pub struct State {
+    sets: HashMap<Key, SetFacts>,
+    /// By (namespace, value of the `cmset.dev/set` label), then by ConfigMap name.
+    revisions: HashMap<Key, BTreeMap<String, Arc<RevisionView>>>,
+    /// The label each revision was indexed under, by (namespace, ConfigMap name).
+    revision_labels: HashMap<Key, String>,
+    history: HashMap<(HistoryKind, Key), Arc<HistoryObject>>,
+    /// The ConfigMap names each reader's template names.
+    reader_names: HashMap<(ReaderKind, Key), BTreeSet<String>>,
+    /// By (namespace, candidate set name): the readers naming it or one of its revisions.
+    readers: HashMap<Key, BTreeSet<(ReaderKind, String)>>,
+    /// Keys seen since a watch (re)started its list, by kind: what was not seen is gone.
+    relisting: HashMap<&'static str, HashSet<Key>>,
+    listed: HashSet<&'static str>,
+}
+
+impl State {
+    /// Records which ConfigMaps a reader names, and asks the sets it named before or names now to
+    /// reconcile: their status and history protection depend on it.
+    fn link_reader(&mut self, kind: ReaderKind, key: &Key, names: BTreeSet<String>, out: &mut Triggers) {
+        let previous = self.reader_names.remove(&(kind, key.clone())).unwrap_or_default();
+        if previous == names {
+            // A status update, a scale, a new image: nothing a set decides from changed.
+            if !names.is_empty() {
+                self.reader_names.insert((kind, key.clone()), names);
+            }
+            return;
+        }
+        for set in candidates(&previous) {
+            let entry = Key::new(&key.namespace, set);
+            if let Some(readers) = self.readers.get_mut(&entry) {
+                readers.remove(&(kind, key.name.clone()));
+                if readers.is_empty() {
+                    self.readers.remove(&entry);
+                }
+            }
+        }
+        for set in candidates(&names) {
+            self.readers
+                .entry(Key::new(&key.namespace, set))
+                .or_default()
+                .insert((kind, key.name.clone()));
+        }
+        self.trigger_sets_named(&key.namespace, &previous, out);
+        self.trigger_sets_named(&key.namespace, &names, out);
+        if !names.is_empty() {
+            self.reader_names.insert((kind, key.clone()), names);
+        }
+    }
+
+    fn unlink_reader(&mut self, kind: ReaderKind, key: &Key, out: &mut Triggers) {
+        self.link_reader(kind, key, BTreeSet::new(), out);
+    }
+
+    /// Triggers the existing sets that `names` refer to.
+    fn trigger_sets_named(&self, namespace: &str, names: &BTreeSet<String>, out: &mut Triggers) {
+        for set in candidates(names) {
+            let key = Key::new(namespace, set);
+            if self.sets.contains_key(&key) {
+                out.sets.insert(key);
+            }
+        }
+    }
+
+    /// Triggers the workloads that read set `set`.
+    fn trigger_readers(&self, set: &Key, out: &mut Triggers) {
+        for (kind, name) in self.readers.get(set).into_iter().flatten() {
+            if let ReaderKind::Workload(kind) = kind {
+                out.workloads.insert((*kind, Key::new(&set.namespace, name)));
+            }
+        }
+    }
+
+    /// The set a revision belongs to: its controller if that is a set, else the set named by its label.
+    fn set_of_revision(&self, namespace: &str, revision: &RevisionView, label: &str) -> Option<Key> {
+        let controller = revision
+            .owner_references
+            .iter()
+            .find(|o| o.controller == Some(true) && o.kind == "ConfigMapSet")
+            .map(|o| o.name.as_str());
+        let key = Key::new(namespace, controller.unwrap_or(label));
+        self.sets.contains_key(&key).then_some(key)
+    }
+}
+
+fn candidates(names: &BTreeSet<String>) -> BTreeSet<&str> {
+    names.iter().flat_map(|n| naming::set_candidates(n)).collect()
+}
+
+/// A kind the operator watches: its watch, and how its objects enter and leave the index.
+pub trait Indexed:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// Names the kind in logs and relist bookkeeping.
+    const NAME: &'static str;
+
+    /// The label selector of its watch: as narrow as cmset's job allows.
+    fn selector() -> Option<String>;
+
+    /// Drops what no decision reads, before the object is cached or indexed.
+    fn slim(&mut self) {
+        self.meta_mut().managed_fields = None;
+        if let Some(a) = self.meta_mut().annotations.as_mut() {
+            a.remove("kubectl.kubernetes.io/last-applied-configuration");
+        }
+    }
+
+    fn index(&self, key: &Key, state: &mut State, out: &mut Triggers);
+    fn unindex(key: &Key, state: &mut State, out: &mut Triggers);
+    /// Every key of this kind in the index (read only when a watch relists).
+    fn indexed_keys(state: &State) -> Vec<Key>;
+}
+
+impl Indexed for ConfigMapSet {
+    const NAME: &'static str = "ConfigMapSet";
+
+    fn selector() -> Option<String> {
+        None
+    }
+
+    fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
+        let facts = match state.sets.get(key) {
+            // The same spec (only status or metadata moved): keep the facts and when they changed.
+            Some(f)
+                if f.generation == self.metadata.generation && f.uid == self.uid().unwrap_or_default() =>
+            {
+                f.clone()
+            }
+            _ => SetFacts::of(self, Instant::now()),
+        };
+        state.sets.insert(key.clone(), facts);
+        state.trigger_readers(key, out);
+    }
+
+    fn unindex(key: &Key, state: &mut State, out: &mut Triggers) {
+        state.sets.remove(key);
+        state.trigger_readers(key, out);
+    }
+
+    fn indexed_keys(state: &State) -> Vec<Key> {
+        state.sets.keys().cloned().collect()
+    }
+}
+
+/// Revision ConfigMaps, watched metadata-only: their content never needs reading once created.
+impl Indexed for PartialObjectMeta<ConfigMap> {
+    const NAME: &'static str = "revision ConfigMap";
+
+    fn selector() -> Option<String> {
+        Some(labels::SET.to_string())
+    }
+
+    fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
+        let label = self.labels().get(labels::SET).cloned().unwrap_or_default();
+        Self::unindex(key, state, out);
+        let view = Arc::new(views::revision_view(self));
+        if let Some(set) = state.set_of_revision(&key.namespace, &view, &label) {
+            state.trigger_readers(&set, out);
+            out.sets.insert(set);
+        }
+        state
+            .revisions
+            .entry(Key::new(&key.namespace, &label))
+            .or_default()
+            .insert(key.name.clone(), view);
+        state.revision_labels.insert(key.clone(), label);
+    }
+
+    fn unindex(key: &Key, state: &mut State, out: &mut Triggers) {
+        let Some(label) = state.revision_labels.remove(key) else {
+            return;
+        };
+        let by_label = Key::new(&key.namespace, &label);
+        let Some(revisions) = state.revisions.get_mut(&by_label) else {
+            return;
+        };
+        let removed = revisions.remove(&key.name);
+        if let Some(set) = removed.and_then(|view| state.set_of_revision(&key.namespace, &view, &label)) {
+            state.trigger_readers(&set, out);
+            out.sets.insert(set);
+        }
+        if state.revisions.get(&by_label).is_some_and(BTreeMap::is_empty) {
+            state.revisions.remove(&by_label);
+        }
+    }
+
+    fn indexed_keys(state: &State) -> Vec<Key> {
+        state.revision_labels.keys().cloned().collect()
+    }
+}
+
+fn workload_keys(state: &State, kind: WorkloadKind) -> Vec<Key> {
+    state
+        .reader_names
+        .keys()
+        .filter(|(k, _)| *k == ReaderKind::Workload(kind))
+        .map(|(_, key)| key.clone())
+        .collect()
+}
+
+/// Opted-in workloads: only the references of their pod template are kept (see
+/// [`cmset_core::slim`]); the store keeps the slim object for the controller keyed by it.
+macro_rules! indexed_workload {
+    ($kind:ty, $name:literal) => {
+        impl Indexed for $kind {
+            const NAME: &'static str = $name;
+
+            fn selector() -> Option<String> {
+                Some(format!("{}={}", labels::ENABLED, labels::ENABLED_VALUE))
+            }
+
+            fn slim(&mut self) {
+                self.metadata.managed_fields = None;
+                // Nothing reads a workload's annotations, and `rollout undo` history lives elsewhere.
+                self.metadata.annotations = None;
+                if let Some(pod) = self.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+                    *pod = cmset_core::slim::references_only(pod);
+                }
+            }
+
+            fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
+                let names = if views::opted_in(self) {
+                    views::workload_view(self)
+                        .map(|v| v.referenced_names())
+                        .unwrap_or_default()
+                } else {
+                    BTreeSet::new()
+                };
+                state.link_reader(
+                    ReaderKind::Workload(<$kind as Workload>::KIND),
+                    key,
+                    names,
+                    out,
+                );
+            }
+
+            fn unindex(key: &Key, state: &mut State, out: &mut Triggers) {
+                state.unlink_reader(ReaderKind::Workload(<$kind as Workload>::KIND), key, out);
+            }
+
+            fn indexed_keys(state: &State) -> Vec<Key> {
+                workload_keys(state, <$kind as Workload>::KIND)
+            }
+        }
+    };
+}
+
+indexed_workload!(Deployment, "Deployment");
+indexed_workload!(StatefulSet, "StatefulSet");
+indexed_workload!(DaemonSet, "DaemonSet");
+
+fn index_history(
+    view: Option<HistoryObject>,
+    kind: HistoryKind,
+    key: &Key,
+    state: &mut State,
+    out: &mut Triggers,
+) {
+    let Some(view) = view else {
+        unindex_history(kind, key, state, out);
+        return;
+    };
+    state.link_reader(ReaderKind::History(kind), key, view.referenced.clone(), out);
+    state.history.insert((kind, key.clone()), Arc::new(view));
+}
+
+fn unindex_history(kind: HistoryKind, key: &Key, state: &mut State, out: &mut Triggers) {
+    state.history.remove(&(kind, key.clone()));
+    state.unlink_reader(ReaderKind::History(kind), key, out);
+}
+
+fn history_keys(state: &State, kind: HistoryKind) -> Vec<Key> {
+    state
+        .history
+        .keys()
+        .filter(|(k, _)| *k == kind)
+        .map(|(_, key)| key.clone())
+        .collect()
+}
+
+fn managed_selector() -> Option<String> {
+    Some(format!("{}=true", labels::MANAGED_TEMPLATE))
+}
+
+/// ReplicaSets of rewritten templates: reduced to the names they reference; never cached whole.
+impl Indexed for ReplicaSet {
+    const NAME: &'static str = "ReplicaSet";
+
+    fn selector() -> Option<String> {
+        managed_selector()
+    }
+
+    fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
+        index_history(
+            views::replica_set_view(self),
+            HistoryKind::ReplicaSet,
+            key,
+            state,
+            out,
+        );
+    }
+
+    fn unindex(key: &Key, state: &mut State, out: &mut Triggers) {
+        unindex_history(HistoryKind::ReplicaSet, key, state, out);
+    }
+
+    fn indexed_keys(state: &State) -> Vec<Key> {
+        history_keys(state, HistoryKind::ReplicaSet)
+    }
+}
+
+/// ControllerRevisions of rewritten templates (StatefulSets, DaemonSets), reduced likewise.
+impl Indexed for ControllerRevision {
+    const NAME: &'static str = "ControllerRevision";
+
+    fn selector() -> Option<String> {
+        managed_selector()
+    }
+
+    fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
+        index_history(
+            views::controller_revision_view(self),
+            HistoryKind::ControllerRevision,
+            key,
+            state,
+            out,
+        );
+    }
+
+    fn unindex(key: &Key, state: &mut State, out: &mut Triggers) {
+        unindex_history(HistoryKind::ControllerRevision, key, state, out);
+    }
+
+    fn indexed_keys(state: &State) -> Vec<Key> {
+        history_keys(state, HistoryKind::ControllerRevision)
+    }
+}
+
+fn send_to<K: Resource<DynamicType = ()>>(queue: &UnboundedSender<ObjectRef<K>>, key: &Key) -> bool {
+    queue
+        .unbounded_send(ObjectRef::new(&key.name).within(&key.namespace))
+        .is_ok()
+}
+
+/// Where triggered reconciles go: one queue per controller.
+pub struct TriggerSenders {
+    pub sets: UnboundedSender<ObjectRef<ConfigMapSet>>,
+    pub deployments: UnboundedSender<ObjectRef<Deployment>>,
+    pub statefulsets: UnboundedSender<ObjectRef<StatefulSet>>,
+    pub daemonsets: UnboundedSender<ObjectRef<DaemonSet>>,
+}
+
+/// The receiving ends, for [`kube::runtime::Controller::reconcile_on`].
+pub struct TriggerReceivers {
+    pub sets: UnboundedReceiver<ObjectRef<ConfigMapSet>>,
+    pub deployments: UnboundedReceiver<ObjectRef<Deployment>>,
+    pub statefulsets: UnboundedReceiver<ObjectRef<StatefulSet>>,
+    pub daemonsets: UnboundedReceiver<ObjectRef<DaemonSet>>,
+}
+
+pub fn trigger_channels() -> (TriggerSenders, TriggerReceivers) {
+    let (sets, sets_rx) = unbounded();
+    let (deployments, deployments_rx) = unbounded();
+    let (statefulsets, statefulsets_rx) = unbounded();
+    let (daemonsets, daemonsets_rx) = unbounded();
+    (
+        TriggerSenders {
+            sets,
+            deployments,
+            statefulsets,
+            daemonsets,
+        },
+        TriggerReceivers {
+            sets: sets_rx,
+            deployments: deployments_rx,
+            statefulsets: statefulsets_rx,
+            daemonsets: daemonsets_rx,
+        },
+    )
+}
+
+/// The index of one scope, shared by its watches (writers) and reconcilers (readers).
+pub struct Index {
+    state: RwLock<State>,
+    senders: Option<TriggerSenders>,
+    kinds: usize,
+}
+
+impl Index {
+    /// An index fed by `kinds` watches, sending what they trigger to `senders` (none in tests that
+    /// drive reconciles by hand).
+    pub fn new(kinds: usize, senders: Option<TriggerSenders>) -> Self {
+        Self {
+            state: RwLock::new(State::default()),
+            senders,
+            kinds,
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        // A panic while holding the lock leaves plain maps behind, still consistent per entry.
+        self.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies one watch event and sends the reconciles it triggers.
+    pub fn handle<K: Indexed>(&self, event: &watcher::Event<K>) -> Triggers {
+        let mut out = Triggers::default();
+        {
+            let mut state = self.write();
+            match event {
+                watcher::Event::Apply(obj) => {
+                    if let Some(key) = Key::of(obj) {
+                        obj.index(&key, &mut state, &mut out);
+                    }
+                }
+                watcher::Event::Delete(obj) => {
+                    if let Some(key) = Key::of(obj) {
+                        K::unindex(&key, &mut state, &mut out);
+                    }
+                }
+                watcher::Event::Init => {
+                    state.relisting.insert(K::NAME, HashSet::new());
+                }
+                watcher::Event::InitApply(obj) => {
+                    if let Some(key) = Key::of(obj) {
+                        obj.index(&key, &mut state, &mut out);
+                        state.relisting.entry(K::NAME).or_default().insert(key);
+                    }
+                }
+                watcher::Event::InitDone => {
+                    let seen = state.relisting.remove(K::NAME).unwrap_or_default();
+                    for key in K::indexed_keys(&state) {
+                        if !seen.contains(&key) {
+                            K::unindex(&key, &mut state, &mut out);
+                        }
+                    }
+                    state.listed.insert(K::NAME);
+                }
+            }
+        }
+        self.send(&out);
+        out
+    }
+
+    fn send(&self, out: &Triggers) {
+        let Some(senders) = &self.senders else { return };
+        for key in &out.sets {
+            send_to(&senders.sets, key);
+        }
+        for (kind, key) in &out.workloads {
+            // A closed queue means its controller stopped (shutdown): nothing left to trigger.
+            let sent = match kind {
+                WorkloadKind::Deployment => send_to(&senders.deployments, key),
+                WorkloadKind::StatefulSet => send_to(&senders.statefulsets, key),
+                WorkloadKind::DaemonSet => send_to(&senders.daemonsets, key),
+            };
+            if !sent {
+                tracing::debug!(%kind, "trigger queue closed");
+            }
+        }
+    }
+
+    /// Whether every watch has delivered its first full list.
+    pub fn is_ready(&self) -> bool {
+        self.read().listed.len() >= self.kinds
+    }
+
+    pub fn set_facts(&self, key: &Key) -> Option<SetFacts> {
+        self.read().sets.get(key).cloned()
+    }
+
+    /// The revision ConfigMaps labelled for the set whose label value is `label`.
+    pub fn revisions(&self, namespace: &str, label: &str) -> Vec<RevisionView> {
+        self.read()
+            .revisions
+            .get(&Key::new(namespace, label))
+            .map(|r| r.values().map(|v| v.as_ref().clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The workloads and history objects that name set `set` or one of its revisions. (A reader is
+    /// listed under every set its names could refer to; the planners look at the names themselves.)
+    pub fn readers(&self, set: &Key) -> Readers {
+        let state = self.read();
+        let mut readers = Readers::default();
+        for (kind, name) in state.readers.get(set).into_iter().flatten() {
+            match kind {
+                ReaderKind::Workload(kind) => readers.workloads.push((*kind, name.clone())),
+                ReaderKind::History(kind) => {
+                    let key = (*kind, Key::new(&set.namespace, name));
+                    if let Some(h) = state.history.get(&key) {
+                        readers.history.push(h.as_ref().clone());
+                    }
+                }
+            }
+        }
+        readers
+    }
+
+    /// The existing sets that the ConfigMap names `names` refer to, with their facts.
+    pub fn sets_read(&self, namespace: &str, names: &BTreeSet<String>) -> Vec<(Key, SetFacts)> {
+        let state = self.read();
+        candidates(names)
+            .into_iter()
+            .filter_map(|set| {
+                let key = Key::new(namespace, set);
+                let facts = state.sets.get(&key)?.clone();
+                Some((key, facts))
+            })
+            .collect()
+    }
+
+    /// Sizes of the index, for tests and the debug log.
+    pub fn sizes(&self) -> BTreeMap<&'static str, usize> {
+        let state = self.read();
+        BTreeMap::from([
+            ("sets", state.sets.len()),
+            ("revisions", state.revision_labels.len()),
+            ("readers", state.reader_names.len()),
+            ("history", state.history.len()),
+        ])
+    }
+}
+
+/// What reads one set.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Readers {
+    pub workloads: Vec<(WorkloadKind, String)>,
+    pub history: Vec<HistoryObject>,
+}
+
+#[cfg(test)]
+mod tests {
+    use cmset_api::{ConfigMapSetSpec, ConfigMapTemplate};
+    use k8s_openapi::api::apps::v1::DeploymentSpec;
+    use k8s_openapi::api::core::v1::{
+        ConfigMapEnvSource, Container, EnvFromSource, PodSpec, PodTemplateSpec,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+    use super::*;
+
+    const NS: &str = "team";
+
+    fn index() -> Index {
+        Index::new(7, None)
+    }
+
+    fn set(name: &str, generation: i64) -> ConfigMapSet {
+        let mut set = ConfigMapSet::new(
+            name,
+            ConfigMapSetSpec {
+                template: ConfigMapTemplate {
+                    data: Some(BTreeMap::from([("K".to_string(), generation.to_string())])),
+                    ..ConfigMapTemplate::default()
+                },
+                revision_history_limit: 10,
+            },
+        );
+        set.metadata.namespace = Some(NS.into());
+        set.metadata.uid = Some(format!("uid-{name}"));
+        set.metadata.generation = Some(generation);
+        set
+    }
+
+    fn deployment(name: &str, reads: &[&str]) -> Deployment {
+        Deployment {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(NS.into()),
+                uid: Some(format!("uid-{name}")),
+                labels: Some(BTreeMap::from([(labels::ENABLED.into(), "true".into())])),
+                ..ObjectMeta::default()
+            },
+            spec: Some(DeploymentSpec {
+                template: PodTemplateSpec {
+                    metadata: None,
+                    spec: Some(PodSpec {
+                        containers: vec![Container {
+                            name: "app".into(),
+                            env_from: Some(
+                                reads
+                                    .iter()
+                                    .map(|r| EnvFromSource {
+                                        config_map_ref: Some(ConfigMapEnvSource {
+                                            name: r.to_string(),
+                                            optional: None,
+                                        }),
+                                        ..EnvFromSource::default()
+                                    })
+                                    .collect(),
+                            ),
+                            ..Container::default()
+                        }],
+                        ..PodSpec::default()
+                    }),
+                },
+                ..DeploymentSpec::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn revision(set: &str, name: &str) -> PartialObjectMeta<ConfigMap> {
+        PartialObjectMeta {
+            types: None,
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(NS.into()),
+                labels: Some(BTreeMap::from([(labels::SET.into(), set.into())])),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "cmset.dev/v1alpha1".into(),
+                    kind: "ConfigMapSet".into(),
+                    name: set.into(),
+                    uid: format!("uid-{set}"),
+                    controller: Some(true),
+                    block_owner_deletion: Some(true),
+                }]),
+                ..ObjectMeta::default()
+            },
+            _phantom: Default::default(),
+        }
+    }
+
+    fn key(name: &str) -> Key {
+        Key::new(NS, name)
+    }
+
+    fn workloads(keys: &[&str]) -> BTreeSet<(WorkloadKind, Key)> {
+        keys.iter().map(|k| (WorkloadKind::Deployment, key(k))).collect()
+    }
+
+    #[test]
+    fn a_set_change_triggers_exactly_the_workloads_that_read_it() {
+        let index = index();
+        index.handle(&watcher::Event::Apply(set("app", 1)));
+        index.handle(&watcher::Event::Apply(set("other", 1)));
+        index.handle(&watcher::Event::Apply(deployment("web", &["app"])));
+        index.handle(&watcher::Event::Apply(deployment("api", &["app-d2c65kk9hm"])));
+        index.handle(&watcher::Event::Apply(deployment("unrelated", &["other"])));
+        let out = index.handle(&watcher::Event::Apply(set("app", 2)));
+        assert_eq!(out.workloads, workloads(&["api", "web"]));
+        assert!(
+            out.sets.is_empty(),
+            "the set's own controller sees its own change"
+        );
+    }
+
+    #[test]
+    fn a_workload_that_switches_sets_triggers_the_old_and_the_new_one() {
+        let index = index();
+        for name in ["a", "b", "c"] {
+            index.handle(&watcher::Event::Apply(set(name, 1)));
+        }
+        let first = index.handle(&watcher::Event::Apply(deployment("web", &["a", "b"])));
+        assert_eq!(first.sets, [key("a"), key("b")].into());
+        let switched = index.handle(&watcher::Event::Apply(deployment("web", &["b-d2c65kk9hm", "c"])));
+        assert_eq!(switched.sets, [key("a"), key("b"), key("c")].into());
+        assert_eq!(index.readers(&key("a")).workloads, vec![]);
+        assert_eq!(
+            index.readers(&key("c")).workloads,
+            vec![(WorkloadKind::Deployment, "web".to_string())]
+        );
+    }
+
+    #[test]
+    fn a_workload_event_that_changes_no_reference_triggers_nothing() {
+        let index = index();
+        index.handle(&watcher::Event::Apply(set("app", 1)));
+        index.handle(&watcher::Event::Apply(deployment("web", &["app"])));
+        let mut scaled = deployment("web", &["app"]);
+        scaled.spec.as_mut().unwrap().replicas = Some(5);
+        assert_eq!(index.handle(&watcher::Event::Apply(scaled)), Triggers::default());
+    }
+
+    #[test]
+    fn a_revision_triggers_its_set_and_the_set_s_readers() {
+        let index = index();
+        index.handle(&watcher::Event::Apply(set("app", 1)));
+        index.handle(&watcher::Event::Apply(deployment("web", &["app"])));
+        let out = index.handle(&watcher::Event::Apply(revision("app", "app-d2c65kk9hm")));
+        assert_eq!(out.sets, [key("app")].into());
+        assert_eq!(out.workloads, workloads(&["web"]));
+        assert_eq!(index.revisions(NS, "app").len(), 1);
+        let gone = index.handle(&watcher::Event::Delete(revision("app", "app-d2c65kk9hm")));
+        assert_eq!(gone.sets, [key("app")].into());
+        assert!(index.revisions(NS, "app").is_empty());
+    }
+
+    #[test]
+    fn facts_are_computed_once_per_spec_change() {
+        let index = index();
+        index.handle(&watcher::Event::Apply(set("app", 1)));
+        let first = index.set_facts(&key("app")).unwrap();
+        assert_eq!(first.identity.as_deref().map(str::len), Some(10));
+        let mut status_only = set("app", 1);
+        status_only.status = Some(Default::default());
+        index.handle(&watcher::Event::Apply(status_only));
+        assert_eq!(
+            index.set_facts(&key("app")).unwrap(),
+            first,
+            "a status write changes no fact"
+        );
+        index.handle(&watcher::Event::Apply(set("app", 2)));
+        let second = index.set_facts(&key("app")).unwrap();
+        assert_ne!(second.identity, first.identity);
+        assert!(second.changed_at >= first.changed_at);
+    }
+
+    #[test]
+    fn a_relist_drops_what_it_did_not_see_and_counts_as_listed() {
+        let index = index();
+        index.handle(&watcher::Event::Apply(set("app", 1)));
+        index.handle(&watcher::Event::Apply(deployment("web", &["app"])));
+        index.handle(&watcher::Event::Apply(deployment("gone", &["app"])));
+        index.handle::<Deployment>(&watcher::Event::Init);
+        index.handle(&watcher::Event::InitApply(deployment("web", &["app"])));
+        let out = index.handle::<Deployment>(&watcher::Event::InitDone);
+        assert_eq!(out.sets, [key("app")].into(), "the set learns that `gone` went");
+        assert_eq!(
+            index.readers(&key("app")).workloads,
+            vec![(WorkloadKind::Deployment, "web".to_string())]
+        );
+        assert!(!index.is_ready(), "only one of seven kinds has listed");
+    }
+
+    #[test]
+    fn a_workload_s_cached_template_keeps_only_its_references() {
+        let mut d = deployment("web", &["app"]);
+        d.spec
+            .as_mut()
+            .unwrap()
+            .template
+            .spec
+            .as_mut()
+            .unwrap()
+            .containers[0]
+            .image = Some("big".into());
+        d.metadata.annotations = Some(BTreeMap::from([("note".into(), "x".into())]));
+        d.slim();
+        assert_eq!(d.metadata.annotations, None);
+        let container = &d.spec.unwrap().template.spec.unwrap().containers[0];
+        assert_eq!(container.image, None);
+        assert_eq!(container.env_from.as_ref().map(Vec::len), Some(1));
+    }
+}

@@ -1,0 +1,160 @@
+//! What of a pod spec the operator keeps in memory: only what names ConfigMaps or Secrets.
+//!
+//! Informer caches hold every opted-in workload for as long as it exists, and a pod spec is mostly
+//! images, commands, probes and resources that no cmset decision reads. [`references_only`] keeps each
+//! list element (container, env var, envFrom source, volume, projected source) where it stands, emptied
+//! of everything but its name and its references, so that:
+//!
+//! - [`crate::refs::find_refs`] finds exactly the same references, at exactly the same JSON pointers;
+//! - a JSON patch planned from the slim spec addresses the same fields of the real object, and its
+//!   `test` guards compare the same values.
+
+use k8s_openapi::api::core::v1::{
+    ConfigMapKeySelector, Container, EnvFromSource, EnvVar, EnvVarSource, EphemeralContainer, PodSpec,
+    ProjectedVolumeSource, SecretKeySelector, Volume, VolumeProjection,
+};
+
+/// `spec` reduced to its ConfigMap and Secret references, every list element kept at its index.
+pub fn references_only(spec: &PodSpec) -> PodSpec {
+    PodSpec {
+        containers: spec.containers.iter().map(container).collect(),
+        init_containers: spec
+            .init_containers
+            .as_ref()
+            .map(|cs| cs.iter().map(container).collect()),
+        ephemeral_containers: spec
+            .ephemeral_containers
+            .as_ref()
+            .map(|cs| cs.iter().map(ephemeral_container).collect()),
+        volumes: spec.volumes.as_ref().map(|vs| vs.iter().map(volume).collect()),
+        ..PodSpec::default()
+    }
+}
+
+fn container(c: &Container) -> Container {
+    Container {
+        name: c.name.clone(),
+        env: c.env.as_ref().map(|env| env.iter().map(env_var).collect()),
+        env_from: c
+            .env_from
+            .as_ref()
+            .map(|sources| sources.iter().map(env_from).collect()),
+        ..Container::default()
+    }
+}
+
+fn ephemeral_container(c: &EphemeralContainer) -> EphemeralContainer {
+    EphemeralContainer {
+        name: c.name.clone(),
+        env: c.env.as_ref().map(|env| env.iter().map(env_var).collect()),
+        env_from: c
+            .env_from
+            .as_ref()
+            .map(|sources| sources.iter().map(env_from).collect()),
+        ..EphemeralContainer::default()
+    }
+}
+
+/// An env var keeps its name and, if it reads a ConfigMap or Secret key, that selector: never a
+/// literal `value`, which may hold anything.
+fn env_var(var: &EnvVar) -> EnvVar {
+    let from = var.value_from.as_ref();
+    let config_map_key_ref: Option<ConfigMapKeySelector> = from.and_then(|f| f.config_map_key_ref.clone());
+    let secret_key_ref: Option<SecretKeySelector> = from.and_then(|f| f.secret_key_ref.clone());
+    let value_from = (config_map_key_ref.is_some() || secret_key_ref.is_some()).then(|| EnvVarSource {
+        config_map_key_ref,
+        secret_key_ref,
+        ..EnvVarSource::default()
+    });
+    EnvVar {
+        name: var.name.clone(),
+        value: None,
+        value_from,
+    }
+}
+
+fn env_from(source: &EnvFromSource) -> EnvFromSource {
+    EnvFromSource {
+        config_map_ref: source.config_map_ref.clone(),
+        secret_ref: source.secret_ref.clone(),
+        prefix: None,
+    }
+}
+
+fn volume(v: &Volume) -> Volume {
+    Volume {
+        name: v.name.clone(),
+        config_map: v.config_map.clone(),
+        secret: v.secret.clone(),
+        projected: v.projected.as_ref().map(|p| ProjectedVolumeSource {
+            default_mode: None,
+            sources: p
+                .sources
+                .as_ref()
+                .map(|sources| sources.iter().map(projection).collect()),
+        }),
+        ..Volume::default()
+    }
+}
+
+fn projection(p: &VolumeProjection) -> VolumeProjection {
+    VolumeProjection {
+        config_map: p.config_map.clone(),
+        secret: p.secret.clone(),
+        ..VolumeProjection::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::refs::find_refs;
+
+    fn spec(value: serde_json::Value) -> PodSpec {
+        serde_json::from_value(value).expect("test pod spec parses")
+    }
+
+    #[test]
+    fn keeps_every_reference_at_its_pointer_and_drops_the_rest() {
+        let full = spec(json!({
+            "containers": [{
+                "name": "app", "image": "example/app:1", "command": ["run"],
+                "env": [
+                    {"name": "PLAIN", "value": "hunter2"},
+                    {"name": "CM", "valueFrom": {"configMapKeyRef": {"name": "cm-env", "key": "k"}}},
+                    {"name": "FIELD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                ],
+                "envFrom": [{"secretRef": {"name": "s"}}, {"prefix": "P_", "configMapRef": {"name": "cm-from"}}],
+            }],
+            "initContainers": [{"name": "init", "image": "x", "envFrom": [{"configMapRef": {"name": "cm-init"}}]}],
+            "volumes": [
+                {"name": "scratch", "emptyDir": {}},
+                {"name": "cfg", "configMap": {"name": "cm-vol"}},
+                {"name": "all", "projected": {"sources": [
+                    {"downwardAPI": {"items": []}},
+                    {"configMap": {"name": "cm-proj"}},
+                ]}},
+            ],
+            "nodeSelector": {"disk": "ssd"},
+        }));
+        let slim = references_only(&full);
+        assert_eq!(find_refs(&slim), find_refs(&full));
+        let value = serde_json::to_value(&slim).unwrap();
+        assert_eq!(value["containers"][0]["env"][0], json!({"name": "PLAIN"}));
+        assert_eq!(value["containers"][0].get("image"), None);
+        assert_eq!(value["volumes"][0], json!({"name": "scratch"}));
+        assert_eq!(value["volumes"][2]["projected"]["sources"][0], json!({}));
+        assert_eq!(value.get("nodeSelector"), None);
+        assert!(
+            !value.to_string().contains("hunter2"),
+            "literal values are never kept"
+        );
+    }
+
+    #[test]
+    fn an_empty_spec_stays_empty() {
+        assert_eq!(references_only(&PodSpec::default()), PodSpec::default());
+    }
+}
