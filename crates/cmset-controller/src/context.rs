@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cmset_api::ConfigMapSet;
+use cmset_api::{ConfigMapSet, ConfigMapSetStatus};
 use cmset_core::observe::{WorkloadKind, WorkloadView};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -69,6 +69,8 @@ pub struct Context {
     /// Since when each set has had only deferrable writes planned (see `set_controller`): batched
     /// until [`BATCH_WINDOW`] has passed or an urgent write comes along.
     pub deferred: Mutex<HashMap<Key, Instant>>,
+    /// The last status written for each set, with the resourceVersion it was planned from.
+    written: Mutex<HashMap<Key, (Option<String>, ConfigMapSetStatus)>>,
 }
 
 /// The longest a set's deferrable writes wait to be batched.
@@ -96,6 +98,7 @@ impl Context {
             clock,
             multi_set_window: Duration::from_millis(500),
             deferred: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
         }
     }
 
@@ -123,6 +126,23 @@ impl Context {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(set);
+    }
+
+    /// Whether `status` is what this process already wrote for `set` as the store still shows it: the
+    /// store has not caught up with that write yet, and writing it again would change nothing. A set
+    /// changed by anyone since (another resourceVersion) is planned against as usual.
+    pub fn wrote_already(&self, key: &Key, set: &ConfigMapSet, status: &ConfigMapSetStatus) -> bool {
+        let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        written
+            .get(key)
+            .is_some_and(|(from, wrote)| *from == set.metadata.resource_version && wrote == status)
+    }
+
+    pub fn remember_written(&self, key: &Key, set: &ConfigMapSet, status: &ConfigMapSetStatus) {
+        self.written.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            key.clone(),
+            (set.metadata.resource_version.clone(), status.clone()),
+        );
     }
 
     /// Publishes an event, best effort. A fresh recorder each time: kube's recorder folds a repeat of

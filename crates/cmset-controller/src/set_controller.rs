@@ -103,7 +103,12 @@ async fn reconcile_inner(set: &ConfigMapSet, ctx: &Context) -> Result<Action> {
         ctx.forget_deferred(&key);
         return Ok(Action::requeue(RESYNC));
     }
-    if let Some(wait) = deferrable(&plan, set).then(|| ctx.defer(&key)).flatten() {
+    let status_can_wait = status_can_wait(&plan, set);
+    let only_deferrable = plan.create.is_none()
+        && plan.prune.is_empty()
+        && plan.patches.iter().all(|(_, patch)| adds_only_owners(patch))
+        && status_can_wait;
+    if let Some(wait) = only_deferrable.then(|| ctx.defer(&key)).flatten() {
         debug!(?wait, "batching deferrable writes");
         return Ok(Action::requeue(wait));
     }
@@ -165,11 +170,17 @@ async fn reconcile_inner(set: &ConfigMapSet, ctx: &Context) -> Result<Action> {
             }
         };
     }
-    if plan.status_changed(set) {
+    // The revision exists now; a status that would only say "about to move" waits for the move.
+    let wait = (plan.status_changed(set) && status_can_wait)
+        .then(|| ctx.defer(&key))
+        .flatten();
+    if plan.status_changed(set) && wait.is_none() && !ctx.wrote_already(&key, set, &plan.status) {
+        debug!(fields = ?changed_fields(set, &plan), "writing status");
         write_status(ctx, set, &plan).await?;
+        ctx.remember_written(&key, set, &plan.status);
     }
     publish(ctx, set, &plan.events).await;
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(wait.unwrap_or(RESYNC)))
 }
 
 /// What creating a revision came to.
@@ -273,23 +284,33 @@ async fn write_status(ctx: &Context, set: &ConfigMapSet, plan: &SetPlan) -> Resu
     Ok(())
 }
 
-/// Whether every write `plan` wants may wait a moment, to be batched with the next ones:
+/// Whether the status `plan` wants may wait a moment, to be written once with what follows: its only
+/// news is that workloads are about to move, and the workload controllers move them within
+/// milliseconds. (`kubectl wait` and kstatus tools read the old status as still in progress, since its
+/// `observedGeneration` is behind.) Anything else (a new revision number, a pin, a collision, an invalid
+/// spec) is written at once.
 ///
-/// - owner references for new history objects (a rollout of N workloads makes N ReplicaSets within
-///   moments, and one patch can carry them all);
-/// - a status whose only news is that workloads are about to move: the workload controllers move
-///   them within milliseconds, and the status written then says everything at once.
-///
-/// Creating, renumbering or pruning a revision, a collision, an invalid spec, a pin: never deferred.
-fn deferrable(plan: &SetPlan, set: &ConfigMapSet) -> bool {
-    let owners_only = plan.patches.iter().all(|(_, patch)| adds_only_owners(patch));
-    let status_can_wait = !plan.status_changed(set)
+/// Owner references for new history objects wait likewise: a rollout of N workloads makes N
+/// ReplicaSets within moments, and one patch per revision can carry them all.
+fn status_can_wait(plan: &SetPlan, set: &ConfigMapSet) -> bool {
+    !plan.status_changed(set)
         || plan
             .status
             .workloads
             .iter()
-            .any(|w| w.state == WorkloadState::Pending);
-    plan.create.is_none() && plan.prune.is_empty() && !plan.needs_pods && owners_only && status_can_wait
+            .any(|w| w.state == WorkloadState::Pending)
+}
+
+/// The top-level status fields a write changes, for the debug log.
+fn changed_fields(set: &ConfigMapSet, plan: &SetPlan) -> Vec<String> {
+    let old = serde_json::to_value(set.status.clone().unwrap_or_default()).unwrap_or_default();
+    let new = serde_json::to_value(&plan.status).unwrap_or_default();
+    new.as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, v)| old.get(k.as_str()) != Some(*v))
+        .map(|(k, _)| k.clone())
+        .collect()
 }
 
 fn adds_only_owners(patch: &Value) -> bool {
