@@ -808,3 +808,36 @@ async fn owners_for_new_replica_sets_are_batched() {
         }]}})
     );
 }
+
+#[tokio::test]
+async fn a_status_already_written_is_not_written_again_while_the_store_lags() {
+    let mut world = World::new();
+    let set = nginx_set("1");
+    world.add_set(&set);
+    world.add_revision(&cmset_core::revision::new_revision(&set, V1, 1));
+    // This process wrote the status the plan wants; the store still shows the set without it.
+    let pods = Default::default();
+    let revisions = world.revisions();
+    let input = SetInput {
+        set: &set,
+        revisions: &revisions,
+        workloads: &[],
+        history: &[],
+        pod_refs: Some(&pods),
+        now: fixed_clock()(),
+    };
+    let status = plan_set(&input).status;
+    let wrote_it = |ctx: &Context| ctx.remember_written(&Key::new(NS, "nginx-config"), &set, &status);
+    let (result, seen) = scenario_after(&world, ok_responder(set.clone()), wrote_it, |ctx| {
+        set_controller::reconcile(Arc::new(set.clone()), ctx)
+    })
+    .await;
+    result.unwrap();
+    assert_no_requests(&seen);
+    // Without that memory, the same reconcile writes it.
+    let (_, seen) = reconcile_set(&world, &set).await;
+    assert_eq!(
+        seen.iter().map(Seen::line).collect::<Vec<_>>(),
+        vec!["PATCH /apis/cmset.dev/v1alpha1/namespaces/team/configmapsets/nginx-config/status"]
+    );
+}
