@@ -407,3 +407,15 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// The slim spec the operator caches finds the same references at the same pointers, so a patch
+    /// planned from the cache addresses the real object exactly as one planned from the whole spec.
+    #[test]
+    fn the_cached_slim_spec_plans_exactly_what_the_whole_spec_plans(spec in pod_spec()) {
+        let slim = cmset_core::slim::references_only(&spec);
+        prop_assert_eq!(find_refs(&slim), find_refs(&spec));
+        prop_assert_eq!(plan_rewrite(&slim, target), plan_rewrite(&spec, target));
+        prop_assert_eq!(cmset_core::slim::references_only(&slim), slim, "slimming twice changes nothing");
+    }
+}
