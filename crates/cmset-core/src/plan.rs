@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::conditions::{self, Desired, READY, STALLED};
 use crate::history::{Usage, select_prunable};
+use crate::message::join_capped;
 use crate::observe::{HistoryObject, RevisionView, WorkloadView};
 use crate::revision::{
     collision_count, content_identity, desired_annotations, desired_labels, history_owner_reference,
@@ -40,13 +41,17 @@ pub enum EventKind {
     Warning,
 }
 
-/// An event to publish on the set once the plan's writes succeeded.
+/// An event to publish on the set once the plan's writes succeeded. A plan has at most one Normal event:
+/// one change of a set tells its story once (see `merge_normal_events`); each Warning stands alone.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedEvent {
     pub kind: EventKind,
     pub reason: &'static str,
     pub message: String,
 }
+
+/// Most bytes in an event's message: events.k8s.io/v1 refuses a `note` longer than 1 KiB.
+pub const EVENT_MESSAGE_MAX_LEN: usize = 1024;
 
 /// A revision to delete, with the UID to use as a precondition.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,6 +113,7 @@ pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
     let history = revision_history(&owned, &current, &pruning.prune, &usage, &uid);
     let (workloads, pin_events) = workload_entries(input, &current.name, &history);
     let status = set_status(input, &previous, &current, history, workloads);
+    // Most important first: the first Normal event gives the merged event its reason.
     let events = current
         .event
         .into_iter()
@@ -120,8 +126,33 @@ pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
         prune: pruning.prune,
         needs_pods: pruning.needs_pods,
         status,
-        events,
+        events: merge_normal_events(events),
     }
+}
+
+/// The Normal events merged into one, in the place of the first: its reason, and every message in order.
+/// Warnings are left as they are, each its own problem to act on.
+fn merge_normal_events(events: Vec<PlannedEvent>) -> Vec<PlannedEvent> {
+    let messages: Vec<String> = events
+        .iter()
+        .filter(|e| e.kind == EventKind::Normal)
+        .map(|e| e.message.clone())
+        .collect();
+    let mut merged_in = false;
+    events
+        .into_iter()
+        .filter_map(|event| match event.kind {
+            EventKind::Warning => Some(event),
+            EventKind::Normal if merged_in => None,
+            EventKind::Normal => {
+                merged_in = true;
+                Some(PlannedEvent {
+                    message: join_capped(&messages, EVENT_MESSAGE_MAX_LEN),
+                    ..event
+                })
+            }
+        })
+        .collect()
 }
 
 // ------------------------------------------------------------------------------------ revision --
@@ -559,5 +590,46 @@ pub fn plan_collision(input: &SetInput<'_>, previous: &ConfigMapSetStatus, name:
             message,
         }],
         ..SetPlan::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: EventKind, reason: &'static str, message: &str) -> PlannedEvent {
+        PlannedEvent {
+            kind,
+            reason,
+            message: message.to_string(),
+        }
+    }
+
+    #[test]
+    fn normal_events_merge_into_the_first_and_warnings_stay_apart() {
+        let events = vec![
+            event(EventKind::Warning, "Odd", "first warning"),
+            event(EventKind::Normal, "RevisionCreated", "Created revision 3"),
+            event(EventKind::Normal, "RevisionPruned", "Deleted revision 1"),
+            event(EventKind::Warning, "Odder", "second warning"),
+            event(
+                EventKind::Normal,
+                "WorkloadPinned",
+                "Deployment web runs older revision 2",
+            ),
+        ];
+        assert_eq!(
+            merge_normal_events(events),
+            vec![
+                event(EventKind::Warning, "Odd", "first warning"),
+                event(
+                    EventKind::Normal,
+                    "RevisionCreated",
+                    "Created revision 3; Deleted revision 1; Deployment web runs older revision 2"
+                ),
+                event(EventKind::Warning, "Odder", "second warning"),
+            ]
+        );
+        assert_eq!(merge_normal_events(vec![]), vec![]);
     }
 }

@@ -2,6 +2,7 @@
 //! - carrying out a plan and planning again plans nothing (no write, no event): the controller is quiet
 //!   once it has converged, whatever it started from;
 //! - the current revision and every revision in use survive pruning;
+//! - a plan tells its change in one Normal event at most;
 //! - revision numbers only grow.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -10,7 +11,7 @@ use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, labels};
 use cmset_core::hash::content_hash;
 use cmset_core::naming::revision_name;
 use cmset_core::observe::{HistoryKind, HistoryObject, RevisionView, WorkloadKind, WorkloadView};
-use cmset_core::plan::{SetInput, SetPlan, plan_set};
+use cmset_core::plan::{EventKind, SetInput, SetPlan, plan_set};
 use cmset_core::revision::set_owner_reference;
 use k8s_openapi::api::core::v1::{ConfigMapVolumeSource, Container, PodSpec, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
@@ -228,6 +229,14 @@ proptest! {
         }
         let kept_unused = p.status.history.iter().filter(|h| h.name != current && !used.contains(&h.name)).count();
         prop_assert!(kept_unused <= set.spec.revision_history_limit as usize);
+    }
+
+    /// One change of a set is told in one Normal event at most, however much it changed.
+    #[test]
+    fn a_plan_has_one_normal_event_at_most((set, revisions, workloads, history) in world()) {
+        let p = plan(&set, &revisions, &workloads, &history);
+        let normal = p.events.iter().filter(|e| e.kind == EventKind::Normal).count();
+        prop_assert!(normal <= 1, "{:?}", p.events);
     }
 
     #[test]

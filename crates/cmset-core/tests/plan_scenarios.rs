@@ -8,7 +8,7 @@ use cmset_api::{
     WorkloadStatus, labels,
 };
 use cmset_core::observe::{HistoryKind, HistoryObject, RevisionView, WorkloadKind, WorkloadView};
-use cmset_core::plan::{SetInput, SetPlan, plan_set};
+use cmset_core::plan::{EVENT_MESSAGE_MAX_LEN, EventKind, PlannedEvent, SetInput, SetPlan, plan_set};
 use cmset_core::revision::{content_identity, set_owner_reference};
 use cmset_core::rollout::{SetTarget, plan_workload, waits_for_unsettled};
 use k8s_openapi::api::core::v1::{
@@ -410,6 +410,66 @@ fn old_unused_revisions_beyond_the_limit_are_pruned_oldest_first_after_asking_po
     );
     assert_eq!(p.prune[0].uid, "uid-nginx-config-0000000001");
     assert_eq!(p.status.history.len(), 3, "current plus the limit");
+    // Three deletions, one event.
+    assert_eq!(
+        p.events,
+        vec![PlannedEvent {
+            kind: EventKind::Normal,
+            reason: "RevisionPruned",
+            message: "Deleted revision 1 (nginx-config-0000000001): unused, beyond revisionHistoryLimit 2; \
+                      Deleted revision 2 (nginx-config-0000000002): unused, beyond revisionHistoryLimit 2; \
+                      Deleted revision 3 (nginx-config-0000000003): unused, beyond revisionHistoryLimit 2"
+                .to_string(),
+        }]
+    );
+}
+
+#[test]
+fn a_change_that_creates_and_prunes_is_told_in_one_event() {
+    let mut set = set_with("nginx-config", &[("APP_VERSION", "2")], 1);
+    let revisions = numbered(&set, 3);
+    set.status = Some(ConfigMapSetStatus {
+        revision: Some(3),
+        ..ConfigMapSetStatus::default()
+    });
+    let p = plan_with_pods(&set, &revisions, &[], &[], &BTreeSet::new());
+    assert_eq!(p.create.as_ref().unwrap().metadata.name.as_deref(), Some(V2));
+    assert_eq!(p.prune.len(), 2);
+    // The creation is what matters most: its reason; the deletions follow in its message.
+    assert_eq!(
+        p.events,
+        vec![PlannedEvent {
+            kind: EventKind::Normal,
+            reason: "RevisionCreated",
+            message: format!(
+                "Created revision 4 as ConfigMap {V2}; \
+                 Deleted revision 1 (nginx-config-0000000001): unused, beyond revisionHistoryLimit 1; \
+                 Deleted revision 2 (nginx-config-0000000002): unused, beyond revisionHistoryLimit 1"
+            ),
+        }]
+    );
+}
+
+#[test]
+fn a_long_story_is_cut_to_what_an_event_holds() {
+    let mut set = set_with("nginx-config", &[("APP_VERSION", "2")], 0);
+    let mut revisions = numbered(&set, 40);
+    revisions.push(revision_of(&set, V2, 41));
+    set.status = Some(ConfigMapSetStatus {
+        revision: Some(41),
+        ..ConfigMapSetStatus::default()
+    });
+    let p = plan_with_pods(&set, &revisions, &[], &[], &BTreeSet::new());
+    assert_eq!(p.prune.len(), 40);
+    assert_eq!(reasons(&p), vec!["RevisionPruned"]);
+    let message = &p.events[0].message;
+    assert!(message.len() <= EVENT_MESSAGE_MAX_LEN, "{} bytes", message.len());
+    let told = message.matches("Deleted revision").count();
+    assert!(told > 5, "{message}");
+    assert!(
+        message.ends_with(&format!("; and {} more", 40 - told)),
+        "{message}"
+    );
 }
 
 #[test]
