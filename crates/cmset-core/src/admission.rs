@@ -71,7 +71,7 @@ mod tests {
                     in_use: true,
                 },
                 RevisionStatus {
-                    name: "app-1111111111".into(),
+                    name: "app-hhhhhhhhhh".into(),
                     revision: 1,
                     in_use: true,
                 },
@@ -140,7 +140,7 @@ mod tests {
                 kind: "Deployment".into(),
                 name: "web".into(),
                 uid: "u1".into(),
-                revision: "app-1111111111".into(),
+                revision: "app-hhhhhhhhhh".into(),
                 state: WorkloadState::Pinned,
                 rolled_out: Some("app-2222222222".into()),
             }],
@@ -152,7 +152,7 @@ mod tests {
             "current"
         );
         assert_eq!(
-            mutate(kind, &deployment("app-1111111111", Some("u1"), true), &sets),
+            mutate(kind, &deployment("app-hhhhhhhhhh", Some("u1"), true), &sets),
             None,
             "pinned by undo"
         );
@@ -167,6 +167,6 @@ mod tests {
             "not opted in"
         );
         // The same old revision on a workload cmset never moved is a missed update: it moves.
-        assert!(mutate(kind, &deployment("app-1111111111", Some("u2"), true), &sets).is_some());
+        assert!(mutate(kind, &deployment("app-hhhhhhhhhh", Some("u2"), true), &sets).is_some());
     }
 }

@@ -615,6 +615,41 @@ fn unrelated_and_unknown_names_are_left_alone() {
 }
 
 #[test]
+fn a_name_that_refers_to_two_sets_is_decided_by_the_set_that_knows_it_as_a_revision() {
+    // Set `app`'s current revision is `app-<hash>`, and a second set is named exactly that.
+    let app = settled_set("app", &[("K", "1")]);
+    let revision = app.status.as_ref().unwrap().current_revision.clone().unwrap();
+    let twin = settled_set(&revision, &[("K", "2")]);
+    // A set named like a revision `app` does not know: its bare name moves to its own revision.
+    let stranger = settled_set("app-bbbbbbbbbb", &[("K", "3")]);
+    let stranger_revision = stranger
+        .status
+        .as_ref()
+        .unwrap()
+        .current_revision
+        .clone()
+        .unwrap();
+    let web = deployment("web", &[&revision, "app-bbbbbbbbbb"]);
+    let targets = |sets: [&ConfigMapSet; 3]| -> Vec<SetTarget> {
+        sets.iter()
+            .filter_map(|s| SetTarget::from_set(s, "uid-web"))
+            .collect()
+    };
+    for order in [[&app, &twin, &stranger], [&stranger, &twin, &app]] {
+        let moves: Vec<(String, String)> = plan_workload(&web, &targets(order))
+            .changes
+            .into_iter()
+            .map(|c| (c.from, c.to))
+            .collect();
+        // The ConfigMap named `app-<hash>` is app's current revision: nothing to move there.
+        assert_eq!(
+            moves,
+            vec![("app-bbbbbbbbbb".to_string(), stranger_revision.clone())]
+        );
+    }
+}
+
+#[test]
 fn volumes_and_env_from_move_together_in_one_plan() {
     let a = settled_set("app", &[("K", "1")]);
     let mut web = deployment("web", &["app"]);
