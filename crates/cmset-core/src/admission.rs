@@ -7,6 +7,7 @@
 //! Deployment the ReplicaSet for the bare name that nothing can run.
 
 use cmset_api::{ConfigMapSet, labels};
+use json_patch::Patch;
 use k8s_openapi::api::core::v1::PodSpec;
 use serde::Deserialize;
 use serde_json::Value;
@@ -17,7 +18,7 @@ use crate::rollout::{SetTarget, plan_workload};
 /// The JSON patch (RFC 6902) for an opted-in Deployment, StatefulSet or DaemonSet being admitted, or
 /// `None` when nothing changes (not opted in, no reference to a set, or everything already current or
 /// pinned by a rollback).
-pub fn mutate(kind: WorkloadKind, object: &Value, sets: &[ConfigMapSet]) -> Option<Value> {
+pub fn mutate(kind: WorkloadKind, object: &Value, sets: &[ConfigMapSet]) -> Option<Patch> {
     let enabled = object.pointer(&format!(
         "/metadata/labels/{}",
         crate::refs::escape_pointer_token(labels::ENABLED)
@@ -102,14 +103,14 @@ mod tests {
 
     const PATH: &str = "/spec/template/spec/containers/0/envFrom/0/configMapRef/name";
 
+    /// The patch of an admitted Deployment as the API server receives it, if there is one.
+    fn mutated(object: &Value, sets: &[ConfigMapSet]) -> Option<Value> {
+        mutate(WorkloadKind::Deployment, object, sets).map(|p| serde_json::to_value(p).unwrap())
+    }
+
     #[test]
     fn a_new_workload_naming_the_set_is_stored_already_rewritten() {
-        let patch = mutate(
-            WorkloadKind::Deployment,
-            &deployment("app", None, true),
-            &[set(1, 1, vec![])],
-        )
-        .unwrap();
+        let patch = mutated(&deployment("app", None, true), &[set(1, 1, vec![])]).unwrap();
         assert_eq!(
             patch,
             json!([
@@ -122,12 +123,7 @@ mod tests {
 
     #[test]
     fn a_set_whose_controller_lags_still_yields_its_recorded_current_revision() {
-        let patch = mutate(
-            WorkloadKind::Deployment,
-            &deployment("app", None, true),
-            &[set(2, 1, vec![])],
-        )
-        .unwrap();
+        let patch = mutated(&deployment("app", None, true), &[set(2, 1, vec![])]).unwrap();
         assert_eq!(patch[1]["value"], "app-2222222222");
     }
 

@@ -20,11 +20,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use cmset_api::{ConfigMapSet, WorkloadState, WorkloadStatus, labels};
+use json_patch::jsonptr::Pointer;
+use json_patch::{AddOperation, Patch, PatchOperation};
 use serde_json::{Value, json};
 
 use crate::naming::refers_to_set;
 use crate::observe::{HistoryObject, WorkloadView};
-use crate::refs::{self, NameChange};
+use crate::refs::{self, NameChange, TEMPLATE_POD_SPEC_POINTER};
 use crate::revision::set_name;
 
 /// What a workload needs to know about one set to decide its references.
@@ -129,37 +131,38 @@ impl WorkloadPlan {
     }
 
     /// The guarded JSON patch for a workload whose pod template lives at `/spec/template`.
-    pub fn json_patch(&self, uid: &str, has_template_labels: bool) -> Value {
-        let mut extra = Vec::new();
-        if self.add_managed_label {
-            extra.push(if has_template_labels {
-                json!({
-                    "op": "add",
-                    "path": format!("/spec/template/metadata/labels/{}", refs::escape_pointer_token(labels::MANAGED_TEMPLATE)),
-                    "value": "true",
-                })
-            } else {
-                json!({
-                    "op": "add",
-                    "path": "/spec/template/metadata/labels",
-                    "value": { labels::MANAGED_TEMPLATE: "true" },
-                })
-            });
-        }
-        refs::json_patch(uid, "/spec/template/spec", &self.changes, extra)
+    pub fn json_patch(&self, uid: &str, has_template_labels: bool) -> Patch {
+        let extra = self
+            .managed_label_operation(has_template_labels)
+            .into_iter()
+            .collect();
+        refs::json_patch(uid, TEMPLATE_POD_SPEC_POINTER, &self.changes, extra)
     }
-}
 
-impl WorkloadPlan {
     /// The patch a mutating admission webhook returns: the same changes, guarded by `test` ops on the
-    /// object being admitted (which has no UID yet when it is being created).
-    pub fn admission_patch(&self, has_template_labels: bool) -> Value {
-        let mut ops = match self.json_patch("", has_template_labels) {
-            Value::Array(ops) => ops,
-            _ => Vec::new(),
+    /// object being admitted, without the UID guard (an object being created has no UID yet).
+    pub fn admission_patch(&self, has_template_labels: bool) -> Patch {
+        let mut operations = refs::change_operations(TEMPLATE_POD_SPEC_POINTER, &self.changes);
+        operations.extend(self.managed_label_operation(has_template_labels));
+        Patch(operations)
+    }
+
+    /// The `add` of cmset's label to the pod template, when it lacks it: of the label alone, or of the
+    /// whole map when the template has no labels at all.
+    fn managed_label_operation(&self, has_template_labels: bool) -> Option<PatchOperation> {
+        const TEMPLATE_LABELS: &Pointer = Pointer::from_static("/spec/template/metadata/labels");
+        let operation = if has_template_labels {
+            AddOperation {
+                path: TEMPLATE_LABELS.with_trailing_token(labels::MANAGED_TEMPLATE),
+                value: Value::from("true"),
+            }
+        } else {
+            AddOperation {
+                path: TEMPLATE_LABELS.to_buf(),
+                value: json!({ labels::MANAGED_TEMPLATE: "true" }),
+            }
         };
-        ops.retain(|op| op["path"] != "/metadata/uid");
-        Value::Array(ops)
+        self.add_managed_label.then_some(PatchOperation::Add(operation))
     }
 }
 

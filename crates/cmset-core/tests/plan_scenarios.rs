@@ -576,7 +576,7 @@ fn a_workload_reading_two_sets_is_patched_once_with_both_changes() {
     let b_rev = b.status.as_ref().unwrap().current_revision.clone().unwrap();
     assert_eq!(moves, vec![("a", a_rev.as_str()), ("b", b_rev.as_str())]);
     assert!(p.add_managed_label);
-    let patch = p.json_patch("uid-web", true);
+    let patch = serde_json::to_value(p.json_patch("uid-web", true)).unwrap();
     let ops = patch.as_array().unwrap();
     assert_eq!(
         ops[0],
