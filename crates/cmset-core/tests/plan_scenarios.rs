@@ -8,21 +8,19 @@ use cmset_api::{
     WorkloadStatus, labels,
 };
 use cmset_core::observe::{HistoryKind, HistoryObject, RevisionView, WorkloadKind, WorkloadView};
-use cmset_core::plan::{EVENT_MESSAGE_MAX_LEN, EventKind, PlannedEvent, SetInput, SetPlan, plan_set};
+use cmset_core::plan::{EVENT_MESSAGE_MAX_LEN, EventKind, PlannedEvent, SetPlan};
 use cmset_core::revision::{content_identity, set_owner_reference};
 use cmset_core::rollout::{SetTarget, plan_workload, waits_for_unsettled};
 use k8s_openapi::api::core::v1::{
     ConfigMapEnvSource, ConfigMapVolumeSource, Container, EnvFromSource, PodSpec, Volume,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::json;
+use support::{plan_seeing, revision_of};
+
+mod support;
 
 const SET_UID: &str = "set-uid";
-
-fn now() -> Time {
-    Time(Timestamp::from_second(1_800_000_000).unwrap())
-}
 
 fn set_with(name: &str, data: &[(&str, &str)], limit: i32) -> ConfigMapSet {
     let mut set = ConfigMapSet::new(
@@ -40,24 +38,6 @@ fn set_with(name: &str, data: &[(&str, &str)], limit: i32) -> ConfigMapSet {
     set.metadata.uid = Some(SET_UID.into());
     set.metadata.generation = Some(1);
     set
-}
-
-/// A revision as the set controller would have made it.
-fn revision_of(set: &ConfigMapSet, name: &str, number: i64) -> RevisionView {
-    let mut annotations = BTreeMap::from([(labels::REVISION.to_string(), number.to_string())]);
-    // The content hash is the name's suffix for revisions made without collisions.
-    annotations.insert(
-        labels::CONTENT_HASH.to_string(),
-        name.rsplit('-').next().unwrap().to_string(),
-    );
-    RevisionView {
-        name: name.into(),
-        uid: format!("uid-{name}"),
-        labels: BTreeMap::from([(labels::SET.to_string(), set.metadata.name.clone().unwrap())]),
-        annotations,
-        owner_references: vec![set_owner_reference(set)],
-        being_deleted: false,
-    }
 }
 
 fn deployment(name: &str, configmaps: &[&str]) -> WorkloadView {
@@ -98,37 +78,14 @@ fn replica_set(name: &str, owner: &str, names: &[&str]) -> HistoryObject {
     }
 }
 
+/// Plans before Pods were listed, as a first plan does.
 fn plan(
     set: &ConfigMapSet,
     revisions: &[RevisionView],
     workloads: &[WorkloadView],
     history: &[HistoryObject],
 ) -> SetPlan {
-    plan_set(&SetInput {
-        set,
-        revisions,
-        workloads,
-        history,
-        pod_refs: None,
-        now: now(),
-    })
-}
-
-fn plan_with_pods(
-    set: &ConfigMapSet,
-    revisions: &[RevisionView],
-    workloads: &[WorkloadView],
-    history: &[HistoryObject],
-    pods: &BTreeSet<String>,
-) -> SetPlan {
-    plan_set(&SetInput {
-        set,
-        revisions,
-        workloads,
-        history,
-        pod_refs: Some(pods),
-        now: now(),
-    })
+    plan_seeing(set, revisions, workloads, history, None)
 }
 
 /// The set after its controller wrote the planned status.
@@ -377,28 +334,30 @@ fn template_metadata_changes_update_every_revision_in_place() {
     );
 }
 
-fn numbered(set: &ConfigMapSet, count: i64) -> Vec<RevisionView> {
-    (1..=count)
-        .map(|n| revision_of(set, &format!("nginx-config-{:0>10}", n), n))
-        .collect()
+/// Set `nginx-config` with V2's content and `limit`, after `count` revisions of other content, all still
+/// there, numbered from 1 and named `nginx-config-0000000001` and so on.
+fn with_old_revisions(limit: i32, count: i64) -> (ConfigMapSet, Vec<RevisionView>) {
+    let mut set = set_with("nginx-config", &[("APP_VERSION", "2")], limit);
+    let revisions = (1..=count)
+        .map(|n| revision_of(&set, &format!("nginx-config-{n:0>10}"), n))
+        .collect();
+    set.status = Some(ConfigMapSetStatus {
+        revision: Some(count),
+        ..ConfigMapSetStatus::default()
+    });
+    (set, revisions)
 }
 
 #[test]
 fn old_unused_revisions_beyond_the_limit_are_pruned_oldest_first_after_asking_pods() {
-    let mut set = set_with("nginx-config", &[("APP_VERSION", "2")], 2);
-    let mut revisions = numbered(&set, 5);
-    let current = revision_of(&set, V2, 6);
-    revisions.push(current);
-    set.status = Some(ConfigMapSetStatus {
-        revision: Some(6),
-        ..ConfigMapSetStatus::default()
-    });
+    let (set, mut revisions) = with_old_revisions(2, 5);
+    revisions.push(revision_of(&set, V2, 6));
     let first = plan(&set, &revisions, &[], &[]);
     assert!(
         first.needs_pods && first.prune.is_empty(),
         "pods are consulted before any delete"
     );
-    let p = plan_with_pods(&set, &revisions, &[], &[], &BTreeSet::new());
+    let p = plan_seeing(&set, &revisions, &[], &[], Some(&BTreeSet::new()));
     let pruned: Vec<&str> = p.prune.iter().map(|x| x.name.as_str()).collect();
     assert_eq!(
         pruned,
@@ -426,13 +385,8 @@ fn old_unused_revisions_beyond_the_limit_are_pruned_oldest_first_after_asking_po
 
 #[test]
 fn a_change_that_creates_and_prunes_is_told_in_one_event() {
-    let mut set = set_with("nginx-config", &[("APP_VERSION", "2")], 1);
-    let revisions = numbered(&set, 3);
-    set.status = Some(ConfigMapSetStatus {
-        revision: Some(3),
-        ..ConfigMapSetStatus::default()
-    });
-    let p = plan_with_pods(&set, &revisions, &[], &[], &BTreeSet::new());
+    let (set, revisions) = with_old_revisions(1, 3);
+    let p = plan_seeing(&set, &revisions, &[], &[], Some(&BTreeSet::new()));
     assert_eq!(p.create.as_ref().unwrap().metadata.name.as_deref(), Some(V2));
     assert_eq!(p.prune.len(), 2);
     // The creation is what matters most: its reason; the deletions follow in its message.
@@ -452,14 +406,9 @@ fn a_change_that_creates_and_prunes_is_told_in_one_event() {
 
 #[test]
 fn a_long_story_is_cut_to_what_an_event_holds() {
-    let mut set = set_with("nginx-config", &[("APP_VERSION", "2")], 0);
-    let mut revisions = numbered(&set, 40);
+    let (set, mut revisions) = with_old_revisions(0, 40);
     revisions.push(revision_of(&set, V2, 41));
-    set.status = Some(ConfigMapSetStatus {
-        revision: Some(41),
-        ..ConfigMapSetStatus::default()
-    });
-    let p = plan_with_pods(&set, &revisions, &[], &[], &BTreeSet::new());
+    let p = plan_seeing(&set, &revisions, &[], &[], Some(&BTreeSet::new()));
     assert_eq!(p.prune.len(), 40);
     assert_eq!(reasons(&p), vec!["RevisionPruned"]);
     let message = &p.events[0].message;
@@ -474,13 +423,8 @@ fn a_long_story_is_cut_to_what_an_event_holds() {
 
 #[test]
 fn revisions_in_use_are_never_pruned_whatever_the_limit() {
-    let mut set = set_with("nginx-config", &[("APP_VERSION", "2")], 0);
-    let mut revisions = numbered(&set, 5);
+    let (set, mut revisions) = with_old_revisions(0, 5);
     revisions.push(revision_of(&set, V2, 6));
-    set.status = Some(ConfigMapSetStatus {
-        revision: Some(6),
-        ..ConfigMapSetStatus::default()
-    });
     // 1: named by a retained ReplicaSet; 2: has another owner; 3: named by a Pod; 4: by a workload.
     revisions[1].owner_references.push(OwnerReference {
         api_version: "apps/v1".into(),
@@ -493,7 +437,7 @@ fn revisions_in_use_are_never_pruned_whatever_the_limit() {
     let history = vec![replica_set("web-1", "web", &["nginx-config-0000000001"])];
     let workloads = vec![deployment("web", &["nginx-config-0000000004"])];
     let pods = BTreeSet::from(["nginx-config-0000000003".to_string()]);
-    let p = plan_with_pods(&set, &revisions, &workloads, &history, &pods);
+    let p = plan_seeing(&set, &revisions, &workloads, &history, Some(&pods));
     let pruned: Vec<&str> = p.prune.iter().map(|x| x.name.as_str()).collect();
     assert_eq!(pruned, vec!["nginx-config-0000000005"]);
 }
