@@ -150,12 +150,21 @@ pub fn pod_spec_yaml(reads: &[Reads]) -> String {
     )
 }
 
-/// An apps/v1 Deployment whose pods, labelled `app: <name>`, read ConfigMaps as `reads` says. By default
-/// it carries cmset's opt-in label and runs one replica.
+/// What the pod template of a [`DeploymentYaml`] holds.
+#[derive(Clone, Copy, Debug)]
+enum PodTemplate<'a> {
+    /// The pod spec [`pod_spec_yaml`] writes for these reads.
+    Reads(&'a [Reads<'a>]),
+    /// A pod spec written out, to follow `spec:` at the template's indentation.
+    Spec(&'a str),
+}
+
+/// An apps/v1 Deployment whose pods, labelled `app: <name>`, read ConfigMaps as `reads` says (or run a
+/// pod spec of their own). By default it carries cmset's opt-in label and runs one replica.
 #[derive(Clone, Copy, Debug)]
 pub struct DeploymentYaml<'a> {
     name: &'a str,
-    reads: &'a [Reads<'a>],
+    pod: PodTemplate<'a>,
     replicas: i32,
     revision_history_limit: Option<i32>,
     opted_in: bool,
@@ -163,9 +172,19 @@ pub struct DeploymentYaml<'a> {
 
 impl<'a> DeploymentYaml<'a> {
     pub fn new(name: &'a str, reads: &'a [Reads<'a>]) -> Self {
+        Self::with_pod(name, PodTemplate::Reads(reads))
+    }
+
+    /// A Deployment whose pod template's `spec` is `pod_spec`, YAML to follow `spec:` at the template's
+    /// indentation (as [`pod_spec_yaml`] writes it), for pods that [`Reads`] cannot describe.
+    pub fn with_pod_spec(name: &'a str, pod_spec: &'a str) -> Self {
+        Self::with_pod(name, PodTemplate::Spec(pod_spec))
+    }
+
+    fn with_pod(name: &'a str, pod: PodTemplate<'a>) -> Self {
         Self {
             name,
-            reads,
+            pod,
             replicas: 1,
             revision_history_limit: None,
             opted_in: true,
@@ -200,7 +219,10 @@ impl<'a> DeploymentYaml<'a> {
             .revision_history_limit
             .map(|l| format!("\n  revisionHistoryLimit: {l}"))
             .unwrap_or_default();
-        let pod = pod_spec_yaml(self.reads);
+        let pod = match self.pod {
+            PodTemplate::Reads(reads) => pod_spec_yaml(reads),
+            PodTemplate::Spec(spec) => spec.to_string(),
+        };
         format!(
             r#"
 apiVersion: apps/v1

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use cmset_e2e::fixtures::{self, Reads, rollout_status, set_yaml};
+use cmset_e2e::fixtures::{self, DeploymentYaml, Reads, rollout_status, set_yaml};
 use cmset_e2e::k8s_openapi::api::apps::v1::Deployment;
 use cmset_e2e::k8s_openapi::api::core::v1::ConfigMap;
 use cmset_e2e::kube::ResourceExt;
@@ -57,25 +57,8 @@ fn container(name: &str) -> String {
 
 /// A Deployment reading `app-config` in every form. `opt_in` decides whether it carries the label.
 fn deployment_yaml(name: &str, opt_in: bool) -> String {
-    let labels = if opt_in {
-        "\n  labels:\n    cmset.dev/enabled: \"true\""
-    } else {
-        ""
-    };
-    format!(
+    let pod_spec = format!(
         r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {name}{labels}
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {{app: {name}}}
-  template:
-    metadata:
-      labels: {{app: {name}}}
-    spec:
       initContainers:{init}
       containers:{app}
       volumes:
@@ -94,7 +77,10 @@ spec:
 "#,
         init = container("init"),
         app = container("app"),
-    )
+    );
+    DeploymentYaml::with_pod_spec(name, &pod_spec)
+        .opted_in(opt_in)
+        .yaml()
 }
 
 /// Every place in [`deployment_yaml`] that names the set (relative to the pod spec).

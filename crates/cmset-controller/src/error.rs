@@ -28,12 +28,6 @@ pub enum Error {
 
     #[error("patching {workload}: {source}")]
     PatchWorkload { workload: String, source: kube::Error },
-
-    #[error("building the JSON patch for {workload}: {source}")]
-    BuildPatch {
-        workload: String,
-        source: serde_json::Error,
-    },
 }
 
 impl Error {
@@ -48,7 +42,6 @@ impl Error {
             Self::ListPods { .. } => "ListPods",
             Self::WriteStatus { .. } => "WriteStatus",
             Self::PatchWorkload { .. } => "PatchWorkload",
-            Self::BuildPatch { .. } => "BuildPatch",
         }
     }
 
@@ -63,7 +56,7 @@ impl Error {
             | Self::ListPods { source, .. }
             | Self::WriteStatus { source, .. }
             | Self::PatchWorkload { source, .. } => source,
-            Self::MissingNamespace(_) | Self::BuildPatch { .. } => return false,
+            Self::MissingNamespace(_) => return false,
         };
         matches!(source, kube::Error::Api(status) if status.code == 409 || status.code == 422)
     }

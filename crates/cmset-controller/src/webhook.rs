@@ -98,9 +98,10 @@ struct Handler {
 }
 
 /// The AdmissionReview response: allowed, with the patch when there is one.
-fn review_response(uid: &str, patch: Option<&Value>) -> Value {
+fn review_response(uid: &str, patch: Option<&json_patch::Patch>) -> Value {
     let mut response = json!({ "uid": uid, "allowed": true });
     if let Some(patch) = patch {
+        // A patch displays as its compact JSON.
         let encoded = base64::engine::general_purpose::STANDARD.encode(patch.to_string());
         response["patchType"] = json!("JSONPatch");
         response["patch"] = json!(encoded);
@@ -233,13 +234,14 @@ mod tests {
             review_response("abc", None),
             json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "abc", "allowed": true}})
         );
-        let patch = json!([{"op": "replace", "path": "/x", "value": "y"}]);
+        let wire = json!([{"op": "replace", "path": "/x", "value": "y"}]);
+        let patch: json_patch::Patch = serde_json::from_value(wire.clone()).unwrap();
         let r = review_response("abc", Some(&patch));
         assert_eq!(r["response"]["patchType"], "JSONPatch");
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(r["response"]["patch"].as_str().unwrap())
             .unwrap();
-        assert_eq!(serde_json::from_slice::<Value>(&decoded).unwrap(), patch);
+        assert_eq!(serde_json::from_slice::<Value>(&decoded).unwrap(), wire);
     }
 
     #[test]

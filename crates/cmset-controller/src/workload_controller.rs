@@ -129,13 +129,7 @@ async fn reconcile_inner<K: Workload>(workload: &K, ctx: &Context) -> Result<Act
         .and_then(|t| t.metadata.as_ref())
         .and_then(|m| m.labels.as_ref())
         .is_some();
-    let patch: json_patch::Patch =
-        serde_json::from_value(plan.json_patch(&view.uid, has_labels)).map_err(|source| {
-            Error::BuildPatch {
-                workload: what.clone(),
-                source,
-            }
-        })?;
+    let patch = plan.json_patch(&view.uid, has_labels);
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
     let params = PatchParams {
         field_manager: Some(labels::FIELD_MANAGER.to_string()),

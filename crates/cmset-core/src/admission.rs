@@ -7,6 +7,7 @@
 //! Deployment the ReplicaSet for the bare name that nothing can run.
 
 use cmset_api::{ConfigMapSet, labels};
+use json_patch::Patch;
 use k8s_openapi::api::core::v1::PodSpec;
 use serde::Deserialize;
 use serde_json::Value;
@@ -17,7 +18,7 @@ use crate::rollout::{SetTarget, plan_workload};
 /// The JSON patch (RFC 6902) for an opted-in Deployment, StatefulSet or DaemonSet being admitted, or
 /// `None` when nothing changes (not opted in, no reference to a set, or everything already current or
 /// pinned by a rollback).
-pub fn mutate(kind: WorkloadKind, object: &Value, sets: &[ConfigMapSet]) -> Option<Value> {
+pub fn mutate(kind: WorkloadKind, object: &Value, sets: &[ConfigMapSet]) -> Option<Patch> {
     let enabled = object.pointer(&format!(
         "/metadata/labels/{}",
         crate::refs::escape_pointer_token(labels::ENABLED)
@@ -71,7 +72,7 @@ mod tests {
                     in_use: true,
                 },
                 RevisionStatus {
-                    name: "app-1111111111".into(),
+                    name: "app-hhhhhhhhhh".into(),
                     revision: 1,
                     in_use: true,
                 },
@@ -102,14 +103,14 @@ mod tests {
 
     const PATH: &str = "/spec/template/spec/containers/0/envFrom/0/configMapRef/name";
 
+    /// The patch of an admitted Deployment as the API server receives it, if there is one.
+    fn mutated(object: &Value, sets: &[ConfigMapSet]) -> Option<Value> {
+        mutate(WorkloadKind::Deployment, object, sets).map(|p| serde_json::to_value(p).unwrap())
+    }
+
     #[test]
     fn a_new_workload_naming_the_set_is_stored_already_rewritten() {
-        let patch = mutate(
-            WorkloadKind::Deployment,
-            &deployment("app", None, true),
-            &[set(1, 1, vec![])],
-        )
-        .unwrap();
+        let patch = mutated(&deployment("app", None, true), &[set(1, 1, vec![])]).unwrap();
         assert_eq!(
             patch,
             json!([
@@ -122,12 +123,7 @@ mod tests {
 
     #[test]
     fn a_set_whose_controller_lags_still_yields_its_recorded_current_revision() {
-        let patch = mutate(
-            WorkloadKind::Deployment,
-            &deployment("app", None, true),
-            &[set(2, 1, vec![])],
-        )
-        .unwrap();
+        let patch = mutated(&deployment("app", None, true), &[set(2, 1, vec![])]).unwrap();
         assert_eq!(patch[1]["value"], "app-2222222222");
     }
 
@@ -140,7 +136,7 @@ mod tests {
                 kind: "Deployment".into(),
                 name: "web".into(),
                 uid: "u1".into(),
-                revision: "app-1111111111".into(),
+                revision: "app-hhhhhhhhhh".into(),
                 state: WorkloadState::Pinned,
                 rolled_out: Some("app-2222222222".into()),
             }],
@@ -152,7 +148,7 @@ mod tests {
             "current"
         );
         assert_eq!(
-            mutate(kind, &deployment("app-1111111111", Some("u1"), true), &sets),
+            mutate(kind, &deployment("app-hhhhhhhhhh", Some("u1"), true), &sets),
             None,
             "pinned by undo"
         );
@@ -167,6 +163,6 @@ mod tests {
             "not opted in"
         );
         // The same old revision on a workload cmset never moved is a missed update: it moves.
-        assert!(mutate(kind, &deployment("app-1111111111", Some("u2"), true), &sets).is_some());
+        assert!(mutate(kind, &deployment("app-hhhhhhhhhh", Some("u2"), true), &sets).is_some());
     }
 }

@@ -35,8 +35,13 @@ impl Usage {
         self
     }
 
+    /// Whether anything known names the ConfigMap `name`.
+    pub fn is_named(&self, name: &str) -> bool {
+        self.names.contains(name)
+    }
+
     pub fn in_use(&self, revision: &RevisionView, set_uid: &str) -> bool {
-        self.names.contains(&revision.name) || revision.owner_references.iter().any(|o| o.uid != set_uid)
+        self.is_named(&revision.name) || revision.owner_references.iter().any(|o| o.uid != set_uid)
     }
 }
 

@@ -3,13 +3,14 @@
 
 use std::collections::BTreeSet;
 
-use cmset_api::{ConfigMapSet, ConfigMapSetStatus, RevisionStatus, WorkloadState, labels};
+use cmset_api::{ConfigMapSet, ConfigMapSetStatus, RevisionStatus, WorkloadState, WorkloadStatus, labels};
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use serde_json::Value;
 
 use crate::conditions::{self, Desired, READY, STALLED};
 use crate::history::{Usage, select_prunable};
+use crate::message::join_capped;
 use crate::observe::{HistoryObject, RevisionView, WorkloadView};
 use crate::revision::{
     collision_count, content_identity, desired_annotations, desired_labels, history_owner_reference,
@@ -40,13 +41,17 @@ pub enum EventKind {
     Warning,
 }
 
-/// An event to publish on the set once the plan's writes succeeded.
+/// An event to publish on the set once the plan's writes succeeded. A plan has at most one Normal event:
+/// one change of a set tells its story once (see `merge_normal_events`); each Warning stands alone.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedEvent {
     pub kind: EventKind,
     pub reason: &'static str,
     pub message: String,
 }
+
+/// Most bytes in an event's message: events.k8s.io/v1 refuses a `note` longer than 1 KiB.
+pub const EVENT_MESSAGE_MAX_LEN: usize = 1024;
 
 /// A revision to delete, with the UID to use as a precondition.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,7 +85,10 @@ impl SetPlan {
     }
 }
 
-/// Plans everything for one set.
+/// Plans everything for one set, stage by stage: which revision is current (`current_revision`), the
+/// metadata of the existing ones (`metadata_patches`), what to prune (`plan_pruning`), the history that
+/// remains (`revision_history`), where each workload stands (`workload_entries`) and the status that sums
+/// it up (`set_status`). Each stage takes what it needs and returns what it decided.
 pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
     let set = input.set;
     let previous = set.status.clone().unwrap_or_default();
@@ -88,222 +96,406 @@ pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
         return plan_invalid(input, &previous, &problems);
     }
     let uid = set_uid(set);
-    let owned: Vec<&RevisionView> = input
+    // Revisions of this set; ones being deleted still count for numbering, so each stage filters them.
+    let owned: Vec<RevisionView> = input
         .revisions
         .iter()
         .filter(|r| r.is_controlled_by(&uid))
+        .cloned()
         .collect();
-    let identity = content_identity(set);
+    let current = match current_revision(input, &owned, &previous) {
+        Ok(current) => current,
+        Err(NameTaken(name)) => return plan_collision(input, &previous, &name),
+    };
+    let patches = metadata_patches(set, &owned, &current, input.history);
+    let usage = Usage::new(input.workloads, input.history);
+    let pruning = plan_pruning(set, &owned, &current.name, &usage, input.pod_refs);
+    let history = revision_history(&owned, &current, &pruning.prune, &usage, &uid);
+    let (workloads, pin_events) = workload_entries(input, &current.name, &history);
+    let status = set_status(input, &previous, &current, history, workloads);
+    // Most important first: the first Normal event gives the merged event its reason.
+    let events = current
+        .event
+        .into_iter()
+        .chain(pruning.events)
+        .chain(pin_events)
+        .collect();
+    SetPlan {
+        create: current.create,
+        patches,
+        prune: pruning.prune,
+        needs_pods: pruning.needs_pods,
+        status,
+        events: merge_normal_events(events),
+    }
+}
+
+/// The Normal events merged into one, in the place of the first: its reason, and every message in order.
+/// Warnings are left as they are, each its own problem to act on.
+fn merge_normal_events(events: Vec<PlannedEvent>) -> Vec<PlannedEvent> {
+    let messages: Vec<String> = events
+        .iter()
+        .filter(|e| e.kind == EventKind::Normal)
+        .map(|e| e.message.clone())
+        .collect();
+    let mut merged_in = false;
+    events
+        .into_iter()
+        .filter_map(|event| match event.kind {
+            EventKind::Warning => Some(event),
+            EventKind::Normal if merged_in => None,
+            EventKind::Normal => {
+                merged_in = true;
+                Some(PlannedEvent {
+                    message: join_capped(&messages, EVENT_MESSAGE_MAX_LEN),
+                    ..event
+                })
+            }
+        })
+        .collect()
+}
+
+// ------------------------------------------------------------------------------------ revision --
+
+/// The revision that holds the set's content once the plan is carried out.
+#[derive(Clone, Debug)]
+struct CurrentRevision {
+    name: String,
+    number: i64,
+    /// The content identity it is marked with (see [`content_identity`]).
+    content: String,
+    /// The ConfigMap to create, when no revision holds this content yet.
+    create: Option<ConfigMap>,
+    /// Created, or an existing revision reused under a new number.
+    event: Option<PlannedEvent>,
+}
+
+impl CurrentRevision {
+    /// The number `revision` carries once the plan is carried out: the current revision's, or the one
+    /// it has (an unreadable number counts as 0).
+    fn number_of(&self, revision: &RevisionView) -> i64 {
+        if revision.name == self.name {
+            self.number
+        } else {
+            revision.number().unwrap_or(0)
+        }
+    }
+
+    /// The content mark `revision` should carry: the current content for the current revision; for the
+    /// others the mark they have, if any (their content is not read, so a lost mark stays lost).
+    fn content_of(&self, revision: &RevisionView) -> Option<String> {
+        if revision.name == self.name {
+            Some(self.content.clone())
+        } else {
+            revision.annotations.get(labels::CONTENT_HASH).cloned()
+        }
+    }
+}
+
+/// A new revision's name is held by a ConfigMap that is not the revision of this content.
+struct NameTaken(String);
+
+/// Which revision is current: the existing one with the set's content, renumbered if need be, or a new
+/// one to create.
+fn current_revision(
+    input: &SetInput<'_>,
+    owned: &[RevisionView],
+    previous: &ConfigMapSetStatus,
+) -> Result<CurrentRevision, NameTaken> {
+    let set = input.set;
+    let content = content_identity(set);
+    let reused = revision_with_content(set, owned, &content);
+    let number = current_number(reused, owned, previous);
+    if let Some(r) = reused {
+        let event = (r.number() != Some(number)).then(|| PlannedEvent {
+            kind: EventKind::Normal,
+            reason: "RevisionReused",
+            message: format!(
+                "Content matches existing revision {}; it is now revision {number}",
+                r.name
+            ),
+        });
+        return Ok(CurrentRevision {
+            name: r.name.clone(),
+            number,
+            content,
+            create: None,
+            event,
+        });
+    }
+    let name = next_revision_name(set);
+    if input.revisions.iter().any(|r| r.name == name) {
+        // Taken by a ConfigMap of ours with other content, or by one we do not control.
+        return Err(NameTaken(name));
+    }
+    let mut revision = new_revision(set, &name, number);
+    // History may already name it (it was deleted by hand and is being made again): owners from the
+    // start, so that creating it is the only write.
+    revision
+        .metadata
+        .owner_references
+        .get_or_insert_with(Vec::new)
+        .extend(history_owners(input.history, &name));
+    Ok(CurrentRevision {
+        event: Some(PlannedEvent {
+            kind: EventKind::Normal,
+            reason: "RevisionCreated",
+            message: format!("Created revision {number} as ConfigMap {name}"),
+        }),
+        name,
+        number,
+        content,
+        create: Some(revision),
+    })
+}
+
+/// The live revision holding `content`: found by its content mark, or failing that (someone removed the
+/// annotation) by the collision-free name, which only this content can have. The metadata stage then
+/// restores the mark.
+pub(crate) fn revision_with_content<'a>(
+    set: &ConfigMapSet,
+    owned: &'a [RevisionView],
+    content: &str,
+) -> Option<&'a RevisionView> {
+    let live = || owned.iter().filter(|r| !r.being_deleted);
+    let plain_name = crate::naming::revision_name(&set_name(set), content);
+    live()
+        .find(|r| r.annotations.get(labels::CONTENT_HASH).map(String::as_str) == Some(content))
+        .or_else(|| {
+            live().find(|r| r.name == plain_name && !r.annotations.contains_key(labels::CONTENT_HASH))
+        })
+}
+
+/// The current revision's number. Numbers only grow and the current revision is the newest: it keeps
+/// its number only when it alone holds the highest one; otherwise (a new revision, or content reverted
+/// to an older one) it gets the highest plus one. The previous status counts, so that a number is never
+/// given twice, even after its revision was pruned.
+fn current_number(
+    reused: Option<&RevisionView>,
+    owned: &[RevisionView],
+    previous: &ConfigMapSetStatus,
+) -> i64 {
     let highest = owned
         .iter()
-        .filter_map(|r| r.number())
+        .filter_map(RevisionView::number)
         .chain(previous.revision)
         .max()
         .unwrap_or(0);
-    let mut plan = SetPlan::default();
+    let holds_the_highest_alone = reused.is_some_and(|r| r.number() == Some(highest))
+        && owned.iter().filter(|o| o.number() == Some(highest)).count() == 1;
+    if holds_the_highest_alone {
+        highest
+    } else {
+        highest + 1
+    }
+}
 
-    // A revision is found by its content identity; failing that (someone removed the annotation), by
-    // the collision-free name, which only this content can have. The metadata patch restores the mark.
-    let plain_name = crate::naming::revision_name(&set_name(set), &identity);
-    let existing = owned
+/// The history objects naming the ConfigMap `name`, as its extra owners.
+fn history_owners(history: &[HistoryObject], name: &str) -> Vec<OwnerReference> {
+    history
+        .iter()
+        .filter(|h| h.referenced.contains(name))
+        .map(history_owner_reference)
+        .collect()
+}
+
+// ------------------------------------------------------------------------------------ metadata --
+
+/// Patches bringing every live revision's metadata to what is desired: labels and annotations from the
+/// template, its number and content mark, and the history objects that name it as extra owners.
+fn metadata_patches(
+    set: &ConfigMapSet,
+    owned: &[RevisionView],
+    current: &CurrentRevision,
+    history: &[HistoryObject],
+) -> Vec<(String, Value)> {
+    let labels_wanted = desired_labels(set);
+    owned
         .iter()
         .filter(|r| !r.being_deleted)
-        .find(|r| r.annotations.get(labels::CONTENT_HASH).map(String::as_str) == Some(identity.as_str()))
-        .or_else(|| {
-            owned.iter().find(|r| {
-                !r.being_deleted && r.name == plain_name && !r.annotations.contains_key(labels::CONTENT_HASH)
-            })
-        });
-    let (current, number) = match existing {
-        Some(r) => {
-            let unique_highest = r.number() == Some(highest)
-                && owned.iter().filter(|o| o.number() == Some(highest)).count() == 1;
-            let number = if unique_highest { highest } else { highest + 1 };
-            if number != highest || r.number() != Some(highest) {
-                plan.events.push(PlannedEvent {
-                    kind: EventKind::Normal,
-                    reason: "RevisionReused",
-                    message: format!(
-                        "Content matches existing revision {}; it is now revision {number}",
-                        r.name
-                    ),
-                });
+        .filter_map(|r| {
+            let content = current.content_of(r);
+            let mut annotations =
+                desired_annotations(set, current.number_of(r), content.as_deref().unwrap_or(""));
+            if content.is_none() {
+                annotations.remove(labels::CONTENT_HASH);
             }
-            (r.name.clone(), number)
-        }
-        None => {
-            let name = next_revision_name(set);
-            if input.revisions.iter().any(|r| r.name == name) {
-                // The name is taken by a ConfigMap of ours with other content (or one we do not control).
-                return plan_collision(input, &previous, &name);
-            }
-            let number = highest + 1;
-            let mut revision = new_revision(set, &name, number);
-            // History may already name it (it was deleted by hand and is being made again): owners from
-            // the start, so that creating it is the only write.
-            let owners = revision.metadata.owner_references.get_or_insert_with(Vec::new);
-            owners.extend(
-                input
-                    .history
-                    .iter()
-                    .filter(|h| h.referenced.contains(&name))
-                    .map(history_owner_reference),
-            );
-            plan.create = Some(revision);
-            plan.events.push(PlannedEvent {
-                kind: EventKind::Normal,
-                reason: "RevisionCreated",
-                message: format!("Created revision {number} as ConfigMap {name}"),
-            });
-            (name, number)
-        }
+            let owners = history_owners(history, &r.name);
+            let patch = metadata_patch(r, &labels_wanted, &annotations, &owners)?;
+            Some((r.name.clone(), patch))
+        })
+        .collect()
+}
+
+// --------------------------------------------------------------------------------------- prune --
+
+/// What the prune stage decided.
+#[derive(Clone, Debug, Default)]
+struct Pruning {
+    prune: Vec<Prune>,
+    needs_pods: bool,
+    events: Vec<PlannedEvent>,
+}
+
+/// Old revisions that nothing uses, beyond the limit. Pods are consulted only when something would be
+/// pruned without them: the first plan asks for them, the second prunes.
+fn plan_pruning(
+    set: &ConfigMapSet,
+    owned: &[RevisionView],
+    current: &str,
+    usage: &Usage,
+    pod_refs: Option<&BTreeSet<String>>,
+) -> Pruning {
+    let uid = set_uid(set);
+    let limit = set.spec.revision_history_limit;
+    if select_prunable(owned, current, limit, usage, &uid).is_empty() {
+        return Pruning::default();
+    }
+    let Some(pods) = pod_refs else {
+        return Pruning {
+            needs_pods: true,
+            ..Pruning::default()
+        };
     };
-
-    // Metadata of every existing revision: labels and annotations from the template, its number, and
-    // the history objects that name it as extra owners.
-    let labels_wanted = desired_labels(set);
-    for r in owned.iter().filter(|r| !r.being_deleted) {
-        let own_number = if r.name == current {
-            number
-        } else {
-            r.number().unwrap_or(0)
-        };
-        let content = if r.name == current {
-            Some(identity.clone())
-        } else {
-            r.annotations.get(labels::CONTENT_HASH).cloned()
-        };
-        let mut annotations = desired_annotations(set, own_number, content.as_deref().unwrap_or(""));
-        if content.is_none() {
-            annotations.remove(labels::CONTENT_HASH);
-        }
-        let owners: Vec<_> = input
-            .history
+    let with_pods = usage.clone().with_pods(pods);
+    let prunable = select_prunable(owned, current, limit, &with_pods, &uid);
+    Pruning {
+        prune: prunable
             .iter()
-            .filter(|h| h.referenced.contains(&r.name))
-            .map(history_owner_reference)
-            .collect();
-        if let Some(patch) = metadata_patch(r, &labels_wanted, &annotations, &owners) {
-            plan.patches.push((r.name.clone(), patch));
-        }
+            .map(|r| Prune {
+                name: r.name.clone(),
+                uid: r.uid.clone(),
+            })
+            .collect(),
+        needs_pods: false,
+        events: prunable
+            .iter()
+            .map(|r| PlannedEvent {
+                kind: EventKind::Normal,
+                reason: "RevisionPruned",
+                message: format!(
+                    "Deleted revision {} ({}): unused, beyond revisionHistoryLimit {limit}",
+                    r.number().unwrap_or(0),
+                    r.name
+                ),
+            })
+            .collect(),
     }
+}
 
-    // History: prune what nothing uses beyond the limit. Pods are consulted only when needed.
-    let usage = Usage::new(input.workloads, input.history);
-    let owned_values: Vec<RevisionView> = owned.iter().map(|r| (*r).clone()).collect();
-    let candidates = select_prunable(
-        &owned_values,
-        &current,
-        set.spec.revision_history_limit,
-        &usage,
-        &uid,
-    );
-    if !candidates.is_empty() {
-        match input.pod_refs {
-            None => plan.needs_pods = true,
-            Some(pods) => {
-                let with_pods = usage.clone().with_pods(pods);
-                let prunable = select_prunable(
-                    &owned_values,
-                    &current,
-                    set.spec.revision_history_limit,
-                    &with_pods,
-                    &uid,
-                );
-                for r in prunable {
-                    plan.prune.push(Prune {
-                        name: r.name.clone(),
-                        uid: r.uid.clone(),
-                    });
-                    plan.events.push(PlannedEvent {
-                        kind: EventKind::Normal,
-                        reason: "RevisionPruned",
-                        message: format!(
-                            "Deleted revision {} ({}): unused, beyond revisionHistoryLimit {}",
-                            r.number().unwrap_or(0),
-                            r.name,
-                            set.spec.revision_history_limit
-                        ),
-                    });
-                }
-            }
-        }
-    }
+// ------------------------------------------------------------------------------------- history --
 
-    // Status.
-    let pruned: BTreeSet<&str> = plan.prune.iter().map(|p| p.name.as_str()).collect();
+/// The revisions that remain once the plan is carried out, newest first, each with whether it is in use.
+fn revision_history(
+    owned: &[RevisionView],
+    current: &CurrentRevision,
+    pruned: &[Prune],
+    usage: &Usage,
+    set_uid: &str,
+) -> Vec<RevisionStatus> {
     let mut history: Vec<RevisionStatus> = owned
         .iter()
-        .filter(|r| !r.being_deleted && !pruned.contains(r.name.as_str()))
+        .filter(|r| !r.being_deleted && !pruned.iter().any(|p| p.name == r.name))
         .map(|r| RevisionStatus {
             name: r.name.clone(),
-            revision: if r.name == current {
-                number
-            } else {
-                r.number().unwrap_or(0)
-            },
-            in_use: usage.in_use(r, &uid),
+            revision: current.number_of(r),
+            in_use: usage.in_use(r, set_uid),
         })
         .collect();
-    if plan.create.is_some() {
+    if current.create.is_some() {
         history.push(RevisionStatus {
-            name: current.clone(),
-            revision: number,
-            in_use: usage_names(&usage, &current),
+            name: current.name.clone(),
+            revision: current.number,
+            in_use: usage.is_named(&current.name),
         });
     }
     history.sort_by(|a, b| b.revision.cmp(&a.revision).then(a.name.cmp(&b.name)));
-    let revision_names: BTreeSet<String> = history.iter().map(|h| h.name.clone()).collect();
+    history
+}
 
-    let previous_workloads = previous_by_uid(set);
-    let mut workloads: Vec<_> = input
+// ----------------------------------------------------------------------------------- workloads --
+
+/// The status entry of every workload that references the set, by kind and name, and a WorkloadPinned
+/// event for each one newly pinned by a rollback.
+fn workload_entries(
+    input: &SetInput<'_>,
+    current: &str,
+    history: &[RevisionStatus],
+) -> (Vec<WorkloadStatus>, Vec<PlannedEvent>) {
+    let set = input.set;
+    let revision_names: BTreeSet<String> = history.iter().map(|h| h.name.clone()).collect();
+    let previous = previous_by_uid(set);
+    let mut entries: Vec<WorkloadStatus> = input
         .workloads
         .iter()
         .filter_map(|w| {
             workload_status(
                 w,
                 &set_name(set),
-                &current,
+                current,
                 &revision_names,
-                previous_workloads.get(&w.uid),
+                previous.get(&w.uid),
                 input.history,
             )
         })
         .collect();
-    workloads.sort_by(|a, b| (a.kind.as_str(), a.name.as_str()).cmp(&(b.kind.as_str(), b.name.as_str())));
-    for w in &workloads {
-        let was_pinned = previous_workloads
-            .get(&w.uid)
-            .is_some_and(|p| p.state == WorkloadState::Pinned && p.revision == w.revision);
-        if w.state == WorkloadState::Pinned && !was_pinned {
-            plan.events.push(PlannedEvent {
-                kind: EventKind::Normal,
-                reason: "WorkloadPinned",
-                message: format!(
-                    "{} {} runs older revision {} (rolled back); it stays there until the set's content changes",
-                    w.kind, w.name, w.revision
-                ),
-            });
-        }
-    }
-
-    let pending = workloads
-        .iter()
-        .filter(|w| w.state == WorkloadState::Pending)
-        .count();
-    let pinned = workloads
+    entries.sort_by(|a, b| (a.kind.as_str(), a.name.as_str()).cmp(&(b.kind.as_str(), b.name.as_str())));
+    let events = entries
         .iter()
         .filter(|w| w.state == WorkloadState::Pinned)
-        .count();
-    let ready = if pending > 0 {
+        .filter(|w| {
+            !previous
+                .get(&w.uid)
+                .is_some_and(|p| p.state == WorkloadState::Pinned && p.revision == w.revision)
+        })
+        .map(|w| PlannedEvent {
+            kind: EventKind::Normal,
+            reason: "WorkloadPinned",
+            message: format!(
+                "{} {} runs older revision {} (rolled back); it stays there until the set's content changes",
+                w.kind, w.name, w.revision
+            ),
+        })
+        .collect();
+    (entries, events)
+}
+
+// -------------------------------------------------------------------------------------- status --
+
+/// The set's status: the current revision, the Ready condition summing up the workloads, the history.
+fn set_status(
+    input: &SetInput<'_>,
+    previous: &ConfigMapSetStatus,
+    current: &CurrentRevision,
+    history: Vec<RevisionStatus>,
+    workloads: Vec<WorkloadStatus>,
+) -> ConfigMapSetStatus {
+    let generation = input.set.metadata.generation;
+    // A valid spec is no longer stalled.
+    let conditions = conditions::remove(&previous.conditions, STALLED);
+    let ready = ready_condition(current, &workloads);
+    ConfigMapSetStatus {
+        observed_generation: generation,
+        revision: Some(current.number),
+        current_revision: Some(current.name.clone()),
+        collision_count: previous.collision_count,
+        conditions: conditions::set(&conditions, ready, generation, &input.now),
+        workloads,
+        history,
+    }
+}
+
+/// Ready while no workload waits to be moved; pinned workloads count as done.
+fn ready_condition(current: &CurrentRevision, workloads: &[WorkloadStatus]) -> Desired<'static> {
+    let count = |state| workloads.iter().filter(|w| w.state == state).count();
+    let (pending, pinned) = (count(WorkloadState::Pending), count(WorkloadState::Pinned));
+    let (number, name, total) = (current.number, &current.name, workloads.len());
+    if pending > 0 {
         Desired {
             type_: READY,
             status: false,
             reason: "RolloutPending",
-            message: format!(
-                "{pending} of {} workloads are being moved to revision {number} ({current})",
-                workloads.len()
-            ),
+            message: format!("{pending} of {total} workloads are being moved to revision {number} ({name})"),
         }
     } else {
         Desired {
@@ -311,33 +503,11 @@ pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
             status: true,
             reason: "RolledOut",
             message: format!(
-                "Revision {number} ({current}) is current; {} of {} workloads use it, {pinned} pinned to older revisions",
-                workloads.len() - pinned,
-                workloads.len()
+                "Revision {number} ({name}) is current; {} of {total} workloads use it, {pinned} pinned to older revisions",
+                total - pinned
             ),
         }
-    };
-    let conditions = conditions::remove(&previous.conditions, STALLED);
-    plan.status = ConfigMapSetStatus {
-        observed_generation: set.metadata.generation,
-        revision: Some(number),
-        current_revision: Some(current),
-        collision_count: previous.collision_count,
-        conditions: conditions::set(&conditions, ready, set.metadata.generation, &input.now),
-        workloads,
-        history,
-    };
-    plan
-}
-
-fn usage_names(usage: &Usage, name: &str) -> bool {
-    usage.in_use(
-        &RevisionView {
-            name: name.to_string(),
-            ..RevisionView::default()
-        },
-        "",
-    )
+    }
 }
 
 /// An invalid spec: report it, keep everything else as it is.
@@ -420,5 +590,46 @@ pub fn plan_collision(input: &SetInput<'_>, previous: &ConfigMapSetStatus, name:
             message,
         }],
         ..SetPlan::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: EventKind, reason: &'static str, message: &str) -> PlannedEvent {
+        PlannedEvent {
+            kind,
+            reason,
+            message: message.to_string(),
+        }
+    }
+
+    #[test]
+    fn normal_events_merge_into_the_first_and_warnings_stay_apart() {
+        let events = vec![
+            event(EventKind::Warning, "Odd", "first warning"),
+            event(EventKind::Normal, "RevisionCreated", "Created revision 3"),
+            event(EventKind::Normal, "RevisionPruned", "Deleted revision 1"),
+            event(EventKind::Warning, "Odder", "second warning"),
+            event(
+                EventKind::Normal,
+                "WorkloadPinned",
+                "Deployment web runs older revision 2",
+            ),
+        ];
+        assert_eq!(
+            merge_normal_events(events),
+            vec![
+                event(EventKind::Warning, "Odd", "first warning"),
+                event(
+                    EventKind::Normal,
+                    "RevisionCreated",
+                    "Created revision 3; Deleted revision 1; Deployment web runs older revision 2"
+                ),
+                event(EventKind::Warning, "Odder", "second warning"),
+            ]
+        );
+        assert_eq!(merge_normal_events(vec![]), vec![]);
     }
 }

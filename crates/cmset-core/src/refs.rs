@@ -44,15 +44,24 @@
 
 use std::fmt;
 
+use json_patch::jsonptr::{Pointer, PointerBuf, Token};
+use json_patch::{Patch, PatchOperation, ReplaceOperation, TestOperation};
 use k8s_openapi::api::core::v1::{
     ConfigMapKeySelector, Container, EnvFromSource, EnvVar, EphemeralContainer, PodSpec,
 };
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// Where the pod spec of a Deployment's, StatefulSet's or DaemonSet's template lives in the object: the
-/// `pod_spec_prefix` to pass to [`json_patch`] for them.
-pub const TEMPLATE_POD_SPEC_POINTER: &str = "/spec/template/spec";
+/// `pod_spec` to pass to [`json_patch`] for them.
+pub const TEMPLATE_POD_SPEC_POINTER: &Pointer = Pointer::from_static("/spec/template/spec");
+
+/// The JSON pointer made of these tokens (field names and list indices), escaped as RFC 6901 requires.
+macro_rules! pointer {
+    ($($token:expr),+ $(,)?) => {
+        PointerBuf::from_tokens([$(Token::from($token)),+])
+    };
+}
 
 /// The field of a pod spec through which a ConfigMap is named.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -118,7 +127,7 @@ impl Holder {
     fn reference(
         &self,
         form: RefForm,
-        pointer: String,
+        pointer: PointerBuf,
         name: &str,
         optional: Option<bool>,
     ) -> Option<ConfigMapRef> {
@@ -138,7 +147,7 @@ pub struct ConfigMapRef {
     pub form: RefForm,
     /// RFC 6901 JSON pointer to the `name` field, relative to the pod spec, e.g.
     /// `/containers/0/envFrom/1/configMapRef/name`.
-    pub pointer: String,
+    pub pointer: PointerBuf,
     /// The ConfigMap named; never empty.
     pub name: String,
     /// Whether the reference is marked `optional: true` (the pod starts without the ConfigMap).
@@ -163,13 +172,13 @@ pub fn find_refs(spec: &PodSpec) -> Vec<ConfigMapRef> {
             name: volume.name.clone(),
         };
         if let Some(cm) = &volume.config_map {
-            let pointer = format!("/volumes/{v}/configMap/name");
+            let pointer = pointer!["volumes", v, "configMap", "name"];
             refs.extend(holder.reference(RefForm::Volume, pointer, &cm.name, cm.optional));
         }
         let sources = volume.projected.iter().flat_map(|p| p.sources.iter().flatten());
         for (s, source) in sources.enumerate() {
             if let Some(cm) = &source.config_map {
-                let pointer = format!("/volumes/{v}/projected/sources/{s}/configMap/name");
+                let pointer = pointer!["volumes", v, "projected", "sources", s, "configMap", "name"];
                 refs.extend(holder.reference(RefForm::ProjectedVolume, pointer, &cm.name, cm.optional));
             }
         }
@@ -231,13 +240,13 @@ fn container_refs<'a>(
         };
         for (e, var) in container.env.iter().enumerate() {
             if let Some(key) = config_map_key_ref(var) {
-                let pointer = format!("/{field}/{c}/env/{e}/valueFrom/configMapKeyRef/name");
+                let pointer = pointer![field, c, "env", e, "valueFrom", "configMapKeyRef", "name"];
                 refs.extend(holder.reference(RefForm::EnvValueFrom, pointer, &key.name, key.optional));
             }
         }
         for (f, source) in container.env_from.iter().enumerate() {
             if let Some(cm) = &source.config_map_ref {
-                let pointer = format!("/{field}/{c}/envFrom/{f}/configMapRef/name");
+                let pointer = pointer![field, c, "envFrom", f, "configMapRef", "name"];
                 refs.extend(holder.reference(RefForm::EnvFrom, pointer, &cm.name, cm.optional));
             }
         }
@@ -247,7 +256,7 @@ fn container_refs<'a>(
 /// Set the string at `pointer` (relative to the pod spec) from `from` to `to`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct NameChange {
-    pub pointer: String,
+    pub pointer: PointerBuf,
     pub from: String,
     pub to: String,
 }
@@ -279,10 +288,10 @@ pub fn plan_rewrite(spec: &PodSpec, mut target: impl FnMut(&str) -> Option<Strin
 #[derive(Debug)]
 pub enum ApplyError {
     /// The pointer names no field of the pod spec.
-    Unresolved { pointer: String },
+    Unresolved { pointer: PointerBuf },
     /// The field holds something other than the change's `from`: the plan was made from another spec.
     Stale {
-        pointer: String,
+        pointer: PointerBuf,
         expected: String,
         found: Value,
     },
@@ -326,7 +335,9 @@ pub fn apply_changes(spec: &PodSpec, changes: &[NameChange]) -> Result<PodSpec, 
         let unresolved = || ApplyError::Unresolved {
             pointer: change.pointer.clone(),
         };
-        let slot = value.pointer_mut(&change.pointer).ok_or_else(unresolved)?;
+        let slot = value
+            .pointer_mut(change.pointer.as_str())
+            .ok_or_else(unresolved)?;
         if slot.as_str() != Some(change.from.as_str()) {
             return Err(ApplyError::Stale {
                 pointer: change.pointer.clone(),
@@ -339,25 +350,50 @@ pub fn apply_changes(spec: &PodSpec, changes: &[NameChange]) -> Result<PodSpec, 
     PodSpec::deserialize(&value).map_err(ApplyError::Json)
 }
 
-/// The RFC 6902 JSON patch that makes `changes` on a workload whose pod spec lives at `pod_spec_prefix`
-/// (a JSON pointer such as [`TEMPLATE_POD_SPEC_POINTER`]), for a merge-free, ownership-free update:
+/// The RFC 6902 JSON patch that makes `changes` on a workload whose pod spec lives at `pod_spec`
+/// (such as [`TEMPLATE_POD_SPEC_POINTER`]), for a merge-free, ownership-free update:
 ///
 /// 1. `test` that `/metadata/uid` is `uid`;
-/// 2. for every change, `test` that its field holds `from`, then `replace` it with `to`;
-/// 3. `extra`, as given (e.g. an `add` of a pod template label; see [`escape_pointer_token`]).
+/// 2. the [`change_operations`];
+/// 3. `extra`, as given (e.g. an `add` of a pod template label).
 ///
 /// A JSON patch is atomic: if any `test` fails, the API server answers 422 and changes nothing; re-read
 /// the object and plan again. See the module documentation for why this shape.
-pub fn json_patch(uid: &str, pod_spec_prefix: &str, changes: &[NameChange], extra: Vec<Value>) -> Value {
-    let mut ops = Vec::with_capacity(1 + 2 * changes.len() + extra.len());
-    ops.push(json!({ "op": "test", "path": "/metadata/uid", "value": uid }));
-    for change in changes {
-        let path = format!("{pod_spec_prefix}{}", change.pointer);
-        ops.push(json!({ "op": "test", "path": path, "value": change.from }));
-        ops.push(json!({ "op": "replace", "path": path, "value": change.to }));
-    }
-    ops.extend(extra);
-    Value::Array(ops)
+pub fn json_patch(
+    uid: &str,
+    pod_spec: &Pointer,
+    changes: &[NameChange],
+    extra: Vec<PatchOperation>,
+) -> Patch {
+    let uid_guard = PatchOperation::Test(TestOperation {
+        path: pointer!["metadata", "uid"],
+        value: Value::from(uid),
+    });
+    let mut operations = vec![uid_guard];
+    operations.extend(change_operations(pod_spec, changes));
+    operations.extend(extra);
+    Patch(operations)
+}
+
+/// For every change, in order, a `test` that its field (under `pod_spec`) holds `from`, then a `replace`
+/// of it with `to`.
+pub fn change_operations(pod_spec: &Pointer, changes: &[NameChange]) -> Vec<PatchOperation> {
+    changes
+        .iter()
+        .flat_map(|change| {
+            let path = pod_spec.concat(&change.pointer);
+            [
+                PatchOperation::Test(TestOperation {
+                    path: path.clone(),
+                    value: Value::from(change.from.as_str()),
+                }),
+                PatchOperation::Replace(ReplaceOperation {
+                    path,
+                    value: Value::from(change.to.as_str()),
+                }),
+            ]
+        })
+        .collect()
 }
 
 /// Escape one reference token of a JSON pointer (RFC 6901): `~` becomes `~0` and `/` becomes `~1`, so
@@ -386,6 +422,10 @@ mod tests {
 
     use super::*;
 
+    fn ptr(pointer: &str) -> PointerBuf {
+        PointerBuf::parse(pointer).expect("a test pointer parses")
+    }
+
     fn spec(value: Value) -> PodSpec {
         serde_json::from_value(value).expect("test pod spec parses")
     }
@@ -394,7 +434,7 @@ mod tests {
     fn summary(spec: &PodSpec) -> Vec<(RefForm, String, String)> {
         find_refs(spec)
             .into_iter()
-            .map(|r| (r.form, r.pointer, r.name))
+            .map(|r| (r.form, r.pointer.to_string(), r.name))
             .collect()
     }
 
@@ -432,7 +472,7 @@ mod tests {
             let expected = vec![
                 ConfigMapRef {
                     form: RefForm::EnvValueFrom,
-                    pointer: format!("/{field}/1/env/4/valueFrom/configMapKeyRef/name"),
+                    pointer: ptr(&format!("/{field}/1/env/4/valueFrom/configMapKeyRef/name")),
                     name: "cm-env".into(),
                     optional: false,
                     holder: Holder::Container {
@@ -442,7 +482,7 @@ mod tests {
                 },
                 ConfigMapRef {
                     form: RefForm::EnvFrom,
-                    pointer: format!("/{field}/1/envFrom/1/configMapRef/name"),
+                    pointer: ptr(&format!("/{field}/1/envFrom/1/configMapRef/name")),
                     name: "cm-envfrom".into(),
                     optional: false,
                     holder: Holder::Container {
@@ -479,14 +519,14 @@ mod tests {
             vec![
                 ConfigMapRef {
                     form: RefForm::Volume,
-                    pointer: "/volumes/2/configMap/name".into(),
+                    pointer: ptr("/volumes/2/configMap/name"),
                     name: "cm-vol".into(),
                     optional: false,
                     holder: Holder::Volume { name: "plain".into() },
                 },
                 ConfigMapRef {
                     form: RefForm::ProjectedVolume,
-                    pointer: "/volumes/3/projected/sources/3/configMap/name".into(),
+                    pointer: ptr("/volumes/3/projected/sources/3/configMap/name"),
                     name: "cm-proj".into(),
                     optional: false,
                     holder: Holder::Volume { name: "proj".into() },
@@ -683,7 +723,7 @@ mod tests {
 
     fn change(pointer: &str, from: &str, to: &str) -> NameChange {
         NameChange {
-            pointer: pointer.into(),
+            pointer: ptr(pointer),
             from: from.into(),
             to: to.into(),
         }
@@ -746,14 +786,20 @@ mod tests {
             change("/volumes/0/configMap/name", "app", "app-5d7c9f"),
             change("/containers/1/envFrom/0/configMapRef/name", "db", "db-68b4f2"),
         ];
-        let label = format!(
-            "/spec/template/metadata/labels/{}",
-            escape_pointer_token(cmset_api::labels::MANAGED_TEMPLATE)
-        );
-        let extra = vec![json!({ "op": "add", "path": label, "value": "true" })];
-        let patch = json_patch("3f0e1b2a-uid", TEMPLATE_POD_SPEC_POINTER, &changes, extra);
+        let label = PatchOperation::Add(json_patch::AddOperation {
+            path: pointer![
+                "spec",
+                "template",
+                "metadata",
+                "labels",
+                cmset_api::labels::MANAGED_TEMPLATE
+            ],
+            value: json!("true"),
+        });
+        let patch = json_patch("3f0e1b2a-uid", TEMPLATE_POD_SPEC_POINTER, &changes, vec![label]);
+        // As the API server receives it.
         assert_eq!(
-            patch,
+            serde_json::to_value(&patch).unwrap(),
             json!([
                 { "op": "test", "path": "/metadata/uid", "value": "3f0e1b2a-uid" },
                 { "op": "test", "path": "/spec/template/spec/volumes/0/configMap/name", "value": "app" },
@@ -767,8 +813,9 @@ mod tests {
 
     #[test]
     fn json_patch_without_changes_only_tests_the_uid() {
+        let patch = json_patch("u", Pointer::from_static("/spec"), &[], vec![]);
         assert_eq!(
-            json_patch("u", "/spec", &[], vec![]),
+            serde_json::to_value(&patch).unwrap(),
             json!([{ "op": "test", "path": "/metadata/uid", "value": "u" }])
         );
     }

@@ -18,26 +18,6 @@ pub fn content_identity(set: &ConfigMapSet) -> String {
     content_hash(t.data.as_ref(), t.binary_data.as_ref(), 0)
 }
 
-/// The existing revision holding content `identity`, among `owned` (the set's own revisions, none being
-/// deleted): found by its content mark, or, failing that (someone removed the annotation), by the
-/// collision-free name, which only this content can have.
-pub fn find_current<'a>(
-    owned: &[&'a RevisionView],
-    set_name: &str,
-    identity: &str,
-) -> Option<&'a RevisionView> {
-    let plain_name = revision_name(set_name, identity);
-    owned
-        .iter()
-        .find(|r| r.annotations.get(labels::CONTENT_HASH).map(String::as_str) == Some(identity))
-        .or_else(|| {
-            owned
-                .iter()
-                .find(|r| r.name == plain_name && !r.annotations.contains_key(labels::CONTENT_HASH))
-        })
-        .copied()
-}
-
 /// The name a new revision of the current content gets, given the set's collision count.
 pub fn next_revision_name(set: &ConfigMapSet) -> String {
     let t = &set.spec.template;

@@ -20,10 +20,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use cmset_api::{ConfigMapSet, WorkloadState, WorkloadStatus, labels};
+use json_patch::jsonptr::Pointer;
+use json_patch::{AddOperation, Patch, PatchOperation};
 use serde_json::{Value, json};
 
+use crate::naming::refers_to_set;
 use crate::observe::{HistoryObject, RevisionView, WorkloadView};
-use crate::refs::{self, NameChange};
+use crate::refs::{self, NameChange, TEMPLATE_POD_SPEC_POINTER};
 use crate::revision::set_name;
 
 /// What a workload needs to know about one set to decide its references.
@@ -81,11 +84,13 @@ impl SetTarget {
             return Self::from_set(set, workload_uid);
         };
         let uid = crate::revision::set_uid(set);
-        let owned: Vec<&RevisionView> = revisions
+        let owned: Vec<RevisionView> = revisions
             .iter()
             .filter(|r| r.is_controlled_by(&uid) && !r.being_deleted)
+            .cloned()
             .collect();
-        let current = crate::revision::find_current(&owned, &set_name(set), identity)?
+        // Found exactly as the set planner finds it, so both agree on which revision is current.
+        let current = crate::plan::revision_with_content(set, &owned, identity)?
             .name
             .clone();
         let status = set.status.as_ref();
@@ -118,9 +123,17 @@ impl SetTarget {
         Self::from_set(&settled, workload_uid)
     }
 
-    /// Whether `name` refers to this set at all.
+    /// Whether `name` refers to this set at all: its bare name or a name of its revisions' form, by
+    /// [`refers_to_set`], the rule every part of cmset asks.
     pub fn claims(&self, name: &str) -> bool {
-        name == self.name || self.revisions.contains(name)
+        refers_to_set(&self.name, name)
+    }
+
+    /// Whether this set decides where a reference to `name` points: a name it claims that is its bare
+    /// name or a revision it knows. A name merely of a revision's form is left alone: nothing says it
+    /// ever was one of this set's revisions.
+    fn decides(&self, name: &str) -> bool {
+        self.claims(name) && (name == self.name || self.revisions.contains(name))
     }
 
     /// Where a reference to `name` should point, if it should change.
@@ -138,19 +151,15 @@ impl SetTarget {
 
 /// Whether a set whose status is not settled is among the ones this workload references: then the
 /// workload must wait, so that a change to several sets in one apply becomes one rollout.
+///
+/// Any name that refers to the set counts, known revision or not: waiting on a set that settles soon is
+/// cheap, rolling twice is not.
 pub fn waits_for_unsettled(workload: &WorkloadView, sets: &[ConfigMapSet]) -> bool {
     let names = workload.referenced_names();
     sets.iter().any(|set| {
         let unsettled = SetTarget::from_set(set, &workload.uid).is_none();
         let name = set_name(set);
-        let referenced = names.iter().any(|n| {
-            *n == name
-                || set.status.as_ref().is_some_and(|s| {
-                    s.current_revision.as_deref() == Some(n.as_str())
-                        || s.history.iter().any(|h| &h.name == n)
-                })
-        });
-        unsettled && referenced
+        unsettled && names.iter().any(|n| refers_to_set(&name, n))
     })
 }
 
@@ -169,48 +178,44 @@ impl WorkloadPlan {
     }
 
     /// The guarded JSON patch for a workload whose pod template lives at `/spec/template`.
-    pub fn json_patch(&self, uid: &str, has_template_labels: bool) -> Value {
-        let mut extra = Vec::new();
-        if self.add_managed_label {
-            extra.push(if has_template_labels {
-                json!({
-                    "op": "add",
-                    "path": format!("/spec/template/metadata/labels/{}", refs::escape_pointer_token(labels::MANAGED_TEMPLATE)),
-                    "value": "true",
-                })
-            } else {
-                json!({
-                    "op": "add",
-                    "path": "/spec/template/metadata/labels",
-                    "value": { labels::MANAGED_TEMPLATE: "true" },
-                })
-            });
-        }
-        refs::json_patch(uid, "/spec/template/spec", &self.changes, extra)
+    pub fn json_patch(&self, uid: &str, has_template_labels: bool) -> Patch {
+        let extra = self
+            .managed_label_operation(has_template_labels)
+            .into_iter()
+            .collect();
+        refs::json_patch(uid, TEMPLATE_POD_SPEC_POINTER, &self.changes, extra)
     }
-}
 
-impl WorkloadPlan {
     /// The patch a mutating admission webhook returns: the same changes, guarded by `test` ops on the
-    /// object being admitted (which has no UID yet when it is being created).
-    pub fn admission_patch(&self, has_template_labels: bool) -> Value {
-        let mut ops = match self.json_patch("", has_template_labels) {
-            Value::Array(ops) => ops,
-            _ => Vec::new(),
+    /// object being admitted, without the UID guard (an object being created has no UID yet).
+    pub fn admission_patch(&self, has_template_labels: bool) -> Patch {
+        let mut operations = refs::change_operations(TEMPLATE_POD_SPEC_POINTER, &self.changes);
+        operations.extend(self.managed_label_operation(has_template_labels));
+        Patch(operations)
+    }
+
+    /// The `add` of cmset's label to the pod template, when it lacks it: of the label alone, or of the
+    /// whole map when the template has no labels at all.
+    fn managed_label_operation(&self, has_template_labels: bool) -> Option<PatchOperation> {
+        const TEMPLATE_LABELS: &Pointer = Pointer::from_static("/spec/template/metadata/labels");
+        let operation = if has_template_labels {
+            AddOperation {
+                path: TEMPLATE_LABELS.with_trailing_token(labels::MANAGED_TEMPLATE),
+                value: Value::from("true"),
+            }
+        } else {
+            AddOperation {
+                path: TEMPLATE_LABELS.to_buf(),
+                value: json!({ labels::MANAGED_TEMPLATE: "true" }),
+            }
         };
-        ops.retain(|op| op["path"] != "/metadata/uid");
-        Value::Array(ops)
+        self.add_managed_label.then_some(PatchOperation::Add(operation))
     }
 }
 
 /// Plans every reference change of `workload` against `targets` (the settled sets of its namespace).
 pub fn plan_workload(workload: &WorkloadView, targets: &[SetTarget]) -> WorkloadPlan {
-    let changes = refs::plan_rewrite(&workload.pod_spec, |name| {
-        targets
-            .iter()
-            .find(|t| t.claims(name))
-            .and_then(|t| t.retarget(name))
-    });
+    let changes = refs::plan_rewrite(&workload.pod_spec, |name| retarget_among(targets, name));
     let add_managed_label = !changes.is_empty()
         && workload
             .template_labels
@@ -223,6 +228,18 @@ pub fn plan_workload(workload: &WorkloadView, targets: &[SetTarget]) -> Workload
     }
 }
 
+/// Where a reference to `name` should point, among all the sets of the namespace. A name can refer to
+/// two sets (see [`crate::naming::set_candidates`]): set `app`'s revision `app-<hash>`, and a set named
+/// exactly `app-<hash>`. The ConfigMap of that name is the revision, so the set that knows it as one
+/// decides; failing that, the set of that bare name.
+fn retarget_among(targets: &[SetTarget], name: &str) -> Option<String> {
+    let deciding = || targets.iter().filter(|t| t.decides(name));
+    deciding()
+        .find(|t| t.name != name)
+        .or_else(|| deciding().next())
+        .and_then(|t| t.retarget(name))
+}
+
 /// The status entry of one workload for one set, with its rollout record carried forward, or `None`
 /// when the workload does not reference the set.
 pub fn workload_status(
@@ -233,10 +250,16 @@ pub fn workload_status(
     previous: Option<&WorkloadStatus>,
     history: &[HistoryObject],
 ) -> Option<WorkloadStatus> {
+    let mut target = SetTarget {
+        name: set_name.to_string(),
+        current: current.to_string(),
+        revisions: revisions.clone(),
+        rolled_out: None,
+    };
     let names: Vec<String> = refs::find_refs(&workload.pod_spec)
         .into_iter()
         .map(|r| r.name)
-        .filter(|n| n == set_name || revisions.contains(n))
+        .filter(|n| target.decides(n))
         .collect();
     let first = names.first()?.clone();
     let on_current = names.iter().all(|n| n == current);
@@ -255,12 +278,7 @@ pub fn workload_status(
     } else {
         None
     };
-    let target = SetTarget {
-        name: set_name.to_string(),
-        current: current.to_string(),
-        revisions: revisions.clone(),
-        rolled_out: rolled_out.clone(),
-    };
+    target.rolled_out = rolled_out.clone();
     let state = if on_current {
         WorkloadState::Current
     } else if names.iter().any(|n| target.retarget(n).is_some()) {

@@ -16,6 +16,7 @@ use cmset_api::{ConfigMapSetSpec, MAX_CONFIGMAP_BYTES};
 use k8s_openapi::ByteString;
 
 use crate::hash::HASH_LEN;
+use crate::message::join_capped;
 use crate::naming::{
     MAX_DNS_SUBDOMAIN_LEN, MAX_LABEL_VALUE_LEN, MAX_SET_NAME_LEN, has_dns_subdomain_form,
     has_label_value_form,
@@ -155,47 +156,8 @@ pub fn config_map_size(
 /// At most [`SUMMARY_MAX_LEN`] bytes, since condition messages are read by people and capped by
 /// Kubernetes; the first problem is always shown, if need be cut short with `…`.
 pub fn summary(problems: &[Problem]) -> String {
-    // Room kept for "; and N more" while problems remain to be counted.
-    const MORE_ROOM: usize = 32;
-    let mut out = String::new();
-    let mut shown = 0;
-    for (i, problem) in problems.iter().enumerate() {
-        let text = problem.to_string();
-        let separator = if i == 0 { "" } else { "; " };
-        let budget = if i + 1 == problems.len() {
-            SUMMARY_MAX_LEN
-        } else {
-            SUMMARY_MAX_LEN - MORE_ROOM
-        };
-        if out.len() + separator.len() + text.len() <= budget {
-            out.push_str(separator);
-            out.push_str(&text);
-            shown += 1;
-            continue;
-        }
-        if i == 0 {
-            // A single problem can be long (its field holds the offending key); show what fits.
-            const ELLIPSIS: &str = "…";
-            out.push_str(truncate(&text, budget - ELLIPSIS.len()));
-            out.push_str(ELLIPSIS);
-            shown = 1;
-        }
-        break;
-    }
-    let more = problems.len() - shown;
-    if more > 0 {
-        out.push_str(&format!("; and {more} more"));
-    }
-    out
-}
-
-/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
-fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let end = (0..=max).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0);
-    &s[..end]
+    let texts: Vec<String> = problems.iter().map(Problem::to_string).collect();
+    join_capped(&texts, SUMMARY_MAX_LEN)
 }
 
 fn check_set_name(name: &str, problems: &mut Vec<Problem>) {
@@ -410,12 +372,5 @@ mod tests {
         let text = summary(&[huge, problem(1), problem(2)]);
         assert!(text.len() <= SUMMARY_MAX_LEN);
         assert!(text.ends_with("…; and 2 more"), "{text}");
-    }
-
-    #[test]
-    fn truncate_respects_character_boundaries() {
-        assert_eq!(truncate("héllo", 2), "h");
-        assert_eq!(truncate("héllo", 3), "hé");
-        assert_eq!(truncate("héllo", 100), "héllo");
     }
 }

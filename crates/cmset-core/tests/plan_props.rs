@@ -2,21 +2,26 @@
 //! - carrying out a plan and planning again plans nothing (no write, no event): the controller is quiet
 //!   once it has converged, whatever it started from;
 //! - the current revision and every revision in use survive pruning;
+//! - a plan tells its change in one Normal event at most;
 //! - revision numbers only grow.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, labels};
+use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate};
 use cmset_core::hash::content_hash;
 use cmset_core::naming::revision_name;
 use cmset_core::observe::{HistoryKind, HistoryObject, RevisionView, WorkloadKind, WorkloadView};
-use cmset_core::plan::{SetInput, SetPlan, plan_set};
-use cmset_core::revision::set_owner_reference;
+use cmset_core::plan::{EventKind, SetPlan};
 use k8s_openapi::api::core::v1::{ConfigMapVolumeSource, Container, PodSpec, Volume};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use proptest::prelude::*;
 use serde_json::Value;
+use support::{plan_seeing, revision_of};
+
+mod support;
+
+/// Pods listed and naming nothing, so that a plan carries out its pruning at once.
+const NO_PODS: Option<&BTreeSet<String>> = Some(&BTreeSet::new());
 
 const SET: &str = "app";
 
@@ -50,24 +55,6 @@ fn the_set(version: u8, limit: i32, team: Option<&str>) -> ConfigMapSet {
     set.metadata.uid = Some("set-uid".into());
     set.metadata.generation = Some(1);
     set
-}
-
-fn revision(set: &ConfigMapSet, version: u8, number: i64) -> RevisionView {
-    let name = name_of(version);
-    RevisionView {
-        uid: format!("uid-{name}"),
-        labels: BTreeMap::from([(labels::SET.to_string(), SET.to_string())]),
-        annotations: BTreeMap::from([
-            (labels::REVISION.to_string(), number.to_string()),
-            (
-                labels::CONTENT_HASH.to_string(),
-                name.rsplit('-').next().unwrap().to_string(),
-            ),
-        ]),
-        owner_references: vec![set_owner_reference(set)],
-        name,
-        being_deleted: false,
-    }
 }
 
 /// A reference target: the bare set, a version's revision, or something unrelated.
@@ -152,27 +139,6 @@ fn merge(map: &mut BTreeMap<String, String>, patch: &Value) {
     }
 }
 
-fn now() -> Time {
-    Time(Timestamp::from_second(1_800_000_000).unwrap())
-}
-
-fn plan(
-    set: &ConfigMapSet,
-    revisions: &[RevisionView],
-    workloads: &[WorkloadView],
-    history: &[HistoryObject],
-) -> SetPlan {
-    let pods = BTreeSet::new();
-    plan_set(&SetInput {
-        set,
-        revisions,
-        workloads,
-        history,
-        pod_refs: Some(&pods),
-        now: now(),
-    })
-}
-
 prop_compose! {
     fn world()(
         version in 1u8..=4,
@@ -183,7 +149,7 @@ prop_compose! {
         team in proptest::option::of("[a-z]{1,5}"),
     ) -> (ConfigMapSet, Vec<RevisionView>, Vec<WorkloadView>, Vec<HistoryObject>) {
         let set = the_set(version, limit, team.as_deref());
-        let revisions = existing.iter().enumerate().map(|(i, v)| revision(&set, *v, i as i64 + 1)).collect();
+        let revisions = existing.iter().enumerate().map(|(i, v)| revision_of(&set, &name_of(*v), i as i64 + 1)).collect();
         let workloads: Vec<WorkloadView> = workload_choices.iter().enumerate().map(|(i, c)| workload(i, *c)).collect();
         let history = history_choices
             .iter()
@@ -206,16 +172,16 @@ proptest! {
     #[test]
     fn a_carried_out_plan_leaves_nothing_to_do((set, revisions, workloads, history) in world()) {
         let (mut set, mut revisions) = (set, revisions);
-        let first = plan(&set, &revisions, &workloads, &history);
+        let first = plan_seeing(&set, &revisions, &workloads, &history, NO_PODS);
         carry_out(&mut set, &mut revisions, &first);
-        let second = plan(&set, &revisions, &workloads, &history);
+        let second = plan_seeing(&set, &revisions, &workloads, &history, NO_PODS);
         prop_assert!(second.is_quiet(&set), "second plan writes: {:?}", second);
         prop_assert!(second.events.is_empty(), "second plan tells: {:?}", second.events);
     }
 
     #[test]
     fn current_and_used_revisions_survive(( set, revisions, workloads, history) in world()) {
-        let p = plan(&set, &revisions, &workloads, &history);
+        let p = plan_seeing(&set, &revisions, &workloads, &history, NO_PODS);
         let current = p.status.current_revision.clone().unwrap();
         let used: BTreeSet<String> = workloads
             .iter()
@@ -230,10 +196,18 @@ proptest! {
         prop_assert!(kept_unused <= set.spec.revision_history_limit as usize);
     }
 
+    /// One change of a set is told in one Normal event at most, however much it changed.
+    #[test]
+    fn a_plan_has_one_normal_event_at_most((set, revisions, workloads, history) in world()) {
+        let p = plan_seeing(&set, &revisions, &workloads, &history, NO_PODS);
+        let normal = p.events.iter().filter(|e| e.kind == EventKind::Normal).count();
+        prop_assert!(normal <= 1, "{:?}", p.events);
+    }
+
     #[test]
     fn revision_numbers_only_grow((set, revisions, workloads, history) in world()) {
         let highest = revisions.iter().filter_map(|r| r.number()).max().unwrap_or(0);
-        let p = plan(&set, &revisions, &workloads, &history);
+        let p = plan_seeing(&set, &revisions, &workloads, &history, NO_PODS);
         let number = p.status.revision.unwrap();
         prop_assert!(number >= highest);
         let current = p.status.current_revision.clone().unwrap();

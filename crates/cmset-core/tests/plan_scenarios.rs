@@ -8,21 +8,19 @@ use cmset_api::{
     WorkloadStatus, labels,
 };
 use cmset_core::observe::{HistoryKind, HistoryObject, RevisionView, WorkloadKind, WorkloadView};
-use cmset_core::plan::{SetInput, SetPlan, plan_set};
+use cmset_core::plan::{EVENT_MESSAGE_MAX_LEN, EventKind, PlannedEvent, SetPlan};
 use cmset_core::revision::{content_identity, set_owner_reference};
 use cmset_core::rollout::{SetTarget, plan_workload, waits_for_unsettled};
 use k8s_openapi::api::core::v1::{
     ConfigMapEnvSource, ConfigMapVolumeSource, Container, EnvFromSource, PodSpec, Volume,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::json;
+use support::{plan_seeing, revision_of};
+
+mod support;
 
 const SET_UID: &str = "set-uid";
-
-fn now() -> Time {
-    Time(Timestamp::from_second(1_800_000_000).unwrap())
-}
 
 fn set_with(name: &str, data: &[(&str, &str)], limit: i32) -> ConfigMapSet {
     let mut set = ConfigMapSet::new(
@@ -40,24 +38,6 @@ fn set_with(name: &str, data: &[(&str, &str)], limit: i32) -> ConfigMapSet {
     set.metadata.uid = Some(SET_UID.into());
     set.metadata.generation = Some(1);
     set
-}
-
-/// A revision as the set controller would have made it.
-fn revision_of(set: &ConfigMapSet, name: &str, number: i64) -> RevisionView {
-    let mut annotations = BTreeMap::from([(labels::REVISION.to_string(), number.to_string())]);
-    // The content hash is the name's suffix for revisions made without collisions.
-    annotations.insert(
-        labels::CONTENT_HASH.to_string(),
-        name.rsplit('-').next().unwrap().to_string(),
-    );
-    RevisionView {
-        name: name.into(),
-        uid: format!("uid-{name}"),
-        labels: BTreeMap::from([(labels::SET.to_string(), set.metadata.name.clone().unwrap())]),
-        annotations,
-        owner_references: vec![set_owner_reference(set)],
-        being_deleted: false,
-    }
 }
 
 fn deployment(name: &str, configmaps: &[&str]) -> WorkloadView {
@@ -98,37 +78,14 @@ fn replica_set(name: &str, owner: &str, names: &[&str]) -> HistoryObject {
     }
 }
 
+/// Plans before Pods were listed, as a first plan does.
 fn plan(
     set: &ConfigMapSet,
     revisions: &[RevisionView],
     workloads: &[WorkloadView],
     history: &[HistoryObject],
 ) -> SetPlan {
-    plan_set(&SetInput {
-        set,
-        revisions,
-        workloads,
-        history,
-        pod_refs: None,
-        now: now(),
-    })
-}
-
-fn plan_with_pods(
-    set: &ConfigMapSet,
-    revisions: &[RevisionView],
-    workloads: &[WorkloadView],
-    history: &[HistoryObject],
-    pods: &BTreeSet<String>,
-) -> SetPlan {
-    plan_set(&SetInput {
-        set,
-        revisions,
-        workloads,
-        history,
-        pod_refs: Some(pods),
-        now: now(),
-    })
+    plan_seeing(set, revisions, workloads, history, None)
 }
 
 /// The set after its controller wrote the planned status.
@@ -377,28 +334,30 @@ fn template_metadata_changes_update_every_revision_in_place() {
     );
 }
 
-fn numbered(set: &ConfigMapSet, count: i64) -> Vec<RevisionView> {
-    (1..=count)
-        .map(|n| revision_of(set, &format!("nginx-config-{:0>10}", n), n))
-        .collect()
+/// Set `nginx-config` with V2's content and `limit`, after `count` revisions of other content, all still
+/// there, numbered from 1 and named `nginx-config-0000000001` and so on.
+fn with_old_revisions(limit: i32, count: i64) -> (ConfigMapSet, Vec<RevisionView>) {
+    let mut set = set_with("nginx-config", &[("APP_VERSION", "2")], limit);
+    let revisions = (1..=count)
+        .map(|n| revision_of(&set, &format!("nginx-config-{n:0>10}"), n))
+        .collect();
+    set.status = Some(ConfigMapSetStatus {
+        revision: Some(count),
+        ..ConfigMapSetStatus::default()
+    });
+    (set, revisions)
 }
 
 #[test]
 fn old_unused_revisions_beyond_the_limit_are_pruned_oldest_first_after_asking_pods() {
-    let mut set = set_with("nginx-config", &[("APP_VERSION", "2")], 2);
-    let mut revisions = numbered(&set, 5);
-    let current = revision_of(&set, V2, 6);
-    revisions.push(current);
-    set.status = Some(ConfigMapSetStatus {
-        revision: Some(6),
-        ..ConfigMapSetStatus::default()
-    });
+    let (set, mut revisions) = with_old_revisions(2, 5);
+    revisions.push(revision_of(&set, V2, 6));
     let first = plan(&set, &revisions, &[], &[]);
     assert!(
         first.needs_pods && first.prune.is_empty(),
         "pods are consulted before any delete"
     );
-    let p = plan_with_pods(&set, &revisions, &[], &[], &BTreeSet::new());
+    let p = plan_seeing(&set, &revisions, &[], &[], Some(&BTreeSet::new()));
     let pruned: Vec<&str> = p.prune.iter().map(|x| x.name.as_str()).collect();
     assert_eq!(
         pruned,
@@ -410,17 +369,62 @@ fn old_unused_revisions_beyond_the_limit_are_pruned_oldest_first_after_asking_po
     );
     assert_eq!(p.prune[0].uid, "uid-nginx-config-0000000001");
     assert_eq!(p.status.history.len(), 3, "current plus the limit");
+    // Three deletions, one event.
+    assert_eq!(
+        p.events,
+        vec![PlannedEvent {
+            kind: EventKind::Normal,
+            reason: "RevisionPruned",
+            message: "Deleted revision 1 (nginx-config-0000000001): unused, beyond revisionHistoryLimit 2; \
+                      Deleted revision 2 (nginx-config-0000000002): unused, beyond revisionHistoryLimit 2; \
+                      Deleted revision 3 (nginx-config-0000000003): unused, beyond revisionHistoryLimit 2"
+                .to_string(),
+        }]
+    );
+}
+
+#[test]
+fn a_change_that_creates_and_prunes_is_told_in_one_event() {
+    let (set, revisions) = with_old_revisions(1, 3);
+    let p = plan_seeing(&set, &revisions, &[], &[], Some(&BTreeSet::new()));
+    assert_eq!(p.create.as_ref().unwrap().metadata.name.as_deref(), Some(V2));
+    assert_eq!(p.prune.len(), 2);
+    // The creation is what matters most: its reason; the deletions follow in its message.
+    assert_eq!(
+        p.events,
+        vec![PlannedEvent {
+            kind: EventKind::Normal,
+            reason: "RevisionCreated",
+            message: format!(
+                "Created revision 4 as ConfigMap {V2}; \
+                 Deleted revision 1 (nginx-config-0000000001): unused, beyond revisionHistoryLimit 1; \
+                 Deleted revision 2 (nginx-config-0000000002): unused, beyond revisionHistoryLimit 1"
+            ),
+        }]
+    );
+}
+
+#[test]
+fn a_long_story_is_cut_to_what_an_event_holds() {
+    let (set, mut revisions) = with_old_revisions(0, 40);
+    revisions.push(revision_of(&set, V2, 41));
+    let p = plan_seeing(&set, &revisions, &[], &[], Some(&BTreeSet::new()));
+    assert_eq!(p.prune.len(), 40);
+    assert_eq!(reasons(&p), vec!["RevisionPruned"]);
+    let message = &p.events[0].message;
+    assert!(message.len() <= EVENT_MESSAGE_MAX_LEN, "{} bytes", message.len());
+    let told = message.matches("Deleted revision").count();
+    assert!(told > 5, "{message}");
+    assert!(
+        message.ends_with(&format!("; and {} more", 40 - told)),
+        "{message}"
+    );
 }
 
 #[test]
 fn revisions_in_use_are_never_pruned_whatever_the_limit() {
-    let mut set = set_with("nginx-config", &[("APP_VERSION", "2")], 0);
-    let mut revisions = numbered(&set, 5);
+    let (set, mut revisions) = with_old_revisions(0, 5);
     revisions.push(revision_of(&set, V2, 6));
-    set.status = Some(ConfigMapSetStatus {
-        revision: Some(6),
-        ..ConfigMapSetStatus::default()
-    });
     // 1: named by a retained ReplicaSet; 2: has another owner; 3: named by a Pod; 4: by a workload.
     revisions[1].owner_references.push(OwnerReference {
         api_version: "apps/v1".into(),
@@ -433,7 +437,7 @@ fn revisions_in_use_are_never_pruned_whatever_the_limit() {
     let history = vec![replica_set("web-1", "web", &["nginx-config-0000000001"])];
     let workloads = vec![deployment("web", &["nginx-config-0000000004"])];
     let pods = BTreeSet::from(["nginx-config-0000000003".to_string()]);
-    let p = plan_with_pods(&set, &revisions, &workloads, &history, &pods);
+    let p = plan_seeing(&set, &revisions, &workloads, &history, Some(&pods));
     let pruned: Vec<&str> = p.prune.iter().map(|x| x.name.as_str()).collect();
     assert_eq!(pruned, vec!["nginx-config-0000000005"]);
 }
@@ -516,7 +520,7 @@ fn a_workload_reading_two_sets_is_patched_once_with_both_changes() {
     let b_rev = b.status.as_ref().unwrap().current_revision.clone().unwrap();
     assert_eq!(moves, vec![("a", a_rev.as_str()), ("b", b_rev.as_str())]);
     assert!(p.add_managed_label);
-    let patch = p.json_patch("uid-web", true);
+    let patch = serde_json::to_value(p.json_patch("uid-web", true)).unwrap();
     let ops = patch.as_array().unwrap();
     assert_eq!(
         ops[0],
@@ -552,6 +556,41 @@ fn unrelated_and_unknown_names_are_left_alone() {
     let web = deployment("web", &["app-config-hf678c7m2b", "app-zzzzzzzzzz", "other"]);
     let target = SetTarget::from_set(&a, "uid-web").unwrap();
     assert!(plan_workload(&web, &[target]).is_empty());
+}
+
+#[test]
+fn a_name_that_refers_to_two_sets_is_decided_by_the_set_that_knows_it_as_a_revision() {
+    // Set `app`'s current revision is `app-<hash>`, and a second set is named exactly that.
+    let app = settled_set("app", &[("K", "1")]);
+    let revision = app.status.as_ref().unwrap().current_revision.clone().unwrap();
+    let twin = settled_set(&revision, &[("K", "2")]);
+    // A set named like a revision `app` does not know: its bare name moves to its own revision.
+    let stranger = settled_set("app-bbbbbbbbbb", &[("K", "3")]);
+    let stranger_revision = stranger
+        .status
+        .as_ref()
+        .unwrap()
+        .current_revision
+        .clone()
+        .unwrap();
+    let web = deployment("web", &[&revision, "app-bbbbbbbbbb"]);
+    let targets = |sets: [&ConfigMapSet; 3]| -> Vec<SetTarget> {
+        sets.iter()
+            .filter_map(|s| SetTarget::from_set(s, "uid-web"))
+            .collect()
+    };
+    for order in [[&app, &twin, &stranger], [&stranger, &twin, &app]] {
+        let moves: Vec<(String, String)> = plan_workload(&web, &targets(order))
+            .changes
+            .into_iter()
+            .map(|c| (c.from, c.to))
+            .collect();
+        // The ConfigMap named `app-<hash>` is app's current revision: nothing to move there.
+        assert_eq!(
+            moves,
+            vec![("app-bbbbbbbbbb".to_string(), stranger_revision.clone())]
+        );
+    }
 }
 
 #[test]

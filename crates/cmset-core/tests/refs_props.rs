@@ -10,6 +10,8 @@ use cmset_core::refs::{
     NameChange, TEMPLATE_POD_SPEC_POINTER, apply_changes, escape_pointer_token, find_refs, json_patch,
     plan_rewrite,
 };
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, Patch, PatchOperation};
 use k8s_openapi::api::core::v1::{
     ConfigMapEnvSource, ConfigMapKeySelector, ConfigMapProjection, ConfigMapVolumeSource, Container,
     DownwardAPIProjection, EmptyDirVolumeSource, EnvFromSource, EnvVar, EnvVarSource, EphemeralContainer,
@@ -227,41 +229,10 @@ fn config_map_name_pointers(value: &Value, pointer: &str, found: &mut BTreeSet<S
     }
 }
 
-/// A minimal RFC 6902 evaluator for the operations cmset emits: `test`, `replace`, and `add` of an object
-/// member. Atomic, like the API server: on any failure the document is left as it was.
-fn apply_patch(doc: &mut Value, patch: &Value) -> Result<(), String> {
-    let mut work = doc.clone();
-    for op in patch.as_array().ok_or("a patch is an array")? {
-        let path = op["path"].as_str().ok_or("an operation has a path")?;
-        let value = op.get("value").ok_or("an operation has a value")?;
-        match op["op"].as_str() {
-            Some("test") => {
-                if work.pointer(path) != Some(value) {
-                    return Err(format!("test failed at {path}"));
-                }
-            }
-            Some("replace") => {
-                *work
-                    .pointer_mut(path)
-                    .ok_or_else(|| format!("replace: no {path}"))? = value.clone();
-            }
-            Some("add") => {
-                let (parent, token) = path
-                    .rsplit_once('/')
-                    .ok_or_else(|| format!("add: bad path {path}"))?;
-                let key = token.replace("~1", "/").replace("~0", "~");
-                match work.pointer_mut(parent) {
-                    Some(Value::Object(map)) => {
-                        map.insert(key, value.clone());
-                    }
-                    _ => return Err(format!("add: no object at {parent}")),
-                }
-            }
-            other => return Err(format!("unsupported op {other:?}")),
-        }
-    }
-    *doc = work;
-    Ok(())
+/// Applies `patch` as the API server does (RFC 6902, atomic: on any failure the document is left as
+/// it was).
+fn apply_patch(doc: &mut Value, patch: &Patch) -> Result<(), String> {
+    json_patch::patch(doc, patch).map_err(|e| e.to_string())
 }
 
 const UID: &str = "0b5c7a7e-2a41-4d7e-9f7e-1f2d3c4b5a69";
@@ -278,9 +249,12 @@ fn deployment(spec: &PodSpec) -> Value {
     })
 }
 
-fn managed_label_op() -> Value {
-    let key = escape_pointer_token(cmset_api::labels::MANAGED_TEMPLATE);
-    json!({ "op": "add", "path": format!("/spec/template/metadata/labels/{key}"), "value": "true" })
+fn managed_label_op() -> PatchOperation {
+    let labels = ["spec", "template", "metadata", "labels"];
+    PatchOperation::Add(AddOperation {
+        path: PointerBuf::from_tokens(labels).with_trailing_token(cmset_api::labels::MANAGED_TEMPLATE),
+        value: json!("true"),
+    })
 }
 
 fn value_at<'a>(value: &'a Value, pointer: &str) -> &'a Value {
@@ -304,9 +278,9 @@ proptest! {
         let value = to_value(&spec);
         for r in &refs {
             prop_assert!(!r.name.is_empty());
-            prop_assert_eq!(value.pointer(&r.pointer), Some(&Value::String(r.name.clone())), "{}", r.pointer);
+            prop_assert_eq!(value.pointer(r.pointer.as_str()), Some(&Value::String(r.name.clone())), "{}", r.pointer);
         }
-        let pointers: BTreeSet<String> = refs.iter().map(|r| r.pointer.clone()).collect();
+        let pointers: BTreeSet<String> = refs.iter().map(|r| r.pointer.to_string()).collect();
         prop_assert_eq!(pointers.len(), refs.len(), "pointers are distinct");
         let mut expected = BTreeSet::new();
         config_map_name_pointers(&value, "", &mut expected);
@@ -334,7 +308,7 @@ proptest! {
         let mut after = to_value(&apply_changes(&spec, &changes).expect("a fresh plan applies"));
         for change in &changes {
             prop_assert_ne!(&change.from, &change.to);
-            let slot = after.pointer_mut(&change.pointer).expect("a changed pointer resolves");
+            let slot = after.pointer_mut(change.pointer.as_str()).expect("a changed pointer resolves");
             prop_assert_eq!(&*slot, &Value::String(change.to.clone()));
             *slot = Value::String(change.from.clone());
         }

@@ -543,16 +543,22 @@ mod tests {
         compare("app", old, new)
     }
 
+    /// Revision 2 (`app-b`) holding `old` against revision 3 (`app-c`) holding `new`: the comparison most
+    /// tests make.
+    fn two_to_three(old: &[(&str, &str)], new: &[(&str, &str)]) -> DiffReport {
+        report(
+            revision("app-b", Some(2), T, old),
+            revision("app-c", Some(3), T, new),
+        )
+    }
+
     #[test]
     fn single_line_values_added_removed_changed() {
-        let old = revision("app-b", Some(2), T, &[("GONE", "x"), ("SAME", "s"), ("V", "2")]);
-        let new = revision(
-            "app-c",
-            Some(3),
-            T,
+        let rep = two_to_three(
+            &[("GONE", "x"), ("SAME", "s"), ("V", "2")],
             &[("NEW", "debug"), ("SAME", "s"), ("V", "3")],
         );
-        let text = render_text(&report(old, new), Palette::PLAIN);
+        let text = render_text(&rep, Palette::PLAIN);
         assert_eq!(
             text,
             "\
@@ -571,20 +577,12 @@ mod tests {
 
     #[test]
     fn multi_line_values_line_by_line() {
-        let old = revision(
-            "app-b",
-            Some(2),
-            T,
+        let rep = two_to_three(
             &[("app.properties", "greeting=hello\ncolour=blue\nsize=1\n")],
-        );
-        let new = revision(
-            "app-c",
-            Some(3),
-            T,
             &[("app.properties", "greeting=hello\ncolour=red\nsize=1\n")],
         );
         assert_eq!(
-            render_text(&report(old, new), Palette::PLAIN),
+            render_text(&rep, Palette::PLAIN),
             "\
 --- app-b (revision 2)
 +++ app-c (revision 3)
@@ -603,13 +601,7 @@ mod tests {
         let new = old
             .replace("line3\n", "LINE3\n")
             .replace("line18\n", "line18\nextra\n");
-        let text = render_text(
-            &report(
-                revision("app-b", Some(2), T, &[("f", &old)]),
-                revision("app-c", Some(3), T, &[("f", &new)]),
-            ),
-            Palette::PLAIN,
-        );
+        let text = render_text(&two_to_three(&[("f", &old)], &[("f", &new)]), Palette::PLAIN);
         assert_eq!(
             text,
             "\
@@ -638,10 +630,7 @@ mod tests {
     #[test]
     fn newline_at_end_is_shown_only_when_it_differs() {
         let text = render_text(
-            &report(
-                revision("app-b", Some(2), T, &[("f", "a\nb\n")]),
-                revision("app-c", Some(3), T, &[("f", "a\nb")]),
-            ),
+            &two_to_three(&[("f", "a\nb\n")], &[("f", "a\nb")]),
             Palette::PLAIN,
         );
         assert_eq!(
@@ -696,10 +685,9 @@ mod tests {
 
     #[test]
     fn added_multi_line_and_empty_values() {
-        let old = revision("app-b", Some(2), T, &[("e", "")]);
-        let new = revision("app-c", Some(3), T, &[("m", "one\ntwo\n")]);
+        let rep = two_to_three(&[("e", "")], &[("m", "one\ntwo\n")]);
         assert_eq!(
-            render_text(&report(old, new), Palette::PLAIN),
+            render_text(&rep, Palette::PLAIN),
             "\
 --- app-b (revision 2)
 +++ app-c (revision 3)
@@ -713,27 +701,22 @@ mod tests {
 
     #[test]
     fn control_characters_in_values_are_escaped() {
-        let old = revision("app-b", Some(2), T, &[("k", "\u{1b}[2Jboom")]);
-        let new = revision("app-c", Some(3), T, &[("k", "fine")]);
-        let text = render_text(&report(old, new), Palette::PLAIN);
+        let rep = two_to_three(&[("k", "\u{1b}[2Jboom")], &[("k", "fine")]);
+        let text = render_text(&rep, Palette::PLAIN);
         assert!(text.contains("-\\x1b[2Jboom\n"), "{text}");
         assert!(!crate::style::has_escapes(&text));
     }
 
     #[test]
     fn identical_revisions_render_nothing() {
-        let a = revision("app-b", Some(2), T, &[("V", "1")]);
-        let b = revision("app-c", Some(3), T, &[("V", "1")]);
-        let rep = report(a, b);
+        let rep = two_to_three(&[("V", "1")], &[("V", "1")]);
         assert!(rep.identical);
         assert_eq!(render_text(&rep, Palette::COLOR), "");
     }
 
     #[test]
     fn colour_on_a_terminal_plain_in_a_pipe() {
-        let old = revision("app-b", Some(2), T, &[("V", "2"), ("W", "w")]);
-        let new = revision("app-c", Some(3), T, &[("V", "3"), ("W", "w")]);
-        let rep = report(old, new);
+        let rep = two_to_three(&[("V", "2"), ("W", "w")], &[("V", "3"), ("W", "w")]);
         let coloured = render_text(&rep, Palette::COLOR);
         assert!(coloured.contains("\u{1b}[31m-2\u{1b}[0m\n"), "{coloured:?}");
         assert!(coloured.contains("\u{1b}[32m+3\u{1b}[0m\n"), "{coloured:?}");
@@ -748,10 +731,9 @@ mod tests {
 
     #[test]
     fn json_shape() {
-        let old = revision("app-b", Some(2), T, &[("V", "2")]);
-        let new = revision("app-c", Some(3), T, &[("N", "n"), ("V", "3")]);
+        let rep = two_to_three(&[("V", "2")], &[("N", "n"), ("V", "3")]);
         assert_eq!(
-            serde_json::to_value(report(old, new)).unwrap(),
+            serde_json::to_value(rep).unwrap(),
             json!({
                 "set": "app",
                 "from": {"configMap": "app-b", "revision": 2},

@@ -3,17 +3,18 @@
 //!
 //! Opted-in workloads are explained from what they reference now and from the set's status, which
 //! records cmset's view of each (current, pinned by a rollback, pending). When that record lags behind
-//! the workload (it changed a moment ago), the same rule cmset applies decides instead
-//! ([`cmset_core::rollout::SetTarget`]). Workloads without the opt-in label are found by reading their
-//! pod templates, because the set's status never lists them.
+//! the workload (it changed a moment ago), cmset's own decision ([`cmset_core::rollout::workload_status`])
+//! is asked instead, so the plugin and the controller cannot disagree. What only the plugin sees stays
+//! here: workloads without the opt-in label (the set's status never lists them, so their pod templates
+//! are read) and sets whose controller has not yet made a current revision.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use cmset_api::{ConfigMapSet, WorkloadState, labels};
-use cmset_core::naming::is_revision_name_of;
-use cmset_core::observe::WorkloadKind;
+use cmset_core::naming::refers_to_set;
+use cmset_core::observe::{WorkloadKind, WorkloadView};
 use cmset_core::refs::find_refs;
-use cmset_core::rollout::SetTarget;
+use cmset_core::rollout::workload_status;
 use k8s_openapi::api::core::v1::PodSpec;
 use kube::ResourceExt;
 use serde::Serialize;
@@ -134,9 +135,9 @@ impl Known {
     }
 
     /// Whether a reference to `name` is a reference to the set: its bare name or one of its revisions
-    /// (including one that no longer exists, recognised by its form `<set>-<hash>`).
+    /// (including one that no longer exists), by cmset's one rule, [`refers_to_set`].
     fn claims(&self, name: &str) -> bool {
-        name == self.set || self.numbers.contains_key(name) || is_revision_name_of(&self.set, name)
+        refers_to_set(&self.set, name)
     }
 
     fn number(&self, name: &str) -> Option<i64> {
@@ -227,45 +228,70 @@ fn explain_with(set: &ConfigMapSet, known: &Known, workload: &Workload) -> Optio
         report(State::Pinned, why)
     };
 
-    if current.is_some() && refs.iter().all(|n| Some(n.as_str()) == current) {
-        return Some(report(State::Current, "current (updated by cmset)".to_string()));
-    }
-    // cmset's own record, when it describes what the workload references now.
-    let recorded = set.status.iter().flat_map(|s| s.workloads.iter()).find(|w| {
-        (w.uid == workload.uid || (w.kind == workload.kind.as_str() && w.name == workload.name))
-            && refs.contains(&w.revision)
-    });
-    match recorded.map(|w| w.state) {
-        Some(WorkloadState::Pinned) => return Some(pinned()),
-        Some(WorkloadState::Pending) => return Some(pending()),
-        Some(WorkloadState::Current) | None => {}
-    }
-    // No usable record: apply cmset's rule to the rollout record the status keeps for this workload.
     let Some(current) = current else {
-        return Some(pending());
+        // The set's controller has not made a revision yet: cmset has nothing to decide with.
+        return Some(match recorded_state(set, workload, &refs) {
+            Some(WorkloadState::Pinned) => pinned(),
+            _ => pending(),
+        });
     };
-    let rolled_out = set
+    match decided_state(set, known, workload, current, &refs)? {
+        WorkloadState::Current => Some(report(State::Current, "current (updated by cmset)".to_string())),
+        WorkloadState::Pinned => Some(pinned()),
+        WorkloadState::Pending => Some(pending()),
+    }
+}
+
+/// The state the set's status records for this workload, when the record describes what the workload
+/// references now (an older record was about another template).
+fn recorded_state(set: &ConfigMapSet, workload: &Workload, refs: &[String]) -> Option<WorkloadState> {
+    set.status
+        .iter()
+        .flat_map(|s| s.workloads.iter())
+        .find(|w| {
+            (w.uid == workload.uid || (w.kind == workload.kind.as_str() && w.name == workload.name))
+                && refs.contains(&w.revision)
+        })
+        .map(|w| w.state)
+}
+
+/// cmset's decision for an opted-in workload. On the current revision it is current. Otherwise the set's
+/// record, when it describes what the workload references now, is the decision (the controller made it
+/// knowing the workload's ReplicaSets, which the plugin does not read); failing that, cmset's rule
+/// decides from the rollout record the status keeps.
+fn decided_state(
+    set: &ConfigMapSet,
+    known: &Known,
+    workload: &Workload,
+    current: &str,
+    refs: &[String],
+) -> Option<WorkloadState> {
+    let view = WorkloadView {
+        kind: workload.kind,
+        name: workload.name.clone(),
+        uid: workload.uid.clone(),
+        pod_spec: workload.pod_spec.clone()?,
+        template_labels: BTreeMap::new(),
+    };
+    // Every revision the plugin knows of, and every reference of a revision's form: one that no status
+    // or ConfigMap lists any more (pruned, or written by hand) still reads as a revision here.
+    let revisions: BTreeSet<String> = known
+        .numbers
+        .keys()
+        .chain(refs.iter().filter(|n| **n != known.set))
+        .cloned()
+        .collect();
+    let previous = set
         .status
         .iter()
         .flat_map(|s| s.workloads.iter())
-        .find(|w| w.uid == workload.uid)
-        .and_then(|w| w.rolled_out.clone());
-    let target = SetTarget {
-        name: known.set.clone(),
-        current: current.to_string(),
-        revisions: known
-            .numbers
-            .keys()
-            .chain(refs.iter().filter(|n| **n != known.set))
-            .cloned()
-            .collect(),
-        rolled_out,
-    };
-    if refs.iter().all(|n| target.retarget(n).is_none()) {
-        Some(pinned())
-    } else {
-        Some(pending())
-    }
+        .find(|w| w.uid == workload.uid);
+    let decided = workload_status(&view, &known.set, current, &revisions, previous, &[])?.state;
+    Some(match (decided, recorded_state(set, workload, refs)) {
+        (WorkloadState::Current, _) => WorkloadState::Current,
+        (_, Some(recorded @ (WorkloadState::Pinned | WorkloadState::Pending))) => recorded,
+        (decided, _) => decided,
+    })
 }
 
 /// The whole report: the set, and every workload among `workloads` that references it, by kind and
@@ -442,7 +468,7 @@ mod tests {
 
     fn cms() -> Vec<ConfigMap> {
         vec![
-            revision("app-aaaaaaaaaa", Some(1), T, &[]),
+            revision("app-ffffffffff", Some(1), T, &[]),
             revision("app-bbbbbbbbbb", Some(2), T, &[]),
             revision("app-cccccccccc", Some(3), T, &[]),
         ]
@@ -505,7 +531,7 @@ mod tests {
     fn explanations_for_each_state() {
         let set = ready_set(vec![
             workload("Deployment", "web", "app-cccccccccc", WorkloadState::Current),
-            workload("Deployment", "old", "app-aaaaaaaaaa", WorkloadState::Pinned),
+            workload("Deployment", "old", "app-ffffffffff", WorkloadState::Pinned),
             workload("Deployment", "late", "app-bbbbbbbbbb", WorkloadState::Pending),
         ]);
         let on = Some("true");
@@ -520,10 +546,10 @@ mod tests {
                 )),
             ),
             (
-                deployment("old", on, &["app-aaaaaaaaaa"]),
+                deployment("old", on, &["app-ffffffffff"]),
                 Some((
                     State::Pinned,
-                    "app-aaaaaaaaaa",
+                    "app-ffffffffff",
                     Some(1),
                     "pinned to revision 1 by a rollback; moves again when the set's content changes",
                 )),
@@ -585,7 +611,7 @@ mod tests {
         let mut entry = workload("Deployment", "web", "app-cccccccccc", WorkloadState::Current);
         entry.rolled_out = Some("app-cccccccccc".into());
         let set = ready_set(vec![entry]);
-        let w = deployment("web", Some("true"), &["app-aaaaaaaaaa"]);
+        let w = deployment("web", Some("true"), &["app-ffffffffff"]);
         assert_eq!(why(&set, &w).unwrap().0, State::Pinned);
         // Without that record, cmset would move it: pending.
         let set = ready_set(vec![]);
@@ -626,9 +652,9 @@ mod tests {
     fn full_report() -> StatusReport {
         let set = ready_set(vec![
             workload("Deployment", "web", "app-cccccccccc", WorkloadState::Current),
-            workload("StatefulSet", "db", "app-aaaaaaaaaa", WorkloadState::Pinned),
+            workload("StatefulSet", "db", "app-ffffffffff", WorkloadState::Pinned),
         ]);
-        let mut db = deployment("db", Some("true"), &["app-aaaaaaaaaa"]);
+        let mut db = deployment("db", Some("true"), &["app-ffffffffff"]);
         db.kind = WorkloadKind::StatefulSet;
         db.uid = "db-uid".into();
         let workloads = [
@@ -659,7 +685,7 @@ mod tests {
 WORKLOAD            REVISION   CONFIGMAP        WHY
 Deployment/legacy   -          app              not opted in: label cmset.dev/enabled=true is missing; cmset does not manage it
 Deployment/web      3          app-cccccccccc   current (updated by cmset)
-StatefulSet/db      1          app-aaaaaaaaaa   pinned to revision 1 by a rollback; moves again when the set's content changes"
+StatefulSet/db      1          app-ffffffffff   pinned to revision 1 by a rollback; moves again when the set's content changes"
         );
         let coloured = render_text(&full_report(), Palette::COLOR);
         assert!(coloured.contains("\u{1b}[32mcurrent (updated by cmset)\u{1b}[0m"));

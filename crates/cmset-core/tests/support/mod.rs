@@ -1,0 +1,47 @@
+//! What the planner's test files share: planning at a fixed time, and revisions as the set controller
+//! makes them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use cmset_api::{ConfigMapSet, labels};
+use cmset_core::observe::{HistoryObject, RevisionView, WorkloadView};
+use cmset_core::plan::{SetInput, SetPlan, plan_set};
+use cmset_core::revision::set_owner_reference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+/// Plans `set` from these observations, always at the same time. `pods` as the I/O layer passes them:
+/// `None` until it has listed them.
+pub fn plan_seeing(
+    set: &ConfigMapSet,
+    revisions: &[RevisionView],
+    workloads: &[WorkloadView],
+    history: &[HistoryObject],
+    pods: Option<&BTreeSet<String>>,
+) -> SetPlan {
+    plan_set(&SetInput {
+        set,
+        revisions,
+        workloads,
+        history,
+        pod_refs: pods,
+        now: Time(Timestamp::from_second(1_800_000_000).unwrap()),
+    })
+}
+
+/// Revision `name` of `set` with `number`, as the set controller would have made it. Its content mark
+/// is the name's suffix, as for revisions made without collisions.
+pub fn revision_of(set: &ConfigMapSet, name: &str, number: i64) -> RevisionView {
+    let content = name.rsplit('-').next().unwrap().to_string();
+    RevisionView {
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        labels: BTreeMap::from([(labels::SET.to_string(), set.metadata.name.clone().unwrap())]),
+        annotations: BTreeMap::from([
+            (labels::REVISION.to_string(), number.to_string()),
+            (labels::CONTENT_HASH.to_string(), content),
+        ]),
+        owner_references: vec![set_owner_reference(set)],
+        being_deleted: false,
+    }
+}
