@@ -23,6 +23,7 @@ pub use k8s_openapi;
 pub use kube;
 
 pub mod fixtures;
+pub mod proxy;
 
 /// How long the tests wait for the cluster to converge before failing.
 pub const CONVERGE: Duration = Duration::from_secs(60);
@@ -238,6 +239,8 @@ pub struct Operator {
     pub metrics_port: u16,
     log: PathBuf,
     extra: Vec<String>,
+    /// The kubeconfig it runs with, when not the operator's usual one (e.g. one through a proxy).
+    kubeconfig: Option<PathBuf>,
 }
 
 /// Tests run many operators at once, each on its own namespace: no leader election unless a test asks.
@@ -263,14 +266,25 @@ impl Operator {
     }
 
     pub async fn start_with(namespace: &str, extra: &[&str]) -> Self {
+        Self::launch(namespace, extra, None).await
+    }
+
+    /// Like [`Operator::start_with`], reaching the API server through `kubeconfig`.
+    pub async fn start_via(namespace: &str, extra: &[&str], kubeconfig: PathBuf) -> Self {
+        Self::launch(namespace, extra, Some(kubeconfig)).await
+    }
+
+    async fn launch(namespace: &str, extra: &[&str], kubeconfig: Option<PathBuf>) -> Self {
         let logs = env_path("CMSET_E2E_LOGS").unwrap_or_else(std::env::temp_dir);
         std::fs::create_dir_all(&logs).unwrap();
+        let suffix = if kubeconfig.is_some() { "-via-proxy" } else { "" };
         let mut op = Self {
             child: None,
             namespace: namespace.to_string(),
             metrics_port: free_port(),
-            log: logs.join(format!("{namespace}.log")),
+            log: logs.join(format!("{namespace}{suffix}.log")),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            kubeconfig,
         };
         op.spawn().await;
         op
@@ -278,7 +292,10 @@ impl Operator {
 
     async fn spawn(&mut self) {
         let bin = env_path("CMSET_CONTROLLER_BIN").expect("CMSET_CONTROLLER_BIN names the operator binary");
-        let kubeconfig = env_path("CMSET_OPERATOR_KUBECONFIG")
+        let kubeconfig = self
+            .kubeconfig
+            .clone()
+            .or_else(|| env_path("CMSET_OPERATOR_KUBECONFIG"))
             .or_else(|| env_path("KUBECONFIG"))
             .expect("a kubeconfig for the operator");
         let log = std::fs::OpenOptions::new()
@@ -308,6 +325,11 @@ impl Operator {
                 .map(|_| ())
         })
         .await;
+    }
+
+    /// The exit status, once the process has exited by itself.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut()?.try_wait().ok()?
     }
 
     /// SIGKILL: no cleanup, no lease release, as a crash or an OOM kill.

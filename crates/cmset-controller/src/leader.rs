@@ -2,8 +2,16 @@
 //!
 //! The rules are client-go's: a replica takes the lease when it is free or its holder has not renewed
 //! it within `leaseDurationSeconds`; every write carries the resourceVersion it read, so two candidates
-//! can never both win. A leader that cannot renew before its lease runs out steps down (the process
-//! exits and is restarted), so two leaders never act at once.
+//! can never both win.
+//!
+//! Timing, as client-go's `leaseDuration` / `renewDeadline` / `retryPeriod` (15 s / 10 s / 2 s by
+//! default): the leader tries to renew every `retry_period`, and every request it makes for that has a
+//! deadline. If no renewal has succeeded within `renew_deadline` of the last one, it steps down at
+//! once, `duration - renew_deadline` before any standby may take over, so that two leaders never act
+//! at once even when the API server stops answering mid-request (a renewal that hangs counts as failed
+//! when its deadline passes). Stepping down stops the controllers (their futures are dropped, so no
+//! further write is issued), then the process exits and is restarted; releasing the lease on the way
+//! out is best effort, with its own short deadline.
 
 use std::time::Duration;
 
@@ -19,9 +27,31 @@ pub struct LeaseConfig {
     pub namespace: String,
     pub name: String,
     pub identity: String,
+    /// How long the lease is valid after a renewal: a standby takes over after that.
     pub duration: Duration,
-    pub renew_every: Duration,
+    /// The leader steps down when it has not renewed within this long (shorter than `duration`).
+    pub renew_deadline: Duration,
+    /// How often to try to take or renew the lease.
+    pub retry_period: Duration,
 }
+
+impl LeaseConfig {
+    /// client-go's proportions (15 s / 10 s / 2 s) for a lease of `duration`.
+    pub fn with_duration(namespace: String, name: String, identity: String, duration: Duration) -> Self {
+        let duration = duration.max(Duration::from_secs(3));
+        Self {
+            namespace,
+            name,
+            identity,
+            renew_deadline: duration * 2 / 3,
+            retry_period: (duration * 2 / 15).max(Duration::from_millis(500)),
+            duration,
+        }
+    }
+}
+
+/// The longest a release may take on the way out: best effort, never a reason to hang.
+const RELEASE_DEADLINE: Duration = Duration::from_secs(2);
 
 pub struct Elector {
     api: Api<Lease>,
@@ -111,7 +141,8 @@ impl Elector {
     pub async fn acquire(&self) {
         let mut logged = false;
         loop {
-            match self.try_acquire_or_renew().await {
+            let attempt = tokio::time::timeout(self.config.renew_deadline, self.try_acquire_or_renew());
+            match attempt.await.unwrap_or_else(|_| Err(timed_out())) {
                 Ok(true) => {
                     info!(lease = %self.config.name, identity = %self.config.identity, "became leader");
                     return;
@@ -123,34 +154,55 @@ impl Elector {
                 Ok(false) => {}
                 Err(e) => warn!(error = %e, "could not read or take the lease"),
             }
-            tokio::time::sleep(self.config.renew_every).await;
+            tokio::time::sleep(self.config.retry_period).await;
         }
     }
 
-    /// Renews the lease until it is lost; returns when this replica must stop acting as leader.
+    /// Renews the lease until it is lost; returns when this replica must stop acting as leader: the
+    /// lease was taken, or `renew_deadline` passed since the last renewal. Each attempt is cut off at
+    /// that deadline, so a frozen API server cannot hold this past it.
     pub async fn hold(&self) {
+        // A renewal is as fresh as the moment its request was sent: the server stamps our clock's time.
         let mut last_renewed = tokio::time::Instant::now();
         loop {
-            tokio::time::sleep(self.config.renew_every).await;
-            match self.try_acquire_or_renew().await {
-                Ok(true) => last_renewed = tokio::time::Instant::now(),
-                Ok(false) => {
+            tokio::time::sleep(self.config.retry_period).await;
+            let deadline = last_renewed + self.config.renew_deadline;
+            let started = tokio::time::Instant::now();
+            match tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await {
+                Ok(Ok(true)) => last_renewed = started,
+                Ok(Ok(false)) => {
                     warn!(lease = %self.config.name, "lease taken by another replica");
                     return;
                 }
-                Err(e) => {
-                    warn!(error = %e, "could not renew the lease");
-                    // Stop before the lease can expire, so that a new leader never overlaps with us.
-                    if last_renewed.elapsed() + self.config.renew_every >= self.config.duration {
-                        return;
-                    }
-                }
+                Ok(Err(e)) => warn!(error = %e, "could not renew the lease"),
+                Err(_) => warn!(lease = %self.config.name, "renewing the lease did not finish in time"),
+            }
+            if tokio::time::Instant::now() >= deadline && last_renewed < started {
+                warn!(
+                    lease = %self.config.name,
+                    deadline = ?self.config.renew_deadline,
+                    "no renewal within the renew deadline; stepping down before the lease can expire"
+                );
+                return;
             }
         }
     }
 
-    /// Gives the lease up on shutdown so a standby takes over at once instead of after expiry.
+    /// Gives the lease up on shutdown so a standby takes over at once instead of after expiry. Best
+    /// effort: it gives up after half the time between the renew deadline and the lease's expiry (at
+    /// most [`RELEASE_DEADLINE`]), so that a leader that stepped down has exited before a standby may
+    /// take over.
     pub async fn release(&self) {
+        let margin = self.config.duration.saturating_sub(self.config.renew_deadline) / 2;
+        if tokio::time::timeout(margin.min(RELEASE_DEADLINE), self.release_now())
+            .await
+            .is_err()
+        {
+            warn!(lease = %self.config.name, "could not release the lease in time; it expires by itself");
+        }
+    }
+
+    async fn release_now(&self) {
         let Ok(Some(mut lease)) = self.api.get_opt(&self.config.name).await else {
             return;
         };
@@ -168,6 +220,13 @@ impl Elector {
             warn!(error = %e, "could not release the lease");
         }
     }
+}
+
+fn timed_out() -> kube::Error {
+    kube::Error::Service(Box::new(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "lease request did not finish before its deadline",
+    )))
 }
 
 #[cfg(test)]

@@ -82,13 +82,12 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     let elector = cli.leader_election.then(|| {
         Elector::new(
             client.clone(),
-            LeaseConfig {
-                namespace: cli.lease_namespace(),
-                name: cli.lease_name.clone(),
-                identity: cli.identity(),
-                duration: Duration::from_secs(cli.lease_duration_seconds),
-                renew_every: Duration::from_secs((cli.lease_duration_seconds / 3).max(1)),
-            },
+            LeaseConfig::with_duration(
+                cli.lease_namespace(),
+                cli.lease_name.clone(),
+                cli.identity(),
+                Duration::from_secs(cli.lease_duration_seconds),
+            ),
         )
     });
     if let Some(elector) = &elector {
@@ -140,15 +139,24 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             None => futures::future::pending().await,
         }
     };
+    // Losing the lease drops the controllers at once (no further write), then the process exits.
     let outcome = tokio::select! {
         _ = controllers => Ok(()),
         _ = readiness => Ok(()),
         _ = lost => Err("lost the leader lease; exiting so that only one replica acts".into()),
     };
+    metrics.leader.set(0);
     if let Some(e) = &elector {
         e.release().await;
     }
-    metrics.leader.set(0);
+    if outcome.is_err() {
+        // The HTTP servers wait for SIGTERM; a replica that lost its lease does not.
+        server.abort();
+        if let Some(webhook) = &webhook {
+            webhook.abort();
+        }
+        return outcome;
+    }
     let _ = server.await;
     if let Some(webhook) = webhook {
         let _ = webhook.await;
