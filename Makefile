@@ -25,7 +25,7 @@ dev: ## Start a local cluster if none is configured, install cmset and a sample,
 	@bash e2e/dev.sh
 
 .PHONY: test
-test: fmt-check lint crd-check manifests-check gitops-check unit e2e image image-check ## Every test: format, lints, CRD drift, manifests, unit and scenario tests, end-to-end, the image
+test: fmt-check lint crd-check manifests-check gitops-check unit e2e bench-smoke image image-check ## Every test: format, lints, CRD drift, manifests, unit and scenario tests, end-to-end, a benchmark smoke run, the image
 	@echo "make test: all checks passed"
 
 .PHONY: run
@@ -105,3 +105,24 @@ image-check: ## Check the OCI archive: layout, size budget, entrypoint runs from
 .PHONY: gitops-check
 gitops-check: ## Run the Argo CD health check on sample ConfigMapSets (Lua) and check argocd-cm embeds it
 	@bash config/gitops/test.sh
+
+##@ Benchmark
+# `make bench` measures the working tree's operator, or BENCH_OPERATOR_BIN; figures are also given as
+# multiples of the bare API's cost measured in the same run. See e2e/bench/README.md.
+
+BENCH_OPERATOR_BIN ?=
+BENCH_ARGS ?=
+BENCH_PUBLISH ?= e2e/bench/results
+BENCH_BASELINE ?= $(wildcard e2e/bench/results/before/results.json)
+
+.PHONY: bench
+bench: ## Benchmark the operator (floor, convergence, churn, burst, writes, memory, scale); results in target/bench/
+	@CMSET_BENCH_OPERATOR_BIN=$(BENCH_OPERATOR_BIN) CMSET_BENCH_PUBLISH=$(BENCH_PUBLISH) \
+	  CMSET_BENCH_BASELINE=$(BENCH_BASELINE) bash e2e/bench/run.sh $(BENCH_ARGS)
+
+.PHONY: bench-smoke
+bench-smoke: ## A seconds-long benchmark run (debug build): every figure is produced and every workload converges
+	@CMSET_BENCH_OPERATOR_BIN=$(BENCH_OPERATOR_BIN) CMSET_BENCH_PUBLISH= CMSET_BENCH_BASELINE= CMSET_BENCH_PROFILE=dev \
+	  bash e2e/bench/run.sh --strict --out target/bench/smoke --sets 5 --rate 5 --duration 3 \
+	  --scales 5,10 --unrelated-configmaps 20 --unrelated-deployments 5 --floor-changes 10 \
+	  --restart-window 2 --timeout-secs 60 $(BENCH_ARGS)
