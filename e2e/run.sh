@@ -24,4 +24,4 @@ export CMSET_OPERATOR_KUBECONFIG=$operator_kubeconfig
 export CMSET_E2E_LOGS=$root/target/e2e-logs
 mkdir -p "$CMSET_E2E_LOGS"
 echo "e2e: running the suite (operator logs in target/e2e-logs)"
-cargo test --locked -p cmset-e2e -- --test-threads="${E2E_THREADS:-3}" "$@"
+cargo test --locked --no-fail-fast -p cmset-e2e -- --test-threads="${E2E_THREADS:-3}" "$@"
