@@ -60,6 +60,13 @@ impl Ctx {
         self.timeout_base + self.timeout_per_object * n as u32
     }
 
+    /// `n` changes done in `secs`, as time per change ÷ the floor's concurrent time per change.
+    fn rate_x_floor(&self, n: usize, secs: f64) -> Option<f64> {
+        self.floor
+            .as_ref()
+            .map(|f| secs * 1000.0 / n as f64 / f.concurrent_ms_per_change)
+    }
+
     /// A content no set has held before in this run.
     fn next_value(&self) -> String {
         format!("c{}", self.values.fetch_add(1, Ordering::Relaxed))
@@ -431,10 +438,7 @@ pub async fn converge(
         let secs = last.duration_since(start).as_secs_f64();
         c.seconds = Some(secs);
         c.sets_per_s = Some(n as f64 / secs);
-        c.x_floor = ctx
-            .floor
-            .as_ref()
-            .map(|f| secs * 1000.0 / n as f64 / f.concurrent_ms_per_change);
+        c.x_floor = ctx.rate_x_floor(n, secs);
     } else {
         let (d, want, now) = &late[0];
         ctx.fail(format!(
@@ -589,10 +593,7 @@ pub async fn burst(ctx: &mut Ctx, ns: &str, n: usize, tracker: &Tracker, op: &Op
             .as_secs_f64();
         b.seconds = Some(secs);
         b.rate = Some(n as f64 / secs);
-        b.x_floor = ctx
-            .floor
-            .as_ref()
-            .map(|f| secs * 1000.0 / n as f64 / f.concurrent_ms_per_change);
+        b.x_floor = ctx.rate_x_floor(n, secs);
     } else {
         ctx.fail(format!(
             "burst of {n}: {} of {n} Deployments did not name their new revision within {timeout:?}",
