@@ -35,16 +35,16 @@ use stages::Ctx;
 )]
 struct Args {
     /// Sets (each with one Deployment) in the main namespace: convergence, churn, burst, restart, memory.
-    #[arg(long, env = "CMSET_BENCH_SETS", default_value_t = 1000)]
+    #[arg(long, env = "CMSET_BENCH_SETS", default_value_t = 1000, value_parser = at_least_one)]
     sets: usize,
     /// Set changes per second during steady churn.
-    #[arg(long, env = "CMSET_BENCH_RATE", default_value_t = 20.0)]
+    #[arg(long, env = "CMSET_BENCH_RATE", default_value_t = 20.0, value_parser = positive_rate)]
     rate: f64,
     /// Seconds of steady churn.
-    #[arg(long, env = "CMSET_BENCH_DURATION", default_value_t = 30)]
+    #[arg(long, env = "CMSET_BENCH_DURATION", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     duration: u64,
     /// Numbers of sets for the scale stage, each in a fresh namespace.
-    #[arg(long, env = "CMSET_BENCH_SCALES", value_delimiter = ',', default_values_t = [100, 1000, 5000])]
+    #[arg(long, env = "CMSET_BENCH_SCALES", value_delimiter = ',', default_values_t = [100, 1000, 5000], value_parser = at_least_one)]
     scales: Vec<usize>,
     /// Unrelated ConfigMaps added to the main namespace for the memory figure.
     #[arg(long, env = "CMSET_BENCH_UNRELATED_CONFIGMAPS", default_value_t = 10_000)]
@@ -69,10 +69,10 @@ struct Args {
     #[arg(long, env = "CMSET_BENCH_OUT")]
     out: Option<PathBuf>,
     /// Client requests in flight for bulk creation, the burst and the floor's concurrent rate.
-    #[arg(long, env = "CMSET_BENCH_CONCURRENCY", default_value_t = 32)]
+    #[arg(long, env = "CMSET_BENCH_CONCURRENCY", default_value_t = 32, value_parser = at_least_one)]
     concurrency: usize,
     /// Sequential changes timed for the floor.
-    #[arg(long, env = "CMSET_BENCH_FLOOR_CHANGES", default_value_t = 60)]
+    #[arg(long, env = "CMSET_BENCH_FLOOR_CHANGES", default_value_t = 60, value_parser = at_least_one)]
     floor_changes: usize,
     /// Seconds every wait is allowed, plus `--timeout-per-set-ms` for each object waited on.
     #[arg(long, env = "CMSET_BENCH_TIMEOUT_SECS", default_value_t = 120)]
@@ -407,6 +407,23 @@ fn write_outputs(out: &Path, r: &Results, baseline: Option<&Results>, publish: O
     Ok(())
 }
 
+/// Counts every figure is divided by: zero would make them meaningless, so it is refused up front.
+fn at_least_one(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        Ok(_) => Err("must be at least 1".to_string()),
+        Err(e) => Err(format!("not a whole number: {e}")),
+    }
+}
+
+fn positive_rate(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        Ok(_) => Err("must be a positive number of changes per second".to_string()),
+        Err(e) => Err(format!("not a number: {e}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -416,5 +433,29 @@ mod tests {
         assert_eq!(utc_stamp(UNIX_EPOCH), "19700101T000000Z");
         let t = UNIX_EPOCH + Duration::from_secs(1_709_210_096); // 2024-02-29 12:34:56 UTC
         assert_eq!(utc_stamp(t), "20240229T123456Z");
+    }
+
+    #[test]
+    fn counts_and_rates_that_would_divide_by_zero_are_refused() {
+        let parse = |extra: &[&str]| Args::try_parse_from([&["cmset-bench"], extra].concat());
+        for bad in [
+            &["--sets", "0"][..],
+            &["--sets=-3"],
+            &["--rate", "0"],
+            &["--rate", "NaN"],
+            &["--duration", "0"],
+            &["--scales", "100,0"],
+            &["--concurrency", "0"],
+            &["--floor-changes", "x"],
+        ] {
+            let err = parse(bad).expect_err(&format!("{bad:?} is refused"));
+            assert_eq!(
+                err.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{bad:?}: {err}"
+            );
+        }
+        let ok = parse(&["--sets", "5", "--rate", "0.5", "--scales", "5,10"]).unwrap();
+        assert_eq!((ok.sets, ok.rate, ok.scales), (5, 0.5, vec![5, 10]));
     }
 }
