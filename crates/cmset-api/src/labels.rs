@@ -20,3 +20,9 @@ pub const FIELD_MANAGER: &str = "cmset-controller";
 pub const CONTENT_HASH: &str = "cmset.dev/content-hash";
 /// Prefix of every label and annotation key cmset owns; templates may not set keys under it.
 pub const RESERVED_PREFIX: &str = "cmset.dev/";
+/// On a Deployment cmset's webhook created paused because a set it reads had no revision yet (or did
+/// not exist yet): when the hold began, RFC 3339. The controller unpauses it in the patch that points it
+/// at the revisions, or after [`HOLD_LIMIT_SECONDS`] whatever happens, and removes the annotation.
+pub const HELD_SINCE: &str = "cmset.dev/held-since";
+/// How long a new Deployment is held at most.
+pub const HOLD_LIMIT_SECONDS: i64 = 30;

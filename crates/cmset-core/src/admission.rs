@@ -6,19 +6,36 @@
 //! admission, the re-applied object equals the stored one and nothing rolls. It also spares a new
 //! Deployment the ReplicaSet for the bare name that nothing can run.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use cmset_api::{ConfigMapSet, labels};
 use json_patch::Patch;
 use k8s_openapi::api::core::v1::PodSpec;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::hold;
+use crate::naming::refers_to_set;
 use crate::observe::{WorkloadKind, WorkloadView};
 use crate::rollout::{SetTarget, plan_workload};
 
-/// The JSON patch (RFC 6902) for an opted-in Deployment, StatefulSet or DaemonSet being admitted, or
-/// `None` when nothing changes (not opted in, no reference to a set, or everything already current or
-/// pinned by a rollback).
-pub fn mutate(kind: WorkloadKind, object: &Value, sets: &[ConfigMapSet]) -> Option<Patch> {
+/// What the webhook knows about one admission request besides the object and the namespace's sets.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Circumstances {
+    /// The object is being created (not updated).
+    pub creating: bool,
+    /// Names it references that no set claims and no ConfigMap has (see [`unclaimed_names`]): most
+    /// likely a set applied right after it.
+    pub missing: BTreeSet<String>,
+    /// Now, RFC 3339: when a hold would begin.
+    pub now: String,
+}
+
+/// The opted-in workload being admitted, as the planner sees it, and its pod template's labels.
+fn opted_in_view(
+    kind: WorkloadKind,
+    object: &Value,
+) -> Option<(WorkloadView, Option<BTreeMap<String, String>>)> {
     let enabled = object.pointer(&format!(
         "/metadata/labels/{}",
         crate::refs::escape_pointer_token(labels::ENABLED)
@@ -27,7 +44,7 @@ pub fn mutate(kind: WorkloadKind, object: &Value, sets: &[ConfigMapSet]) -> Opti
         return None;
     }
     let pod_spec = PodSpec::deserialize(object.pointer("/spec/template/spec")?).ok()?;
-    let template_labels = object
+    let template_labels: Option<BTreeMap<String, String>> = object
         .pointer("/spec/template/metadata/labels")
         .and_then(|l| serde_json::from_value(l.clone()).ok());
     let workload = WorkloadView {
@@ -45,12 +62,71 @@ pub fn mutate(kind: WorkloadKind, object: &Value, sets: &[ConfigMapSet]) -> Opti
         pod_spec,
         template_labels: template_labels.clone().unwrap_or_default(),
     };
+    Some((workload, template_labels))
+}
+
+/// The names an opted-in workload references that no set of the namespace claims (its bare name or a
+/// name of its revisions' form): the webhook looks them up as ConfigMaps, at most `limit` of them.
+pub fn unclaimed_names(
+    kind: WorkloadKind,
+    object: &Value,
+    sets: &[ConfigMapSet],
+    limit: usize,
+) -> Vec<String> {
+    let Some((workload, _)) = opted_in_view(kind, object) else {
+        return Vec::new();
+    };
+    let set_names: Vec<String> = sets.iter().map(crate::revision::set_name).collect();
+    workload
+        .referenced_names()
+        .into_iter()
+        .filter(|n| !set_names.iter().any(|s| refers_to_set(s, n)))
+        .take(limit)
+        .collect()
+}
+
+/// Whether a set the workload reads has no recorded revision yet (just created, or its spec changed
+/// moments ago): the rewrite would leave its name as it is. The webhook waits a little for it.
+pub fn awaits_sets(kind: WorkloadKind, object: &Value, sets: &[ConfigMapSet]) -> bool {
+    opted_in_view(kind, object).is_some_and(|(workload, _)| {
+        let names = workload.referenced_names();
+        sets.iter().any(|set| {
+            let name = crate::revision::set_name(set);
+            names.contains(&name) && SetTarget::as_recorded(set, &workload.uid).is_none()
+        })
+    })
+}
+
+/// The JSON patch (RFC 6902) for an opted-in Deployment, StatefulSet or DaemonSet being admitted, or
+/// `None` when nothing changes (not opted in, no reference to a set, or everything already current or
+/// pinned by a rollback).
+///
+/// A new Deployment that reads a set without a revision yet, or a name nothing has yet, is also held:
+/// created paused (see [`crate::hold`]), unless it is paused already.
+pub fn mutate(
+    kind: WorkloadKind,
+    object: &Value,
+    sets: &[ConfigMapSet],
+    circumstances: &Circumstances,
+) -> Option<Patch> {
+    let (workload, template_labels) = opted_in_view(kind, object)?;
     let targets: Vec<SetTarget> = sets
         .iter()
         .filter_map(|s| SetTarget::as_recorded(s, &workload.uid))
         .collect();
     let plan = plan_workload(&workload, &targets);
-    (!plan.is_empty()).then(|| plan.admission_patch(template_labels.is_some()))
+    let hold = circumstances.creating
+        && kind == WorkloadKind::Deployment
+        && !hold::is_paused(object)
+        && (!circumstances.missing.is_empty() || awaits_sets(kind, object, sets));
+    let mut patch = (!plan.is_empty()).then(|| plan.admission_patch(template_labels.is_some()));
+    if hold {
+        patch
+            .get_or_insert_with(|| Patch(Vec::new()))
+            .0
+            .extend(hold::hold_operations(object, &circumstances.now));
+    }
+    patch
 }
 
 #[cfg(test)]
@@ -105,7 +181,8 @@ mod tests {
 
     /// The patch of an admitted Deployment as the API server receives it, if there is one.
     fn mutated(object: &Value, sets: &[ConfigMapSet]) -> Option<Value> {
-        mutate(WorkloadKind::Deployment, object, sets).map(|p| serde_json::to_value(p).unwrap())
+        mutate(WorkloadKind::Deployment, object, sets, &Circumstances::default())
+            .map(|p| serde_json::to_value(p).unwrap())
     }
 
     #[test]
@@ -143,26 +220,150 @@ mod tests {
         )];
         let kind = WorkloadKind::Deployment;
         assert_eq!(
-            mutate(kind, &deployment("app-2222222222", Some("u1"), true), &sets),
+            mutate(
+                kind,
+                &deployment("app-2222222222", Some("u1"), true),
+                &sets,
+                &Circumstances::default()
+            ),
             None,
             "current"
         );
         assert_eq!(
-            mutate(kind, &deployment("app-hhhhhhhhhh", Some("u1"), true), &sets),
+            mutate(
+                kind,
+                &deployment("app-hhhhhhhhhh", Some("u1"), true),
+                &sets,
+                &Circumstances::default()
+            ),
             None,
             "pinned by undo"
         );
         assert_eq!(
-            mutate(kind, &deployment("other", Some("u1"), true), &sets),
+            mutate(
+                kind,
+                &deployment("other", Some("u1"), true),
+                &sets,
+                &Circumstances::default()
+            ),
             None,
             "unrelated"
         );
         assert_eq!(
-            mutate(kind, &deployment("app", Some("u1"), false), &sets),
+            mutate(
+                kind,
+                &deployment("app", Some("u1"), false),
+                &sets,
+                &Circumstances::default()
+            ),
             None,
             "not opted in"
         );
         // The same old revision on a workload cmset never moved is a missed update: it moves.
-        assert!(mutate(kind, &deployment("app-hhhhhhhhhh", Some("u2"), true), &sets).is_some());
+        assert!(
+            mutate(
+                kind,
+                &deployment("app-hhhhhhhhhh", Some("u2"), true),
+                &sets,
+                &Circumstances::default()
+            )
+            .is_some()
+        );
+    }
+
+    fn creating(missing: &[&str]) -> Circumstances {
+        Circumstances {
+            creating: true,
+            missing: missing.iter().map(|m| m.to_string()).collect(),
+            now: "2026-11-23T10:00:00Z".into(),
+        }
+    }
+
+    fn new_set() -> ConfigMapSet {
+        let mut s = set(1, 1, vec![]);
+        s.status = None;
+        s
+    }
+
+    const HOLD: [&str; 2] = ["/spec/paused", "/metadata/annotations"];
+
+    fn paths(patch: &Option<Patch>) -> Vec<String> {
+        serde_json::to_value(patch)
+            .unwrap()
+            .as_array()
+            .map(|ops| {
+                ops.iter()
+                    .map(|o| o["path"].as_str().unwrap().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_new_deployment_whose_set_has_no_revision_yet_or_does_not_exist_yet_is_held() {
+        let kind = WorkloadKind::Deployment;
+        let object = deployment("app", None, true);
+        assert!(awaits_sets(kind, &object, &[new_set()]));
+        assert_eq!(paths(&mutate(kind, &object, &[new_set()], &creating(&[]))), HOLD);
+        // The set arrives after the Deployment: the name is missing altogether.
+        assert_eq!(unclaimed_names(kind, &object, &[], 8), ["app"]);
+        assert_eq!(paths(&mutate(kind, &object, &[], &creating(&["app"]))), HOLD);
+    }
+
+    #[test]
+    fn nothing_is_held_that_can_be_rewritten_is_updated_is_paused_or_cannot_pause() {
+        let kind = WorkloadKind::Deployment;
+        let object = deployment("app", None, true);
+        let rewritten = mutate(kind, &object, &[set(1, 1, vec![])], &creating(&[]));
+        assert_eq!(paths(&rewritten).len(), 3, "rewritten, not held: {rewritten:?}");
+        let updating = Circumstances {
+            creating: false,
+            ..creating(&["app"])
+        };
+        assert_eq!(
+            mutate(kind, &object, &[], &updating),
+            None,
+            "a running Deployment is never paused"
+        );
+        let mut paused = object.clone();
+        paused["spec"]["paused"] = json!(true);
+        assert_eq!(
+            mutate(kind, &paused, &[], &creating(&["app"])),
+            None,
+            "its own pause"
+        );
+        for kind in [WorkloadKind::StatefulSet, WorkloadKind::DaemonSet] {
+            assert_eq!(
+                mutate(kind, &object, &[], &creating(&["app"])),
+                None,
+                "{kind} has no pause"
+            );
+        }
+        assert_eq!(
+            mutate(kind, &deployment("app", None, false), &[], &creating(&["app"])),
+            None,
+            "not opted in"
+        );
+    }
+
+    #[test]
+    fn only_names_no_set_claims_are_looked_up() {
+        let kind = WorkloadKind::Deployment;
+        let sets = [set(1, 1, vec![])];
+        for claimed in ["app", "app-2222222222", "app-hhhhhhhhhh"] {
+            assert!(
+                unclaimed_names(kind, &deployment(claimed, None, true), &sets, 8).is_empty(),
+                "{claimed}"
+            );
+        }
+        assert_eq!(
+            unclaimed_names(kind, &deployment("plain", None, true), &sets, 8),
+            ["plain"]
+        );
+        assert!(
+            unclaimed_names(kind, &deployment("plain", None, true), &sets, 0).is_empty(),
+            "bounded"
+        );
+        assert!(unclaimed_names(kind, &deployment("plain", None, false), &sets, 8).is_empty());
     }
 }

@@ -8,6 +8,7 @@ pub mod admission;
 pub mod conditions;
 pub mod hash;
 pub mod history;
+pub mod hold;
 pub mod message;
 pub mod naming;
 pub mod observe;
