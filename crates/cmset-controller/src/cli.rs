@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
+use crate::cert_keeper::{CertSource, SecretSource};
+use crate::webhook_certs::Policy;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -64,8 +67,30 @@ pub struct Cli {
     #[arg(long, env = "CMSET_WEBHOOK_ADDRESS")]
     pub webhook_address: Option<SocketAddr>,
 
-    /// Directory with the webhook's `tls.crt` and `tls.key`; a self-signed pair is generated there
-    /// when they are missing.
+    /// Keep the webhook's CA and serving certificate in this Secret of the operator's namespace:
+    /// issued by the first replica that finds it missing, renewed with a third of its lifetime left, the
+    /// CA kept in the caBundle of `--webhook-configuration`. Without it, the certificate is read from
+    /// `--webhook-cert-dir` (e.g. mounted by cert-manager).
+    #[arg(long, env = "CMSET_WEBHOOK_CERT_SECRET")]
+    pub webhook_cert_secret: Option<String>,
+
+    /// The MutatingWebhookConfiguration whose webhooks cmset keeps trusting its CA (with
+    /// `--webhook-cert-secret`).
+    #[arg(long, env = "CMSET_WEBHOOK_CONFIGURATION", default_value = "cmset")]
+    pub webhook_configuration: String,
+
+    /// Lifetime of the CA and serving certificate cmset issues (with `--webhook-cert-secret`).
+    #[arg(long, env = "CMSET_WEBHOOK_CERT_VALIDITY_SECONDS", default_value_t = 90 * 86_400,
+          value_parser = clap::value_parser!(u64).range(60..))]
+    pub webhook_cert_validity_seconds: u64,
+
+    /// The webhook's Service in the operator's namespace; its DNS names go into issued certificates
+    /// unless `--webhook-dns-names` says otherwise.
+    #[arg(long, env = "CMSET_WEBHOOK_SERVICE", default_value = "cmset-webhook")]
+    pub webhook_service: String,
+
+    /// Directory with the webhook's `tls.crt` and `tls.key` (without `--webhook-cert-secret`); a
+    /// self-signed pair is generated there when they are missing. Read again when they change.
     #[arg(
         long,
         env = "CMSET_WEBHOOK_CERT_DIR",
@@ -73,7 +98,7 @@ pub struct Cli {
     )]
     pub webhook_cert_dir: std::path::PathBuf,
 
-    /// DNS names for a generated webhook certificate (besides localhost and 127.0.0.1).
+    /// DNS names for an issued or generated webhook certificate (besides localhost and 127.0.0.1).
     #[arg(long, env = "CMSET_WEBHOOK_DNS_NAMES", value_delimiter = ',')]
     pub webhook_dns_names: Vec<String>,
 
@@ -99,10 +124,41 @@ impl Cli {
             .unwrap_or_else(|| format!("cmset-{}", std::process::id()))
     }
 
+    /// The namespace the operator runs in: POD_NAMESPACE, else cmset-system.
+    pub fn operator_namespace(&self) -> String {
+        std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "cmset-system".to_string())
+    }
+
     pub fn lease_namespace(&self) -> String {
         self.leader_election_namespace
             .clone()
-            .or_else(|| std::env::var("POD_NAMESPACE").ok())
-            .unwrap_or_else(|| "cmset-system".to_string())
+            .unwrap_or_else(|| self.operator_namespace())
+    }
+
+    /// Where the webhook's serving certificate comes from.
+    pub fn webhook_cert_source(&self) -> CertSource {
+        let Some(name) = &self.webhook_cert_secret else {
+            return CertSource::Dir {
+                dir: self.webhook_cert_dir.clone(),
+                names: self.webhook_dns_names.clone(),
+            };
+        };
+        let namespace = self.operator_namespace();
+        let names = if self.webhook_dns_names.is_empty() {
+            // The names the API server uses for a Service-backed webhook.
+            let service = format!("{}.{namespace}.svc", self.webhook_service);
+            vec![service.clone(), format!("{service}.cluster.local")]
+        } else {
+            self.webhook_dns_names.clone()
+        };
+        CertSource::Secret(SecretSource {
+            namespace,
+            name: name.clone(),
+            configuration: self.webhook_configuration.clone(),
+            policy: Policy {
+                validity: Duration::from_secs(self.webhook_cert_validity_seconds),
+                names,
+            },
+        })
     }
 }

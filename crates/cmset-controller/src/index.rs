@@ -322,8 +322,18 @@ macro_rules! indexed_workload {
 
             fn slim(&mut self) {
                 self.metadata.managed_fields = None;
-                // Nothing reads a workload's annotations, and `rollout undo` history lives elsewhere.
-                self.metadata.annotations = None;
+                // Of its annotations only cmset's hold is read; `rollout undo` history lives elsewhere.
+                if let Some(a) = self.metadata.annotations.as_mut() {
+                    a.retain(|k, _| k == cmset_core::hold::HELD_SINCE);
+                }
+                if self
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.is_empty())
+                {
+                    self.metadata.annotations = None;
+                }
                 if let Some(pod) = self.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
                     *pod = cmset_core::slim::references_only(pod);
                 }
@@ -852,8 +862,20 @@ mod tests {
             .containers[0]
             .image = Some("big".into());
         d.metadata.annotations = Some(BTreeMap::from([("note".into(), "x".into())]));
+        let mut held = d.clone();
         d.slim();
         assert_eq!(d.metadata.annotations, None);
+        // cmset's hold is the one annotation a decision reads.
+        held.annotations_mut()
+            .insert(cmset_core::hold::HELD_SINCE.into(), "t".into());
+        held.slim();
+        assert_eq!(
+            held.metadata.annotations,
+            Some(BTreeMap::from([(
+                cmset_core::hold::HELD_SINCE.into(),
+                "t".into()
+            )]))
+        );
         let container = &d.spec.unwrap().template.spec.unwrap().containers[0];
         assert_eq!(container.image, None);
         assert_eq!(container.env_from.as_ref().map(Vec::len), Some(1));

@@ -2,6 +2,7 @@
 //! `cmset-core` what to do, and carries out exactly those writes.
 #![forbid(unsafe_code)]
 
+pub mod cert_keeper;
 pub mod cli;
 pub mod context;
 pub mod error;
@@ -13,4 +14,5 @@ pub mod server;
 pub mod set_controller;
 pub mod views;
 pub mod webhook;
+pub mod webhook_certs;
 pub mod workload_controller;

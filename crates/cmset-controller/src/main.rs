@@ -3,13 +3,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
+use cmset_controller::cert_keeper;
 use cmset_controller::cli::{Cli, LogFormat};
 use cmset_controller::context::system_clock;
 use cmset_controller::leader::{Elector, LeaseConfig};
 use cmset_controller::metrics::Metrics;
 use cmset_controller::runtime::{Settings, run_scope};
 use cmset_controller::server::{Health, serve};
-use cmset_controller::webhook::{self, WebhookConfig};
+use cmset_controller::webhook::{self, ServingCert};
 use futures::FutureExt;
 use prometheus_client::registry::Registry;
 use tracing::{error, info};
@@ -63,12 +64,15 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     // Every replica serves admission, leader or not: the webhook reads the API, not the caches.
     let webhook = match cli.webhook_address {
         Some(address) => {
-            let config = WebhookConfig {
-                address,
-                cert_dir: cli.webhook_cert_dir.clone(),
-                dns_names: cli.webhook_dns_names.clone(),
-            };
-            let bound = webhook::bind(&config).await?;
+            let cert = Arc::new(ServingCert::default());
+            cert_keeper::start(
+                client.clone(),
+                cli.webhook_cert_source(),
+                cert.clone(),
+                shutdown.clone(),
+            )
+            .await?;
+            let bound = webhook::bind(address, cert).await?;
             Some(tokio::spawn(webhook::serve(
                 bound,
                 client.clone(),

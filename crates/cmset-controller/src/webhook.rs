@@ -6,37 +6,32 @@
 //! webhook's objectSelector), so that is one small LIST per deploy; and it fails open: if anything goes
 //! wrong the object is admitted unchanged and the workload controller converges it afterwards.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
 use base64::Engine;
 use cmset_api::ConfigMapSet;
-use cmset_core::admission;
+use cmset_core::admission::{self, Circumstances};
 use cmset_core::observe::WorkloadKind;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
 use kube::{Api, Client};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use crate::metrics::Metrics;
-
-#[derive(Clone, Debug)]
-pub struct WebhookConfig {
-    pub address: SocketAddr,
-    /// Holds `tls.crt` and `tls.key` (as cert-manager mounts them). When they are missing a self-signed
-    /// pair is generated and written there, so its `tls.crt` can serve as the webhook's `caBundle`.
-    pub cert_dir: PathBuf,
-    /// Names for a generated certificate, besides `localhost` and `127.0.0.1`.
-    pub dns_names: Vec<String>,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
@@ -55,40 +50,42 @@ pub enum WebhookError {
     },
 }
 
-/// Loads the serving certificate, generating a self-signed one when none is there.
-fn certificate(
-    config: &WebhookConfig,
-) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), WebhookError> {
-    let dir = &config.cert_dir;
-    let io = |source| WebhookError::Certificate {
-        dir: dir.clone(),
-        source,
-    };
-    let (crt, key) = (dir.join("tls.crt"), dir.join("tls.key"));
-    if !crt.exists() || !key.exists() {
-        let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
-        names.extend(config.dns_names.iter().cloned());
-        let generated = rcgen::generate_simple_self_signed(names)?;
-        std::fs::create_dir_all(dir).map_err(io)?;
-        write_private(&key, generated.signing_key.serialize_pem().as_bytes()).map_err(io)?;
-        std::fs::write(&crt, generated.cert.pem()).map_err(io)?;
-        info!(dir = %dir.display(), "generated a self-signed webhook serving certificate");
-    }
-    let certs = CertificateDer::pem_file_iter(&crt)?.collect::<Result<Vec<_>, _>>()?;
-    let key = PrivateKeyDer::from_pem_file(&key)?;
-    Ok((certs, key))
+/// The certificate the webhook serves. The cert keeper replaces it in place when it is renewed; each
+/// TLS handshake picks up the current one.
+#[derive(Default)]
+pub struct ServingCert {
+    current: RwLock<Option<Arc<CertifiedKey>>>,
 }
 
-fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(path)?;
-    f.write_all(contents)
+impl std::fmt::Debug for ServingCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServingCert")
+            .field("loaded", &self.is_loaded())
+            .finish()
+    }
+}
+
+impl ServingCert {
+    /// Serves this PEM pair from the next handshake on; refused (and the current pair kept) when the
+    /// key does not parse or does not match the certificate.
+    pub fn install(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), WebhookError> {
+        let certs = CertificateDer::pem_slice_iter(cert_pem).collect::<Result<Vec<_>, _>>()?;
+        let key = PrivateKeyDer::from_pem_slice(key_pem)?;
+        let certified = CertifiedKey::from_der(certs, key, &rustls::crypto::ring::default_provider())?;
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(certified));
+        Ok(())
+    }
+
+    pub fn is_loaded(&self) -> bool {
+        self.current.read().map(|c| c.is_some()).unwrap_or(false)
+    }
+}
+
+impl ResolvesServerCert for ServingCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        // None until the first pair is loaded: the handshake fails and the API server fails open.
+        self.current.read().ok()?.clone()
+    }
 }
 
 #[derive(Clone)]
@@ -109,6 +106,13 @@ fn review_response(uid: &str, patch: Option<&json_patch::Patch>) -> Value {
     json!({ "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response })
 }
 
+/// How long an admission waits for a set created moments ago to record its first revision (its
+/// controller does so within milliseconds); well inside the webhook's 5 s timeout.
+const SET_WAIT: Duration = Duration::from_secs(2);
+const SET_POLL: Duration = Duration::from_millis(100);
+/// Referenced names looked up as ConfigMaps per admission, at most.
+const LOOKUPS: usize = 8;
+
 async fn mutate(State(handler): State<Handler>, axum::Json(review): axum::Json<Value>) -> axum::Json<Value> {
     let request = &review["request"];
     let uid = request["uid"].as_str().unwrap_or_default();
@@ -121,12 +125,12 @@ async fn mutate(State(handler): State<Handler>, axum::Json(review): axum::Json<V
     ) else {
         return axum::Json(review_response(uid, None));
     };
-    let sets: Api<ConfigMapSet> = Api::namespaced(handler.client.clone(), namespace);
-    let outcome = match sets.list(&ListParams::default()).await {
-        Ok(list) => admission::mutate(kind, &request["object"], &list.items),
+    let object = &request["object"];
+    let outcome = match decide(&handler.client, kind, namespace, request).await {
+        Ok(outcome) => outcome,
         Err(e) => {
             // Fail open: the workload controller converges it afterwards.
-            warn!(%namespace, error = %e, "admission: could not list ConfigMapSets; admitting unchanged");
+            warn!(%namespace, error = %e, "admission: could not read the namespace's sets; admitting unchanged");
             handler
                 .metrics
                 .admissions
@@ -135,8 +139,8 @@ async fn mutate(State(handler): State<Handler>, axum::Json(review): axum::Json<V
             return axum::Json(review_response(uid, None));
         }
     };
-    let name = request
-        .pointer("/object/metadata/name")
+    let name = object
+        .pointer("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or("");
     let result = if outcome.is_some() { "patched" } else { "unchanged" };
@@ -147,6 +151,43 @@ async fn mutate(State(handler): State<Handler>, axum::Json(review): axum::Json<V
         .inc();
     debug!(%kind, %namespace, %name, result, "admission");
     axum::Json(review_response(uid, outcome.as_ref()))
+}
+
+/// Reads what the decision needs (the namespace's sets, and whether unclaimed names exist as
+/// ConfigMaps) and asks the core.
+async fn decide(
+    client: &Client,
+    kind: WorkloadKind,
+    namespace: &str,
+    request: &Value,
+) -> Result<Option<json_patch::Patch>, kube::Error> {
+    let object = &request["object"];
+    let sets_api: Api<ConfigMapSet> = Api::namespaced(client.clone(), namespace);
+    let mut sets = sets_api.list(&ListParams::default()).await?.items;
+    // Applied together, a set may be moments older than the workload: wait briefly for its revision.
+    let deadline = tokio::time::Instant::now() + SET_WAIT;
+    while admission::awaits_sets(kind, object, &sets) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(SET_POLL).await;
+        sets = sets_api.list(&ListParams::default()).await?.items;
+    }
+    let creating = request["operation"].as_str() == Some("CREATE");
+    let mut missing = BTreeSet::new();
+    if creating && kind == WorkloadKind::Deployment {
+        let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+        for name in admission::unclaimed_names(kind, object, &sets, LOOKUPS) {
+            // A failed lookup counts as present: never hold on a guess.
+            if let Ok(None) = configmaps.get_metadata_opt(&name).await {
+                missing.insert(name);
+            }
+        }
+    }
+    let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap_or_default();
+    let circumstances = Circumstances {
+        creating,
+        missing,
+        now: now.to_string(),
+    };
+    Ok(admission::mutate(kind, object, &sets, &circumstances))
 }
 
 pub fn router(client: Client, metrics: Arc<Metrics>) -> Router {
@@ -162,21 +203,17 @@ pub struct Bound {
     address: SocketAddr,
 }
 
-/// Loads (or generates) the certificate and binds the address, so that a bad certificate or a taken
-/// port stops the operator at startup instead of leaving it running without its webhook.
-pub async fn bind(config: &WebhookConfig) -> Result<Bound, WebhookError> {
-    let (certs, key) = certificate(config)?;
+/// Binds the address, so that a taken port stops the operator at startup instead of leaving it running
+/// without its webhook. Handshakes use whatever `cert` holds at the time.
+pub async fn bind(address: SocketAddr, cert: Arc<ServingCert>) -> Result<Bound, WebhookError> {
     let tls = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
-        .with_single_cert(certs, key)?;
-    let listener = tokio::net::TcpListener::bind(config.address)
+        .with_cert_resolver(cert);
+    let listener = tokio::net::TcpListener::bind(address)
         .await
-        .map_err(|source| WebhookError::Listen {
-            address: config.address,
-            source,
-        })?;
-    let address = listener.local_addr().unwrap_or(config.address);
+        .map_err(|source| WebhookError::Listen { address, source })?;
+    let address = listener.local_addr().unwrap_or(address);
     Ok(Bound {
         listener,
         acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
@@ -242,19 +279,5 @@ mod tests {
             .decode(r["response"]["patch"].as_str().unwrap())
             .unwrap();
         assert_eq!(serde_json::from_slice::<Value>(&decoded).unwrap(), wire);
-    }
-
-    #[test]
-    fn a_missing_certificate_is_generated_once_and_then_reused() {
-        let dir = std::env::temp_dir().join(format!("cmset-webhook-cert-{}", std::process::id()));
-        let config = WebhookConfig {
-            address: "127.0.0.1:0".parse().unwrap(),
-            cert_dir: dir.clone(),
-            dns_names: vec![],
-        };
-        let (first, _) = certificate(&config).unwrap();
-        let (second, _) = certificate(&config).unwrap();
-        assert_eq!(first, second, "the written pair is reused");
-        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -18,6 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cmset_api::labels;
+use cmset_core::hold;
+use cmset_core::refs::{self, TEMPLATE_POD_SPEC_POINTER};
 use cmset_core::rollout::{SetTarget, plan_workload};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -104,24 +106,39 @@ async fn reconcile_inner<K: Workload>(workload: &K, ctx: &Context) -> Result<Act
     if !views::opted_in(workload) || workload.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
+    let held = Hold::of(workload);
     // Sets of the workload's own namespace only: a cross-namespace reference cannot be expressed.
     let targets = match targets(ctx, &namespace, &view) {
         Ok(targets) => targets,
-        Err(Wait::ForSet(set)) => {
-            debug!(%set, "waiting for the set's current revision");
-            return Ok(Action::requeue(WAIT_FOR_SETS));
-        }
-        Err(Wait::Window(wait)) => {
-            debug!(
-                ?wait,
-                "a set it reads changed moments ago; gathering changes into one rollout"
-            );
-            return Ok(Action::requeue(wait));
+        Err(wait) => {
+            let wait = match wait {
+                Wait::ForSet(set) => {
+                    debug!(%set, "waiting for the set's current revision");
+                    WAIT_FOR_SETS
+                }
+                Wait::Window(wait) => {
+                    debug!(
+                        ?wait,
+                        "a set it reads changed moments ago; gathering changes into one rollout"
+                    );
+                    wait
+                }
+            };
+            return match held.as_ref().map(|h| h.left(ctx)) {
+                Some(None) => release(workload, &namespace, &view.uid, held.as_ref(), ctx).await,
+                Some(Some(left)) => Ok(Action::requeue(wait.min(left))),
+                None => Ok(Action::requeue(wait)),
+            };
         }
     };
     let plan = plan_workload(&view, &targets);
     if plan.is_empty() {
-        return Ok(Action::await_change());
+        return match held.as_ref().map(|h| h.left(ctx)) {
+            // Held for a name no set ever took: let it go once the hold is over.
+            Some(None) => release(workload, &namespace, &view.uid, held.as_ref(), ctx).await,
+            Some(Some(left)) => Ok(Action::requeue(left)),
+            None => Ok(Action::await_change()),
+        };
     }
     let what = format!("{} {namespace}/{}", K::KIND, view.name);
     let has_labels = workload
@@ -129,19 +146,12 @@ async fn reconcile_inner<K: Workload>(workload: &K, ctx: &Context) -> Result<Act
         .and_then(|t| t.metadata.as_ref())
         .and_then(|m| m.labels.as_ref())
         .is_some();
-    let patch = plan.json_patch(&view.uid, has_labels);
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
-    let params = PatchParams {
-        field_manager: Some(labels::FIELD_MANAGER.to_string()),
-        ..PatchParams::default()
-    };
-    ctx.metrics.wrote("patch_workload");
-    api.patch_metadata(&view.name, &params, &Patch::<()>::Json(patch))
-        .await
-        .map_err(|source| Error::PatchWorkload {
-            workload: what.clone(),
-            source,
-        })?;
+    let mut patch = plan.json_patch(&view.uid, has_labels);
+    // A held Deployment is unpaused by the same patch: its first ReplicaSet names the revisions.
+    if let Some(hold) = &held {
+        patch.0.extend(hold::release_operations(&hold.since));
+    }
+    patch_workload::<K>(ctx, &namespace, &view.name, patch, &what).await?;
     ctx.metrics
         .workloads_updated
         .get_or_create(&crate::metrics::KindLabel {
@@ -166,6 +176,84 @@ async fn reconcile_inner<K: Workload>(workload: &K, ctx: &Context) -> Result<Act
     };
     ctx.publish(&event, &workload.object_ref(&())).await;
     Ok(Action::await_change())
+}
+
+/// A hold cmset's webhook put on a new Deployment (see `cmset_core::hold`).
+struct Hold {
+    since: String,
+    since_second: Option<i64>,
+}
+
+impl Hold {
+    fn of<K: Workload>(workload: &K) -> Option<Self> {
+        let since = workload.annotations().get(hold::HELD_SINCE)?.clone();
+        let since_second = since.parse::<jiff::Timestamp>().ok().map(|t| t.as_second());
+        Some(Self { since, since_second })
+    }
+
+    /// Time left before it ends whatever happens; `None` when over (or unreadable: lift it).
+    fn left(&self, ctx: &Context) -> Option<Duration> {
+        let now = (ctx.clock)().0.as_second();
+        let left = hold::hold_left(self.since_second?, now)?;
+        Some(Duration::from_secs(u64::try_from(left).unwrap_or(0)))
+    }
+}
+
+/// Unpauses a held Deployment whose sets did not turn up in time, so that it runs as written.
+async fn release<K: Workload>(
+    workload: &K,
+    namespace: &str,
+    uid: &str,
+    hold: Option<&Hold>,
+    ctx: &Context,
+) -> Result<Action> {
+    let Some(hold) = hold else {
+        return Ok(Action::await_change());
+    };
+    let name = workload.name_any();
+    let what = format!("{} {namespace}/{name}", K::KIND);
+    let patch = refs::json_patch(
+        uid,
+        TEMPLATE_POD_SPEC_POINTER,
+        &[],
+        hold::release_operations(&hold.since),
+    );
+    patch_workload::<K>(ctx, namespace, &name, patch, &what).await?;
+    warn!(workload = %what, "no revision for the sets it reads appeared in time; unpaused it as written");
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "HoldReleased".to_string(),
+        note: Some(format!(
+            "cmset created it paused to wait for the ConfigMapSets it reads; none had a revision after {}s, so it runs as written",
+            hold::HOLD_LIMIT_SECONDS
+        )),
+        action: "Release".to_string(),
+        secondary: None,
+    };
+    ctx.publish(&event, &workload.object_ref(&())).await;
+    Ok(Action::await_change())
+}
+
+async fn patch_workload<K: Workload>(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    patch: json_patch::Patch,
+    what: &str,
+) -> Result<()> {
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
+    let params = PatchParams {
+        field_manager: Some(labels::FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    ctx.metrics.wrote("patch_workload");
+    api.patch_metadata(name, &params, &Patch::<()>::Json(patch))
+        .await
+        .map_err(|source| Error::PatchWorkload {
+            workload: what.to_string(),
+            source,
+        })?;
+    Ok(())
 }
 
 fn dedup(items: &[String]) -> Vec<String> {
