@@ -42,6 +42,7 @@ THIRD_PARTY = {
 }
 INSTALLATIONS = {
     "all namespaces (config/default)": (["config/default"], "cluster"),
+    "all namespaces, cert-manager certificates (config/cert-manager)": (["config/cert-manager"], "cluster"),
     "listed namespaces (config/namespaced)": (["config/namespaced", "config/namespaced/cluster-admin"], "namespaced"),
 }
 
@@ -287,6 +288,9 @@ def check_operator(chk, where, objs, mode, cluster_role_atoms, version):
     chk.rule(where, lease <= granted.get(ns, set()) | granted.get(None, set()),
              f"the ServiceAccount cannot take the Lease {OPERATOR} in {ns}")
 
+    if mode == "cluster":
+        check_webhook(chk, where, by_kind, ns, labels, c, ports, granted)
+
     listed = env.get("CMSET_NAMESPACES", {}).get("value")
     if mode == "cluster":
         chk.rule(where, listed is None, "CMSET_NAMESPACES is set, but this installation watches all namespaces")
@@ -305,6 +309,41 @@ def check_operator(chk, where, objs, mode, cluster_role_atoms, version):
             extra = granted[n] - cluster_role_atoms - (lease if n == ns else set())
             chk.rule(where, not missing, f"the operator's rights in {n} lack what the ClusterRole has: {sorted(missing)}")
             chk.rule(where, not extra, f"the operator's rights in {n} exceed the ClusterRole's: {sorted(extra)}")
+
+
+def check_webhook(chk, where, by_kind, ns, labels, c, ports, granted):
+    """The admission webhook is installed, callable, fails open, and its certificate can be kept."""
+    configs = [m for m in by_kind.get("MutatingWebhookConfiguration", []) if m["metadata"]["name"] == "cmset"]
+    if not chk.rule(where, len(configs) == 1, "no MutatingWebhookConfiguration cmset: the webhook is not installed"):
+        return
+    args = dict(a.split("=", 1) for a in c.get("args", []) if a.startswith("--") and "=" in a)
+    addr = args.get("--webhook-address")
+    if not chk.rule(where, addr is not None, "the operator does not serve the webhook (--webhook-address)"):
+        return
+    chk.rule(where, int(addr.rsplit(":", 1)[1]) == ports.get("webhook"),
+             f"--webhook-address {addr} and the container port named webhook ({ports.get('webhook')}) differ")
+    svcs = {s["metadata"]["name"]: s for s in by_kind.get("Service", []) if s["metadata"].get("namespace") == ns}
+    for hook in configs[0]["webhooks"]:
+        name = hook["name"]
+        chk.rule(where, hook.get("failurePolicy") == "Ignore", f"webhook {name}: failurePolicy must be Ignore (fail open)")
+        chk.rule(where, hook.get("timeoutSeconds", 10) <= 10, f"webhook {name}: timeoutSeconds above 10")
+        chk.rule(where, hook.get("objectSelector", {}).get("matchLabels") == {"cmset.dev/enabled": "true"},
+                 f"webhook {name}: must only be sent opted-in workloads")
+        ref = hook["clientConfig"].get("service", {})
+        svc = svcs.get(ref.get("name")) if ref.get("namespace") == ns else None
+        if chk.rule(where, svc is not None, f"webhook {name}: its Service {ref} is not installed in {ns}"):
+            chk.rule(where, matches(svc["spec"].get("selector"), labels)
+                     and any(p.get("targetPort") in ("webhook", ports.get("webhook")) for p in svc["spec"]["ports"]),
+                     f"webhook {name}: Service {ref.get('name')} does not route to the operator's webhook port")
+    secret = args.get("--webhook-cert-secret")
+    if secret is not None:
+        have = granted.get(ns, set()) | granted.get(None, set())
+        need = {("", "secrets", "create", "*"), ("", "secrets", "get", secret), ("", "secrets", "update", secret),
+                ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get", "cmset"),
+                ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "patch", "cmset")}
+        chk.rule(where, need <= have, f"the operator cannot keep its certificate: lacks {sorted(need - have)}")
+    else:
+        chk.rule(where, "--webhook-cert-dir" in args, "no certificate source (--webhook-cert-secret or --webhook-cert-dir)")
 
 
 # --- 3. self-test ----------------------------------------------------------------------------------------------
@@ -386,10 +425,15 @@ def main():
             orig = originals.get(key(obj))
             if orig is None:
                 continue
-            mine = copy.deepcopy(obj)
-            if obj["kind"] == "Deployment":  # differs only by the namespaces it watches
+            mine, orig = copy.deepcopy(obj), copy.deepcopy(orig)
+            if obj["kind"] == "Deployment":
+                # Differs only by the namespaces it watches, and by the webhook, which a namespaced
+                # install cannot register (a MutatingWebhookConfiguration is cluster-scoped).
                 for c in mine["spec"]["template"]["spec"]["containers"]:
                     c["env"] = [e for e in c.get("env", []) if e["name"] != "CMSET_NAMESPACES"]
+                for c in orig["spec"]["template"]["spec"]["containers"]:
+                    c["args"] = [a for a in c.get("args", []) if not a.startswith("--webhook-")]
+                    c["ports"] = [p for p in c.get("ports", []) if p.get("name") != "webhook"]
             chk.rule(name, mine == orig, f"{ident(obj)} differs from its original in config/default or config/rbac")
     if len(chk.failures) == before:
         print("  ok    the copies in config/namespaced equal their originals")

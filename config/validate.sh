@@ -5,7 +5,7 @@
 # (see config/validate.py).
 #
 # kubernetes-validate is installed, pinned, into a virtualenv under ~/.cache/cmset/venv, only when missing.
-# Usage: config/validate.sh [EXTRA_KUSTOMIZATION...]   (e.g. config/webhook, built and validated too)
+# Usage: config/validate.sh [EXTRA_KUSTOMIZATION...]   (built and validated too)
 # Environment: CMSET_VENV (venv path), K8S_VERSION (schema version, default 1.33.0).
 set -euo pipefail
 
@@ -15,14 +15,16 @@ KV_VERSION=1.37.0                       # kubernetes-validate on PyPI; carries s
 K8S_VERSION=${K8S_VERSION:-1.33.0}
 VENV=${CMSET_VENV:-$HOME/.cache/cmset/venv}
 
-# The kustomizations a user may apply (config/manager and crds are included through config/default).
+# The kustomizations a user may apply (config/manager, config/webhook (a component) and crds are
+# included through config/default).
 KUSTOMIZATIONS=(
   config/default
+  config/cert-manager
+  config/dev
   config/namespaced
   config/namespaced/cluster-admin
   config/rbac
   config/samples
-  config/webhook
   "$@"
 )
 
