@@ -18,6 +18,8 @@ echo "e2e: building the operator"
 cargo build --locked -q -p cmset-controller -p kubectl-cmset
 echo "e2e: installing the CRD and RBAC"
 make -s install >/dev/null
+# Each test operator registers its own webhook (see e2e/src/webhook.rs); test-only rights for that.
+kubectl apply -f e2e/rbac.yaml >/dev/null
 
 export CMSET_CONTROLLER_BIN=$root/target/debug/cmset-controller
 export CMSET_OPERATOR_KUBECONFIG=$operator_kubeconfig

@@ -24,6 +24,7 @@ pub use kube;
 
 pub mod fixtures;
 pub mod proxy;
+pub mod webhook;
 
 /// How long the tests wait for the cluster to converge before failing.
 pub const CONVERGE: Duration = Duration::from_secs(60);
@@ -51,6 +52,8 @@ impl TestNamespace {
         let ns = Namespace {
             metadata: kube::api::ObjectMeta {
                 name: Some(name.clone()),
+                // Selected by this test's webhook registration (see `webhook`).
+                labels: Some([(webhook::NAMESPACE_LABEL.to_string(), name.clone())].into()),
                 ..Default::default()
             },
             ..Default::default()
@@ -161,7 +164,11 @@ impl Drop for TestNamespace {
     }
 }
 
-fn try_kubectl_in(namespace: Option<&str>, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
+pub(crate) fn try_kubectl_in(
+    namespace: Option<&str>,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Result<String, String> {
     use std::io::Write;
     let mut cmd = std::process::Command::new("kubectl");
     if let Some(ns) = namespace {
@@ -241,6 +248,8 @@ pub struct Operator {
     extra: Vec<String>,
     /// The kubeconfig it runs with, when not the operator's usual one (e.g. one through a proxy).
     kubeconfig: Option<PathBuf>,
+    /// Its admission webhook's registration, when it serves one.
+    pub webhook: Option<webhook::Registration>,
 }
 
 /// Tests run many operators at once, each on its own namespace: no leader election unless a test asks.
@@ -261,20 +270,28 @@ fn free_port() -> u16 {
 }
 
 impl Operator {
+    /// An operator for `namespace`, serving the admission webhook as the default install does.
     pub async fn start(namespace: &str) -> Self {
         Self::start_with(namespace, &[]).await
     }
 
     pub async fn start_with(namespace: &str, extra: &[&str]) -> Self {
-        Self::launch(namespace, extra, None).await
+        Self::launch(namespace, extra, None, true).await
     }
 
-    /// Like [`Operator::start_with`], reaching the API server through `kubeconfig`.
+    /// An operator without the webhook: what cmset does when the webhook is not called (it fails open
+    /// when cmset is down), rewriting workloads after they are stored.
+    pub async fn start_without_webhook(namespace: &str, extra: &[&str]) -> Self {
+        Self::launch(namespace, extra, None, false).await
+    }
+
+    /// Like [`Operator::start_with`], reaching the API server through `kubeconfig`; without the webhook,
+    /// which would share the proxied connection's faults and slow every admission down with them.
     pub async fn start_via(namespace: &str, extra: &[&str], kubeconfig: PathBuf) -> Self {
-        Self::launch(namespace, extra, Some(kubeconfig)).await
+        Self::launch(namespace, extra, Some(kubeconfig), false).await
     }
 
-    async fn launch(namespace: &str, extra: &[&str], kubeconfig: Option<PathBuf>) -> Self {
+    async fn launch(namespace: &str, extra: &[&str], kubeconfig: Option<PathBuf>, webhook: bool) -> Self {
         let logs = env_path("CMSET_E2E_LOGS").unwrap_or_else(std::env::temp_dir);
         std::fs::create_dir_all(&logs).unwrap();
         let suffix = if kubeconfig.is_some() { "-via-proxy" } else { "" };
@@ -285,6 +302,7 @@ impl Operator {
             log: logs.join(format!("{namespace}{suffix}.log")),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             kubeconfig,
+            webhook: webhook.then(|| webhook::Registration::new(namespace, free_port())),
         };
         op.spawn().await;
         op
@@ -310,6 +328,7 @@ impl Operator {
             .args(leader_election_default(&self.extra))
             .args(["--metrics-address", &format!("127.0.0.1:{}", self.metrics_port)])
             .args(["--workload-debounce-ms", "300"])
+            .args(self.webhook.iter().flat_map(webhook::Registration::operator_args))
             .args(&self.extra)
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -325,6 +344,9 @@ impl Operator {
                 .map(|_| ())
         })
         .await;
+        if let Some(webhook) = &self.webhook {
+            webhook.wait_ready().await;
+        }
     }
 
     /// The exit status, once the process has exited by itself.

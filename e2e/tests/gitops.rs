@@ -16,52 +16,6 @@ fn manifest() -> String {
     deployment_yaml("web", &[Reads::EnvFrom("app-config")])
 }
 
-/// The webhook registration for this test's namespace only, pointing at this test's operator.
-fn webhook_yaml(name: &str, namespace: &str, port: u16, ca: &str) -> String {
-    format!(
-        r#"
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingWebhookConfiguration
-metadata:
-  name: {name}
-webhooks:
-  - name: workloads.cmset.dev
-    clientConfig:
-      url: https://127.0.0.1:{port}/mutate
-      caBundle: {ca}
-    rules:
-      - apiGroups: ["apps"]
-        apiVersions: ["v1"]
-        operations: ["CREATE", "UPDATE"]
-        resources: ["deployments", "statefulsets", "daemonsets"]
-    namespaceSelector:
-      matchLabels: {{cmset-e2e: {namespace}}}
-    objectSelector:
-      matchLabels: {{cmset.dev/enabled: "true"}}
-    sideEffects: None
-    admissionReviewVersions: ["v1"]
-    failurePolicy: Ignore
-    reinvocationPolicy: IfNeeded
-    timeoutSeconds: 5
-"#
-    )
-}
-
-struct Registration(String);
-
-impl Drop for Registration {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("kubectl")
-            .args([
-                "delete",
-                "mutatingwebhookconfiguration",
-                &self.0,
-                "--ignore-not-found",
-            ])
-            .output();
-    }
-}
-
 /// A sync as Argo CD and Flux do it: server-side apply under their own manager, forcing ownership.
 fn gitops_apply(ns: &TestNamespace) {
     ns.try_kubectl(
@@ -81,32 +35,8 @@ fn gitops_apply(ns: &TestNamespace) {
 #[tokio::test]
 async fn a_gitops_tool_reapplying_its_manifest_converges_without_ping_pong() {
     let ns = TestNamespace::new("gitops").await;
-    ns.kubectl(&["label", "namespace", &ns.name, &format!("cmset-e2e={}", ns.name)]);
-    let cert_dir = std::env::temp_dir().join(format!("cmset-webhook-{}", ns.name));
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let operator = Operator::start_with(
-        &ns.name,
-        &[
-            "--webhook-address",
-            &format!("127.0.0.1:{port}"),
-            "--webhook-cert-dir",
-            cert_dir.to_str().unwrap(),
-        ],
-    )
-    .await;
-    let ca = std::fs::read(cert_dir.join("tls.crt")).expect("the operator generated its certificate");
-    let ca = cmset_e2e::base64_encode(&ca);
-    let _registration = Registration(format!("cmset-e2e-{}", ns.name));
-    ns.apply(&webhook_yaml(
-        &format!("cmset-e2e-{}", ns.name),
-        &ns.name,
-        port,
-        &ca,
-    ));
+    // Serves the webhook, registered for this namespace (see `cmset_e2e::webhook`).
+    let operator = Operator::start(&ns.name).await;
 
     ns.apply(&app_config_yaml("1", None));
     let v1 = app_config_revision("1");
@@ -185,5 +115,4 @@ async fn a_gitops_tool_reapplying_its_manifest_converges_without_ping_pong() {
         "exactly one rollout per config change"
     );
     assert!(operator.metric("cmset_admissions_total") >= 1.0);
-    let _ = std::fs::remove_dir_all(&cert_dir);
 }

@@ -1,0 +1,124 @@
+//! cmset's admission webhook in the suite: every operator the harness starts serves it (as every
+//! replica does in the default install), registered for its test's namespace only, at a loopback URL.
+//! The registration carries no caBundle: the operator keeps the shared Secret `cmset-webhook-tls` in
+//! cmset-system and adds its CA, exactly as in a cluster.
+
+use std::time::Duration;
+
+/// The label on every test namespace that its webhook registration selects.
+pub const NAMESPACE_LABEL: &str = "cmset-e2e";
+
+/// One MutatingWebhookConfiguration, deleted when dropped.
+pub struct Registration {
+    pub name: String,
+    pub port: u16,
+}
+
+impl Registration {
+    /// Registers a webhook at `https://127.0.0.1:<port>/mutate` for `namespace`.
+    pub fn new(namespace: &str, port: u16) -> Self {
+        let name = format!("cmset-e2e-{namespace}-{port}");
+        let yaml = format!(
+            r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: {name}
+webhooks:
+  - name: workloads.cmset.dev
+    clientConfig:
+      url: https://127.0.0.1:{port}/mutate
+    rules:
+      - apiGroups: ["apps"]
+        apiVersions: ["v1"]
+        operations: ["CREATE", "UPDATE"]
+        resources: ["deployments", "statefulsets", "daemonsets"]
+    namespaceSelector:
+      matchLabels: {{{NAMESPACE_LABEL}: {namespace}}}
+    objectSelector:
+      matchLabels: {{cmset.dev/enabled: "true"}}
+    sideEffects: None
+    admissionReviewVersions: ["v1"]
+    failurePolicy: Ignore
+    reinvocationPolicy: IfNeeded
+    timeoutSeconds: 5
+"#
+        );
+        crate::try_kubectl_in(None, &["apply", "-f", "-"], Some(&yaml))
+            .unwrap_or_else(|e| panic!("register the webhook {name}: {e}"));
+        Self { name, port }
+    }
+
+    /// The operator's flags that serve this registration.
+    pub fn operator_args(&self) -> Vec<String> {
+        vec![
+            "--webhook-address".into(),
+            format!("127.0.0.1:{}", self.port),
+            "--webhook-cert-secret".into(),
+            "cmset-webhook-tls".into(),
+            "--webhook-configuration".into(),
+            self.name.clone(),
+        ]
+    }
+
+    /// The caBundle the operator put in the registration (empty until it has).
+    pub fn ca_bundle(&self) -> String {
+        crate::try_kubectl_in(
+            None,
+            &[
+                "get",
+                "mutatingwebhookconfiguration",
+                &self.name,
+                "-o",
+                "jsonpath={.webhooks[0].clientConfig.caBundle}",
+            ],
+            None,
+        )
+        .unwrap_or_default()
+    }
+
+    /// Whether the webhook answers HTTPS (any HTTP status: the TLS handshake succeeded).
+    fn serves(&self) -> bool {
+        std::process::Command::new("curl")
+            .args([
+                "-sk",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "-m",
+                "2",
+                "-X",
+                "POST",
+            ])
+            .arg(format!("https://127.0.0.1:{}/mutate", self.port))
+            .output()
+            .is_ok_and(|o| o.status.success() && o.stdout != b"000")
+    }
+
+    /// Waits until the API server can call the webhook: its CA is trusted and it serves.
+    pub async fn wait_ready(&self) {
+        let deadline = std::time::Instant::now() + crate::CONVERGE;
+        while !self.serves() || self.ca_bundle().is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the webhook {} did not become callable",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kubectl")
+            .args([
+                "delete",
+                "mutatingwebhookconfiguration",
+                &self.name,
+                "--ignore-not-found",
+            ])
+            .output();
+    }
+}
