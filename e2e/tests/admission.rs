@@ -276,3 +276,31 @@ async fn the_webhook_certificate_is_issued_trusted_and_renewed_without_a_gap() {
         "three certificates served in turn"
     );
 }
+
+#[tokio::test]
+async fn without_the_webhook_cmset_rewrites_the_stored_workload_afterwards() {
+    // The webhook fails open (cmset down, or not installed): the workload is stored as written and
+    // the workload controller moves it once it runs.
+    let ns = TestNamespace::new("adm-fallback").await;
+    let _operator = Operator::start_without_webhook(&ns.name, &[]).await;
+    ns.apply(&app_config_yaml("1", None));
+    let v1 = app_config_revision("1");
+    eventually("the set's revision", || async {
+        ns.set("app-config")
+            .await
+            .status?
+            .current_revision
+            .filter(|r| *r == v1)
+    })
+    .await;
+    ns.apply(&DeploymentYaml::new("web", &[Reads::EnvFrom("app-config")]).yaml());
+    wait_names(&ns, "web", &[&v1]).await;
+    let d = ns.deployment("web").await;
+    assert_eq!(
+        d.metadata.generation,
+        Some(2),
+        "stored as written, then moved by the controller"
+    );
+    assert_ne!(d.spec.as_ref().unwrap().paused, Some(true));
+    rollout_status(&ns, "deployment/web").await;
+}

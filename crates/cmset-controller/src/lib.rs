@@ -6,6 +6,7 @@ pub mod cert_keeper;
 pub mod cli;
 pub mod context;
 pub mod error;
+pub mod http;
 pub mod index;
 pub mod leader;
 pub mod metrics;

@@ -60,7 +60,13 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(address).await?;
     tracing::info!(%address, "serving /metrics, /healthz and /readyz");
-    axum::serve(listener, router(health))
-        .with_graceful_shutdown(shutdown)
-        .await
+    crate::http::serve(
+        listener,
+        None,
+        router(health),
+        crate::http::Limits::PLAIN,
+        shutdown,
+    )
+    .await;
+    Ok(())
 }

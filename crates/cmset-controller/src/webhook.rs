@@ -19,8 +19,6 @@ use base64::Engine;
 use cmset_api::ConfigMapSet;
 use cmset_core::admission::{self, Circumstances};
 use cmset_core::observe::WorkloadKind;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::service::TowerToHyperService;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
 use kube::{Api, Client};
@@ -31,6 +29,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
+use crate::http::Limits;
 use crate::metrics::Metrics;
 
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +111,15 @@ const SET_WAIT: Duration = Duration::from_secs(2);
 const SET_POLL: Duration = Duration::from_millis(100);
 /// Referenced names looked up as ConfigMaps per admission, at most.
 const LOOKUPS: usize = 8;
+const DECISION_TIMEOUT: Duration = Duration::from_secs(8);
+
+#[derive(Debug, thiserror::Error)]
+enum Undecided {
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    #[error("no decision within {DECISION_TIMEOUT:?}")]
+    Timeout,
+}
 
 async fn mutate(State(handler): State<Handler>, axum::Json(review): axum::Json<Value>) -> axum::Json<Value> {
     let request = &review["request"];
@@ -126,7 +134,12 @@ async fn mutate(State(handler): State<Handler>, axum::Json(review): axum::Json<V
         return axum::Json(review_response(uid, None));
     };
     let object = &request["object"];
-    let outcome = match decide(&handler.client, kind, namespace, request).await {
+    // The API server gives up after the registration's timeout (5 s); so does cmset, a little later.
+    let decided = tokio::time::timeout(
+        DECISION_TIMEOUT,
+        decide(&handler.client, kind, namespace, request),
+    );
+    let outcome = match decided.await.unwrap_or(Err(Undecided::Timeout)) {
         Ok(outcome) => outcome,
         Err(e) => {
             // Fail open: the workload controller converges it afterwards.
@@ -160,7 +173,7 @@ async fn decide(
     kind: WorkloadKind,
     namespace: &str,
     request: &Value,
-) -> Result<Option<json_patch::Patch>, kube::Error> {
+) -> Result<Option<json_patch::Patch>, Undecided> {
     let object = &request["object"];
     let sets_api: Api<ConfigMapSet> = Api::namespaced(client.clone(), namespace);
     let mut sets = sets_api.list(&ListParams::default()).await?.items;
@@ -221,7 +234,7 @@ pub async fn bind(address: SocketAddr, cert: Arc<ServingCert>) -> Result<Bound, 
     })
 }
 
-/// Serves the webhook over HTTPS until `shutdown` resolves.
+/// Serves the webhook over HTTPS until `shutdown` resolves, within [`Limits::WEBHOOK`].
 pub async fn serve(
     bound: Bound,
     client: Client,
@@ -234,31 +247,14 @@ pub async fn serve(
         address,
     } = bound;
     info!(%address, "serving the admission webhook at /mutate");
-    let app = router(client, metrics);
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => { warn!(error = %e, "webhook accept failed"); continue; }
-            },
-            _ = &mut shutdown => return,
-        };
-        let (acceptor, app) = (acceptor.clone(), app.clone());
-        tokio::spawn(async move {
-            let tls = match acceptor.accept(stream).await {
-                Ok(tls) => tls,
-                Err(e) => return debug!(%peer, error = %e, "TLS handshake failed"),
-            };
-            let service = TowerToHyperService::new(app);
-            if let Err(e) = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(tls), service)
-                .await
-            {
-                debug!(%peer, error = %e, "webhook connection ended with an error");
-            }
-        });
-    }
+    crate::http::serve(
+        listener,
+        Some(acceptor),
+        router(client, metrics),
+        Limits::WEBHOOK,
+        shutdown,
+    )
+    .await;
 }
 
 #[cfg(test)]
