@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::observe::{WorkloadKind, WorkloadView};
-use crate::rollout::{SetTarget, plan_workload};
+use crate::rollout::{SetTarget, TemplateLabels, plan_workload};
 
 /// The JSON patch (RFC 6902) for an opted-in Deployment, StatefulSet or DaemonSet being admitted, or
 /// `None` when nothing changes (not opted in, no reference to a set, or everything already current or
@@ -50,7 +50,15 @@ pub fn mutate(kind: WorkloadKind, object: &Value, sets: &[ConfigMapSet]) -> Opti
         .filter_map(|s| SetTarget::as_recorded(s, &workload.uid))
         .collect();
     let plan = plan_workload(&workload, &targets);
-    (!plan.is_empty()).then(|| plan.admission_patch(template_labels.is_some()))
+    // Objects from the API server always have template metadata; any other input still gets a patch
+    // that applies to it.
+    let template = match object.pointer("/spec/template/metadata") {
+        Some(Value::Object(metadata)) => {
+            TemplateLabels::from(matches!(metadata.get("labels"), Some(Value::Object(_))))
+        }
+        _ => TemplateLabels::NoMetadata,
+    };
+    (!plan.is_empty()).then(|| plan.admission_patch(template))
 }
 
 #[cfg(test)]
@@ -119,6 +127,34 @@ mod tests {
                 {"op": "add", "path": "/spec/template/metadata/labels/cmset.dev~1managed", "value": "true"}
             ])
         );
+    }
+
+    /// Found by `admission_copes_with_any_object`: a template without labels, or without metadata at all,
+    /// gets the label added with its parent, so that the patch applies to the object it was made for.
+    #[test]
+    fn the_label_is_added_with_its_parent_when_the_template_lacks_it() {
+        let sets = [set(1, 1, vec![])];
+        let label = |patch: Value| patch[2].clone();
+        let mut no_labels = deployment("app", None, true);
+        no_labels["spec"]["template"]["metadata"] = json!({});
+        assert_eq!(
+            label(mutated(&no_labels, &sets).unwrap()),
+            json!({"op": "add", "path": "/spec/template/metadata/labels", "value": {"cmset.dev/managed": "true"}})
+        );
+        for metadata in [None, Some(Value::Null)] {
+            let mut no_metadata = deployment("app", None, true);
+            let template = no_metadata["spec"]["template"].as_object_mut().unwrap();
+            match metadata {
+                None => template.remove("metadata"),
+                Some(value) => template.insert("metadata".into(), value),
+            };
+            let patch = mutate(WorkloadKind::Deployment, &no_metadata, &sets).unwrap();
+            assert_eq!(
+                label(serde_json::to_value(&patch).unwrap()),
+                json!({"op": "add", "path": "/spec/template/metadata", "value": {"labels": {"cmset.dev/managed": "true"}}})
+            );
+            json_patch::patch(&mut no_metadata, &patch).expect("the patch applies");
+        }
     }
 
     #[test]
