@@ -340,7 +340,7 @@ fn move_workloads(set: &ConfigMapSet, revisions: &[RevisionView], workloads: &mu
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(128))]
 
     /// Whatever the world (lost marks, unreadable numbers, revisions being deleted, a name taken by
     /// someone else, invalid template metadata, binary data), carrying out the set's plan and then every

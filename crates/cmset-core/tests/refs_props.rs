@@ -551,7 +551,7 @@ fn opted_in(spec: &PodSpec) -> Value {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(128))]
 
     /// The workload planner with real set targets: carrying out its plan and planning again plans
     /// nothing; every change moves a name a set decides to that set's current revision; no bare set name
