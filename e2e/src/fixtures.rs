@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Pod, PodSpec, ProjectedVolumeSource};
 
-use crate::{TestNamespace, eventually, kubectl_in, kustomize_name};
+use crate::{TestNamespace, eventually, kustomize_name};
 
 /// The set most scenarios use.
 pub const APP_CONFIG: &str = "app-config";
@@ -325,34 +325,21 @@ pub async fn wait_names(ns: &TestNamespace, deployment: &str, expected: &[&str])
 /// `kubectl rollout status <kind/name> --timeout=90s`: returns once the workload's pods all run its
 /// current template, panics with kubectl's output if they do not in time.
 pub async fn rollout_status(ns: &TestNamespace, kind_name: &str) {
-    kubectl_off_thread(ns, &["rollout", "status", kind_name, "--timeout=90s"]).await;
+    ns.kubectl_async(&["rollout", "status", kind_name, "--timeout=90s"], None)
+        .await;
 }
 
 /// `kubectl wait --for=condition=Ready cmset/<set> --timeout=60s`: the set's current revision exists and
 /// every opted-in workload uses it (or is pinned to an older one by a rollback).
 pub async fn set_ready(ns: &TestNamespace, set: &str) {
-    kubectl_off_thread(
-        ns,
+    ns.kubectl_async(
         &[
             "wait",
             "--for=condition=Ready",
             &format!("cmset/{set}"),
             "--timeout=60s",
         ],
+        None,
     )
     .await;
-}
-
-/// [`TestNamespace::kubectl`] for a command that waits: on a blocking thread, so the test's runtime stays
-/// free. A failure panics with kubectl's output, as there.
-async fn kubectl_off_thread(ns: &TestNamespace, args: &[&str]) {
-    let namespace = ns.name.clone();
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let run = move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        kubectl_in(Some(&namespace), &args, None);
-    };
-    if let Err(e) = tokio::task::spawn_blocking(run).await {
-        std::panic::resume_unwind(e.into_panic());
-    }
 }

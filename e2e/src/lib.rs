@@ -87,6 +87,29 @@ impl TestNamespace {
         try_kubectl_in(Some(&self.name), args, stdin)
     }
 
+    /// [`Self::kubectl`] (with `stdin`, if any) on a blocking thread, so that the test's runtime stays
+    /// free: for commands that wait, and for several actors writing at once.
+    /// The arguments are copied at once, so the future borrows nothing.
+    pub fn kubectl_async(
+        &self,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> impl std::future::Future<Output = String> + use<> {
+        let namespace = self.name.clone();
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let stdin = stdin.map(str::to_owned);
+        let run = move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            kubectl_in(Some(&namespace), &args, stdin.as_deref())
+        };
+        async move {
+            match tokio::task::spawn_blocking(run).await {
+                Ok(out) => out,
+                Err(e) => std::panic::resume_unwind(e.into_panic()),
+            }
+        }
+    }
+
     pub async fn set(&self, name: &str) -> ConfigMapSet {
         self.api::<ConfigMapSet>()
             .get(name)

@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::hold;
 use crate::naming::refers_to_set;
 use crate::observe::{WorkloadKind, WorkloadView};
-use crate::rollout::{SetTarget, plan_workload};
+use crate::rollout::{SetTarget, TemplateLabels, plan_workload};
 
 /// What the webhook knows about one admission request besides the object and the namespace's sets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -109,17 +109,25 @@ pub fn mutate(
     sets: &[ConfigMapSet],
     circumstances: &Circumstances,
 ) -> Option<Patch> {
-    let (workload, template_labels) = opted_in_view(kind, object)?;
+    let (workload, _) = opted_in_view(kind, object)?;
     let targets: Vec<SetTarget> = sets
         .iter()
         .filter_map(|s| SetTarget::as_recorded(s, &workload.uid))
         .collect();
     let plan = plan_workload(&workload, &targets);
+    // Objects from the API server always have template metadata; any other input still gets a patch
+    // that applies to it.
+    let template = match object.pointer("/spec/template/metadata") {
+        Some(Value::Object(metadata)) => {
+            TemplateLabels::from(matches!(metadata.get("labels"), Some(Value::Object(_))))
+        }
+        _ => TemplateLabels::NoMetadata,
+    };
     let hold = circumstances.creating
         && kind == WorkloadKind::Deployment
         && !hold::is_paused(object)
         && (!circumstances.missing.is_empty() || awaits_sets(kind, object, sets));
-    let mut patch = (!plan.is_empty()).then(|| plan.admission_patch(template_labels.is_some()));
+    let mut patch = (!plan.is_empty()).then(|| plan.admission_patch(template));
     if hold {
         patch
             .get_or_insert_with(|| Patch(Vec::new()))
@@ -196,6 +204,40 @@ mod tests {
                 {"op": "add", "path": "/spec/template/metadata/labels/cmset.dev~1managed", "value": "true"}
             ])
         );
+    }
+
+    /// Found by `admission_copes_with_any_object`: a template without labels, or without metadata at all,
+    /// gets the label added with its parent, so that the patch applies to the object it was made for.
+    #[test]
+    fn the_label_is_added_with_its_parent_when_the_template_lacks_it() {
+        let sets = [set(1, 1, vec![])];
+        let label = |patch: Value| patch[2].clone();
+        let mut no_labels = deployment("app", None, true);
+        no_labels["spec"]["template"]["metadata"] = json!({});
+        assert_eq!(
+            label(mutated(&no_labels, &sets).unwrap()),
+            json!({"op": "add", "path": "/spec/template/metadata/labels", "value": {"cmset.dev/managed": "true"}})
+        );
+        for metadata in [None, Some(Value::Null)] {
+            let mut no_metadata = deployment("app", None, true);
+            let template = no_metadata["spec"]["template"].as_object_mut().unwrap();
+            match metadata {
+                None => template.remove("metadata"),
+                Some(value) => template.insert("metadata".into(), value),
+            };
+            let patch = mutate(
+                WorkloadKind::Deployment,
+                &no_metadata,
+                &sets,
+                &Circumstances::default(),
+            )
+            .unwrap();
+            assert_eq!(
+                label(serde_json::to_value(&patch).unwrap()),
+                json!({"op": "add", "path": "/spec/template/metadata", "value": {"labels": {"cmset.dev/managed": "true"}}})
+            );
+            json_patch::patch(&mut no_metadata, &patch).expect("the patch applies");
+        }
     }
 
     #[test]

@@ -25,12 +25,14 @@ pub fn revision_name(set_name: &str, hash: &str) -> String {
 
 /// Whether `candidate` is the name of a revision of set `set_name`: the set's name, `-`, then exactly
 /// a hash. The fixed length of the hash keeps sets apart whose names prefix one another: set `app`
-/// does not claim `app-config-d2c65kk9hm`, a revision of set `app-config`.
+/// does not claim `app-config-d2c65kk9hm`, a revision of set `app-config`. No set has an empty name, so
+/// the empty name has no revisions (as [`set_candidates`] never offers it).
 pub fn is_revision_name_of(set_name: &str, candidate: &str) -> bool {
-    candidate
-        .strip_prefix(set_name)
-        .and_then(|rest| rest.strip_prefix('-'))
-        .is_some_and(is_hash)
+    !set_name.is_empty()
+        && candidate
+            .strip_prefix(set_name)
+            .and_then(|rest| rest.strip_prefix('-'))
+            .is_some_and(is_hash)
 }
 
 /// Whether the ConfigMap name `configmap` refers to set `set_name`: the set's bare name (how a workload

@@ -180,7 +180,7 @@ impl WorkloadPlan {
     /// The guarded JSON patch for a workload whose pod template lives at `/spec/template`.
     pub fn json_patch(&self, uid: &str, has_template_labels: bool) -> Patch {
         let extra = self
-            .managed_label_operation(has_template_labels)
+            .managed_label_operation(TemplateLabels::from(has_template_labels))
             .into_iter()
             .collect();
         refs::json_patch(uid, TEMPLATE_POD_SPEC_POINTER, &self.changes, extra)
@@ -188,28 +188,46 @@ impl WorkloadPlan {
 
     /// The patch a mutating admission webhook returns: the same changes, guarded by `test` ops on the
     /// object being admitted, without the UID guard (an object being created has no UID yet).
-    pub fn admission_patch(&self, has_template_labels: bool) -> Patch {
+    pub fn admission_patch(&self, template: TemplateLabels) -> Patch {
         let mut operations = refs::change_operations(TEMPLATE_POD_SPEC_POINTER, &self.changes);
-        operations.extend(self.managed_label_operation(has_template_labels));
+        operations.extend(self.managed_label_operation(template));
         Patch(operations)
     }
 
-    /// The `add` of cmset's label to the pod template, when it lacks it: of the label alone, or of the
-    /// whole map when the template has no labels at all.
-    fn managed_label_operation(&self, has_template_labels: bool) -> Option<PatchOperation> {
+    /// The `add` of cmset's label to the pod template, when it lacks it: of the label alone, of the
+    /// whole map when the template has no labels, or of the whole metadata when it has none (an `add`
+    /// needs its parent to exist).
+    fn managed_label_operation(&self, template: TemplateLabels) -> Option<PatchOperation> {
+        const TEMPLATE_METADATA: &Pointer = Pointer::from_static("/spec/template/metadata");
         const TEMPLATE_LABELS: &Pointer = Pointer::from_static("/spec/template/metadata/labels");
-        let operation = if has_template_labels {
-            AddOperation {
-                path: TEMPLATE_LABELS.with_trailing_token(labels::MANAGED_TEMPLATE),
-                value: Value::from("true"),
-            }
-        } else {
-            AddOperation {
-                path: TEMPLATE_LABELS.to_buf(),
-                value: json!({ labels::MANAGED_TEMPLATE: "true" }),
-            }
+        let label = json!({ labels::MANAGED_TEMPLATE: "true" });
+        let (path, value) = match template {
+            TemplateLabels::Present => (
+                TEMPLATE_LABELS.with_trailing_token(labels::MANAGED_TEMPLATE),
+                Value::from("true"),
+            ),
+            TemplateLabels::Absent => (TEMPLATE_LABELS.to_buf(), label),
+            TemplateLabels::NoMetadata => (TEMPLATE_METADATA.to_buf(), json!({ "labels": label })),
         };
-        self.add_managed_label.then_some(PatchOperation::Add(operation))
+        self.add_managed_label
+            .then_some(PatchOperation::Add(AddOperation { path, value }))
+    }
+}
+
+/// What the pod template's metadata holds, which decides where cmset's label is added.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TemplateLabels {
+    /// A map of labels.
+    Present,
+    /// Metadata without labels.
+    Absent,
+    /// No metadata at all (only an object that has not been through the API server's decoding).
+    NoMetadata,
+}
+
+impl From<bool> for TemplateLabels {
+    fn from(has_labels: bool) -> Self {
+        if has_labels { Self::Present } else { Self::Absent }
     }
 }
 

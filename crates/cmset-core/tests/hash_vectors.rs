@@ -502,3 +502,29 @@ fn the_first_hundred_collision_counts_are_all_distinct() {
     assert_eq!(hashes.len(), 100);
     assert!(hashes.contains("d2c65kk9hm"));
 }
+
+proptest! {
+    /// The text that is hashed is JSON that reads back as exactly the content (any Unicode, control
+    /// characters and separators included; binary data through kustomize's wrapped base64), the
+    /// collision count when there is one, and nothing else: two contents never share a hash input.
+    #[test]
+    fn hash_input_reads_back_as_the_content(data in any_data(), binary in any_binary(), count in -3..3i32) {
+        let input = hash_input(opt(&data), opt(&binary), count);
+        let parsed: serde_json::Value = serde_json::from_str(&input).map_err(|e| TestCaseError::fail(format!("{e}: {input}")))?;
+        let object = parsed.as_object().expect("an object");
+        let expected_data = if data.is_empty() { serde_json::json!("") } else { serde_json::json!(data) };
+        prop_assert_eq!(&object["data"], &expected_data);
+        prop_assert_eq!(&object["kind"], "ConfigMap");
+        prop_assert_eq!(&object["name"], "");
+        prop_assert_eq!(object.get("collisionCount").and_then(|c| c.as_i64()), (count != 0).then_some(i64::from(count)));
+        let decoded: BTreeMap<String, ByteString> = match object.get("binaryData") {
+            None => BTreeMap::new(),
+            Some(b) => b.as_object().expect("a map").iter().map(|(k, v)| {
+                let unwrapped = v.as_str().expect("a string").replace('\n', "");
+                (k.clone(), serde_json::from_value(serde_json::json!(unwrapped)).expect("base64"))
+            }).collect(),
+        };
+        prop_assert_eq!(decoded, binary);
+        prop_assert_eq!(object.len(), 3 + usize::from(count != 0) + usize::from(object.contains_key("binaryData")));
+    }
+}

@@ -161,6 +161,10 @@ fn revision_name_examples() {
     assert!(!is_revision_name_of("app", "app-d2c653391a"));
     assert!(!is_revision_name_of("app", "app.d2c65kk9hm"));
     assert!(!is_revision_name_of("app", "xapp-d2c65kk9hm"));
+    // Found by `candidates_are_exactly_the_sets_any_name_refers_to`: the empty name claimed `-<hash>`,
+    // which `set_candidates` never offers.
+    assert!(!is_revision_name_of("", "-d2c65kk9hm"));
+    assert!(!refers_to_set("", "-d2c65kk9hm"));
     // The longest set name still gives a valid revision name.
     let longest = "c".repeat(MAX_SET_NAME_LEN);
     let revision = revision_name(&longest, "d2c65kk9hm");
@@ -200,4 +204,23 @@ fn candidates_of_plain_and_revision_names() {
         vec!["-d2c65kk9hm"]
     );
     assert!(!refers_to_set("app", "app-config-d2c65kk9hm"));
+}
+
+proptest! {
+    /// The same, over any strings at all (unicode, no hash, several '-'): `set_candidates` never panics,
+    /// every candidate is a set the name refers to, and every set the name refers to is a candidate.
+    #[test]
+    fn candidates_are_exactly_the_sets_any_name_refers_to(set in "\\PC{0,16}", other in "\\PC{0,28}", content in any::<u8>()) {
+        let revision = revision_name(&set, &cmset_core::hash::short_hash(&[content]));
+        for configmap in [revision.as_str(), other.as_str(), set.as_str()] {
+            let candidates: Vec<&str> = set_candidates(configmap).collect();
+            prop_assert!(candidates.iter().all(|c| refers_to_set(c, configmap)), "{:?}", configmap);
+            for claimant in [set.as_str(), other.as_str(), revision.as_str()] {
+                if refers_to_set(claimant, configmap) {
+                    prop_assert!(candidates.contains(&claimant), "{:?} refers to {:?}", configmap, claimant);
+                }
+            }
+        }
+        prop_assert_eq!(is_revision_name_of(&set, &revision), !set.is_empty());
+    }
 }

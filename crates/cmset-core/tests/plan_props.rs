@@ -7,11 +7,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate};
+use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, labels};
 use cmset_core::hash::content_hash;
 use cmset_core::naming::revision_name;
 use cmset_core::observe::{HistoryKind, HistoryObject, RevisionView, WorkloadKind, WorkloadView};
 use cmset_core::plan::{EventKind, SetPlan};
+use cmset_core::refs::apply_changes;
+use cmset_core::revision::content_identity;
+use cmset_core::rollout::{SetTarget, plan_workload};
+use cmset_core::validate;
+use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMapVolumeSource, Container, PodSpec, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use proptest::prelude::*;
@@ -214,6 +219,159 @@ proptest! {
         let current_existing_number = revisions.iter().find(|r| r.name == current).and_then(|r| r.number());
         if current_existing_number != Some(highest) {
             prop_assert_eq!(number, highest + 1, "a new or reused revision becomes the newest");
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------------
+// A wilder world, and the whole loop: the set's plan carried out, then every workload's, until quiet.
+// ------------------------------------------------------------------------------------------------------
+
+/// What may be odd about an existing revision.
+#[derive(Clone, Copy, Debug)]
+enum Oddity {
+    None,
+    /// Someone removed its content mark.
+    LostMark,
+    /// Its number does not parse.
+    BadNumber,
+    /// It is being deleted.
+    BeingDeleted,
+    /// Someone removed its label (cmset's own metadata, to be restored).
+    LostLabel,
+}
+
+fn oddity() -> impl Strategy<Value = Oddity> {
+    prop_oneof![
+        4 => Just(Oddity::None),
+        1 => Just(Oddity::LostMark),
+        1 => Just(Oddity::BadNumber),
+        1 => Just(Oddity::BeingDeleted),
+        1 => Just(Oddity::LostLabel),
+    ]
+}
+
+fn odd_revision(set: &ConfigMapSet, version: u8, number: i64, oddity: Oddity) -> RevisionView {
+    let mut r = revision_of(set, &name_of(version), number);
+    match oddity {
+        Oddity::None => {}
+        Oddity::LostMark => {
+            r.annotations.remove(labels::CONTENT_HASH);
+        }
+        Oddity::BadNumber => {
+            r.annotations.insert(labels::REVISION.into(), "seven".into());
+        }
+        Oddity::BeingDeleted => r.being_deleted = true,
+        Oddity::LostLabel => {
+            r.labels.remove(labels::SET);
+        }
+    }
+    r
+}
+
+/// A ConfigMap someone else made under the name the set's content would get: a collision.
+fn squatter(version: u8) -> RevisionView {
+    RevisionView {
+        name: name_of(version),
+        uid: "uid-squatter".into(),
+        labels: BTreeMap::from([(labels::SET.to_string(), SET.to_string())]),
+        ..RevisionView::default()
+    }
+}
+
+/// Template metadata, sometimes invalid (a reserved prefix, a bad label value): the invalid-spec path.
+fn template_metadata() -> impl Strategy<Value = Vec<(bool, String, String)>> {
+    let key = prop_oneof![
+        3 => "[a-z]{1,6}",
+        1 => Just("cmset.dev/x".to_string()),
+        1 => "[a-z]{1,3}/[A-Za-z]{1,3}",
+    ];
+    let value = prop_oneof![3 => "[a-z0-9]{0,6}", 1 => Just("bad value!".to_string())];
+    prop::collection::vec((any::<bool>(), key, value), 0..3)
+}
+
+prop_compose! {
+    fn wild_world()(
+        (set, revisions, workloads, history) in world(),
+        oddities in proptest::collection::vec(oddity(), 4),
+        squat in proptest::option::of(1u8..=4),
+        metadata in template_metadata(),
+        binary in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..8)),
+    ) -> (ConfigMapSet, Vec<RevisionView>, Vec<WorkloadView>, Vec<HistoryObject>) {
+        let mut set = set;
+        for (is_label, key, value) in metadata {
+            let meta = &mut set.spec.template.metadata;
+            if is_label { meta.labels.insert(key, value) } else { meta.annotations.insert(key, value) };
+        }
+        if let Some(bytes) = binary {
+            set.spec.template.binary_data = Some(BTreeMap::from([("bin".to_string(), ByteString(bytes))]));
+        }
+        let mut revisions: Vec<RevisionView> = revisions
+            .into_iter()
+            .zip(oddities)
+            .map(|(r, oddity)| {
+                let version = (1..=4).find(|v| name_of(*v) == r.name).unwrap();
+                odd_revision(&set, version, r.number().unwrap_or(0), oddity)
+            })
+            .collect();
+        if let Some(version) = squat.filter(|v| !revisions.iter().any(|r| r.name == name_of(*v))) {
+            revisions.push(squatter(version));
+        }
+        (set, revisions, workloads, history)
+    }
+}
+
+/// Where the set's workloads point once its plan is carried out: each workload's own plan, applied.
+fn move_workloads(set: &ConfigMapSet, revisions: &[RevisionView], workloads: &mut [WorkloadView]) -> usize {
+    let valid = validate::validate(SET, &set.spec).is_ok();
+    let identity = valid.then(|| content_identity(set));
+    let mut moved = 0;
+    for w in workloads.iter_mut() {
+        let targets: Vec<SetTarget> = SetTarget::observed(set, identity.as_deref(), revisions, &w.uid)
+            .into_iter()
+            .collect();
+        let plan = plan_workload(w, &targets);
+        if !plan.is_empty() {
+            w.pod_spec = apply_changes(&w.pod_spec, &plan.changes).expect("a fresh plan applies");
+            moved += 1;
+        }
+    }
+    moved
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Whatever the world (lost marks, unreadable numbers, revisions being deleted, a name taken by
+    /// someone else, invalid template metadata, binary data), carrying out the set's plan and then every
+    /// workload's, again and again, reaches a world where nothing plans a write or an event within a few
+    /// rounds, and stays there. Then a valid set is Ready and no workload still names the bare set.
+    #[test]
+    fn the_whole_loop_converges_and_then_is_quiet((set, revisions, workloads, history) in wild_world()) {
+        let (mut set, mut revisions, mut workloads) = (set, revisions, workloads);
+        let mut rounds = 0;
+        loop {
+            let plan = plan_seeing(&set, &revisions, &workloads, &history, NO_PODS);
+            let set_quiet = plan.is_quiet(&set) && plan.events.is_empty();
+            carry_out(&mut set, &mut revisions, &plan);
+            let moved = move_workloads(&set, &revisions, &mut workloads);
+            if set_quiet && moved == 0 {
+                break;
+            }
+            rounds += 1;
+            // A collision costs one round, the new revision one, moving the workloads one, the status
+            // that records them one.
+            prop_assert!(rounds <= 5, "no convergence after {} rounds: {:?}", rounds, plan);
+        }
+        let again = plan_seeing(&set, &revisions, &workloads, &history, NO_PODS);
+        prop_assert!(again.is_quiet(&set) && again.events.is_empty(), "{:?}", again);
+        prop_assert_eq!(move_workloads(&set, &revisions, &mut workloads), 0);
+        if validate::validate(SET, &set.spec).is_ok() {
+            let ready = set.condition("Ready").expect("a Ready condition");
+            prop_assert_eq!(ready.status.as_str(), "True", "{:?}", ready);
+            for w in &workloads {
+                prop_assert!(!w.referenced_names().contains(SET), "{} still names the bare set", w.name);
+            }
         }
     }
 }

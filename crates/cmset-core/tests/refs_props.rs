@@ -4,12 +4,18 @@
 //! Secrets with the same names. The target used throughout maps the "sets" `app` and `db` to revisions,
 //! the revisions to themselves (fixed points) and ignores everything else.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
+use cmset_api::{
+    ConfigMapSet, ConfigMapSetSpec, ConfigMapSetStatus, RevisionStatus, WorkloadState, WorkloadStatus,
+};
+use cmset_core::admission;
+use cmset_core::observe::{WorkloadKind, WorkloadView};
 use cmset_core::refs::{
     NameChange, TEMPLATE_POD_SPEC_POINTER, apply_changes, escape_pointer_token, find_refs, json_patch,
     plan_rewrite,
 };
+use cmset_core::rollout::{SetTarget, WorkloadPlan, plan_workload};
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
 use k8s_openapi::api::core::v1::{
@@ -38,18 +44,27 @@ fn target(name: &str) -> Option<String> {
     }
 }
 
+/// Where the generators draw ConfigMap (and Secret) names from.
+type Names = BoxedStrategy<String>;
+
+/// The pool above, and now and then any name at all (unicode, `/`, `~`, 253 characters), which the
+/// target ignores and everything must leave alone.
 fn name() -> impl Strategy<Value = String> {
-    prop::sample::select(NAMES).prop_map(str::to_owned)
+    prop_oneof![
+        8 => prop::sample::select(NAMES).prop_map(str::to_owned),
+        1 => "\\PC{0,20}",
+        1 => "[-~/.a-z0-9]{253}",
+    ]
 }
 
 fn small_name() -> impl Strategy<Value = String> {
     prop::sample::select(&["a", "b", "c"][..]).prop_map(str::to_owned)
 }
 
-fn env_var() -> impl Strategy<Value = EnvVar> {
+fn env_var(name: &Names) -> impl Strategy<Value = EnvVar> + use<> {
     let source = prop_oneof![
         Just(None),
-        (name(), option::of(any::<bool>())).prop_map(|(name, optional)| Some(EnvVarSource {
+        (name.clone(), option::of(any::<bool>())).prop_map(|(name, optional)| Some(EnvVarSource {
             config_map_key_ref: Some(ConfigMapKeySelector {
                 name,
                 key: "k".into(),
@@ -57,7 +72,7 @@ fn env_var() -> impl Strategy<Value = EnvVar> {
             }),
             ..Default::default()
         })),
-        name().prop_map(|name| Some(EnvVarSource {
+        name.clone().prop_map(|name| Some(EnvVarSource {
             secret_key_ref: Some(SecretKeySelector {
                 name,
                 key: "k".into(),
@@ -73,10 +88,12 @@ fn env_var() -> impl Strategy<Value = EnvVar> {
     })
 }
 
-fn env_from() -> impl Strategy<Value = EnvFromSource> {
-    let cm = (name(), option::of(any::<bool>()))
+fn env_from(name: &Names) -> impl Strategy<Value = EnvFromSource> + use<> {
+    let cm = (name.clone(), option::of(any::<bool>()))
         .prop_map(|(name, optional)| ConfigMapEnvSource { name, optional });
-    let secret = name().prop_map(|name| SecretEnvSource { name, optional: None });
+    let secret = name
+        .clone()
+        .prop_map(|name| SecretEnvSource { name, optional: None });
     (
         option::of(cm),
         option::of(secret),
@@ -89,9 +106,9 @@ fn env_from() -> impl Strategy<Value = EnvFromSource> {
         })
 }
 
-fn projection() -> impl Strategy<Value = VolumeProjection> {
+fn projection(name: &Names) -> impl Strategy<Value = VolumeProjection> + use<> {
     prop_oneof![
-        (name(), option::of(any::<bool>())).prop_map(|(name, optional)| VolumeProjection {
+        (name.clone(), option::of(any::<bool>())).prop_map(|(name, optional)| VolumeProjection {
             config_map: Some(ConfigMapProjection {
                 name,
                 optional,
@@ -99,7 +116,7 @@ fn projection() -> impl Strategy<Value = VolumeProjection> {
             }),
             ..Default::default()
         }),
-        name().prop_map(|name| VolumeProjection {
+        name.clone().prop_map(|name| VolumeProjection {
             secret: Some(SecretProjection {
                 name,
                 ..Default::default()
@@ -120,8 +137,8 @@ fn projection() -> impl Strategy<Value = VolumeProjection> {
     ]
 }
 
-fn volume() -> impl Strategy<Value = Volume> {
-    let cm = (name(), option::of(any::<bool>())).prop_map(|(name, optional)| Volume {
+fn volume(name: &Names) -> impl Strategy<Value = Volume> + use<> {
+    let cm = (name.clone(), option::of(any::<bool>())).prop_map(|(name, optional)| Volume {
         config_map: Some(ConfigMapVolumeSource {
             name,
             optional,
@@ -129,14 +146,14 @@ fn volume() -> impl Strategy<Value = Volume> {
         }),
         ..Default::default()
     });
-    let secret = name().prop_map(|name| Volume {
+    let secret = name.clone().prop_map(|name| Volume {
         secret: Some(SecretVolumeSource {
             secret_name: Some(name),
             ..Default::default()
         }),
         ..Default::default()
     });
-    let projected = option::of(vec(projection(), 0..5)).prop_map(|sources| Volume {
+    let projected = option::of(vec(projection(name), 0..5)).prop_map(|sources| Volume {
         projected: Some(ProjectedVolumeSource {
             sources,
             default_mode: None,
@@ -153,16 +170,16 @@ fn volume() -> impl Strategy<Value = Volume> {
 
 type EnvParts = (String, Option<Vec<EnvVar>>, Option<Vec<EnvFromSource>>);
 
-fn env_parts() -> impl Strategy<Value = EnvParts> {
+fn env_parts(name: &Names) -> impl Strategy<Value = EnvParts> + use<> {
     (
         small_name(),
-        option::of(vec(env_var(), 0..5)),
-        option::of(vec(env_from(), 0..4)),
+        option::of(vec(env_var(name), 0..5)),
+        option::of(vec(env_from(name), 0..4)),
     )
 }
 
-fn container() -> impl Strategy<Value = Container> {
-    env_parts().prop_map(|(name, env, env_from)| Container {
+fn container(name: &Names) -> impl Strategy<Value = Container> + use<> {
+    env_parts(name).prop_map(|(name, env, env_from)| Container {
         name,
         env,
         env_from,
@@ -170,8 +187,8 @@ fn container() -> impl Strategy<Value = Container> {
     })
 }
 
-fn ephemeral_container() -> impl Strategy<Value = EphemeralContainer> {
-    env_parts().prop_map(|(name, env, env_from)| EphemeralContainer {
+fn ephemeral_container(name: &Names) -> impl Strategy<Value = EphemeralContainer> + use<> {
+    env_parts(name).prop_map(|(name, env, env_from)| EphemeralContainer {
         name,
         env,
         env_from,
@@ -180,11 +197,16 @@ fn ephemeral_container() -> impl Strategy<Value = EphemeralContainer> {
 }
 
 fn pod_spec() -> impl Strategy<Value = PodSpec> {
+    pod_spec_naming(&name().boxed())
+}
+
+/// A pod spec naming ConfigMaps (and Secrets) drawn from `name`, in every form and place.
+fn pod_spec_naming(name: &Names) -> impl Strategy<Value = PodSpec> + use<> {
     (
-        vec(container(), 0..4),
-        option::of(vec(container(), 0..3)),
-        option::of(vec(ephemeral_container(), 0..3)),
-        option::of(vec(volume(), 0..5)),
+        vec(container(name), 0..4),
+        option::of(vec(container(name), 0..3)),
+        option::of(vec(ephemeral_container(name), 0..3)),
+        option::of(vec(volume(name), 0..5)),
     )
         .prop_map(
             |(containers, init_containers, ephemeral_containers, volumes)| PodSpec {
@@ -392,4 +414,280 @@ proptest! {
         prop_assert_eq!(plan_rewrite(&slim, target), plan_rewrite(&spec, target));
         prop_assert_eq!(cmset_core::slim::references_only(&slim), slim, "slimming twice changes nothing");
     }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The workload planner and admission, over the same specs
+// ---------------------------------------------------------------------------------------------------------
+
+/// A hash of `n`, so that revision names have the real form (`<set>-<10 characters>`).
+fn h(n: u8) -> String {
+    cmset_core::hash::short_hash(&[n])
+}
+
+/// Sets `app` and `db`, and a set named exactly like one of `app`'s revisions (the case where one name
+/// refers to two sets); their revisions, a name of a revision's form that no set knows, and the rest.
+fn planner_names() -> Vec<String> {
+    let app_h1 = format!("app-{}", h(1));
+    vec![
+        "app".into(),
+        "db".into(),
+        app_h1.clone(),
+        format!("app-{}", h(2)),
+        format!("app-{}", h(3)),
+        format!("db-{}", h(4)),
+        format!("db-{}", h(5)),
+        format!("{app_h1}-{}", h(6)),
+        format!("app-{}", h(7)),
+        "unrelated".into(),
+        String::new(),
+    ]
+}
+
+fn planner_name() -> Names {
+    prop_oneof![
+        8 => prop::sample::select(planner_names()),
+        1 => "\\PC{0,20}",
+    ]
+    .boxed()
+}
+
+/// The revisions each set may know: `(set, [its revisions])`.
+fn set_revisions() -> Vec<(String, Vec<String>)> {
+    let app_h1 = format!("app-{}", h(1));
+    vec![
+        (
+            "app".into(),
+            vec![app_h1.clone(), format!("app-{}", h(2)), format!("app-{}", h(3))],
+        ),
+        ("db".into(), vec![format!("db-{}", h(4)), format!("db-{}", h(5))]),
+        (app_h1.clone(), vec![format!("{app_h1}-{}", h(6))]),
+    ]
+}
+
+/// Some of the sets, each with a current revision, the revisions it knows, and a rollout record that
+/// is absent, the current revision (so older references are pinned) or another revision.
+fn targets() -> impl Strategy<Value = Vec<SetTarget>> {
+    let one = |(name, revisions): (String, Vec<String>)| {
+        let n = revisions.len();
+        (
+            0..n,
+            prop::collection::vec(any::<bool>(), n),
+            prop_oneof![Just(None), Just(Some(usize::MAX)), (0..n).prop_map(Some)],
+        )
+            .prop_map(move |(current, known, record)| {
+                let current_name = revisions[current].clone();
+                let mut known: BTreeSet<String> = revisions
+                    .iter()
+                    .zip(known)
+                    .filter(|(_, k)| *k)
+                    .map(|(r, _)| r.clone())
+                    .collect();
+                known.insert(current_name.clone());
+                let rolled_out = record.map(|i| match i {
+                    usize::MAX => current_name.clone(),
+                    i => revisions[i].clone(),
+                });
+                SetTarget {
+                    name: name.clone(),
+                    current: current_name,
+                    revisions: known,
+                    rolled_out,
+                }
+            })
+    };
+    let sets: Vec<_> = set_revisions().into_iter().map(|s| option::of(one(s))).collect();
+    sets.prop_map(|sets| sets.into_iter().flatten().collect())
+}
+
+fn workload(spec: PodSpec, managed: bool) -> WorkloadView {
+    WorkloadView {
+        kind: WorkloadKind::Deployment,
+        name: "web".into(),
+        uid: UID.into(),
+        pod_spec: spec,
+        template_labels: BTreeMap::from_iter(managed.then(|| {
+            (
+                cmset_api::labels::MANAGED_TEMPLATE.to_string(),
+                "true".to_string(),
+            )
+        })),
+    }
+}
+
+/// The set whose status records `target` (settled), as admission reads it.
+fn recorded_set(target: &SetTarget) -> ConfigMapSet {
+    let mut set = ConfigMapSet::new(&target.name, ConfigMapSetSpec::default());
+    set.metadata.generation = Some(1);
+    set.status = Some(ConfigMapSetStatus {
+        observed_generation: Some(1),
+        current_revision: Some(target.current.clone()),
+        history: target
+            .revisions
+            .iter()
+            .map(|r| RevisionStatus {
+                name: r.clone(),
+                revision: 1,
+                in_use: true,
+            })
+            .collect(),
+        workloads: vec![WorkloadStatus {
+            kind: "Deployment".into(),
+            name: "web".into(),
+            uid: UID.into(),
+            revision: target.current.clone(),
+            state: WorkloadState::Current,
+            rolled_out: target.rolled_out.clone(),
+        }],
+        ..ConfigMapSetStatus::default()
+    });
+    set
+}
+
+fn opted_in(spec: &PodSpec) -> Value {
+    let mut d = deployment(spec);
+    d["metadata"]["labels"] = json!({ cmset_api::labels::ENABLED: cmset_api::labels::ENABLED_VALUE });
+    d
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// The workload planner with real set targets: carrying out its plan and planning again plans
+    /// nothing; every change moves a name a set decides to that set's current revision; no bare set name
+    /// is left; and names no set claims are never touched.
+    #[test]
+    fn planning_a_workload_is_idempotent(
+        spec in pod_spec_naming(&planner_name()),
+        targets in targets(),
+        managed in any::<bool>(),
+    ) {
+        let plan = plan_workload(&workload(spec.clone(), managed), &targets);
+        prop_assert_eq!(plan.add_managed_label, !plan.is_empty() && !managed);
+        let currents: BTreeSet<&String> = targets.iter().map(|t| &t.current).collect();
+        for change in &plan.changes {
+            prop_assert!(targets.iter().any(|t| t.claims(&change.from)), "{:?}", change);
+            prop_assert!(currents.contains(&change.to), "{:?}", change);
+        }
+        let moved = apply_changes(&spec, &plan.changes).expect("a fresh plan applies");
+        let again = plan_workload(&workload(moved.clone(), true), &targets);
+        prop_assert_eq!(again, WorkloadPlan::default());
+        // A bare set name stays only where it is also a revision another set knows (and so decides).
+        for r in find_refs(&moved) {
+            let revision_of_another = targets.iter().any(|t| t.name != r.name && t.claims(&r.name) && t.revisions.contains(&r.name));
+            let bare = targets.iter().any(|t| t.name == r.name);
+            prop_assert!(!bare || revision_of_another, "bare set name {} left", r.name);
+        }
+    }
+
+    /// Admission gives the same move as the controller (for the sets as their status records them), its
+    /// patch applies to the object being admitted, and admitting the result again changes nothing: a
+    /// re-applied manifest and the stored object agree.
+    #[test]
+    fn admission_moves_what_the_controller_moves_and_then_nothing(
+        spec in pod_spec_naming(&planner_name()),
+        targets in targets(),
+    ) {
+        let sets: Vec<ConfigMapSet> = targets.iter().map(recorded_set).collect();
+        let object = opted_in(&spec);
+        let plan = plan_workload(&workload(spec.clone(), false), &targets);
+        let updating = admission::Circumstances::default();
+        let patch = admission::mutate(WorkloadKind::Deployment, &object, &sets, &updating);
+        prop_assert_eq!(patch.is_some(), !plan.is_empty());
+        let Some(patch) = patch else { return Ok(()) };
+        let mut admitted = object.clone();
+        apply_patch(&mut admitted, &patch).map_err(TestCaseError::fail)?;
+        let expected = to_value(&apply_changes(&spec, &plan.changes).expect("a fresh plan applies"));
+        prop_assert_eq!(&admitted["spec"]["template"]["spec"], &expected);
+        prop_assert_eq!(
+            &admitted["spec"]["template"]["metadata"]["labels"][cmset_api::labels::MANAGED_TEMPLATE],
+            &json!("true")
+        );
+        prop_assert!(admission::mutate(WorkloadKind::Deployment, &admitted, &sets, &updating).is_none());
+    }
+
+    /// Admission never panics, whatever object it is sent: any JSON at all, or a workload with parts
+    /// replaced by values of the wrong type.
+    #[test]
+    fn admission_copes_with_any_object(object in any_object(), targets in targets(), creating: bool) {
+        let sets: Vec<ConfigMapSet> = targets.iter().map(recorded_set).collect();
+        // Created with a name nothing has yet: held, when it is a Deployment.
+        let circumstances = admission::Circumstances {
+            creating,
+            missing: ["later".to_string()].into(),
+            now: "2026-11-23T10:00:00Z".into(),
+        };
+        for kind in WorkloadKind::ALL {
+            if let Some(patch) = admission::mutate(kind, &object, &sets, &circumstances) {
+                // What it does return applies to the object.
+                let mut patched = object.clone();
+                apply_patch(&mut patched, &patch).map_err(TestCaseError::fail)?;
+            }
+        }
+    }
+}
+
+/// JSON whose keys are mostly the ones admission looks for, so that random objects get deep into it.
+fn any_json() -> impl Strategy<Value = Value> {
+    let key = prop_oneof![
+        prop::sample::select(vec![
+            "metadata",
+            "labels",
+            "name",
+            "uid",
+            "spec",
+            "template",
+            "containers",
+            "initContainers",
+            "volumes",
+            "configMap",
+            "envFrom",
+            "configMapRef",
+            "env",
+            "valueFrom",
+            "configMapKeyRef",
+            "projected",
+            "sources",
+            "cmset.dev/enabled",
+        ])
+        .prop_map(str::to_owned),
+        "\\PC{0,6}",
+    ];
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        prop::sample::select(planner_names()).prop_map(Value::from),
+        Just(json!("true")),
+    ];
+    leaf.prop_recursive(5, 48, 6, move |inner| {
+        prop_oneof![
+            vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map(key.clone(), inner, 0..5)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// Any JSON, or an opted-in workload with one of its parts replaced by any JSON.
+fn any_object() -> impl Strategy<Value = Value> {
+    let pointers = prop::sample::select(vec![
+        "/spec",
+        "/spec/template",
+        "/spec/template/spec",
+        "/spec/template/spec/containers",
+        "/spec/template/spec/volumes",
+        "/spec/template/metadata",
+        "/spec/template/metadata/labels",
+        "/metadata/uid",
+        "/metadata/name",
+    ]);
+    let broken = (pod_spec_naming(&planner_name()), pointers, any_json()).prop_map(|(spec, at, value)| {
+        let mut object = opted_in(&spec);
+        if let Some(slot) = object.pointer_mut(at) {
+            *slot = value;
+        }
+        object
+    });
+    prop_oneof![any_json(), broken]
 }
