@@ -145,6 +145,22 @@ impl Context {
         );
     }
 
+    /// Sends one write of state to the API server: every write goes through here, counted by operation
+    /// (and, in crash tests, the place the process aborts: see `crash_points`).
+    pub async fn write<T>(
+        &self,
+        operation: &'static str,
+        request: impl std::future::Future<Output = kube::Result<T>>,
+    ) -> kube::Result<T> {
+        self.metrics.wrote(operation);
+        let n = crate::crash_points::before_write(operation);
+        let result = request.await;
+        if result.is_ok() {
+            crate::crash_points::after_write(n, operation);
+        }
+        result
+    }
+
     /// Publishes an event, best effort. A fresh recorder each time: kube's recorder folds a repeat of
     /// the same reason on the same object into a series that keeps the first message, while cmset
     /// publishes only when something changed, so every event must keep its own message.

@@ -5,6 +5,7 @@
 pub mod cert_keeper;
 pub mod cli;
 pub mod context;
+pub mod crash_points;
 pub mod error;
 pub mod http;
 pub mod index;

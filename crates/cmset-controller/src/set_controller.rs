@@ -131,11 +131,9 @@ async fn reconcile_inner(set: &ConfigMapSet, ctx: &Context) -> Result<Action> {
         }
     }
     for (revision, patch) in &plan.patches {
-        ctx.metrics.wrote("patch_revision");
-        match configmaps
-            .patch_metadata(revision, &field_manager(), &Patch::Strategic(patch))
-            .await
-        {
+        let (params, patch) = (field_manager(), Patch::Strategic(patch));
+        let request = configmaps.patch_metadata(revision, &params, &patch);
+        match ctx.write("patch_revision", request).await {
             Ok(_) => {}
             // Deleted meanwhile: its watch event reconciles again.
             Err(e) if api_code(&e) == Some(404) => {}
@@ -148,7 +146,6 @@ async fn reconcile_inner(set: &ConfigMapSet, ctx: &Context) -> Result<Action> {
         }
     }
     for prune in &plan.prune {
-        ctx.metrics.wrote("delete_revision");
         let params = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: Some(prune.uid.clone()),
@@ -156,7 +153,10 @@ async fn reconcile_inner(set: &ConfigMapSet, ctx: &Context) -> Result<Action> {
             }),
             ..DeleteParams::background()
         };
-        match configmaps.delete(&prune.name, &params).await {
+        match ctx
+            .write("delete_revision", configmaps.delete(&prune.name, &params))
+            .await
+        {
             Ok(_) => {
                 ctx.metrics.revisions_pruned.inc();
             }
@@ -205,8 +205,10 @@ async fn create_revision(
         field_manager: Some(labels::FIELD_MANAGER.to_string()),
         ..PostParams::default()
     };
-    ctx.metrics.wrote("create_revision");
-    let error = match configmaps.create(&params, revision).await {
+    let error = match ctx
+        .write("create_revision", configmaps.create(&params, revision))
+        .await
+    {
         Ok(_) => {
             info!(set = %set.name_any(), revision = %name, "created revision");
             ctx.metrics.revisions_created.inc();
@@ -233,14 +235,15 @@ async fn create_revision(
     let label = |cm: &ConfigMap| cm.labels().get(labels::SET).cloned();
     if label(&existing) != label(revision) {
         let patch = json!({ "metadata": { "labels": { labels::SET: label(revision) } } });
-        ctx.metrics.wrote("patch_revision");
-        configmaps
-            .patch_metadata(&name, &field_manager(), &Patch::Strategic(&patch))
-            .await
-            .map_err(|source| Error::PatchRevision {
-                name: name.clone(),
-                source,
-            })?;
+        ctx.write(
+            "patch_revision",
+            configmaps.patch_metadata(&name, &field_manager(), &Patch::Strategic(&patch)),
+        )
+        .await
+        .map_err(|source| Error::PatchRevision {
+            name: name.clone(),
+            source,
+        })?;
     }
     Ok(Created::Adopted)
 }
@@ -270,11 +273,10 @@ async fn write_status(ctx: &Context, set: &ConfigMapSet, plan: &SetPlan) -> Resu
         "status": plan.status,
     });
     let api: Api<ConfigMapSet> = Api::namespaced(ctx.client.clone(), &set.namespace().unwrap_or_default());
-    ctx.metrics.wrote("write_status");
-    api.patch_status(
-        &set.name_any(),
-        &PatchParams::apply(labels::FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
+    let params = PatchParams::apply(labels::FIELD_MANAGER).force();
+    ctx.write(
+        "write_status",
+        api.patch_status(&set.name_any(), &params, &Patch::Apply(&body)),
     )
     .await
     .map_err(|source| Error::WriteStatus {

@@ -246,13 +246,15 @@ async fn patch_workload<K: Workload>(
         field_manager: Some(labels::FIELD_MANAGER.to_string()),
         ..PatchParams::default()
     };
-    ctx.metrics.wrote("patch_workload");
-    api.patch_metadata(name, &params, &Patch::<()>::Json(patch))
-        .await
-        .map_err(|source| Error::PatchWorkload {
-            workload: what.to_string(),
-            source,
-        })?;
+    ctx.write(
+        "patch_workload",
+        api.patch_metadata(name, &params, &Patch::<()>::Json(patch)),
+    )
+    .await
+    .map_err(|source| Error::PatchWorkload {
+        workload: what.to_string(),
+        source,
+    })?;
     Ok(())
 }
 
