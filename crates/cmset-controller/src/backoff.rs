@@ -17,6 +17,9 @@ pub const ERROR_CAP: Duration = Duration::from_secs(5 * 60);
 /// but a conflict that keeps coming back (a fighting writer) still backs off.
 pub const CONFLICT_BASE: Duration = Duration::from_millis(500);
 pub const CONFLICT_CAP: Duration = Duration::from_secs(30);
+/// When the API server could not be reached at all, the failure says nothing about the object: retry
+/// often enough to converge within seconds of the server coming back (a refused connection is cheap).
+pub const UNREACHABLE_CAP: Duration = Duration::from_secs(10);
 
 /// `base · 2^(failures-1)`, capped at `cap`; `failures` counts this one (0 is taken as 1).
 pub fn exponential(failures: u32, base: Duration, cap: Duration) -> Duration {
@@ -37,6 +40,8 @@ pub struct Failure {
     /// Consecutive failures of this object, this one included.
     pub count: u32,
     pub conflict: bool,
+    /// No answer from the API server (connection refused or cut, timeout).
+    pub unreachable: bool,
     /// What the API server asked for (`Status.details.retryAfterSeconds`, as on a 429).
     pub retry_after: Option<Duration>,
 }
@@ -45,6 +50,8 @@ pub struct Failure {
 pub fn delay(failure: Failure, seed: u64) -> Duration {
     let (base, cap) = if failure.conflict {
         (CONFLICT_BASE, CONFLICT_CAP)
+    } else if failure.unreachable {
+        (ERROR_BASE, UNREACHABLE_CAP)
     } else {
         (ERROR_BASE, ERROR_CAP)
     };
@@ -61,6 +68,44 @@ pub fn seed(key: &impl Hash, count: u32) -> u64 {
     key.hash(&mut hasher);
     count.hash(&mut hasher);
     hasher.finish()
+}
+
+/// The first retry of a failed watch, and the longest wait between retries (see `runtime`).
+pub const WATCH_BASE: Duration = Duration::from_millis(800);
+pub const WATCH_CAP: Duration = Duration::from_secs(10);
+
+/// The retry delays of one watch: [`WATCH_BASE`] doubling to [`WATCH_CAP`], jittered differently per
+/// watch, so that the watches cut by one outage do not all come back in the same instant.
+#[derive(Debug)]
+pub struct WatchBackoff {
+    failures: u32,
+    instance: u64,
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        static INSTANCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        Self {
+            failures: 0,
+            instance: INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        self.failures = self.failures.saturating_add(1);
+        let seed = seed(&self.instance, self.failures);
+        Some(jitter(exponential(self.failures, WATCH_BASE, WATCH_CAP), seed))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.failures = 0;
+    }
 }
 
 /// Consecutive failures per object. An entry is removed on the object's first success, and entries of
@@ -153,10 +198,38 @@ mod tests {
             let failure = Failure {
                 count,
                 conflict: true,
+                unreachable: false,
                 retry_after: None,
             };
             assert_eq!(delay(failure, 0), want, "conflict {count}");
         }
+    }
+
+    #[test]
+    fn an_unreachable_server_is_retried_at_least_every_ten_seconds() {
+        let table = [(1, S(1)), (4, S(8)), (5, S(10)), (40, S(10))];
+        for (count, want) in table {
+            let failure = Failure {
+                count,
+                conflict: false,
+                unreachable: true,
+                retry_after: None,
+            };
+            assert_eq!(delay(failure, 0), want, "unreachable {count}");
+        }
+    }
+
+    #[test]
+    fn watch_retries_double_to_ten_seconds_and_reset() {
+        use kube::runtime::utils::Backoff;
+        let mut watch = WatchBackoff::default();
+        let delays: Vec<Duration> = watch.by_ref().take(6).collect();
+        let full = [MS(800), MS(1600), MS(3200), MS(6400), S(10), S(10)];
+        for (d, f) in delays.iter().zip(full) {
+            assert!(*d <= f && *d >= f.mul_f64(0.8), "{d:?} vs {f:?}");
+        }
+        watch.reset();
+        assert!(watch.next().unwrap() <= MS(800));
     }
 
     #[test]
@@ -192,6 +265,7 @@ mod tests {
             let failure = Failure {
                 count,
                 conflict: false,
+                unreachable: false,
                 retry_after,
             };
             assert_eq!(delay(failure, 0), want, "{count} {retry_after:?}");

@@ -115,13 +115,14 @@ impl Context {
 
     /// Records a failed reconcile of `object` and returns how long to wait before the next one:
     /// exponential per object (see [`backoff`]). Counts of objects no longer cached are dropped here.
-    pub fn backoff(&self, object: &Reconciled, conflict: bool, retry_after: Option<Duration>) -> Duration {
+    pub fn backoff(&self, object: &Reconciled, error: &crate::error::Error) -> Duration {
         let count = self.failures.record(object, |o| self.still_cached(o));
         backoff::delay(
             Failure {
                 count,
-                conflict,
-                retry_after,
+                conflict: error.is_conflict(),
+                unreachable: error.is_unreachable(),
+                retry_after: error.retry_after(),
             },
             backoff::seed(object, count),
         )

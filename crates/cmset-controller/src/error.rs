@@ -59,7 +59,22 @@ impl Error {
         (seconds > 0).then(|| std::time::Duration::from_secs(seconds.into()))
     }
 
+    /// The API server gave no answer (refused or cut connection, timeout): nothing about the object.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self.kube_error(),
+            Some(kube::Error::HyperError(_) | kube::Error::Service(_))
+        )
+    }
+
     fn api_status(&self) -> Option<&kube::core::Status> {
+        match self.kube_error()? {
+            kube::Error::Api(status) => Some(status),
+            _ => None,
+        }
+    }
+
+    fn kube_error(&self) -> Option<&kube::Error> {
         let source = match self {
             Self::CreateRevision { source, .. }
             | Self::ReadExisting { source, .. }
@@ -70,10 +85,7 @@ impl Error {
             | Self::PatchWorkload { source, .. } => source,
             Self::MissingNamespace(_) => return None,
         };
-        match source {
-            kube::Error::Api(status) => Some(status),
-            _ => None,
-        }
+        Some(source)
     }
 }
 

@@ -351,7 +351,7 @@ async fn publish(ctx: &Context, set: &ConfigMapSet, events: &[PlannedEvent]) {
 pub fn error_policy(set: Arc<ConfigMapSet>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed(NAME, error.category());
     let conflict = error.is_conflict();
-    let retry_in = ctx.backoff(&reconciled(&set), conflict, error.retry_after());
+    let retry_in = ctx.backoff(&reconciled(&set), error);
     if conflict {
         debug!(set = %set.name_any(), %error, ?retry_in, "conflict; retrying from a fresh read");
     } else {

@@ -191,7 +191,7 @@ fn dedup(items: &[String]) -> Vec<String> {
 pub fn error_policy<K: Workload>(workload: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed(NAME, error.category());
     let conflict = error.is_conflict();
-    let retry_in = ctx.backoff(&reconciled(workload.as_ref()), conflict, error.retry_after());
+    let retry_in = ctx.backoff(&reconciled(workload.as_ref()), error);
     if conflict {
         // A failed `test` guard (422) or a conflict: the workload changed underneath. Its new version
         // arrives through the watch; retry soon from that fresh read.

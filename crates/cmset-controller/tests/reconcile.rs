@@ -876,6 +876,7 @@ async fn a_failing_set_backs_off_exponentially_honours_retry_after_and_resets_on
         let failure = Failure {
             count,
             conflict: false,
+            unreachable: false,
             retry_after,
         };
         Action::requeue(backoff::delay(failure, backoff::seed(&object, count)))
