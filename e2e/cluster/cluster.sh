@@ -7,6 +7,9 @@
 #   cluster.sh down      stop everything `up` started and delete the cluster data (logs are kept)
 #   cluster.sh status    say whether it runs (exit 0 when healthy, 1 otherwise)
 #   cluster.sh env       print `export KUBECONFIG=...` for the running cluster
+#   cluster.sh stop|start|restart COMPONENT
+#                        stop, start or restart one of etcd, kube-apiserver, kube-controller-manager of the running
+#                        cluster, keeping its ports and data (idempotent; start waits until it serves)
 #
 # Environment:
 #   CMSET_CACHE        cache root (default ~/.cache/cmset); binaries in $CMSET_CACHE/k8s-v1.20.2/bin/
@@ -477,6 +480,41 @@ start_fake_node() {
   wait_for "node $NODE_NAME to be Ready" 60 fake-node node_ready
 }
 
+start_etcd() { # keeps $DATA/etcd: a restart finds the same data
+  local etcd_url=http://127.0.0.1:$ETCD_PORT peer_url=http://127.0.0.1:$ETCD_PEER_PORT
+  start_proc etcd "$ETCD_BIN" --name cmset-e2e --data-dir "$DATA/etcd" \
+    --listen-client-urls "$etcd_url" --advertise-client-urls "$etcd_url" \
+    --listen-peer-urls "$peer_url" --initial-advertise-peer-urls "$peer_url" \
+    --initial-cluster "cmset-e2e=$peer_url" --logger zap --log-outputs stderr
+  wait_for "etcd" 60 etcd curl -fsS --noproxy '*' --max-time 3 "$etcd_url/health"
+}
+
+start_apiserver() {
+  start_proc kube-apiserver "$BIN_DIR/kube-apiserver" \
+    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --bind-address=127.0.0.1 --secure-port="$API_PORT" --advertise-address=127.0.0.1 \
+    --cert-dir="$CERTS" --tls-cert-file="$CERTS/apiserver.crt" --tls-private-key-file="$CERTS/apiserver.key" \
+    --service-account-key-file="$CERTS/sa.pub" --service-account-signing-key-file="$CERTS/sa.key" \
+    --service-account-issuer=https://kubernetes.default.svc \
+    --token-auth-file="$STATE/tokens.csv" --authorization-mode=RBAC \
+    --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=true \
+    --endpoint-reconciler-type=none --profiling=false
+  wait_for "kube-apiserver /readyz" 180 kube-apiserver api_ready
+}
+
+start_kcm() {
+  start_proc kube-controller-manager "$BIN_DIR/kube-controller-manager" \
+    --kubeconfig="$KUBECONFIG_ADMIN" --authentication-kubeconfig="$KUBECONFIG_ADMIN" \
+    --authorization-kubeconfig="$KUBECONFIG_ADMIN" \
+    --service-account-private-key-file="$CERTS/sa.key" --root-ca-file="$CERTS/ca.crt" \
+    --use-service-account-credentials=false \
+    --controllers='*,-nodeipam,-nodelifecycle,-csrsigning' --leader-elect=false \
+    --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --port=0 --cert-dir="$CERTS/kcm" --profiling=false
+  # The ServiceAccount controller creating default/default shows the controller manager works.
+  wait_for "ServiceAccount default/default" 120 kube-controller-manager \
+    api /api/v1/namespaces/default/serviceaccounts/default
+}
+
 start_all() {
   rm -rf "$DATA" "$PIDS"
   mkdir -p "$DATA" "$PIDS" "$LOGS"
@@ -489,36 +527,10 @@ start_all() {
   write_kubeconfig "$KUBECONFIG_ADMIN" cmset-admin "$(<"$STATE/admin.token")" cmset-e2e default
   write_kubeconfig "$KUBECONFIG_OPERATOR" cmset-controller "$(<"$STATE/operator.token")" cmset-e2e-operator cmset-system
 
-  local etcd_url=http://127.0.0.1:$ETCD_PORT peer_url=http://127.0.0.1:$ETCD_PEER_PORT
-  start_proc etcd "$ETCD_BIN" --name cmset-e2e --data-dir "$DATA/etcd" \
-    --listen-client-urls "$etcd_url" --advertise-client-urls "$etcd_url" \
-    --listen-peer-urls "$peer_url" --initial-advertise-peer-urls "$peer_url" \
-    --initial-cluster "cmset-e2e=$peer_url" --logger zap --log-outputs stderr
-  wait_for "etcd" 60 etcd curl -fsS --noproxy '*' --max-time 3 "$etcd_url/health" || return 1
-
-  start_proc kube-apiserver "$BIN_DIR/kube-apiserver" \
-    --etcd-servers="$etcd_url" \
-    --bind-address=127.0.0.1 --secure-port="$API_PORT" --advertise-address=127.0.0.1 \
-    --cert-dir="$CERTS" --tls-cert-file="$CERTS/apiserver.crt" --tls-private-key-file="$CERTS/apiserver.key" \
-    --service-account-key-file="$CERTS/sa.pub" --service-account-signing-key-file="$CERTS/sa.key" \
-    --service-account-issuer=https://kubernetes.default.svc \
-    --token-auth-file="$STATE/tokens.csv" --authorization-mode=RBAC \
-    --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=true \
-    --endpoint-reconciler-type=none --profiling=false
-  wait_for "kube-apiserver /readyz" 180 kube-apiserver api_ready || return 1
+  start_etcd || return 1
+  start_apiserver || return 1
   wait_for "namespace default" 60 kube-apiserver api /api/v1/namespaces/default || return 1
-
-  start_proc kube-controller-manager "$BIN_DIR/kube-controller-manager" \
-    --kubeconfig="$KUBECONFIG_ADMIN" --authentication-kubeconfig="$KUBECONFIG_ADMIN" \
-    --authorization-kubeconfig="$KUBECONFIG_ADMIN" \
-    --service-account-private-key-file="$CERTS/sa.key" --root-ca-file="$CERTS/ca.crt" \
-    --use-service-account-credentials=false \
-    --controllers='*,-nodeipam,-nodelifecycle,-csrsigning' --leader-elect=false \
-    --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --port=0 --cert-dir="$CERTS/kcm" --profiling=false
-  # The ServiceAccount controller creating default/default shows the controller manager works.
-  wait_for "ServiceAccount default/default" 120 kube-controller-manager \
-    api /api/v1/namespaces/default/serviceaccounts/default || return 1
-
+  start_kcm || return 1
   start_fake_node || return 1
 }
 
@@ -610,8 +622,52 @@ cmd_env() {
   printf 'export KUBECONFIG=%q\n' "$KUBECONFIG_ADMIN"
 }
 
+# ---------------------------------------------------------------------------------------------------------------------
+# stop / start / restart one component (for tests of API server and etcd outages)
+# ---------------------------------------------------------------------------------------------------------------------
+
+component_arg() {
+  case ${1:-} in
+    etcd | kube-apiserver | kube-controller-manager) ;;
+    *) die "component must be one of: etcd kube-apiserver kube-controller-manager (got '${1:-}')" ;;
+  esac
+}
+
+# Same ports, certificates, tokens and data: only the process goes away. Idempotent.
+cmd_stop_component() {
+  component_arg "${1:-}"
+  init_state_paths
+  lock_state
+  load_ports || die "no cluster in $STATE; run: $0 up"
+  stop_proc "$1"
+}
+
+# Starts it again as `up` did, if it is not running, and waits until it serves. Idempotent.
+cmd_start_component() {
+  component_arg "${1:-}"
+  init_state_paths
+  lock_state
+  load_ports || die "no cluster in $STATE; run: $0 up"
+  if pid_of "$1" >/dev/null; then
+    log "$1 already running"
+    return 0
+  fi
+  log "starting $1"
+  case $1 in
+    etcd) start_etcd ;;
+    kube-apiserver) start_apiserver ;;
+    kube-controller-manager) start_kcm ;;
+  esac || die "$1 failed to start; logs in $LOGS/$1.log"
+}
+
+cmd_restart_component() {
+  cmd_stop_component "$1"
+  exec 9>&-
+  cmd_start_component "$1"
+}
+
 usage() {
-  sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -621,5 +677,8 @@ case ${1:-} in
   down) cmd_down ;;
   status) cmd_status ;;
   env) cmd_env ;;
+  stop) cmd_stop_component "${2:-}" ;;
+  start) cmd_start_component "${2:-}" ;;
+  restart) cmd_restart_component "${2:-}" ;;
   *) usage ;;
 esac

@@ -22,7 +22,9 @@ pub use cmset_api;
 pub use k8s_openapi;
 pub use kube;
 
+pub mod fault_proxy;
 pub mod fixtures;
+pub mod invariants;
 pub mod proxy;
 pub mod webhook;
 

@@ -14,6 +14,7 @@ use kube::Client;
 use kube::runtime::events::{Event, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 
+use crate::backoff::{self, Failure, Failures};
 use crate::index::{Index, Key};
 use crate::metrics::Metrics;
 use crate::views;
@@ -71,6 +72,15 @@ pub struct Context {
     pub deferred: Mutex<HashMap<Key, Instant>>,
     /// The last status written for each set, with the resourceVersion it was planned from.
     written: Mutex<HashMap<Key, (Option<String>, ConfigMapSetStatus)>>,
+    /// Consecutive reconcile failures per object, for the backoff of `error_policy`.
+    pub failures: Failures<Reconciled>,
+}
+
+/// An object a controller reconciles: the key of its failure count.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Reconciled {
+    Set(Key),
+    Workload(WorkloadKind, Key),
 }
 
 /// The longest a set's deferrable writes wait to be batched.
@@ -99,6 +109,36 @@ impl Context {
             multi_set_window: Duration::from_millis(500),
             deferred: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
+            failures: Failures::default(),
+        }
+    }
+
+    /// Records a failed reconcile of `object` and returns how long to wait before the next one:
+    /// exponential per object (see [`backoff`]). Counts of objects no longer cached are dropped here.
+    pub fn backoff(&self, object: &Reconciled, error: &crate::error::Error) -> Duration {
+        let count = self.failures.record(object, |o| self.still_cached(o));
+        backoff::delay(
+            Failure {
+                count,
+                conflict: error.is_conflict(),
+                unreachable: error.is_unreachable(),
+                retry_after: error.retry_after(),
+            },
+            backoff::seed(object, count),
+        )
+    }
+
+    /// `object` reconciled: its next failure starts from the base delay again.
+    pub fn succeeded(&self, object: &Reconciled) {
+        self.failures.forget(object);
+    }
+
+    fn still_cached(&self, object: &Reconciled) -> bool {
+        match object {
+            Reconciled::Set(key) => self.stores.set(key).is_some(),
+            Reconciled::Workload(kind, key) => {
+                self.stores.workload(*kind, &key.namespace, &key.name).is_some()
+            }
         }
     }
 

@@ -48,6 +48,33 @@ impl Error {
     /// Conflicts and failed `test` guards mean the object moved on underneath: retry soon from a fresh
     /// read instead of treating it as a failure.
     pub fn is_conflict(&self) -> bool {
+        matches!(self.api_status(), Some(status) if status.code == 409 || status.code == 422)
+    }
+
+    /// How long the API server asked us to wait (`Status.details.retryAfterSeconds`, which it sets on
+    /// a 429 beside the `Retry-After` header; kube's client consumes the header in its own retries and
+    /// surfaces only the body).
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        let seconds = self.api_status()?.details.as_ref()?.retry_after_seconds;
+        (seconds > 0).then(|| std::time::Duration::from_secs(seconds.into()))
+    }
+
+    /// The API server gave no answer (refused or cut connection, timeout): nothing about the object.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self.kube_error(),
+            Some(kube::Error::HyperError(_) | kube::Error::Service(_))
+        )
+    }
+
+    fn api_status(&self) -> Option<&kube::core::Status> {
+        match self.kube_error()? {
+            kube::Error::Api(status) => Some(status),
+            _ => None,
+        }
+    }
+
+    fn kube_error(&self) -> Option<&kube::Error> {
         let source = match self {
             Self::CreateRevision { source, .. }
             | Self::ReadExisting { source, .. }
@@ -56,9 +83,9 @@ impl Error {
             | Self::ListPods { source, .. }
             | Self::WriteStatus { source, .. }
             | Self::PatchWorkload { source, .. } => source,
-            Self::MissingNamespace(_) => return false,
+            Self::MissingNamespace(_) => return None,
         };
-        matches!(source, kube::Error::Api(status) if status.code == 409 || status.code == 422)
+        Some(source)
     }
 }
 

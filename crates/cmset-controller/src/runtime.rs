@@ -22,10 +22,12 @@ use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, Repl
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store};
+use kube::runtime::utils::ResetTimerBackoff;
 use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
 use kube::{Api, Client};
 use tracing::{debug, warn};
 
+use crate::backoff::WatchBackoff;
 use crate::context::{Clock, Context, Stores};
 use crate::index::{Index, Indexed, trigger_channels};
 use crate::metrics::Metrics;
@@ -63,6 +65,14 @@ fn watch_config<K: Indexed>() -> watcher::Config {
     }
 }
 
+/// The watches' retry delays: kube's default backoff (0.8 s doubling to 30 s, reset only after 2 min
+/// without errors) but capped at 10 s, so that after an API server outage every watch is back within
+/// seconds of it rather than half a minute later. A watch retry costs one request per kind, and the
+/// reset timer still keeps a watch that fails right after every list from looping.
+fn watch_backoff() -> ResetTimerBackoff<WatchBackoff> {
+    ResetTimerBackoff::new(WatchBackoff::default(), Duration::from_secs(120))
+}
+
 fn log_watch_errors<K: Indexed>(e: &watcher::Error) {
     warn!(kind = K::NAME, error = %e, "watch error; retrying with backoff");
 }
@@ -74,7 +84,7 @@ fn indexed_watch<K: Indexed>(
     index: Arc<Index>,
 ) -> BoxFuture<'static, ()> {
     watcher(api::<K>(client, namespace), watch_config::<K>())
-        .default_backoff()
+        .backoff(watch_backoff())
         .modify(K::slim)
         .for_each(move |event| {
             match event {
@@ -97,7 +107,7 @@ fn stored_watch<K: Indexed>(
     let (reader, writer) = reflector::store_shared(BUFFER);
     let subscriber = writer.subscribe().expect("a shared store can be subscribed to");
     let driver = watcher(api::<K>(client, namespace), watch_config::<K>())
-        .default_backoff()
+        .backoff(watch_backoff())
         .modify(K::slim)
         .reflect_shared(writer)
         .for_each(move |event| {

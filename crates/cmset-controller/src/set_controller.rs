@@ -18,7 +18,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::context::Context;
+use crate::context::{Context, Reconciled};
 use crate::error::{Error, Result, api_code};
 use crate::index::Key;
 use crate::views;
@@ -42,7 +42,14 @@ pub async fn reconcile(set: Arc<ConfigMapSet>, ctx: Arc<Context>) -> Result<Acti
     );
     let result = reconcile_inner(&set, &ctx).instrument(span).await;
     ctx.metrics.reconciled(NAME, started.elapsed());
+    if result.is_ok() {
+        ctx.succeeded(&reconciled(&set));
+    }
     result
+}
+
+fn reconciled(set: &ConfigMapSet) -> Reconciled {
+    Reconciled::Set(Key::new(&set.namespace().unwrap_or_default(), &set.name_any()))
 }
 
 fn field_manager() -> PatchParams {
@@ -340,12 +347,17 @@ async fn publish(ctx: &Context, set: &ConfigMapSet, events: &[PlannedEvent]) {
     }
 }
 
+/// A failed reconcile retries after a delay that doubles with each consecutive failure of the same set
+/// (see [`crate::backoff`]): a set that keeps failing costs a few requests an hour, not one every few
+/// seconds. A watch event (the set edited, say) still reconciles it at once.
 pub fn error_policy(set: Arc<ConfigMapSet>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed(NAME, error.category());
-    if error.is_conflict() {
-        debug!(set = %set.name_any(), %error, "conflict; retrying from a fresh read");
-        return Action::requeue(Duration::from_millis(500));
+    let conflict = error.is_conflict();
+    let retry_in = ctx.backoff(&reconciled(&set), error);
+    if conflict {
+        debug!(set = %set.name_any(), %error, ?retry_in, "conflict; retrying from a fresh read");
+    } else {
+        warn!(set = %set.name_any(), %error, ?retry_in, "reconcile failed");
     }
-    warn!(set = %set.name_any(), %error, "reconcile failed");
-    Action::requeue(Duration::from_secs(10))
+    Action::requeue(retry_in)
 }

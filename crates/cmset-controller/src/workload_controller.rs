@@ -27,8 +27,9 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Api, ResourceExt};
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::context::Context;
+use crate::context::{Context, Reconciled};
 use crate::error::{Error, Result};
+use crate::index::Key;
 use crate::views::{self, Workload};
 
 pub const NAME: &str = "workload";
@@ -48,7 +49,15 @@ pub async fn reconcile<K: Workload>(workload: Arc<K>, ctx: Arc<Context>) -> Resu
     );
     let result = reconcile_inner(workload.as_ref(), &ctx).instrument(span).await;
     ctx.metrics.reconciled(NAME, started.elapsed());
+    if result.is_ok() {
+        ctx.succeeded(&reconciled(workload.as_ref()));
+    }
     result
+}
+
+fn reconciled<K: Workload>(workload: &K) -> Reconciled {
+    let key = Key::new(&workload.namespace().unwrap_or_default(), &workload.name_any());
+    Reconciled::Workload(K::KIND, key)
 }
 
 /// Why a workload does not move yet.
@@ -268,14 +277,17 @@ fn dedup(items: &[String]) -> Vec<String> {
     out
 }
 
+/// Retries back off per workload, as the set controller's do (see [`crate::backoff`]).
 pub fn error_policy<K: Workload>(workload: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed(NAME, error.category());
-    if error.is_conflict() {
+    let conflict = error.is_conflict();
+    let retry_in = ctx.backoff(&reconciled(workload.as_ref()), error);
+    if conflict {
         // A failed `test` guard (422) or a conflict: the workload changed underneath. Its new version
         // arrives through the watch; retry soon from that fresh read.
-        debug!(workload = %workload.name_any(), %error, "workload moved on; retrying");
-        return Action::requeue(Duration::from_millis(500));
+        debug!(workload = %workload.name_any(), %error, ?retry_in, "workload moved on; retrying");
+    } else {
+        warn!(workload = %workload.name_any(), %error, ?retry_in, "reconcile failed");
     }
-    warn!(workload = %workload.name_any(), %error, "reconcile failed");
-    Action::requeue(Duration::from_secs(10))
+    Action::requeue(retry_in)
 }

@@ -841,3 +841,77 @@ async fn a_status_already_written_is_not_written_again_while_the_store_lags() {
         vec!["PATCH /apis/cmset.dev/v1alpha1/namespaces/team/configmapsets/nginx-config/status"]
     );
 }
+
+#[tokio::test]
+async fn a_failing_set_backs_off_exponentially_honours_retry_after_and_resets_on_success() {
+    use cmset_controller::backoff::{self, Failure};
+    use cmset_controller::context::Reconciled;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    let mut world = World::new();
+    let set = nginx_set("1");
+    world.add_set(&set);
+    // Creates of the revision: three 500s, one 429 asking for 30 s, one success, then 500 again.
+    let creates = Arc::new(AtomicUsize::new(0));
+    let ok = ok_responder(set.clone());
+    let counter = creates.clone();
+    let respond: Responder = Arc::new(move |s: &Seen| {
+        if s.method == "POST" && s.path.ends_with("/configmaps") {
+            let failure = |code: u16, reason: &str, details: Value| {
+                let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "reason": reason, "message": "injected", "code": code, "details": details});
+                (code, status)
+            };
+            match counter.fetch_add(1, Ordering::SeqCst) {
+                0..=2 | 5 => return failure(500, "InternalError", json!({})),
+                3 => return failure(429, "TooManyRequests", json!({"retryAfterSeconds": 30})),
+                _ => {}
+            }
+        }
+        ok(s)
+    });
+    let object = Reconciled::Set(Key::new(NS, "nginx-config"));
+    let expected = |count: u32, retry_after: Option<Duration>| {
+        let failure = Failure {
+            count,
+            conflict: false,
+            unreachable: false,
+            retry_after,
+        };
+        Action::requeue(backoff::delay(failure, backoff::seed(&object, count)))
+    };
+    let counted = object.clone();
+    let ((actions, counts), _seen) = scenario(&world, respond, |ctx| async move {
+        let mut actions = Vec::new();
+        let mut counts = Vec::new();
+        for _ in 0..6 {
+            let set = Arc::new(set.clone());
+            let action = match set_controller::reconcile(set.clone(), ctx.clone()).await {
+                Ok(action) => action,
+                Err(e) => set_controller::error_policy(set, &e, ctx.clone()),
+            };
+            actions.push(action);
+            counts.push(ctx.failures.count(&counted));
+        }
+        (actions, counts)
+    })
+    .await;
+    assert_eq!(creates.load(Ordering::SeqCst), 6);
+    assert_eq!(
+        counts,
+        vec![1, 2, 3, 4, 0, 1],
+        "counted per failure, forgotten on success"
+    );
+    assert_eq!(actions[0], expected(1, None));
+    assert_eq!(actions[1], expected(2, None));
+    assert_eq!(actions[2], expected(3, None));
+    assert_eq!(
+        actions[3],
+        Action::requeue(Duration::from_secs(30)),
+        "the server's 30 s wins over 8 s"
+    );
+    assert_eq!(actions[5], expected(1, None), "back to the base after a success");
+    // (The jitter's bounds, 80–100% of the doubled delay, are table-tested in `backoff`.)
+    assert_ne!(actions[0], actions[1]);
+}
