@@ -275,6 +275,8 @@ pub struct Operator {
     kubeconfig: Option<PathBuf>,
     /// Its admission webhook's registration, when it serves one.
     pub webhook: Option<webhook::Registration>,
+    /// Extra environment (e.g. the crash-test switch).
+    env: Vec<(String, String)>,
 }
 
 /// Tests run many operators at once, each on its own namespace: no leader election unless a test asks.
@@ -328,12 +330,56 @@ impl Operator {
             extra: extra.iter().map(|s| s.to_string()).collect(),
             kubeconfig,
             webhook: webhook.then(|| webhook::Registration::new(namespace, free_port())),
+            env: Vec::new(),
         };
         op.spawn().await;
         op
     }
 
+    /// An operator (without the webhook) that aborts just before (`<n>:before`) or just after
+    /// (`<n>:after`) its n-th write of state (see the controller's `crash_points`). Not waited for: it
+    /// may be gone before it would report ready; see [`Operator::wait_exit`].
+    pub async fn start_crashing(namespace: &str, at: &str) -> Self {
+        let logs = env_path("CMSET_E2E_LOGS").unwrap_or_else(std::env::temp_dir);
+        std::fs::create_dir_all(&logs).unwrap();
+        let mut op = Self {
+            child: None,
+            namespace: namespace.to_string(),
+            metrics_port: free_port(),
+            log: logs.join(format!("{namespace}-crash.log")),
+            extra: Vec::new(),
+            kubeconfig: None,
+            webhook: None,
+            env: vec![("CMSET_TEST_CRASH_AT".to_string(), at.to_string())],
+        };
+        op.spawn_process();
+        op
+    }
+
+    /// Waits up to `timeout` for the process to exit by itself; its status, or `None` if it still runs.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let child = self.child.as_mut()?;
+        let status = tokio::time::timeout(timeout, child.wait()).await.ok()?.ok()?;
+        self.child = None;
+        Some(status)
+    }
+
     async fn spawn(&mut self) {
+        self.spawn_process();
+        // Ready once its caches are synced.
+        let port = self.metrics_port;
+        eventually("the operator to report ready", || async move {
+            http_get(port, "/readyz")
+                .filter(|(code, _)| *code == 200)
+                .map(|_| ())
+        })
+        .await;
+        if let Some(webhook) = &self.webhook {
+            webhook.wait_ready().await;
+        }
+    }
+
+    fn spawn_process(&mut self) {
         let bin = env_path("CMSET_CONTROLLER_BIN").expect("CMSET_CONTROLLER_BIN names the operator binary");
         let kubeconfig = self
             .kubeconfig
@@ -355,23 +401,13 @@ impl Operator {
             .args(["--workload-debounce-ms", "300"])
             .args(self.webhook.iter().flat_map(webhook::Registration::operator_args))
             .args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .kill_on_drop(true)
             .spawn()
             .expect("start the operator");
         self.child = Some(child);
-        // Ready once its caches are synced.
-        let port = self.metrics_port;
-        eventually("the operator to report ready", || async move {
-            http_get(port, "/readyz")
-                .filter(|(code, _)| *code == 200)
-                .map(|_| ())
-        })
-        .await;
-        if let Some(webhook) = &self.webhook {
-            webhook.wait_ready().await;
-        }
     }
 
     /// The exit status, once the process has exited by itself.
