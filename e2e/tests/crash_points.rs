@@ -7,9 +7,12 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use cmset_e2e::cmset_api::WorkloadState;
-use cmset_e2e::fixtures::{DeploymentYaml, Reads, app_config_revision, app_config_yaml, rollout_status, set_yaml};
+use cmset_e2e::fixtures::{
+    DeploymentYaml, Reads, app_config_revision, app_config_yaml, rollout_status, set_yaml,
+};
 use cmset_e2e::invariants::{
-    history_within_limit, nothing_names_a_missing_configmap, one_revision_per_content, ready_on, workload_state,
+    history_within_limit, nothing_names_a_missing_configmap, one_revision_per_content, ready_on,
+    workload_state,
 };
 use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name};
 
@@ -117,7 +120,10 @@ async fn aborted_at_every_write_of_a_change_the_operator_converges_after_a_resta
     ns.apply(&app_config_yaml(&version.to_string(), Some(LIMIT)));
     converged(&ns, version).await;
     let per_change = (writes_settle(&operator).await - before) as u64;
-    eprintln!("one change costs {per_change} writes of state: {:?}", operator.writes_by_operation());
+    eprintln!(
+        "one change costs {per_change} writes of state: {:?}",
+        operator.writes_by_operation()
+    );
     assert!(per_change >= 4, "a revision, two workloads and a status at least");
     operator.stop().await;
 
