@@ -48,11 +48,15 @@
 //! ```
 //!
 //! Every count gives its own, stable hash, and count 0 stays the kustomize one.
+//!
+//! Secrets are hashed as kustomize's `secretGenerator` does, which differs in shape: see [`secret`].
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use sha2::{Digest, Sha256};
+
+pub mod secret;
 
 /// Number of characters in a hash.
 pub const HASH_LEN: usize = 10;
@@ -70,10 +74,14 @@ pub fn content_hash(
     binary_data: Option<&BTreeMap<String, ByteString>>,
     collision_count: i32,
 ) -> String {
-    // The encoding is streamed into the digest: a revision may hold a mebibyte, and there is no need
-    // to build that text just to hash it.
+    streamed_hash(|hasher| write_hash_input(hasher, data, binary_data, collision_count))
+}
+
+/// The hash of the text `write` produces. The encoding is streamed into the digest: a revision may
+/// hold a mebibyte, and there is no need to build that text just to hash it.
+fn streamed_hash(write: impl FnOnce(&mut Sha256)) -> String {
     let mut hasher = Sha256::new();
-    write_hash_input(&mut hasher, data, binary_data, collision_count);
+    write(&mut hasher);
     encode_digest(&hasher.finalize())
 }
 
@@ -153,42 +161,53 @@ fn write_hash_input(
     // Keys are written in Go's (byte-wise) sorted order: binaryData, collisionCount, data, kind, name.
     out.put("{");
     if let Some(binary) = binary_data.filter(|m| !m.is_empty()) {
-        out.put("\"binaryData\":{");
-        for (i, (key, value)) in binary.iter().enumerate() {
-            if i > 0 {
-                out.put(",");
-            }
-            write_go_json_string(out, key);
-            out.put(":\"");
-            // Base64 needs no JSON escaping: its alphabet is letters, digits, '+', '/' and '='. The
-            // '\n' of kustomize's line wrapping is the only character that does.
-            write_kustomize_base64(out, &value.0);
-            out.put("\"");
-        }
-        out.put("},");
+        out.put("\"binaryData\":");
+        write_base64_map(out, binary);
+        out.put(",");
     }
+    write_collision_count(out, collision_count);
+    out.put("\"data\":");
+    match data.filter(|m| !m.is_empty()) {
+        Some(data) => write_object(out, data, |out, value| write_go_json_string(out, value)),
+        None => out.put("\"\""),
+    }
+    out.put(",\"kind\":\"ConfigMap\",\"name\":\"\"}");
+}
+
+/// Writes `"collisionCount":n,` for a count other than 0, and nothing for 0 so that the hash stays
+/// kustomize's. In both kinds of object the key sorts just before `data`.
+fn write_collision_count(out: &mut impl Sink, collision_count: i32) {
     if collision_count != 0 {
         out.put("\"collisionCount\":");
         out.put(&collision_count.to_string());
         out.put(",");
     }
-    out.put("\"data\":");
-    match data.filter(|m| !m.is_empty()) {
-        Some(data) => {
-            out.put("{");
-            for (i, (key, value)) in data.iter().enumerate() {
-                if i > 0 {
-                    out.put(",");
-                }
-                write_go_json_string(out, key);
-                out.put(":");
-                write_go_json_string(out, value);
-            }
-            out.put("}");
+}
+
+/// Writes a map of bytes as a JSON object of kustomize's wrapped base64 strings.
+fn write_base64_map(out: &mut impl Sink, map: &BTreeMap<String, ByteString>) {
+    write_object(out, map, |out, value| {
+        // Base64 needs no JSON escaping: its alphabet is letters, digits, '+', '/' and '='. The
+        // '\n' of kustomize's line wrapping is the only character that does.
+        out.put("\"");
+        write_kustomize_base64(out, &value.0);
+        out.put("\"");
+    });
+}
+
+/// Writes a map as a JSON object. A `BTreeMap` iterates its keys byte-wise sorted, which is the
+/// order Go's encoder writes map keys in.
+fn write_object<S: Sink, V>(out: &mut S, map: &BTreeMap<String, V>, mut write_value: impl FnMut(&mut S, &V)) {
+    out.put("{");
+    for (i, (key, value)) in map.iter().enumerate() {
+        if i > 0 {
+            out.put(",");
         }
-        None => out.put("\"\""),
+        write_go_json_string(out, key);
+        out.put(":");
+        write_value(out, value);
     }
-    out.put(",\"kind\":\"ConfigMap\",\"name\":\"\"}");
+    out.put("}");
 }
 
 /// Writes `s` as a JSON string exactly as Go's `encoding/json` does by default (HTML escaping on,
