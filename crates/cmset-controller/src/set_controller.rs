@@ -9,7 +9,7 @@ use cmset_api::{ConfigMapSet, WorkloadState, labels};
 use cmset_core::naming;
 use cmset_core::observe::{HistoryObject, RevisionView, WorkloadView};
 use cmset_core::plan::{EventKind, PlannedEvent, SetInput, SetPlan, plan_collision, plan_set};
-use cmset_core::revision::{ExistingName, classify_existing};
+use cmset_core::revision::{ExistingName, claim_patch, classify_existing};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
@@ -232,9 +232,29 @@ async fn create_revision(
             name: name.clone(),
             source,
         })?;
-    if classify_existing(&existing, set) == ExistingName::Collision {
-        warn!(set = %set.name_any(), configmap = %name, "revision name collides with an existing ConfigMap");
-        return Ok(Created::Collision(name));
+    match classify_existing(&existing, set) {
+        ExistingName::Collision => {
+            warn!(set = %set.name_any(), configmap = %name, "revision name collides with an existing ConfigMap");
+            return Ok(Created::Collision(name));
+        }
+        ExistingName::Claim => {
+            // A generator's ConfigMap of this very name and content: it becomes the revision, so the
+            // workloads that name it already stay where they are. A conflict means it changed since it
+            // was read; the next attempt judges it again.
+            let patch = claim_patch(&existing, set);
+            ctx.write(
+                "patch_revision",
+                configmaps.patch(&name, &field_manager(), &Patch::Strategic(&patch)),
+            )
+            .await
+            .map_err(|source| Error::PatchRevision {
+                name: name.clone(),
+                source,
+            })?;
+            info!(set = %set.name_any(), revision = %name, "took over an unowned ConfigMap of the same name and content as the revision");
+            return Ok(Created::Adopted);
+        }
+        ExistingName::Adopt => {}
     }
     info!(set = %set.name_any(), revision = %name, "revision exists already; adopting it");
     // Without our label the cache never sees it: add that and nothing else (its number and metadata

@@ -613,6 +613,49 @@ async fn a_name_taken_by_a_foreign_configmap_bumps_the_collision_count_and_touch
 }
 
 #[tokio::test]
+async fn a_generators_configmap_of_the_same_name_and_content_becomes_the_revision() {
+    let mut world = World::new();
+    let set = nginx_set("1");
+    world.add_set(&set);
+    // What configMapGenerator made: the revision's very name and content, mutable, no owner.
+    let generated = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": V1, "namespace": NS, "resourceVersion": "7"}, "data": {"APP_VERSION": "1"}});
+    let respond: Responder = Arc::new(move |s: &Seen| match (s.method.as_str(), s.path.as_str()) {
+        ("POST", p) if p.ends_with("/configmaps") => (
+            409,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409}),
+        ),
+        ("GET", _) | ("PATCH", _) => (200, generated.clone()),
+        _ => (500, json!({})),
+    });
+    let (result, seen) = scenario(&world, respond, |ctx| {
+        set_controller::reconcile(Arc::new(set.clone()), ctx)
+    })
+    .await;
+    result.unwrap();
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    let revision = format!("/api/v1/namespaces/team/configmaps/{V1}");
+    assert_eq!(
+        lines,
+        vec![
+            "POST /api/v1/namespaces/team/configmaps".to_string(),
+            format!("GET {revision}"),
+            format!("PATCH {revision}"),
+        ],
+        "no collision, no status write yet: the next reconcile plans from the claimed revision"
+    );
+    let claim = &seen[2].body;
+    assert_eq!(claim["immutable"], true);
+    assert_eq!(
+        claim["metadata"]["resourceVersion"], "7",
+        "only the version that was compared"
+    );
+    assert_eq!(claim["metadata"]["labels"]["cmset.dev/set"], "nginx-config");
+    assert_eq!(claim["metadata"]["ownerReferences"][0]["uid"], "set-uid");
+    assert_eq!(claim["metadata"]["ownerReferences"][0]["controller"], true);
+}
+
+#[tokio::test]
 async fn pruning_lists_pods_by_label_then_deletes_with_a_uid_precondition() {
     let mut world = World::new();
     let mut set = nginx_set("2");

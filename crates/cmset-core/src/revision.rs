@@ -108,26 +108,50 @@ pub enum ExistingName {
     /// Same content, same set as controller: it is this revision already (the create raced a restart,
     /// or the cache had not seen it yet).
     Adopt,
-    /// Other content or another owner: never overwritten, never deleted; the set's collision count
-    /// is bumped so that the next name differs.
+    /// Same content and no controller at all: most likely what kustomize's configMapGenerator made
+    /// under the very same name (cmset's names are its names). It becomes the revision (see
+    /// [`claim_patch`]), so a team replacing a generator by a set rolls no pod.
+    Claim,
+    /// Other content or another controller: never overwritten, never deleted; the set's collision
+    /// count is bumped so that the next name differs.
     Collision,
 }
 
 pub fn classify_existing(existing: &ConfigMap, set: &ConfigMapSet) -> ExistingName {
-    let owned = existing
+    let controller = existing
         .metadata
         .owner_references
         .iter()
         .flatten()
-        .any(|o| o.controller == Some(true) && o.uid == set_uid(set));
+        .find(|o| o.controller == Some(true));
     let t = &set.spec.template;
     let same_data = non_empty(existing.data.as_ref()) == non_empty(t.data.as_ref());
     let same_binary = non_empty(existing.binary_data.as_ref()) == non_empty(t.binary_data.as_ref());
-    if owned && same_data && same_binary && existing.immutable == Some(true) {
-        ExistingName::Adopt
-    } else {
-        ExistingName::Collision
+    let same_content = same_data && same_binary;
+    match controller {
+        Some(c) if c.uid == set_uid(set) && same_content && existing.immutable == Some(true) => {
+            ExistingName::Adopt
+        }
+        None if same_content && existing.metadata.deletion_timestamp.is_none() => ExistingName::Claim,
+        _ => ExistingName::Collision,
     }
+}
+
+/// The patch that makes an unowned ConfigMap of the revision's name and content the revision: the set as
+/// its controller, cmset's label (so its watch sees it, and the planner brings the rest of its metadata
+/// to what is desired), and `immutable: true`. It carries the version that was compared, so that a
+/// content change in between makes it fail instead of claiming other content.
+pub fn claim_patch(existing: &ConfigMap, set: &ConfigMapSet) -> Value {
+    let mut owners: Vec<OwnerReference> = existing.metadata.owner_references.clone().unwrap_or_default();
+    owners.push(set_owner_reference(set));
+    json!({
+        "metadata": {
+            "resourceVersion": existing.metadata.resource_version,
+            "labels": { labels::SET: set_label_value(&set_name(set)) },
+            "ownerReferences": owners,
+        },
+        "immutable": true,
+    })
 }
 
 fn non_empty<V>(map: Option<&BTreeMap<String, V>>) -> Option<&BTreeMap<String, V>> {
@@ -180,4 +204,99 @@ fn map_diff(current: &BTreeMap<String, String>, desired: &BTreeMap<String, Strin
         }
     }
     (!diff.is_empty()).then_some(Value::Object(diff))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cmset_api::ConfigMapSetSpec;
+
+    fn set() -> ConfigMapSet {
+        let mut set = ConfigMapSet::new("app", ConfigMapSetSpec::default());
+        set.metadata.uid = Some("set-uid".into());
+        set.spec.template.data = Some(BTreeMap::from([("K".into(), "1".into())]));
+        set
+    }
+
+    fn configmap(value: &str, controller: Option<&str>, immutable: Option<bool>) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("app-x".into()),
+                resource_version: Some("42".into()),
+                owner_references: controller.map(|uid| {
+                    vec![OwnerReference {
+                        uid: uid.into(),
+                        controller: Some(true),
+                        ..OwnerReference::default()
+                    }]
+                }),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([("K".into(), value.into())])),
+            immutable,
+            ..ConfigMap::default()
+        }
+    }
+
+    #[test]
+    fn an_existing_name_is_adopted_claimed_or_a_collision() {
+        use ExistingName::*;
+        let table = [
+            (
+                configmap("1", Some("set-uid"), Some(true)),
+                Adopt,
+                "this set's own revision",
+            ),
+            (
+                configmap("1", None, None),
+                Claim,
+                "a generator's ConfigMap: same content, no controller",
+            ),
+            (
+                configmap("1", None, Some(true)),
+                Claim,
+                "the same, immutable already",
+            ),
+            (
+                configmap("2", None, None),
+                Collision,
+                "no controller, other content",
+            ),
+            (
+                configmap("1", Some("other"), Some(true)),
+                Collision,
+                "another controller",
+            ),
+            (
+                configmap("2", Some("set-uid"), Some(true)),
+                Collision,
+                "this set's, other content",
+            ),
+        ];
+        for (existing, expected, why) in table {
+            assert_eq!(classify_existing(&existing, &set()), expected, "{why}");
+        }
+        let mut going = configmap("1", None, None);
+        // Any time will do: only the presence of a deletion timestamp matters.
+        going.metadata.deletion_timestamp = serde_json::from_value(json!("2026-11-23T10:00:00Z")).unwrap();
+        assert_eq!(classify_existing(&going, &set()), Collision, "being deleted");
+    }
+
+    #[test]
+    fn a_claim_adds_the_set_as_controller_its_label_and_immutability_on_the_compared_version() {
+        let mut existing = configmap("1", None, None);
+        existing.metadata.owner_references = Some(vec![OwnerReference {
+            uid: "someone".into(),
+            controller: Some(false),
+            ..OwnerReference::default()
+        }]);
+        let patch = claim_patch(&existing, &set());
+        assert_eq!(patch["immutable"], true);
+        assert_eq!(patch["metadata"]["resourceVersion"], "42");
+        assert_eq!(patch["metadata"]["labels"][labels::SET], "app");
+        let owners = patch["metadata"]["ownerReferences"].as_array().unwrap();
+        assert_eq!(owners.len(), 2, "existing owners are kept");
+        assert_eq!(owners[1]["uid"], "set-uid");
+        assert_eq!(owners[1]["controller"], true);
+    }
 }
