@@ -72,7 +72,7 @@ pub fn seed(key: &impl Hash, count: u32) -> u64 {
 
 /// The first retry of a failed watch, and the longest wait between retries (see `runtime`).
 pub const WATCH_BASE: Duration = Duration::from_millis(800);
-pub const WATCH_CAP: Duration = Duration::from_secs(10);
+pub const WATCH_CAP: Duration = Duration::from_secs(5);
 
 /// The retry delays of one watch: [`WATCH_BASE`] doubling to [`WATCH_CAP`], jittered differently per
 /// watch, so that the watches cut by one outage do not all come back in the same instant.
@@ -105,6 +105,31 @@ impl Iterator for WatchBackoff {
 impl kube::runtime::utils::Backoff for WatchBackoff {
     fn reset(&mut self) {
         self.failures = 0;
+    }
+}
+
+/// When a watch whose resource version expired (410 Gone: it must list again) may relist at once instead
+/// of after the backoff: kube reports the expiry as an error, and after an API server restart every
+/// resumed watch gets one, which cost a whole backoff step before anything was seen again. At most one
+/// expiry per [`EXPIRY_GRACE`] is passed over, so a server that keeps answering 410 still meets the
+/// backoff.
+#[derive(Debug, Default)]
+pub struct ExpiryGate {
+    last: Option<std::time::Instant>,
+}
+
+pub const EXPIRY_GRACE: Duration = Duration::from_secs(30);
+
+impl ExpiryGate {
+    /// Whether the expiry seen at `now` may skip the backoff.
+    pub fn pass_over(&mut self, now: std::time::Instant) -> bool {
+        let allowed = self
+            .last
+            .is_none_or(|last| now.duration_since(last) >= EXPIRY_GRACE);
+        if allowed {
+            self.last = Some(now);
+        }
+        allowed
     }
 }
 
@@ -220,11 +245,25 @@ mod tests {
     }
 
     #[test]
-    fn watch_retries_double_to_ten_seconds_and_reset() {
+    fn one_expiry_per_grace_period_skips_the_backoff() {
+        let start = std::time::Instant::now();
+        let mut gate = ExpiryGate::default();
+        assert!(gate.pass_over(start), "the first relists at once");
+        assert!(!gate.pass_over(start + S(1)), "the next one soon after waits");
+        assert!(!gate.pass_over(start + EXPIRY_GRACE - MS(1)));
+        assert!(
+            gate.pass_over(start + EXPIRY_GRACE),
+            "a grace period later, at once again"
+        );
+        assert!(!gate.pass_over(start + EXPIRY_GRACE + S(1)));
+    }
+
+    #[test]
+    fn watch_retries_double_to_five_seconds_and_reset() {
         use kube::runtime::utils::Backoff;
         let mut watch = WatchBackoff::default();
         let delays: Vec<Duration> = watch.by_ref().take(6).collect();
-        let full = [MS(800), MS(1600), MS(3200), MS(6400), S(10), S(10)];
+        let full = [MS(800), MS(1600), MS(3200), S(5), S(5), S(5)];
         for (d, f) in delays.iter().zip(full) {
             assert!(*d <= f && *d >= f.mul_f64(0.8), "{d:?} vs {f:?}");
         }

@@ -27,7 +27,7 @@ use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
 use kube::{Api, Client};
 use tracing::{debug, warn};
 
-use crate::backoff::WatchBackoff;
+use crate::backoff::{ExpiryGate, WatchBackoff};
 use crate::context::{Clock, Context, Stores};
 use crate::index::{Index, Indexed, trigger_channels};
 use crate::metrics::Metrics;
@@ -66,11 +66,27 @@ fn watch_config<K: Indexed>() -> watcher::Config {
 }
 
 /// The watches' retry delays: kube's default backoff (0.8 s doubling to 30 s, reset only after 2 min
-/// without errors) but capped at 10 s, so that after an API server outage every watch is back within
+/// without errors) but capped at 5 s, so that after an API server outage every watch is back within
 /// seconds of it rather than half a minute later. A watch retry costs one request per kind, and the
 /// reset timer still keeps a watch that fails right after every list from looping.
 fn watch_backoff() -> ResetTimerBackoff<WatchBackoff> {
     ResetTimerBackoff::new(WatchBackoff::default(), Duration::from_secs(120))
+}
+
+/// Passes over the first expiry (410 Gone) of a watch per grace period, so that it relists at once
+/// instead of after a backoff step (see [`ExpiryGate`]).
+fn relist_at_once_on_expiry<K: Indexed, T>(
+    stream: impl Stream<Item = Result<T, watcher::Error>>,
+) -> impl Stream<Item = Result<T, watcher::Error>> {
+    let mut gate = ExpiryGate::default();
+    stream.filter(move |item| {
+        let expired = matches!(item, Err(watcher::Error::WatchError(status)) if status.code == 410);
+        let skip = expired && gate.pass_over(std::time::Instant::now());
+        if skip {
+            debug!(kind = K::NAME, "watch expired (410 Gone); listing again at once");
+        }
+        futures::future::ready(!skip)
+    })
 }
 
 fn log_watch_errors<K: Indexed>(e: &watcher::Error) {
@@ -83,7 +99,7 @@ fn indexed_watch<K: Indexed>(
     namespace: Option<&str>,
     index: Arc<Index>,
 ) -> BoxFuture<'static, ()> {
-    watcher(api::<K>(client, namespace), watch_config::<K>())
+    relist_at_once_on_expiry::<K, _>(watcher(api::<K>(client, namespace), watch_config::<K>()))
         .backoff(watch_backoff())
         .modify(K::slim)
         .for_each(move |event| {
@@ -106,7 +122,7 @@ fn stored_watch<K: Indexed>(
 ) -> (Store<K>, ReflectHandle<K>, BoxFuture<'static, ()>) {
     let (reader, writer) = reflector::store_shared(BUFFER);
     let subscriber = writer.subscribe().expect("a shared store can be subscribed to");
-    let driver = watcher(api::<K>(client, namespace), watch_config::<K>())
+    let driver = relist_at_once_on_expiry::<K, _>(watcher(api::<K>(client, namespace), watch_config::<K>()))
         .backoff(watch_backoff())
         .modify(K::slim)
         .reflect_shared(writer)
