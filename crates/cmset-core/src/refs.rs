@@ -1,20 +1,21 @@
-//! Finding and rewriting the ConfigMap references of a pod spec.
+//! Finding and rewriting the ConfigMap (and Secret) references of a pod spec.
 //!
-//! # Where a pod spec names a ConfigMap
+//! # Where a pod spec names a ConfigMap or a Secret
 //!
-//! | [`RefForm`]                   | JSON pointer, relative to the pod spec                              |
+//! | [`RefForm`]                   | JSON pointer, relative to the pod spec, for a ConfigMap; for a Secret |
 //! |-------------------------------|---------------------------------------------------------------------|
-//! | [`RefForm::Volume`]           | `/volumes/{v}/configMap/name`                                       |
-//! | [`RefForm::ProjectedVolume`]  | `/volumes/{v}/projected/sources/{s}/configMap/name`                 |
-//! | [`RefForm::EnvValueFrom`]     | `/{containers,initContainers,ephemeralContainers}/{c}/env/{e}/valueFrom/configMapKeyRef/name` |
-//! | [`RefForm::EnvFrom`]          | `/{containers,initContainers,ephemeralContainers}/{c}/envFrom/{f}/configMapRef/name` |
+//! | [`RefForm::Volume`]           | `/volumes/{v}/configMap/name`; `/volumes/{v}/secret/secretName`     |
+//! | [`RefForm::ProjectedVolume`]  | `/volumes/{v}/projected/sources/{s}/configMap/name`; `…/secret/name` |
+//! | [`RefForm::EnvValueFrom`]     | `/{containers,initContainers,ephemeralContainers}/{c}/env/{e}/valueFrom/configMapKeyRef/name`; `…/secretKeyRef/name` |
+//! | [`RefForm::EnvFrom`]          | `/{containers,initContainers,ephemeralContainers}/{c}/envFrom/{f}/configMapRef/name`; `…/secretRef/name` |
 //!
-//! These are all the forms of Kubernetes 1.33. Secrets (`secret` volumes and projections, `secretRef`,
-//! `secretKeyRef`), `downwardAPI`, `serviceAccountToken` and `clusterTrustBundle` projections name no ConfigMap
-//! and are not references. A reference whose name is empty (the field is "effectively required" but the API
+//! These are all the forms of Kubernetes 1.33. ConfigMaps and Secrets are found separately
+//! ([`find_refs`] and [`find_refs_to`]): their names are separate name spaces, so a `secretRef` to `app`
+//! never concerns a ConfigMapSet `app`. `imagePullSecrets`, `downwardAPI`, `serviceAccountToken` and
+//! `clusterTrustBundle` projections are not references. A reference whose name is empty (the field is "effectively required" but the API
 //! allows it to be empty) names nothing and is skipped.
 //!
-//! References marked `optional: true` *are* references, reported with [`ConfigMapRef::optional`] set: a
+//! References marked `optional: true` *are* references, reported with [`Reference::optional`] set: a
 //! workload that marks a set reference optional still wants the set's content (the bare set name exists
 //! as no ConfigMap, so leaving it alone would run the pod silently without its configuration), and an
 //! optional reference in a retained ReplicaSet still needs its revision kept for a rollback.
@@ -46,9 +47,7 @@ use std::fmt;
 
 use json_patch::jsonptr::{Pointer, PointerBuf, Token};
 use json_patch::{Patch, PatchOperation, ReplaceOperation, TestOperation};
-use k8s_openapi::api::core::v1::{
-    ConfigMapKeySelector, Container, EnvFromSource, EnvVar, EphemeralContainer, PodSpec,
-};
+use k8s_openapi::api::core::v1::{Container, EnvFromSource, EnvVar, EphemeralContainer, PodSpec};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -130,8 +129,8 @@ impl Holder {
         pointer: PointerBuf,
         name: &str,
         optional: Option<bool>,
-    ) -> Option<ConfigMapRef> {
-        (!name.is_empty()).then(|| ConfigMapRef {
+    ) -> Option<Reference> {
+        (!name.is_empty()).then(|| Reference {
             form,
             pointer,
             name: name.to_owned(),
@@ -141,14 +140,21 @@ impl Holder {
     }
 }
 
-/// One place where a pod spec names a ConfigMap.
+/// The kind of object a reference names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Referenced {
+    ConfigMap,
+    Secret,
+}
+
+/// One place where a pod spec names a ConfigMap (or, with [`find_refs_to`], a Secret).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct ConfigMapRef {
+pub struct Reference {
     pub form: RefForm,
     /// RFC 6901 JSON pointer to the `name` field, relative to the pod spec, e.g.
     /// `/containers/0/envFrom/1/configMapRef/name`.
     pub pointer: PointerBuf,
-    /// The ConfigMap named; never empty.
+    /// The ConfigMap (or Secret) named; never empty.
     pub name: String,
     /// Whether the reference is marked `optional: true` (the pod starts without the ConfigMap).
     pub optional: bool,
@@ -164,32 +170,55 @@ pub struct ConfigMapRef {
 ///
 /// The order depends only on the spec, so plans and patches built from it are reproducible. The same
 /// ConfigMap may be named several times; each place is its own reference.
-pub fn find_refs(spec: &PodSpec) -> Vec<ConfigMapRef> {
+pub fn find_refs(spec: &PodSpec) -> Vec<Reference> {
+    find_refs_to(spec, Referenced::ConfigMap)
+}
+
+/// Every reference of `spec` to an object of `kind`, in the order [`find_refs`] describes.
+pub fn find_refs_to(spec: &PodSpec, kind: Referenced) -> Vec<Reference> {
     let mut refs = Vec::new();
 
     for (v, volume) in spec.volumes.iter().flatten().enumerate() {
         let holder = Holder::Volume {
             name: volume.name.clone(),
         };
-        if let Some(cm) = &volume.config_map {
-            let pointer = pointer!["volumes", v, "configMap", "name"];
-            refs.extend(holder.reference(RefForm::Volume, pointer, &cm.name, cm.optional));
+        match kind {
+            Referenced::ConfigMap => {
+                if let Some(cm) = &volume.config_map {
+                    let pointer = pointer!["volumes", v, "configMap", "name"];
+                    refs.extend(holder.reference(RefForm::Volume, pointer, &cm.name, cm.optional));
+                }
+            }
+            Referenced::Secret => {
+                if let Some(secret) = &volume.secret {
+                    let pointer = pointer!["volumes", v, "secret", "secretName"];
+                    let name = secret.secret_name.as_deref().unwrap_or_default();
+                    refs.extend(holder.reference(RefForm::Volume, pointer, name, secret.optional));
+                }
+            }
         }
         let sources = volume.projected.iter().flat_map(|p| p.sources.iter().flatten());
         for (s, source) in sources.enumerate() {
-            if let Some(cm) = &source.config_map {
-                let pointer = pointer!["volumes", v, "projected", "sources", s, "configMap", "name"];
-                refs.extend(holder.reference(RefForm::ProjectedVolume, pointer, &cm.name, cm.optional));
+            let (field, named) = match kind {
+                Referenced::ConfigMap => (
+                    "configMap",
+                    source.config_map.as_ref().map(|c| (&c.name, c.optional)),
+                ),
+                Referenced::Secret => ("secret", source.secret.as_ref().map(|c| (&c.name, c.optional))),
+            };
+            if let Some((name, optional)) = named {
+                let pointer = pointer!["volumes", v, "projected", "sources", s, field, "name"];
+                refs.extend(holder.reference(RefForm::ProjectedVolume, pointer, name, optional));
             }
         }
     }
 
     let app = spec.containers.iter().map(ContainerEnv::from);
-    container_refs(&mut refs, ContainerKind::App, app);
+    container_refs(&mut refs, kind, ContainerKind::App, app);
     let init = spec.init_containers.iter().flatten().map(ContainerEnv::from);
-    container_refs(&mut refs, ContainerKind::Init, init);
+    container_refs(&mut refs, kind, ContainerKind::Init, init);
     let ephemeral = spec.ephemeral_containers.iter().flatten().map(ContainerEnv::from);
-    container_refs(&mut refs, ContainerKind::Ephemeral, ephemeral);
+    container_refs(&mut refs, kind, ContainerKind::Ephemeral, ephemeral);
 
     refs
 }
@@ -222,32 +251,59 @@ impl<'a> From<&'a EphemeralContainer> for ContainerEnv<'a> {
     }
 }
 
-fn config_map_key_ref(var: &EnvVar) -> Option<&ConfigMapKeySelector> {
-    var.value_from.as_ref()?.config_map_key_ref.as_ref()
+/// The name and `optional` of an `env[].valueFrom` key reference to an object of `kind`, with the
+/// field it is under.
+fn key_ref(var: &EnvVar, kind: Referenced) -> Option<(&'static str, &str, Option<bool>)> {
+    let from = var.value_from.as_ref()?;
+    match kind {
+        Referenced::ConfigMap => from
+            .config_map_key_ref
+            .as_ref()
+            .map(|k| ("configMapKeyRef", k.name.as_str(), k.optional)),
+        Referenced::Secret => from
+            .secret_key_ref
+            .as_ref()
+            .map(|k| ("secretKeyRef", k.name.as_str(), k.optional)),
+    }
 }
 
-/// The references in the `env` and `envFrom` of one list of containers.
+/// The same for an `envFrom[]` source.
+fn env_from_ref(source: &EnvFromSource, kind: Referenced) -> Option<(&'static str, &str, Option<bool>)> {
+    match kind {
+        Referenced::ConfigMap => source
+            .config_map_ref
+            .as_ref()
+            .map(|r| ("configMapRef", r.name.as_str(), r.optional)),
+        Referenced::Secret => source
+            .secret_ref
+            .as_ref()
+            .map(|r| ("secretRef", r.name.as_str(), r.optional)),
+    }
+}
+
+/// The references to objects of `kind` in the `env` and `envFrom` of one list of containers.
 fn container_refs<'a>(
-    refs: &mut Vec<ConfigMapRef>,
-    kind: ContainerKind,
+    refs: &mut Vec<Reference>,
+    kind: Referenced,
+    containers_kind: ContainerKind,
     containers: impl Iterator<Item = ContainerEnv<'a>>,
 ) {
-    let field = kind.field();
+    let field = containers_kind.field();
     for (c, container) in containers.enumerate() {
         let holder = Holder::Container {
-            kind,
+            kind: containers_kind,
             name: container.name.to_owned(),
         };
         for (e, var) in container.env.iter().enumerate() {
-            if let Some(key) = config_map_key_ref(var) {
-                let pointer = pointer![field, c, "env", e, "valueFrom", "configMapKeyRef", "name"];
-                refs.extend(holder.reference(RefForm::EnvValueFrom, pointer, &key.name, key.optional));
+            if let Some((selector, name, optional)) = key_ref(var, kind) {
+                let pointer = pointer![field, c, "env", e, "valueFrom", selector, "name"];
+                refs.extend(holder.reference(RefForm::EnvValueFrom, pointer, name, optional));
             }
         }
         for (f, source) in container.env_from.iter().enumerate() {
-            if let Some(cm) = &source.config_map_ref {
-                let pointer = pointer![field, c, "envFrom", f, "configMapRef", "name"];
-                refs.extend(holder.reference(RefForm::EnvFrom, pointer, &cm.name, cm.optional));
+            if let Some((selector, name, optional)) = env_from_ref(source, kind) {
+                let pointer = pointer![field, c, "envFrom", f, selector, "name"];
+                refs.extend(holder.reference(RefForm::EnvFrom, pointer, name, optional));
             }
         }
     }
@@ -269,8 +325,17 @@ pub struct NameChange {
 /// which is what makes the index-addressed [`json_patch`] safe when list elements move (see the module
 /// documentation). If `target` maps every name it returns to itself, rewriting is idempotent: a
 /// second plan on the result is empty.
-pub fn plan_rewrite(spec: &PodSpec, mut target: impl FnMut(&str) -> Option<String>) -> Vec<NameChange> {
-    find_refs(spec)
+pub fn plan_rewrite(spec: &PodSpec, target: impl FnMut(&str) -> Option<String>) -> Vec<NameChange> {
+    plan_rewrite_to(spec, Referenced::ConfigMap, target)
+}
+
+/// [`plan_rewrite`] for the references to objects of `kind`.
+pub fn plan_rewrite_to(
+    spec: &PodSpec,
+    kind: Referenced,
+    mut target: impl FnMut(&str) -> Option<String>,
+) -> Vec<NameChange> {
+    find_refs_to(spec, kind)
         .into_iter()
         .filter_map(|r| {
             let to = target(&r.name).filter(|to| !to.is_empty() && *to != r.name)?;
@@ -470,7 +535,7 @@ mod tests {
             let refs = find_refs(&spec(value));
 
             let expected = vec![
-                ConfigMapRef {
+                Reference {
                     form: RefForm::EnvValueFrom,
                     pointer: ptr(&format!("/{field}/1/env/4/valueFrom/configMapKeyRef/name")),
                     name: "cm-env".into(),
@@ -480,7 +545,7 @@ mod tests {
                         name: "c".into(),
                     },
                 },
-                ConfigMapRef {
+                Reference {
                     form: RefForm::EnvFrom,
                     pointer: ptr(&format!("/{field}/1/envFrom/1/configMapRef/name")),
                     name: "cm-envfrom".into(),
@@ -517,14 +582,14 @@ mod tests {
         assert_eq!(
             refs,
             vec![
-                ConfigMapRef {
+                Reference {
                     form: RefForm::Volume,
                     pointer: ptr("/volumes/2/configMap/name"),
                     name: "cm-vol".into(),
                     optional: false,
                     holder: Holder::Volume { name: "plain".into() },
                 },
-                ConfigMapRef {
+                Reference {
                     form: RefForm::ProjectedVolume,
                     pointer: ptr("/volumes/3/projected/sources/3/configMap/name"),
                     name: "cm-proj".into(),
@@ -668,6 +733,113 @@ mod tests {
         }));
         assert_eq!(find_refs(&spec), vec![]);
         assert_eq!(find_refs(&PodSpec::default()), vec![]);
+    }
+
+    #[test]
+    fn every_secret_form_in_volumes_and_each_container_kind_and_no_configmap_among_them() {
+        let spec = spec(json!({
+            "volumes": [
+                { "name": "cm", "configMap": { "name": "app" } },
+                { "name": "s", "secret": { "secretName": "creds", "optional": true } },
+                { "name": "unnamed", "secret": {} },
+                { "name": "p", "projected": { "sources": [
+                    { "configMap": { "name": "app" } },
+                    { "secret": { "name": "tls" } },
+                ] } },
+            ],
+            "containers": [busy_container("app")],
+            "initContainers": [busy_container("init")],
+            "imagePullSecrets": [{ "name": "pull" }],
+        }));
+        let secrets: Vec<(RefForm, String, String, bool)> = find_refs_to(&spec, Referenced::Secret)
+            .into_iter()
+            .map(|r| (r.form, r.pointer.to_string(), r.name, r.optional))
+            .collect();
+        let row =
+            |form, pointer: &str, name: &str, optional| (form, pointer.to_owned(), name.to_owned(), optional);
+        assert_eq!(
+            secrets,
+            vec![
+                row(RefForm::Volume, "/volumes/1/secret/secretName", "creds", true),
+                row(
+                    RefForm::ProjectedVolume,
+                    "/volumes/3/projected/sources/1/secret/name",
+                    "tls",
+                    false
+                ),
+                row(
+                    RefForm::EnvValueFrom,
+                    "/containers/0/env/1/valueFrom/secretKeyRef/name",
+                    "s1",
+                    false
+                ),
+                row(
+                    RefForm::EnvFrom,
+                    "/containers/0/envFrom/0/secretRef/name",
+                    "s2",
+                    false
+                ),
+                row(
+                    RefForm::EnvValueFrom,
+                    "/initContainers/0/env/1/valueFrom/secretKeyRef/name",
+                    "s1",
+                    false
+                ),
+                row(
+                    RefForm::EnvFrom,
+                    "/initContainers/0/envFrom/0/secretRef/name",
+                    "s2",
+                    false
+                ),
+            ],
+            "imagePullSecrets are not references; a secret volume without a name names nothing"
+        );
+        // And the ConfigMap references are exactly the ConfigMap ones.
+        assert!(
+            find_refs(&spec)
+                .iter()
+                .all(|r| !r.pointer.as_str().contains("ecret"))
+        );
+        assert_eq!(find_refs(&spec).len(), 6);
+    }
+
+    #[test]
+    fn rewriting_secrets_leaves_configmaps_of_the_same_name_alone_and_is_idempotent() {
+        let spec = spec(json!({
+            "volumes": [
+                { "name": "cm", "configMap": { "name": "app" } },
+                { "name": "s", "secret": { "secretName": "app" } },
+            ],
+            "containers": [{
+                "name": "c",
+                "envFrom": [{ "configMapRef": { "name": "app" } }, { "secretRef": { "name": "app" } }],
+            }],
+        }));
+        let target = |name: &str| (name == "app").then(|| "app-9k5ddchd8d".to_string());
+        let changes = plan_rewrite_to(&spec, Referenced::Secret, target);
+        let pointers: Vec<String> = changes.iter().map(|c| c.pointer.to_string()).collect();
+        assert_eq!(
+            pointers,
+            [
+                "/volumes/1/secret/secretName",
+                "/containers/0/envFrom/1/secretRef/name"
+            ]
+        );
+        let rewritten = apply_changes(&spec, &changes).unwrap();
+        assert_eq!(
+            summary(&rewritten),
+            summary(&spec),
+            "ConfigMap references untouched"
+        );
+        assert!(
+            plan_rewrite_to(&rewritten, Referenced::Secret, target).is_empty(),
+            "idempotent"
+        );
+        assert_eq!(
+            plan_rewrite(&spec, target).len(),
+            2,
+            "and the ConfigMap rewrite touches only ConfigMaps"
+        );
     }
 
     #[test]

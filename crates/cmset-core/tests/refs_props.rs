@@ -12,8 +12,8 @@ use cmset_api::{
 use cmset_core::admission;
 use cmset_core::observe::{WorkloadKind, WorkloadView};
 use cmset_core::refs::{
-    NameChange, TEMPLATE_POD_SPEC_POINTER, apply_changes, escape_pointer_token, find_refs, json_patch,
-    plan_rewrite,
+    NameChange, Referenced, TEMPLATE_POD_SPEC_POINTER, apply_changes, escape_pointer_token, find_refs,
+    find_refs_to, json_patch, plan_rewrite, plan_rewrite_to,
 };
 use cmset_core::rollout::{SetTarget, WorkloadPlan, plan_workload};
 use json_patch::jsonptr::PointerBuf;
@@ -291,6 +291,21 @@ fn value_at<'a>(value: &'a Value, pointer: &str) -> &'a Value {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// ConfigMaps and Secrets are separate name spaces: rewriting the references of one kind leaves every
+    /// reference of the other as it was, and is idempotent.
+    #[test]
+    fn rewriting_one_kind_never_touches_the_other(spec in pod_spec()) {
+        for (kind, other) in [
+            (Referenced::ConfigMap, Referenced::Secret),
+            (Referenced::Secret, Referenced::ConfigMap),
+        ] {
+            let changes = plan_rewrite_to(&spec, kind, target);
+            let rewritten = apply_changes(&spec, &changes).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(find_refs_to(&rewritten, other), find_refs_to(&spec, other));
+            prop_assert!(plan_rewrite_to(&rewritten, kind, target).is_empty());
+        }
+    }
 
     /// (1) Every reported pointer resolves to the reported name; pointers are distinct; and no reference
     /// is missed (the generic walk finds exactly the same pointers).
