@@ -53,7 +53,7 @@ const DIR_INTERVAL: Duration = Duration::from_secs(30);
 const FIELD_MANAGER: &str = "cmset-controller";
 
 #[derive(Debug, thiserror::Error)]
-enum KeepError {
+pub enum KeepError {
     #[error("{operation}: {source}")]
     Api {
         operation: &'static str,
@@ -118,15 +118,7 @@ pub async fn start(
                 }
             })
         }
-        CertSource::Secret(source) => tokio::spawn(async move {
-            let keeper = Keeper {
-                secrets: Api::namespaced(client.clone(), &source.namespace),
-                configurations: Api::all(client),
-                source,
-                cert,
-            };
-            keeper.run(shutdown).await
-        }),
+        CertSource::Secret(source) => tokio::spawn(Keeper::new(client, source, cert).run(shutdown)),
     };
     Ok(task)
 }
@@ -175,6 +167,17 @@ fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     f.write_all(contents)
 }
 
+/// One pass of what each replica repeats (read or issue the pair, trust its CA, serve it), with the
+/// pair it served before; returns when to renew. `start` runs it in a loop; tests call it directly.
+pub async fn keep_once(
+    client: Client,
+    source: SecretSource,
+    cert: Arc<ServingCert>,
+    serving: &mut Option<Pair>,
+) -> Result<Timestamp, KeepError> {
+    Keeper::new(client, source, cert).sync(serving).await
+}
+
 struct Keeper {
     secrets: Api<Secret>,
     configurations: Api<MutatingWebhookConfiguration>,
@@ -183,6 +186,15 @@ struct Keeper {
 }
 
 impl Keeper {
+    fn new(client: Client, source: SecretSource, cert: Arc<ServingCert>) -> Self {
+        Self {
+            secrets: Api::namespaced(client.clone(), &source.namespace),
+            configurations: Api::all(client),
+            source,
+            cert,
+        }
+    }
+
     async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         let interval = self.source.policy.check_interval();

@@ -3,7 +3,7 @@
 //! that: an unchanged set, a restart with everything in place, a pinned workload, a workload not opted in.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, labels};
 use cmset_controller::context::{Clock, Context, Stores};
@@ -11,8 +11,6 @@ use cmset_controller::index::{Index, Indexed, Key};
 use cmset_controller::metrics::Metrics;
 use cmset_controller::{set_controller, workload_controller};
 use cmset_core::plan::{SetInput, plan_set};
-use http::{Request, Response};
-use http_body_util::BodyExt;
 use k8s_openapi::api::apps::v1::{
     ControllerRevision, DaemonSet, Deployment, DeploymentSpec, ReplicaSet, StatefulSet,
 };
@@ -21,60 +19,20 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::client::Body;
+use kube::Resource;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
-use kube::{Client, Resource};
 use serde_json::{Value, json};
+
+mod support;
+
+use support::{Responder, Seen, mock_client};
 
 const NS: &str = "team";
 const V1: &str = "nginx-config-d2c65kk9hm";
 const V2: &str = "nginx-config-tc2kg4m444";
-
-/// One request the controller sent.
-#[derive(Clone, Debug)]
-struct Seen {
-    method: String,
-    path: String,
-    query: String,
-    body: Value,
-}
-
-impl Seen {
-    fn line(&self) -> String {
-        format!("{} {}", self.method, self.path)
-    }
-}
-
-type Responder = Arc<dyn Fn(&Seen) -> (u16, Value) + Send + Sync>;
-
-/// Answers requests with `respond` and records them until the client is dropped.
-async fn serve(
-    mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
-    respond: Responder,
-    seen: Arc<Mutex<Vec<Seen>>>,
-) {
-    while let Some((request, send)) = handle.next_request().await {
-        let (parts, body) = request.into_parts();
-        let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-        let s = Seen {
-            method: parts.method.to_string(),
-            path: parts.uri.path().to_string(),
-            query: parts.uri.query().unwrap_or("").to_string(),
-            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        };
-        let (code, reply) = respond(&s);
-        seen.lock().unwrap().push(s);
-        send.send_response(
-            Response::builder()
-                .status(code)
-                .body(Body::from(serde_json::to_vec(&reply).unwrap()))
-                .unwrap(),
-        );
-    }
-}
 
 /// The answers of a well-behaved API server: creates and patches echo an object, events succeed.
 fn ok_responder(set: ConfigMapSet) -> Responder {
@@ -211,10 +169,7 @@ where
     F: FnOnce(Arc<Context>) -> Fut,
     Fut: std::future::Future<Output = T>,
 {
-    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let server = tokio::spawn(serve(handle, respond, seen.clone()));
-    let client = Client::new(service, NS);
+    let (client, server, seen) = mock_client(respond, NS);
     let ctx = Arc::new(Context::new(
         client,
         world.index.clone(),

@@ -1,0 +1,181 @@
+//! The webhook certificate keeper against a mocked API server: the exact requests of a first start, of
+//! a replica that finds everything in place (reads only), of a lost race to create the Secret, and of a
+//! cluster without the webhook registration.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use cmset_controller::cert_keeper::{KeepError, SecretSource, keep_once};
+use cmset_controller::webhook::ServingCert;
+use cmset_controller::webhook_certs::{self, Pair, Policy};
+use k8s_openapi::jiff::Timestamp;
+use serde_json::{Value, json};
+
+mod support;
+
+use support::{Responder, Seen, mock_client};
+
+const SECRET: &str = "/api/v1/namespaces/cmset-system/secrets";
+const CONFIGURATION: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/cmset";
+
+fn source() -> SecretSource {
+    SecretSource {
+        namespace: "cmset-system".into(),
+        name: "cmset-webhook-tls".into(),
+        configuration: "cmset".into(),
+        policy: Policy {
+            validity: Duration::from_secs(90 * 86_400),
+            names: vec!["cmset-webhook.cmset-system.svc".into()],
+        },
+    }
+}
+
+fn not_found() -> (u16, Value) {
+    (
+        404,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}),
+    )
+}
+
+fn secret_of(pair: &Pair) -> Value {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": "cmset-webhook-tls", "namespace": "cmset-system", "resourceVersion": "3"},
+        "data": {"ca.crt": b64(&pair.ca), "tls.crt": b64(&pair.cert), "tls.key": b64(&pair.key)}})
+}
+
+fn configuration(bundle: Option<&[u8]>) -> Value {
+    let mut hook = json!({"name": "workloads.cmset.dev", "clientConfig": {"url": "https://127.0.0.1:9443/mutate"},
+        "sideEffects": "None", "admissionReviewVersions": ["v1"]});
+    if let Some(b) = bundle {
+        hook["clientConfig"]["caBundle"] = json!(base64::engine::general_purpose::STANDARD.encode(b));
+    }
+    json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "cmset"}, "webhooks": [hook]})
+}
+
+async fn run(respond: Responder) -> (Result<Timestamp, KeepError>, Vec<Seen>, Arc<ServingCert>) {
+    let (client, server, seen) = mock_client(respond, "cmset-system");
+    let cert = Arc::new(ServingCert::default());
+    let mut serving = None;
+    let result = keep_once(client, source(), cert.clone(), &mut serving).await;
+    tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("server ends")
+        .unwrap();
+    let seen = seen.lock().unwrap().clone();
+    (result, seen, cert)
+}
+
+fn lines(seen: &[Seen]) -> Vec<String> {
+    seen.iter().map(Seen::line).collect()
+}
+
+#[tokio::test]
+async fn the_first_replica_issues_the_pair_trusts_its_ca_then_serves_it() {
+    let respond: Responder = Arc::new(|s: &Seen| match (s.method.as_str(), s.path.as_str()) {
+        ("GET", p) if p.starts_with(SECRET) => not_found(),
+        ("POST", _) => (201, s.body.clone()),
+        ("GET", _) => (200, configuration(None)),
+        ("PATCH", _) => (200, configuration(None)),
+        _ => (500, json!({})),
+    });
+    let (result, seen, cert) = run(respond).await;
+    result.unwrap();
+    assert_eq!(
+        lines(&seen),
+        [
+            format!("GET {SECRET}/cmset-webhook-tls"),
+            format!("POST {SECRET}"),
+            format!("GET {CONFIGURATION}"),
+            format!("PATCH {CONFIGURATION}"),
+        ]
+    );
+    for write in [&seen[1], &seen[3]] {
+        assert!(
+            write.query.contains("fieldManager=cmset-controller"),
+            "{}",
+            write.query
+        );
+    }
+    let created = &seen[1].body;
+    assert_eq!(created["type"], "kubernetes.io/tls");
+    let keys: Vec<&str> = created["data"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, ["ca.crt", "tls.crt", "tls.key"]);
+    // Strategic merge of the one webhook, by name: only its caBundle, never a key.
+    let patch = &seen[3].body;
+    assert_eq!(patch["webhooks"][0]["name"], "workloads.cmset.dev");
+    assert!(patch["webhooks"][0]["clientConfig"]["caBundle"].is_string());
+    assert!(!patch.to_string().contains("PRIVATE KEY"));
+    assert!(cert.is_loaded(), "served once trusted");
+}
+
+#[tokio::test]
+async fn a_replica_that_finds_everything_in_place_only_reads() {
+    let pair = webhook_certs::issue(&source().policy, Timestamp::now(), None).unwrap();
+    let bundle = webhook_certs::merged_bundle(&pair.ca, b"", Timestamp::now()).unwrap();
+    let (secret, config) = (secret_of(&pair), configuration(Some(&bundle)));
+    let respond: Responder = Arc::new(move |s: &Seen| match (s.method.as_str(), s.path.as_str()) {
+        ("GET", p) if p.starts_with(SECRET) => (200, secret.clone()),
+        ("GET", _) => (200, config.clone()),
+        _ => (500, json!({})),
+    });
+    let (result, seen, cert) = run(respond).await;
+    let renew_at = result.unwrap();
+    assert!(renew_at > Timestamp::now(), "renews later: {renew_at}");
+    assert_eq!(
+        lines(&seen),
+        [
+            format!("GET {SECRET}/cmset-webhook-tls"),
+            format!("GET {CONFIGURATION}")
+        ],
+        "no write"
+    );
+    assert!(cert.is_loaded());
+}
+
+#[tokio::test]
+async fn losing_the_race_to_create_the_secret_reads_it_again_and_serves_nothing_meanwhile() {
+    let respond: Responder = Arc::new(|s: &Seen| match (s.method.as_str(), s.path.as_str()) {
+        ("GET", _) => not_found(),
+        ("POST", _) => (
+            409,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409}),
+        ),
+        _ => (500, json!({})),
+    });
+    let (result, seen, cert) = run(respond).await;
+    assert!(matches!(result, Err(KeepError::Raced)), "{result:?}");
+    assert_eq!(
+        lines(&seen),
+        [
+            format!("GET {SECRET}/cmset-webhook-tls"),
+            format!("POST {SECRET}")
+        ]
+    );
+    assert!(
+        !cert.is_loaded(),
+        "its own pair was not stored: it serves the winner's after a re-read"
+    );
+}
+
+#[tokio::test]
+async fn without_a_webhook_registration_the_pair_is_still_kept_and_served() {
+    let pair = webhook_certs::issue(&source().policy, Timestamp::now(), None).unwrap();
+    let secret = secret_of(&pair);
+    let respond: Responder = Arc::new(move |s: &Seen| match (s.method.as_str(), s.path.as_str()) {
+        ("GET", p) if p.starts_with(SECRET) => (200, secret.clone()),
+        ("GET", _) => not_found(),
+        _ => (500, json!({})),
+    });
+    let (result, seen, cert) = run(respond).await;
+    result.unwrap();
+    assert_eq!(seen.len(), 2, "{:?}", lines(&seen));
+    assert!(cert.is_loaded());
+}
