@@ -85,6 +85,21 @@ impl TestNamespace {
     }
 
     /// Like [`Self::kubectl`] but returns the failure instead of panicking.
+    /// `kubectl apply -k` of a kustomization in this namespace made of `files` (name, content) and the
+    /// `kustomization` text after its `namespace:` line (e.g. `resources:` and generators).
+    pub fn apply_kustomization(&self, files: &[(&str, String)], kustomization: &str) -> String {
+        let dir = std::env::temp_dir().join(format!("cmset-e2e-kustomize-{}", self.name));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, content) in files {
+            std::fs::write(dir.join(name), content).unwrap();
+        }
+        let text = format!("namespace: {}\n{kustomization}", self.name);
+        std::fs::write(dir.join("kustomization.yaml"), text).unwrap();
+        let out = self.kubectl(&["apply", "-k", dir.to_str().unwrap()]);
+        let _ = std::fs::remove_dir_all(&dir);
+        out
+    }
+
     pub fn try_kubectl(&self, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
         try_kubectl_in(Some(&self.name), args, stdin)
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use cmset_e2e::fixtures::{
     DeploymentYaml, Reads, app_config_revision, app_config_yaml, replica_set_names, rollout_status,
-    template_names, wait_names,
+    set_ready, template_names, wait_names,
 };
 use cmset_e2e::k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use cmset_e2e::k8s_openapi::api::core::v1::Secret;
@@ -16,6 +16,18 @@ use cmset_e2e::kube::Api;
 use cmset_e2e::{Operator, TestNamespace, eventually};
 
 const HELD_SINCE: &str = "cmset.dev/held-since";
+
+fn paused(d: &Deployment) -> bool {
+    d.spec.as_ref().and_then(|s| s.paused) == Some(true)
+}
+
+/// Whether cmset's webhook holds it (see `cmset_core::hold`).
+fn held(d: &Deployment) -> bool {
+    d.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(HELD_SINCE))
+}
 
 /// Every ConfigMap name any ReplicaSet of the namespace's Deployments ever named.
 async fn replica_set_names_ever(ns: &TestNamespace) -> Vec<BTreeSet<String>> {
@@ -32,14 +44,8 @@ async fn assert_born_on_the_revision(ns: &TestNamespace, deployment: &str, revis
     wait_names(ns, deployment, &[revision]).await;
     rollout_status(ns, &format!("deployment/{deployment}")).await;
     let d: Deployment = ns.deployment(deployment).await;
-    assert_ne!(d.spec.as_ref().unwrap().paused, Some(true), "left paused");
-    assert!(
-        !d.metadata
-            .annotations
-            .unwrap_or_default()
-            .contains_key(HELD_SINCE),
-        "the hold is lifted"
-    );
+    assert!(!paused(&d), "left paused");
+    assert!(!held(&d), "the hold is lifted");
     let everything = replica_set_names_ever(ns).await;
     assert_eq!(
         everything,
@@ -79,29 +85,22 @@ async fn a_deployment_applied_before_its_set_in_one_apply_is_born_on_the_revisio
 async fn a_kustomization_applied_with_kubectl_apply_k_is_born_on_the_revision() {
     let ns = TestNamespace::new("adm-kustomize").await;
     let _operator = Operator::start(&ns.name).await;
-    let dir = std::env::temp_dir().join(format!("cmset-e2e-{}", ns.name));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("set.yaml"), app_config_yaml("1", None)).unwrap();
-    std::fs::write(
-        dir.join("deployment.yaml"),
-        DeploymentYaml::new(
-            "web",
-            &[Reads::EnvKey {
-                name: "app-config",
-                key: "APP_VERSION",
-            }],
-        )
-        .replicas(2)
-        .yaml(),
+    let deployment = DeploymentYaml::new(
+        "web",
+        &[Reads::EnvKey {
+            name: "app-config",
+            key: "APP_VERSION",
+        }],
     )
-    .unwrap();
-    std::fs::write(
-        dir.join("kustomization.yaml"),
-        format!("namespace: {}\nresources: [set.yaml, deployment.yaml]\n", ns.name),
-    )
-    .unwrap();
-    ns.kubectl(&["apply", "-k", dir.to_str().unwrap()]);
-    let _ = std::fs::remove_dir_all(&dir);
+    .replicas(2)
+    .yaml();
+    ns.apply_kustomization(
+        &[
+            ("set.yaml", app_config_yaml("1", None)),
+            ("deployment.yaml", deployment),
+        ],
+        "resources: [set.yaml, deployment.yaml]\n",
+    );
     assert_born_on_the_revision(&ns, "web", &app_config_revision("1")).await;
 }
 
@@ -165,30 +164,19 @@ async fn a_held_deployment_whose_name_no_set_takes_runs_as_written_after_the_hol
     let _operator = Operator::start(&ns.name).await;
     // Opted in, but `later` is neither a set nor a ConfigMap yet: held, in case its set is on the way.
     ns.apply(&DeploymentYaml::new("web", &[Reads::EnvFromOptional("later")]).yaml());
-    let held = ns.deployment("web").await;
-    assert_eq!(held.spec.as_ref().unwrap().paused, Some(true), "created paused");
-    assert!(
-        held.metadata
-            .annotations
-            .unwrap_or_default()
-            .contains_key(HELD_SINCE)
-    );
+    let held_now = ns.deployment("web").await;
+    assert!(paused(&held_now), "created paused");
+    assert!(held(&held_now));
     assert!(ns.replica_sets().await.is_empty(), "no ReplicaSet while held");
     // No set turns up: after the hold's 30 s it runs as written.
     eventually("the hold to end", || async {
         let d = ns.deployment("web").await;
-        (d.spec.as_ref().unwrap().paused != Some(true)).then_some(d)
+        (!paused(&d)).then_some(d)
     })
     .await;
     rollout_status(&ns, "deployment/web").await;
     let d = ns.deployment("web").await;
-    assert!(
-        !d.metadata
-            .annotations
-            .clone()
-            .unwrap_or_default()
-            .contains_key(HELD_SINCE)
-    );
+    assert!(!held(&d));
     assert_eq!(
         template_names(&d),
         BTreeSet::from(["later".to_string()]),
@@ -200,23 +188,16 @@ async fn a_held_deployment_whose_name_no_set_takes_runs_as_written_after_the_hol
 async fn running_deployments_and_ones_whose_configmaps_exist_are_never_held() {
     let ns = TestNamespace::new("adm-nohold").await;
     let _operator = Operator::start(&ns.name).await;
-    ns.apply(&DeploymentYaml::new("web", &[Reads::EnvFromOptional("plain")]).yaml());
     // A plain ConfigMap that exists: nothing to wait for.
-    ns.kubectl(&["create", "configmap", "plain2", "--from-literal=a=b"]);
-    ns.apply(&DeploymentYaml::new("other", &[Reads::EnvFrom("plain2")]).yaml());
-    let other = ns.deployment("other").await;
-    assert_ne!(
-        other.spec.as_ref().unwrap().paused,
-        Some(true),
-        "its ConfigMap exists"
-    );
+    ns.kubectl(&["create", "configmap", "plain", "--from-literal=a=b"]);
+    ns.apply(&DeploymentYaml::new("web", &[Reads::EnvFrom("plain")]).yaml());
+    assert!(!paused(&ns.deployment("web").await), "its ConfigMap exists");
+    rollout_status(&ns, "deployment/web").await;
     // An update of a running Deployment is never paused, whatever it names.
-    eventually("web to be released", || async {
-        (ns.deployment("web").await.spec.unwrap().paused != Some(true)).then_some(())
-    })
-    .await;
-    ns.apply(&DeploymentYaml::new("web", &[Reads::EnvFromOptional("missing-too")]).yaml());
-    assert_ne!(ns.deployment("web").await.spec.unwrap().paused, Some(true));
+    ns.apply(&DeploymentYaml::new("web", &[Reads::EnvFromOptional("missing")]).yaml());
+    let updated = ns.deployment("web").await;
+    assert!(!paused(&updated) && !held(&updated));
+    assert_eq!(template_names(&updated), BTreeSet::from(["missing".to_string()]));
 }
 
 #[tokio::test]
@@ -231,17 +212,10 @@ async fn the_webhook_certificate_is_issued_trusted_and_renewed_without_a_gap() {
     };
     // Certificates of one minute: renewed every 40 s. The Secret is shared with the suite's other
     // operators; they keep serving what they loaded, trusted until it expires.
-    let _operator = Operator::start_with(&ns.name, &["--webhook-cert-validity-seconds", "60"]).await;
+    let operator = Operator::start_with(&ns.name, &["--webhook-cert-validity-seconds", "60"]).await;
     ns.apply(&app_config_yaml("1", None));
     let v1 = app_config_revision("1");
-    eventually("the set's revision", || async {
-        ns.set("app-config")
-            .await
-            .status?
-            .current_revision
-            .filter(|r| *r == v1)
-    })
-    .await;
+    set_ready(&ns, "app-config").await;
     let mut seen = Vec::new();
     for round in 0..3 {
         let current = cert_of(secrets.get("cmset-webhook-tls").await.unwrap());
@@ -275,6 +249,18 @@ async fn the_webhook_certificate_is_issued_trusted_and_renewed_without_a_gap() {
         3,
         "three certificates served in turn"
     );
+    // The private keys it issued never reach its log (nor does any PEM it handled).
+    let log = std::fs::read_to_string(operator.log_path()).unwrap();
+    let key = secrets.get("cmset-webhook-tls").await.unwrap().data.unwrap()["tls.key"]
+        .0
+        .clone();
+    let key_line = String::from_utf8(key)
+        .unwrap()
+        .lines()
+        .nth(1)
+        .unwrap()
+        .to_string();
+    assert!(!log.contains(&key_line) && !log.contains("PRIVATE KEY") && !log.contains("BEGIN CERTIFICATE"));
 }
 
 #[tokio::test]
@@ -285,14 +271,7 @@ async fn without_the_webhook_cmset_rewrites_the_stored_workload_afterwards() {
     let _operator = Operator::start_without_webhook(&ns.name, &[]).await;
     ns.apply(&app_config_yaml("1", None));
     let v1 = app_config_revision("1");
-    eventually("the set's revision", || async {
-        ns.set("app-config")
-            .await
-            .status?
-            .current_revision
-            .filter(|r| *r == v1)
-    })
-    .await;
+    set_ready(&ns, "app-config").await;
     ns.apply(&DeploymentYaml::new("web", &[Reads::EnvFrom("app-config")]).yaml());
     wait_names(&ns, "web", &[&v1]).await;
     let d = ns.deployment("web").await;
@@ -301,6 +280,6 @@ async fn without_the_webhook_cmset_rewrites_the_stored_workload_afterwards() {
         Some(2),
         "stored as written, then moved by the controller"
     );
-    assert_ne!(d.spec.as_ref().unwrap().paused, Some(true));
+    assert!(!paused(&d));
     rollout_status(&ns, "deployment/web").await;
 }

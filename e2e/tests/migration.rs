@@ -26,28 +26,16 @@ async fn replacing_a_config_map_generator_by_a_set_rolls_no_pod() {
     let _operator = Operator::start(&ns.name).await;
 
     // Before: a generator and a Deployment reading it (kustomize rewrites the name to app-config-<hash>).
-    let dir = std::env::temp_dir().join(format!("cmset-e2e-{}", ns.name));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("deployment.yaml"),
-        DeploymentYaml::new(
-            "web",
-            &[Reads::EnvFrom("app-config"), Reads::Volume("app-config")],
-        )
-        .replicas(2)
-        .yaml(),
+    let deployment = DeploymentYaml::new(
+        "web",
+        &[Reads::EnvFrom("app-config"), Reads::Volume("app-config")],
     )
-    .unwrap();
-    std::fs::write(
-        dir.join("kustomization.yaml"),
-        format!(
-            "namespace: {}\nresources: [deployment.yaml]\nconfigMapGenerator:\n  - name: app-config\n    literals: [APP_VERSION=1]\n",
-            ns.name
-        ),
-    )
-    .unwrap();
-    ns.kubectl(&["apply", "-k", dir.to_str().unwrap()]);
-    let _ = std::fs::remove_dir_all(&dir);
+    .replicas(2)
+    .yaml();
+    ns.apply_kustomization(
+        &[("deployment.yaml", deployment)],
+        "resources: [deployment.yaml]\nconfigMapGenerator:\n  - name: app-config\n    literals: [APP_VERSION=1]\n",
+    );
     let v1 = app_config_revision("1");
     wait_names(&ns, "web", &[&v1]).await;
     rollout_status(&ns, "deployment/web").await;

@@ -232,36 +232,29 @@ async fn create_revision(
             name: name.clone(),
             source,
         })?;
-    match classify_existing(&existing, set) {
+    let label = |cm: &ConfigMap| cm.labels().get(labels::SET).cloned();
+    let patch = match classify_existing(&existing, set) {
         ExistingName::Collision => {
             warn!(set = %set.name_any(), configmap = %name, "revision name collides with an existing ConfigMap");
             return Ok(Created::Collision(name));
         }
+        // A generator's ConfigMap of this very name and content: it becomes the revision, so the
+        // workloads that name it already stay where they are. A conflict means it changed since it
+        // was read; the next attempt judges it again.
         ExistingName::Claim => {
-            // A generator's ConfigMap of this very name and content: it becomes the revision, so the
-            // workloads that name it already stay where they are. A conflict means it changed since it
-            // was read; the next attempt judges it again.
-            let patch = claim_patch(&existing, set);
-            ctx.write(
-                "patch_revision",
-                configmaps.patch(&name, &field_manager(), &Patch::Strategic(&patch)),
-            )
-            .await
-            .map_err(|source| Error::PatchRevision {
-                name: name.clone(),
-                source,
-            })?;
-            info!(set = %set.name_any(), revision = %name, "took over an unowned ConfigMap of the same name and content as the revision");
-            return Ok(Created::Adopted);
+            info!(set = %set.name_any(), revision = %name, "taking over an unowned ConfigMap of the same name and content as the revision");
+            Some(claim_patch(&existing, set))
         }
-        ExistingName::Adopt => {}
-    }
-    info!(set = %set.name_any(), revision = %name, "revision exists already; adopting it");
-    // Without our label the cache never sees it: add that and nothing else (its number and metadata
-    // are planned again from the cache).
-    let label = |cm: &ConfigMap| cm.labels().get(labels::SET).cloned();
-    if label(&existing) != label(revision) {
-        let patch = json!({ "metadata": { "labels": { labels::SET: label(revision) } } });
+        // Without our label the cache never sees it: add that and nothing else (its number and
+        // metadata are planned again from the cache).
+        ExistingName::Adopt => {
+            info!(set = %set.name_any(), revision = %name, "revision exists already; adopting it");
+            (label(&existing) != label(revision))
+                .then(|| json!({ "metadata": { "labels": { labels::SET: label(revision) } } }))
+        }
+    };
+    if let Some(patch) = patch {
+        // The metadata of the answer is all that is read back (a claim's body sets `immutable` too).
         ctx.write(
             "patch_revision",
             configmaps.patch_metadata(&name, &field_manager(), &Patch::Strategic(&patch)),

@@ -68,20 +68,24 @@ async fn run(respond: Responder) -> (Result<Timestamp, KeepError>, Vec<Seen>, Ar
     (result, seen, cert)
 }
 
+/// An API server where the Secret read answers `secret`, writes of it succeed, and the registration
+/// exists without a caBundle.
+fn issuing(secret: (u16, Value)) -> Responder {
+    Arc::new(move |s: &Seen| match (s.method.as_str(), s.path.as_str()) {
+        ("GET", p) if p.starts_with(SECRET) => secret.clone(),
+        ("POST", _) | ("PUT", _) => (200, s.body.clone()),
+        ("GET", _) | ("PATCH", _) => (200, configuration(None)),
+        _ => (500, json!({})),
+    })
+}
+
 fn lines(seen: &[Seen]) -> Vec<String> {
     seen.iter().map(Seen::line).collect()
 }
 
 #[tokio::test]
 async fn the_first_replica_issues_the_pair_trusts_its_ca_then_serves_it() {
-    let respond: Responder = Arc::new(|s: &Seen| match (s.method.as_str(), s.path.as_str()) {
-        ("GET", p) if p.starts_with(SECRET) => not_found(),
-        ("POST", _) => (201, s.body.clone()),
-        ("GET", _) => (200, configuration(None)),
-        ("PATCH", _) => (200, configuration(None)),
-        _ => (500, json!({})),
-    });
-    let (result, seen, cert) = run(respond).await;
+    let (result, seen, cert) = run(issuing(not_found())).await;
     result.unwrap();
     assert_eq!(
         lines(&seen),
@@ -177,5 +181,33 @@ async fn without_a_webhook_registration_the_pair_is_still_kept_and_served() {
     let (result, seen, cert) = run(respond).await;
     result.unwrap();
     assert_eq!(seen.len(), 2, "{:?}", lines(&seen));
+    assert!(cert.is_loaded());
+}
+
+#[tokio::test]
+async fn an_unusable_secret_is_replaced_on_the_version_read() {
+    // Someone edited the Secret by hand: its certificate does not parse.
+    let pair = webhook_certs::issue(&source().policy, Timestamp::now(), None).unwrap();
+    let broken = secret_of(&Pair {
+        cert: "not a certificate".into(),
+        ..pair
+    });
+    let (result, seen, cert) = run(issuing((200, broken))).await;
+    result.unwrap();
+    assert_eq!(
+        lines(&seen),
+        [
+            format!("GET {SECRET}/cmset-webhook-tls"),
+            format!("PUT {SECRET}/cmset-webhook-tls"),
+            format!("GET {CONFIGURATION}"),
+            format!("PATCH {CONFIGURATION}"),
+        ]
+    );
+    let replaced = &seen[1].body;
+    assert_eq!(
+        replaced["metadata"]["resourceVersion"], "3",
+        "a conflict if it moved since"
+    );
+    assert!(replaced["data"]["tls.crt"].is_string());
     assert!(cert.is_loaded());
 }

@@ -34,6 +34,14 @@ const NS: &str = "team";
 const V1: &str = "nginx-config-d2c65kk9hm";
 const V2: &str = "nginx-config-tc2kg4m444";
 
+/// The answer to a create whose name is taken.
+fn already_exists() -> (u16, Value) {
+    (
+        409,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409}),
+    )
+}
+
 /// The answers of a well-behaved API server: creates and patches echo an object, events succeed.
 fn ok_responder(set: ConfigMapSet) -> Responder {
     Arc::new(move |s: &Seen| match (s.method.as_str(), s.path.as_str()) {
@@ -536,10 +544,7 @@ async fn a_name_taken_by_a_foreign_configmap_bumps_the_collision_count_and_touch
     let set = nginx_set("1");
     world.add_set(&set);
     let respond: Responder = Arc::new(|s: &Seen| match (s.method.as_str(), s.path.as_str()) {
-        ("POST", p) if p.ends_with("/configmaps") => (
-            409,
-            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409}),
-        ),
+        ("POST", p) if p.ends_with("/configmaps") => already_exists(),
         ("GET", _) => (
             200,
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": V1, "namespace": NS}, "data": {"APP_VERSION": "other"}}),
@@ -576,10 +581,7 @@ async fn a_generators_configmap_of_the_same_name_and_content_becomes_the_revisio
     let generated = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": V1, "namespace": NS, "resourceVersion": "7"}, "data": {"APP_VERSION": "1"}});
     let respond: Responder = Arc::new(move |s: &Seen| match (s.method.as_str(), s.path.as_str()) {
-        ("POST", p) if p.ends_with("/configmaps") => (
-            409,
-            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409}),
-        ),
+        ("POST", p) if p.ends_with("/configmaps") => already_exists(),
         ("GET", _) | ("PATCH", _) => (200, generated.clone()),
         _ => (500, json!({})),
     });
