@@ -161,13 +161,15 @@ async fn statefulsets_and_daemonsets_applied_after_their_set_start_on_the_revisi
 #[tokio::test]
 async fn a_held_deployment_whose_name_no_set_takes_runs_as_written_after_the_hold() {
     let ns = TestNamespace::new("adm-hold").await;
-    let _operator = Operator::start(&ns.name).await;
+    let mut operator = Operator::start(&ns.name).await;
     // Opted in, but `later` is neither a set nor a ConfigMap yet: held, in case its set is on the way.
     ns.apply(&DeploymentYaml::new("web", &[Reads::EnvFromOptional("later")]).yaml());
     let held_now = ns.deployment("web").await;
     assert!(paused(&held_now), "created paused");
     assert!(held(&held_now));
     assert!(ns.replica_sets().await.is_empty(), "no ReplicaSet while held");
+    // A crash in the middle of the hold loses nothing: the hold lives on the object.
+    operator.restart().await;
     // No set turns up: after the hold's 30 s it runs as written.
     eventually("the hold to end", || async {
         let d = ns.deployment("web").await;
