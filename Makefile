@@ -7,8 +7,10 @@ SHELL := bash
 
 CLUSTER_DIR ?= $(CURDIR)/.cluster
 CLUSTER := e2e/cluster/cluster.sh
-CRD := crds/configmapsets.cmset.dev.yaml
+# Every CRD, by name; each is generated into crds/<name>.yaml.
+CRDS := configmapsets.cmset.dev secretsets.cmset.dev
 CARGO ?= cargo
+CRDGEN = $(CARGO) run -q --locked -p cmset-api --bin crdgen --
 # kubectl 1.32 validates client-side against the server's OpenAPI; a 1.20 server does not know
 # `x-kubernetes-validations`, so the CRD (whose CEL rules only newer servers enforce) goes in unvalidated.
 KUBECTL_APPLY := kubectl apply --validate=false
@@ -51,13 +53,17 @@ unit: ## Unit, property and mocked-API scenario tests (no cluster needed)
 	$(CARGO) test --workspace --locked --exclude cmset-e2e
 
 .PHONY: crds
-crds: ## Regenerate the CRD YAML from the Rust types
-	$(CARGO) run -q --locked -p cmset-api --bin crdgen > $(CRD)
+crds: ## Regenerate the CRDs' YAML from the Rust types
+	@for crd in $(CRDS); do $(CRDGEN) $$crd > crds/$$crd.yaml; done
 
 .PHONY: crd-check
-crd-check: ## Fail when the committed CRD differs from what the types generate
-	@$(CARGO) run -q --locked -p cmset-api --bin crdgen | diff -u $(CRD) - \
-	  || { echo "$(CRD) is stale: run 'make crds' and commit it"; exit 1; }
+crd-check: ## Fail when a committed CRD differs from what the types generate, or a generated one is not committed
+	@[ "$$($(CRDGEN) --list | xargs)" = "$(CRDS)" ] \
+	  || { echo "crdgen generates '$$($(CRDGEN) --list | xargs)', the Makefile lists '$(CRDS)'"; exit 1; }
+	@for crd in $(CRDS); do \
+	  $(CRDGEN) $$crd | diff -u crds/$$crd.yaml - \
+	    || { echo "crds/$$crd.yaml is stale: run 'make crds' and commit it"; exit 1; }; \
+	done
 
 ##@ Cluster
 
@@ -72,7 +78,7 @@ cluster-down: ## Stop the local control plane, leaving no process behind
 .PHONY: install
 install: ## Apply the CRD and the operator's RBAC to the cluster in KUBECONFIG
 	$(KUBECTL_APPLY) -k crds
-	kubectl wait --for=condition=Established --timeout=60s crd/configmapsets.cmset.dev
+	kubectl wait --for=condition=Established --timeout=60s $(addprefix crd/,$(CRDS))
 	$(KUBECTL_APPLY) -k config/rbac
 
 .PHONY: uninstall

@@ -1,14 +1,14 @@
 //! Labels, annotations and names that form part of cmset's contract with users and tools.
 
 /// On a Deployment, StatefulSet or DaemonSet: `"true"` opts the workload in to having its references to
-/// ConfigMapSets managed.
+/// ConfigMapSets (and SecretSets) managed.
 pub const ENABLED: &str = "cmset.dev/enabled";
 /// The value of [`ENABLED`] that opts in.
 pub const ENABLED_VALUE: &str = "true";
-/// On every revision ConfigMap: the name of the set it belongs to (see `cmset_core::naming::set_label_value`
-/// for names longer than a label value may be).
+/// On every revision (a ConfigMap of a ConfigMapSet, a Secret of a SecretSet): the name of the set it
+/// belongs to (see `cmset_core::naming::set_label_value` for names longer than a label value may be).
 pub const SET: &str = "cmset.dev/set";
-/// On every revision ConfigMap: its revision number, as a decimal string.
+/// On every revision (ConfigMap or Secret): its revision number, as a decimal string.
 pub const REVISION: &str = "cmset.dev/revision";
 /// On the pod template of a workload cmset has rewritten, so that the ReplicaSets, ControllerRevisions
 /// and Pods made from that template can be watched and listed by label instead of all of them.
