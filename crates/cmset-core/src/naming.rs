@@ -5,8 +5,9 @@
 
 use crate::hash::{HASH_LEN, is_hash, short_hash};
 
-/// Longest name of an object Kubernetes accepts (a DNS subdomain, RFC 1123).
-pub const MAX_DNS_SUBDOMAIN_LEN: usize = 253;
+/// Longest name of an object Kubernetes accepts (a DNS subdomain, RFC 1123). Defined with the API,
+/// whose schemas use it too.
+pub use cmset_api::MAX_DNS_SUBDOMAIN_LEN;
 
 /// Longest label value Kubernetes accepts.
 pub const MAX_LABEL_VALUE_LEN: usize = 63;

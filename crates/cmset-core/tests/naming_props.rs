@@ -1,13 +1,15 @@
 //! Properties of revision names and the `cmset.dev/set` label value.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::LazyLock;
 
 use cmset_core::hash::content_hash;
 use cmset_core::naming::{
-    MAX_SET_NAME_LEN, is_dns_subdomain, is_label_value, is_revision_name_of, refers_to_set, revision_name,
-    set_candidates, set_label_value,
+    MAX_DNS_SUBDOMAIN_LEN, MAX_SET_NAME_LEN, is_dns_subdomain, is_label_value, is_revision_name_of,
+    refers_to_set, revision_name, set_candidates, set_label_value,
 };
 use proptest::prelude::*;
+use regex::Regex;
 
 /// Valid set names: DNS subdomains of 1 to 242 characters, short ones as likely as long ones.
 fn set_name() -> impl Strategy<Value = String> {
@@ -222,5 +224,36 @@ proptest! {
             }
         }
         prop_assert_eq!(is_revision_name_of(&set, &revision), !set.is_empty());
+    }
+}
+
+/// What a CRD schema with `pattern: DNS_SUBDOMAIN_PATTERN` and `maxLength: 253` accepts (the API
+/// server uses Go's RE2; the `regex` crate has the same syntax and semantics for this expression).
+fn schema_accepts(name: &str) -> bool {
+    static PATTERN: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(cmset_api::DNS_SUBDOMAIN_PATTERN).expect("a valid expression"));
+    name.len() <= MAX_DNS_SUBDOMAIN_LEN && PATTERN.is_match(name)
+}
+
+#[test]
+fn the_schema_pattern_accepts_exactly_dns_subdomains_on_edge_cases() {
+    let longest = format!("{}.{}", "a".repeat(126), "b".repeat(126));
+    let too_long = format!("{longest}c");
+    for name in [
+        "", "a", "1", "a-b", "a.b", "a.b-c.d9", "-a", "a-", ".a", "a.", "a..b", "a.-b", "A", "a_b", "a b",
+        "a\n", "\na", "é", &longest, &too_long,
+    ] {
+        assert_eq!(schema_accepts(name), is_dns_subdomain(name), "{name:?}");
+    }
+    assert!(schema_accepts(&longest) && !schema_accepts(&too_long));
+}
+
+proptest! {
+    /// A SecretSet's `secretName` is checked by the schema's pattern; it must agree with the core.
+    #[test]
+    fn the_schema_pattern_accepts_exactly_dns_subdomains(
+        name in prop_oneof![set_name(), "[-.a-z0-9]{0,12}", "[-.a-zA-Z0-9_ ]{0,12}", ".{0,6}"],
+    ) {
+        prop_assert_eq!(schema_accepts(&name), is_dns_subdomain(&name), "{:?}", name);
     }
 }
