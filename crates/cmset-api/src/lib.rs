@@ -57,11 +57,21 @@ pub const DNS_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0
     printcolumn = r#"{"name":"Reason","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new("self.metadata.name.size() <= 242").message("metadata.name must be at most 242 characters so that '-<hash>' fits in a ConfigMap name (253)"),
+    validation = Rule::new("!has(self.spec.configMapName) || !has(self.spec.template) || (!has(self.spec.template.data) && !has(self.spec.template.binaryData))").message("spec.configMapName names the source of the content: spec.template.data and spec.template.binaryData must then be left out"),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigMapSetSpec {
-    /// The ConfigMap every revision is stamped from.
+    /// The ConfigMap every revision is stamped from: its content (`data`, `binaryData`) unless
+    /// `configMapName` names a source, and in any case the labels and annotations of the revisions.
+    #[serde(default)]
     pub template: ConfigMapTemplate,
+
+    /// Source mode: a ConfigMap in the same namespace, produced by another tool (a Helm chart, a
+    /// generator), whose `data` and `binaryData` are versioned instead of `template.data`/`binaryData`.
+    /// cmset only reads it; whatever produces it keeps writing it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = MAX_DNS_SUBDOMAIN_LEN), pattern(DNS_SUBDOMAIN_PATTERN))]
+    pub config_map_name: Option<String>,
 
     /// How many old revisions that nothing uses any more are kept for rollback (default 10). Revisions
     /// still named by a workload, one of its ReplicaSets or ControllerRevisions, or a Pod are always kept.
