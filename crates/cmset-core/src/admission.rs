@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cmset_api::{ConfigMapSet, labels};
+use cmset_api::labels;
 use json_patch::Patch;
 use k8s_openapi::api::core::v1::PodSpec;
 use serde::Deserialize;
@@ -17,16 +17,18 @@ use serde_json::Value;
 use crate::hold;
 use crate::naming::refers_to_set;
 use crate::observe::{WorkloadKind, WorkloadView};
+use crate::refs::Referenced;
 use crate::rollout::{SetTarget, TemplateLabels, plan_workload};
+use crate::set::SetRef;
 
 /// What the webhook knows about one admission request besides the object and the namespace's sets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Circumstances {
     /// The object is being created (not updated).
     pub creating: bool,
-    /// Names it references that no set claims and no ConfigMap has (see [`unclaimed_names`]): most
-    /// likely a set applied right after it.
-    pub missing: BTreeSet<String>,
+    /// Names it references that no set claims and no object of that kind has (see
+    /// [`unclaimed_names`]): most likely a set applied right after it.
+    pub missing: BTreeSet<(Referenced, String)>,
     /// Now, RFC 3339: when a hold would begin.
     pub now: String,
 }
@@ -65,34 +67,40 @@ fn opted_in_view(
     Some((workload, template_labels))
 }
 
-/// The names an opted-in workload references that no set of the namespace claims (its bare name or a
-/// name of its revisions' form): the webhook looks them up as ConfigMaps, at most `limit` of them.
+/// The names of objects of the `kinds` given that an opted-in workload references and no set of the
+/// namespace claims (its bare name or a name of its revisions' form, among sets of the matching kind):
+/// the webhook looks them up, at most `limit` of them.
 pub fn unclaimed_names(
     kind: WorkloadKind,
     object: &Value,
-    sets: &[ConfigMapSet],
+    sets: &[SetRef<'_>],
+    kinds: &[Referenced],
     limit: usize,
-) -> Vec<String> {
+) -> Vec<(Referenced, String)> {
     let Some((workload, _)) = opted_in_view(kind, object) else {
         return Vec::new();
     };
-    let set_names: Vec<String> = sets.iter().map(crate::revision::set_name).collect();
-    workload
-        .referenced_names()
-        .into_iter()
-        .filter(|n| !set_names.iter().any(|s| refers_to_set(s, n)))
+    let names = workload.referenced();
+    let claimed = |of: Referenced, name: &str| {
+        sets.iter()
+            .any(|s| s.kind().revision_kind() == of && refers_to_set(s.name(), name))
+    };
+    names
+        .iter()
+        .filter(|(of, name)| kinds.contains(of) && !claimed(*of, name))
+        .map(|(of, name)| (of, name.to_string()))
         .take(limit)
         .collect()
 }
 
 /// Whether a set the workload reads has no recorded revision yet (just created, or its spec changed
 /// moments ago): the rewrite would leave its name as it is. The webhook waits a little for it.
-pub fn awaits_sets(kind: WorkloadKind, object: &Value, sets: &[ConfigMapSet]) -> bool {
+pub fn awaits_sets(kind: WorkloadKind, object: &Value, sets: &[SetRef<'_>]) -> bool {
     opted_in_view(kind, object).is_some_and(|(workload, _)| {
-        let names = workload.referenced_names();
-        sets.iter().any(|set| {
-            let name = crate::revision::set_name(set);
-            names.contains(&name) && SetTarget::as_recorded(set, &workload.uid).is_none()
+        let names = workload.referenced();
+        sets.iter().any(|&set| {
+            names.contains(set.kind().revision_kind(), set.name())
+                && SetTarget::as_recorded(set, &workload.uid).is_none()
         })
     })
 }
@@ -106,13 +114,13 @@ pub fn awaits_sets(kind: WorkloadKind, object: &Value, sets: &[ConfigMapSet]) ->
 pub fn mutate(
     kind: WorkloadKind,
     object: &Value,
-    sets: &[ConfigMapSet],
+    sets: &[SetRef<'_>],
     circumstances: &Circumstances,
 ) -> Option<Patch> {
     let (workload, _) = opted_in_view(kind, object)?;
     let targets: Vec<SetTarget> = sets
         .iter()
-        .filter_map(|s| SetTarget::as_recorded(s, &workload.uid))
+        .filter_map(|&s| SetTarget::as_recorded(s, &workload.uid))
         .collect();
     let plan = plan_workload(&workload, &targets);
     // Objects from the API server always have template metadata; any other input still gets a patch
@@ -140,7 +148,9 @@ pub fn mutate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cmset_api::{ConfigMapSetSpec, ConfigMapSetStatus, RevisionStatus, WorkloadState, WorkloadStatus};
+    use cmset_api::{
+        ConfigMapSet, ConfigMapSetSpec, ConfigMapSetStatus, RevisionStatus, WorkloadState, WorkloadStatus,
+    };
     use serde_json::json;
 
     fn set(generation: i64, observed: i64, workloads: Vec<WorkloadStatus>) -> ConfigMapSet {
@@ -188,9 +198,22 @@ mod tests {
     const PATH: &str = "/spec/template/spec/containers/0/envFrom/0/configMapRef/name";
 
     /// The patch of an admitted Deployment as the API server receives it, if there is one.
+    fn names(found: Vec<(Referenced, String)>) -> Vec<String> {
+        found.into_iter().map(|(_, name)| name).collect()
+    }
+
+    fn s(sets: &[ConfigMapSet]) -> Vec<SetRef<'_>> {
+        sets.iter().map(SetRef::from).collect()
+    }
+
     fn mutated(object: &Value, sets: &[ConfigMapSet]) -> Option<Value> {
-        mutate(WorkloadKind::Deployment, object, sets, &Circumstances::default())
-            .map(|p| serde_json::to_value(p).unwrap())
+        mutate(
+            WorkloadKind::Deployment,
+            object,
+            &s(sets),
+            &Circumstances::default(),
+        )
+        .map(|p| serde_json::to_value(p).unwrap())
     }
 
     #[test]
@@ -228,7 +251,7 @@ mod tests {
             let patch = mutate(
                 WorkloadKind::Deployment,
                 &no_metadata,
-                &sets,
+                &s(&sets),
                 &Circumstances::default(),
             )
             .unwrap();
@@ -265,7 +288,7 @@ mod tests {
             mutate(
                 kind,
                 &deployment("app-2222222222", Some("u1"), true),
-                &sets,
+                &s(&sets),
                 &Circumstances::default()
             ),
             None,
@@ -275,7 +298,7 @@ mod tests {
             mutate(
                 kind,
                 &deployment("app-hhhhhhhhhh", Some("u1"), true),
-                &sets,
+                &s(&sets),
                 &Circumstances::default()
             ),
             None,
@@ -285,7 +308,7 @@ mod tests {
             mutate(
                 kind,
                 &deployment("other", Some("u1"), true),
-                &sets,
+                &s(&sets),
                 &Circumstances::default()
             ),
             None,
@@ -295,7 +318,7 @@ mod tests {
             mutate(
                 kind,
                 &deployment("app", Some("u1"), false),
-                &sets,
+                &s(&sets),
                 &Circumstances::default()
             ),
             None,
@@ -306,7 +329,7 @@ mod tests {
             mutate(
                 kind,
                 &deployment("app-hhhhhhhhhh", Some("u2"), true),
-                &sets,
+                &s(&sets),
                 &Circumstances::default()
             )
             .is_some()
@@ -316,7 +339,10 @@ mod tests {
     fn creating(missing: &[&str]) -> Circumstances {
         Circumstances {
             creating: true,
-            missing: missing.iter().map(|m| m.to_string()).collect(),
+            missing: missing
+                .iter()
+                .map(|m| (Referenced::ConfigMap, m.to_string()))
+                .collect(),
             now: "2026-11-23T10:00:00Z".into(),
         }
     }
@@ -345,10 +371,16 @@ mod tests {
     fn a_new_deployment_whose_set_has_no_revision_yet_or_does_not_exist_yet_is_held() {
         let kind = WorkloadKind::Deployment;
         let object = deployment("app", None, true);
-        assert!(awaits_sets(kind, &object, &[new_set()]));
-        assert_eq!(paths(&mutate(kind, &object, &[new_set()], &creating(&[]))), HOLD);
+        assert!(awaits_sets(kind, &object, &s(&[new_set()])));
+        assert_eq!(
+            paths(&mutate(kind, &object, &s(&[new_set()]), &creating(&[]))),
+            HOLD
+        );
         // The set arrives after the Deployment: the name is missing altogether.
-        assert_eq!(unclaimed_names(kind, &object, &[], 8), ["app"]);
+        assert_eq!(
+            names(unclaimed_names(kind, &object, &[], &[Referenced::ConfigMap], 8)),
+            ["app"]
+        );
         assert_eq!(paths(&mutate(kind, &object, &[], &creating(&["app"]))), HOLD);
     }
 
@@ -356,7 +388,7 @@ mod tests {
     fn nothing_is_held_that_can_be_rewritten_is_updated_is_paused_or_cannot_pause() {
         let kind = WorkloadKind::Deployment;
         let object = deployment("app", None, true);
-        let rewritten = mutate(kind, &object, &[set(1, 1, vec![])], &creating(&[]));
+        let rewritten = mutate(kind, &object, &s(&[set(1, 1, vec![])]), &creating(&[]));
         assert_eq!(paths(&rewritten).len(), 3, "rewritten, not held: {rewritten:?}");
         let updating = Circumstances {
             creating: false,
@@ -394,18 +426,47 @@ mod tests {
         let sets = [set(1, 1, vec![])];
         for claimed in ["app", "app-2222222222", "app-hhhhhhhhhh"] {
             assert!(
-                unclaimed_names(kind, &deployment(claimed, None, true), &sets, 8).is_empty(),
+                names(unclaimed_names(
+                    kind,
+                    &deployment(claimed, None, true),
+                    &s(&sets),
+                    &[Referenced::ConfigMap],
+                    8
+                ))
+                .is_empty(),
                 "{claimed}"
             );
         }
         assert_eq!(
-            unclaimed_names(kind, &deployment("plain", None, true), &sets, 8),
+            names(unclaimed_names(
+                kind,
+                &deployment("plain", None, true),
+                &s(&sets),
+                &[Referenced::ConfigMap],
+                8
+            )),
             ["plain"]
         );
         assert!(
-            unclaimed_names(kind, &deployment("plain", None, true), &sets, 0).is_empty(),
+            names(unclaimed_names(
+                kind,
+                &deployment("plain", None, true),
+                &s(&sets),
+                &[Referenced::ConfigMap],
+                0
+            ))
+            .is_empty(),
             "bounded"
         );
-        assert!(unclaimed_names(kind, &deployment("plain", None, false), &sets, 8).is_empty());
+        assert!(
+            names(unclaimed_names(
+                kind,
+                &deployment("plain", None, false),
+                &s(&sets),
+                &[Referenced::ConfigMap],
+                8
+            ))
+            .is_empty()
+        );
     }
 }

@@ -10,21 +10,22 @@
 use std::collections::BTreeSet;
 
 use crate::observe::{HistoryObject, RevisionView, WorkloadView};
+use crate::refs::Referenced;
 
-/// Everything known to name ConfigMaps right now.
+/// Everything known to name objects of one kind (the kind of a set's revisions) right now.
 #[derive(Clone, Debug, Default)]
 pub struct Usage {
     names: BTreeSet<String>,
 }
 
 impl Usage {
-    pub fn new(workloads: &[WorkloadView], history: &[HistoryObject]) -> Self {
+    pub fn new(kind: Referenced, workloads: &[WorkloadView], history: &[HistoryObject]) -> Self {
         let mut names = BTreeSet::new();
         for w in workloads {
-            names.extend(w.referenced_names());
+            names.extend(w.referenced_names_of(kind));
         }
         for h in history {
-            names.extend(h.referenced.iter().cloned());
+            names.extend(h.referenced.get(kind).iter().cloned());
         }
         Self { names }
     }
@@ -35,7 +36,7 @@ impl Usage {
         self
     }
 
-    /// Whether anything known names the ConfigMap `name`.
+    /// Whether anything known names the object `name`.
     pub fn is_named(&self, name: &str) -> bool {
         self.names.contains(name)
     }

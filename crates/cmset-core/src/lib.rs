@@ -16,5 +16,6 @@ pub mod plan;
 pub mod refs;
 pub mod revision;
 pub mod rollout;
+pub mod set;
 pub mod slim;
 pub mod validate;

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-use crate::refs;
+use crate::refs::{self, Referenced};
 
 /// The workload kinds cmset rewrites.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -52,10 +52,74 @@ pub struct WorkloadView {
 impl WorkloadView {
     /// Every ConfigMap name the pod template references, in any form.
     pub fn referenced_names(&self) -> BTreeSet<String> {
-        refs::find_refs(&self.pod_spec)
+        self.referenced_names_of(Referenced::ConfigMap)
+    }
+
+    /// Every name of an object of `kind` the pod template references, in any form.
+    pub fn referenced_names_of(&self, kind: Referenced) -> BTreeSet<String> {
+        refs::find_refs_to(&self.pod_spec, kind)
             .into_iter()
             .map(|r| r.name)
             .collect()
+    }
+
+    /// Every ConfigMap and Secret name the pod template references.
+    pub fn referenced(&self) -> RefNames {
+        RefNames::of(&self.pod_spec)
+    }
+}
+
+/// The ConfigMap and Secret names a pod spec references: two separate name spaces, since a ConfigMap and
+/// a Secret may share a name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RefNames {
+    pub config_maps: BTreeSet<String>,
+    pub secrets: BTreeSet<String>,
+}
+
+impl RefNames {
+    pub fn of(spec: &PodSpec) -> Self {
+        let names = |kind| {
+            refs::find_refs_to(spec, kind)
+                .into_iter()
+                .map(|r| r.name)
+                .collect()
+        };
+        Self {
+            config_maps: names(Referenced::ConfigMap),
+            secrets: names(Referenced::Secret),
+        }
+    }
+
+    /// The names of objects of `kind`.
+    pub fn get(&self, kind: Referenced) -> &BTreeSet<String> {
+        match kind {
+            Referenced::ConfigMap => &self.config_maps,
+            Referenced::Secret => &self.secrets,
+        }
+    }
+
+    pub fn contains(&self, kind: Referenced, name: &str) -> bool {
+        self.get(kind).contains(name)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.config_maps.is_empty() && self.secrets.is_empty()
+    }
+
+    pub fn extend(&mut self, other: &RefNames) {
+        self.config_maps.extend(other.config_maps.iter().cloned());
+        self.secrets.extend(other.secrets.iter().cloned());
+    }
+
+    /// Every (kind, name) pair.
+    pub fn iter(&self) -> impl Iterator<Item = (Referenced, &str)> {
+        let config_maps = self
+            .config_maps
+            .iter()
+            .map(|n| (Referenced::ConfigMap, n.as_str()));
+        let secrets = self.secrets.iter().map(|n| (Referenced::Secret, n.as_str()));
+        config_maps.chain(secrets)
     }
 }
 
@@ -82,7 +146,7 @@ impl HistoryKind {
 }
 
 /// A retained ReplicaSet or ControllerRevision, reduced to what cmset needs: who owns it and which
-/// ConfigMaps its pod template names.
+/// ConfigMaps and Secrets its pod template names.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HistoryObject {
     pub kind: HistoryKind,
@@ -90,10 +154,10 @@ pub struct HistoryObject {
     pub uid: String,
     /// UID of the workload that controls it, if any.
     pub owner_uid: Option<String>,
-    pub referenced: BTreeSet<String>,
+    pub referenced: RefNames,
 }
 
-/// A revision ConfigMap, metadata only: content never needs to be read once the name is known, because
+/// A revision (a ConfigMap, or a Secret of a SecretSet), metadata only: content never needs to be read once the name is known, because
 /// revisions are immutable and named by their content.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RevisionView {

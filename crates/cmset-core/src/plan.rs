@@ -1,10 +1,9 @@
-//! The set planner: from one ConfigMapSet and what was observed around it, every write its controller
-//! should make. An unchanged world plans no write at all.
+//! The set planner: from one set (a ConfigMapSet or a SecretSet) and what was observed around it, every
+//! write its controller should make. An unchanged world plans no write at all.
 
 use std::collections::BTreeSet;
 
-use cmset_api::{ConfigMapSet, ConfigMapSetStatus, RevisionStatus, WorkloadState, WorkloadStatus, labels};
-use k8s_openapi::api::core::v1::ConfigMap;
+use cmset_api::{ConfigMapSetStatus, RevisionStatus, WorkloadState, WorkloadStatus, labels};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use serde_json::Value;
 
@@ -12,24 +11,29 @@ use crate::conditions::{self, Desired, READY, STALLED};
 use crate::history::{Usage, select_prunable};
 use crate::message::join_capped;
 use crate::observe::{HistoryObject, RevisionView, WorkloadView};
+use crate::refs::Referenced;
 use crate::revision::{
-    collision_count, content_identity, desired_annotations, desired_labels, history_owner_reference,
-    metadata_patch, new_revision, next_revision_name, set_name, set_uid,
+    NewRevision, desired_annotations, desired_labels, history_owner_reference, metadata_patch, new_revision,
+    next_revision_name,
 };
 use crate::rollout::{previous_by_uid, workload_status};
+use crate::set::{SetRef, SourceState};
 use crate::validate;
 
 /// What the set controller observed, as plain data.
 #[derive(Clone, Debug)]
 pub struct SetInput<'a> {
-    pub set: &'a ConfigMapSet,
-    /// ConfigMaps labelled as revisions of this set (any owner: the planner checks ownership).
+    pub set: SetRef<'a>,
+    /// What is known of the set's content (see [`SourceState`]).
+    pub source: SourceState<'a>,
+    /// Objects of the revisions' kind labelled as revisions of this set (any owner: the planner checks
+    /// ownership).
     pub revisions: &'a [RevisionView],
     /// Opted-in workloads of the set's namespace.
     pub workloads: &'a [WorkloadView],
     /// Retained ReplicaSets and ControllerRevisions of the set's namespace.
     pub history: &'a [HistoryObject],
-    /// ConfigMap names referenced by Pods, once listed: the I/O layer lists Pods only when a first plan
+    /// Names of the revisions' kind referenced by Pods, once listed: the I/O layer lists Pods only when a first plan
     /// wants to prune ([`SetPlan::needs_pods`]).
     pub pod_refs: Option<&'a BTreeSet<String>>,
     pub now: Time,
@@ -62,26 +66,33 @@ pub struct Prune {
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SetPlan {
-    /// A new revision ConfigMap to create.
-    pub create: Option<ConfigMap>,
-    /// Strategic-merge patches of existing revisions' metadata, by ConfigMap name.
+    /// A new revision to create.
+    pub create: Option<NewRevision>,
+    /// Strategic-merge patches of existing revisions' metadata, by name.
     pub patches: Vec<(String, Value)>,
     pub prune: Vec<Prune>,
     /// Old revisions would be pruned, but Pods have not been consulted yet: list them and plan again.
     pub needs_pods: bool,
+    /// A new revision must be made of the source's content, which was not read: read it and plan
+    /// again. Nothing else is planned.
+    pub needs_content: bool,
     pub status: ConfigMapSetStatus,
     pub events: Vec<PlannedEvent>,
 }
 
 impl SetPlan {
     /// Whether the planned status differs from the one the set has.
-    pub fn status_changed(&self, set: &ConfigMapSet) -> bool {
-        set.status.as_ref() != Some(&self.status)
+    pub fn status_changed(&self, set: SetRef<'_>) -> bool {
+        set.status() != Some(&self.status)
     }
 
     /// Whether the plan makes no write at all.
-    pub fn is_quiet(&self, set: &ConfigMapSet) -> bool {
-        self.create.is_none() && self.patches.is_empty() && self.prune.is_empty() && !self.status_changed(set)
+    pub fn is_quiet(&self, set: SetRef<'_>) -> bool {
+        !self.needs_content
+            && self.create.is_none()
+            && self.patches.is_empty()
+            && self.prune.is_empty()
+            && !self.status_changed(set)
     }
 }
 
@@ -91,11 +102,14 @@ impl SetPlan {
 /// it up (`set_status`). Each stage takes what it needs and returns what it decided.
 pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
     let set = input.set;
-    let previous = set.status.clone().unwrap_or_default();
-    if let Err(problems) = validate::validate(&set_name(set), &set.spec) {
+    let previous = set.status().cloned().unwrap_or_default();
+    if let Err(problems) = set.validate() {
         return plan_invalid(input, &previous, &problems);
     }
-    let uid = set_uid(set);
+    let Some(identity) = input.source.identity(set) else {
+        return plan_source_problem(input, &previous);
+    };
+    let uid = set.uid();
     // Revisions of this set; ones being deleted still count for numbering, so each stage filters them.
     let owned: Vec<RevisionView> = input
         .revisions
@@ -103,12 +117,19 @@ pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
         .filter(|r| r.is_controlled_by(&uid))
         .cloned()
         .collect();
-    let current = match current_revision(input, &owned, &previous) {
+    let current = match current_revision(input, &owned, &previous, identity) {
         Ok(current) => current,
-        Err(NameTaken(name)) => return plan_collision(input, &previous, &name),
+        Err(NoRevision::NameTaken(name)) => return plan_collision(input, &previous, &name),
+        Err(NoRevision::ContentUnread) => {
+            return SetPlan {
+                needs_content: true,
+                status: previous,
+                ..SetPlan::default()
+            };
+        }
     };
     let patches = metadata_patches(set, &owned, &current, input.history);
-    let usage = Usage::new(input.workloads, input.history);
+    let usage = Usage::new(set.kind().revision_kind(), input.workloads, input.history);
     let pruning = plan_pruning(set, &owned, &current.name, &usage, input.pod_refs);
     let history = revision_history(&owned, &current, &pruning.prune, &usage, &uid);
     let (workloads, pin_events) = workload_entries(input, &current.name, &history);
@@ -125,6 +146,7 @@ pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
         patches,
         prune: pruning.prune,
         needs_pods: pruning.needs_pods,
+        needs_content: false,
         status,
         events: merge_normal_events(events),
     }
@@ -164,8 +186,8 @@ struct CurrentRevision {
     number: i64,
     /// The content identity it is marked with (see [`content_identity`]).
     content: String,
-    /// The ConfigMap to create, when no revision holds this content yet.
-    create: Option<ConfigMap>,
+    /// The object to create, when no revision holds this content yet.
+    create: Option<NewRevision>,
     /// Created, or an existing revision reused under a new number.
     event: Option<PlannedEvent>,
 }
@@ -192,8 +214,13 @@ impl CurrentRevision {
     }
 }
 
-/// A new revision's name is held by a ConfigMap that is not the revision of this content.
-struct NameTaken(String);
+/// Why no current revision can be planned.
+enum NoRevision {
+    /// A new revision's name is held by an object that is not the revision of this content.
+    NameTaken(String),
+    /// A new revision is needed and the source's content has not been read.
+    ContentUnread,
+}
 
 /// Which revision is current: the existing one with the set's content, renumbered if need be, or a new
 /// one to create.
@@ -201,10 +228,10 @@ fn current_revision(
     input: &SetInput<'_>,
     owned: &[RevisionView],
     previous: &ConfigMapSetStatus,
-) -> Result<CurrentRevision, NameTaken> {
+    identity: String,
+) -> Result<CurrentRevision, NoRevision> {
     let set = input.set;
-    let content = content_identity(set);
-    let reused = revision_with_content(set, owned, &content);
+    let reused = revision_with_content(set, owned, &identity);
     let number = current_number(reused, owned, previous);
     if let Some(r) = reused {
         let event = (r.number() != Some(number)).then(|| PlannedEvent {
@@ -218,33 +245,37 @@ fn current_revision(
         return Ok(CurrentRevision {
             name: r.name.clone(),
             number,
-            content,
+            content: identity,
             create: None,
             event,
         });
     }
-    let name = next_revision_name(set);
+    let Some(content) = input.source.content(set) else {
+        return Err(NoRevision::ContentUnread);
+    };
+    let name = next_revision_name(set, &content);
     if input.revisions.iter().any(|r| r.name == name) {
-        // Taken by a ConfigMap of ours with other content, or by one we do not control.
-        return Err(NameTaken(name));
+        // Taken by an object of ours with other content, or by one we do not control.
+        return Err(NoRevision::NameTaken(name));
     }
-    let mut revision = new_revision(set, &name, number);
+    let mut revision = new_revision(set, &content, &name, number);
     // History may already name it (it was deleted by hand and is being made again): owners from the
     // start, so that creating it is the only write.
+    let kind = set.kind().revision_kind();
     revision
-        .metadata
+        .metadata_mut()
         .owner_references
         .get_or_insert_with(Vec::new)
-        .extend(history_owners(input.history, &name));
+        .extend(history_owners(input.history, kind, &name));
     Ok(CurrentRevision {
         event: Some(PlannedEvent {
             kind: EventKind::Normal,
             reason: "RevisionCreated",
-            message: format!("Created revision {number} as ConfigMap {name}"),
+            message: format!("Created revision {number} as {kind} {name}"),
         }),
         name,
         number,
-        content,
+        content: identity,
         create: Some(revision),
     })
 }
@@ -253,12 +284,12 @@ fn current_revision(
 /// annotation) by the collision-free name, which only this content can have. The metadata stage then
 /// restores the mark.
 pub(crate) fn revision_with_content<'a>(
-    set: &ConfigMapSet,
+    set: SetRef<'_>,
     owned: &'a [RevisionView],
     content: &str,
 ) -> Option<&'a RevisionView> {
     let live = || owned.iter().filter(|r| !r.being_deleted);
-    let plain_name = crate::naming::revision_name(&set_name(set), content);
+    let plain_name = crate::naming::revision_name(set.name(), content);
     live()
         .find(|r| r.annotations.get(labels::CONTENT_HASH).map(String::as_str) == Some(content))
         .or_else(|| {
@@ -290,11 +321,11 @@ fn current_number(
     }
 }
 
-/// The history objects naming the ConfigMap `name`, as its extra owners.
-fn history_owners(history: &[HistoryObject], name: &str) -> Vec<OwnerReference> {
+/// The history objects naming the revision `name` (an object of `kind`), as its extra owners.
+fn history_owners(history: &[HistoryObject], kind: Referenced, name: &str) -> Vec<OwnerReference> {
     history
         .iter()
-        .filter(|h| h.referenced.contains(name))
+        .filter(|h| h.referenced.contains(kind, name))
         .map(history_owner_reference)
         .collect()
 }
@@ -304,7 +335,7 @@ fn history_owners(history: &[HistoryObject], name: &str) -> Vec<OwnerReference> 
 /// Patches bringing every live revision's metadata to what is desired: labels and annotations from the
 /// template, its number and content mark, and the history objects that name it as extra owners.
 fn metadata_patches(
-    set: &ConfigMapSet,
+    set: SetRef<'_>,
     owned: &[RevisionView],
     current: &CurrentRevision,
     history: &[HistoryObject],
@@ -320,7 +351,7 @@ fn metadata_patches(
             if content.is_none() {
                 annotations.remove(labels::CONTENT_HASH);
             }
-            let owners = history_owners(history, &r.name);
+            let owners = history_owners(history, set.kind().revision_kind(), &r.name);
             let patch = metadata_patch(r, &labels_wanted, &annotations, &owners)?;
             Some((r.name.clone(), patch))
         })
@@ -340,14 +371,14 @@ struct Pruning {
 /// Old revisions that nothing uses, beyond the limit. Pods are consulted only when something would be
 /// pruned without them: the first plan asks for them, the second prunes.
 fn plan_pruning(
-    set: &ConfigMapSet,
+    set: SetRef<'_>,
     owned: &[RevisionView],
     current: &str,
     usage: &Usage,
     pod_refs: Option<&BTreeSet<String>>,
 ) -> Pruning {
-    let uid = set_uid(set);
-    let limit = set.spec.revision_history_limit;
+    let uid = set.uid();
+    let limit = set.revision_history_limit();
     if select_prunable(owned, current, limit, usage, &uid).is_empty() {
         return Pruning::default();
     }
@@ -431,7 +462,8 @@ fn workload_entries(
         .filter_map(|w| {
             workload_status(
                 w,
-                &set_name(set),
+                set.kind().revision_kind(),
+                set.name(),
                 current,
                 &revision_names,
                 previous.get(&w.uid),
@@ -470,7 +502,7 @@ fn set_status(
     history: Vec<RevisionStatus>,
     workloads: Vec<WorkloadStatus>,
 ) -> ConfigMapSetStatus {
-    let generation = input.set.metadata.generation;
+    let generation = input.set.generation();
     // A valid spec is no longer stalled.
     let conditions = conditions::remove(&previous.conditions, STALLED);
     let ready = ready_condition(current, &workloads);
@@ -520,7 +552,7 @@ fn plan_invalid(
     let message = validate::summary(problems);
     let was = input.set.condition(READY);
     let already_reported = was.is_some_and(|c| c.reason == "InvalidSpec" && c.message == message);
-    let generation = set.metadata.generation;
+    let generation = set.generation();
     let conditions = conditions::set(
         &previous.conditions,
         Desired {
@@ -561,11 +593,63 @@ fn plan_invalid(
     plan
 }
 
+/// The source cannot be read (missing, or refused): report it on `Ready`, keep everything else. The
+/// workloads stay on the last good revision, which the status still names.
+fn plan_source_problem(input: &SetInput<'_>, previous: &ConfigMapSetStatus) -> SetPlan {
+    let set = input.set;
+    let kind = set.kind().revision_kind();
+    let source = set.source_name().unwrap_or_default();
+    let namespace = set.metadata().namespace.as_deref().unwrap_or_default();
+    let (reason, what) = match input.source {
+        SourceState::Unreadable(why) => ("SourceUnreadable", format!("cannot be read: {why}")),
+        _ => ("SourceNotFound", "does not exist".to_string()),
+    };
+    let keeping = match (&previous.current_revision, previous.revision) {
+        (Some(name), Some(number)) => {
+            format!("workloads stay on revision {number} ({name}) until it can be read")
+        }
+        _ => "no revision exists yet, so workloads that read the set are left as they are".to_string(),
+    };
+    let message = format!("{kind} {namespace}/{source} {what}; {keeping}");
+    let already_reported = set
+        .condition(READY)
+        .is_some_and(|c| c.reason == reason && c.message == message);
+    let generation = set.generation();
+    let conditions = conditions::set(
+        &previous.conditions,
+        Desired {
+            type_: READY,
+            status: false,
+            reason,
+            message: message.clone(),
+        },
+        generation,
+        &input.now,
+    );
+    let mut plan = SetPlan {
+        status: ConfigMapSetStatus {
+            observed_generation: generation,
+            conditions: conditions::remove(&conditions, STALLED),
+            ..previous.clone()
+        },
+        ..SetPlan::default()
+    };
+    if !already_reported {
+        plan.events.push(PlannedEvent {
+            kind: EventKind::Warning,
+            reason,
+            message,
+        });
+    }
+    plan
+}
+
 /// The next revision's name is taken: bump the collision count so the next plan picks another name.
 pub fn plan_collision(input: &SetInput<'_>, previous: &ConfigMapSetStatus, name: &str) -> SetPlan {
-    let count = collision_count(input.set) + 1;
+    let count = input.set.collision_count() + 1;
+    let kind = input.set.kind().revision_kind();
     let message = format!(
-        "ConfigMap {name} already exists with other content or another owner; it is left alone and the next revision gets another name (collisionCount {count})"
+        "{kind} {name} already exists with other content or another owner; it is left alone and the next revision gets another name (collisionCount {count})"
     );
     let conditions = conditions::set(
         &previous.conditions,
@@ -575,7 +659,7 @@ pub fn plan_collision(input: &SetInput<'_>, previous: &ConfigMapSetStatus, name:
             reason: "RevisionCollision",
             message: message.clone(),
         },
-        input.set.metadata.generation,
+        input.set.generation(),
         &input.now,
     );
     SetPlan {

@@ -1,56 +1,47 @@
-//! What a revision ConfigMap looks like: its content, metadata and owners, and how an existing ConfigMap
-//! that already holds a revision's name is judged (adopt it, or count a collision).
+//! What a revision looks like (a ConfigMap of a ConfigMapSet, a Secret of a SecretSet): its content,
+//! metadata and owners, and how an existing object that already holds a revision's name is judged
+//! (adopt it, take it over, or count a collision).
 
 use std::collections::BTreeMap;
+use std::fmt;
 
-use cmset_api::{ConfigMapSet, labels};
-use k8s_openapi::api::core::v1::ConfigMap;
+use cmset_api::labels;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::{Map, Value, json};
 
-use crate::hash::content_hash;
 use crate::naming::{revision_name, set_label_value};
 use crate::observe::{HistoryObject, RevisionView};
+use crate::set::{Content, SetRef};
 
-/// The hash of the set's content with no collision count: the identity of a revision's content.
-pub fn content_identity(set: &ConfigMapSet) -> String {
-    let t = &set.spec.template;
-    content_hash(t.data.as_ref(), t.binary_data.as_ref(), 0)
+/// The name a new revision of `content` gets, given the set's collision count.
+pub fn next_revision_name(set: SetRef<'_>, content: &Content<'_>) -> String {
+    revision_name(set.name(), &content.hash(set.collision_count()))
 }
 
-/// The name a new revision of the current content gets, given the set's collision count.
-pub fn next_revision_name(set: &ConfigMapSet) -> String {
-    let t = &set.spec.template;
-    let count = collision_count(set);
-    revision_name(
-        &set_name(set),
-        &content_hash(t.data.as_ref(), t.binary_data.as_ref(), count),
-    )
+/// The identity of the content a set holds itself; `None` in source mode, where the source holds it.
+pub fn inline_identity(set: SetRef<'_>) -> Option<String> {
+    match set.source() {
+        crate::set::Source::Inline(content) => Some(content.identity()),
+        crate::set::Source::Named(_) => None,
+    }
 }
 
-pub fn collision_count(set: &ConfigMapSet) -> i32 {
-    set.status.as_ref().and_then(|s| s.collision_count).unwrap_or(0)
-}
-
-pub(crate) fn set_name(set: &ConfigMapSet) -> String {
-    set.metadata.name.clone().unwrap_or_default()
-}
-
-pub fn set_uid(set: &ConfigMapSet) -> String {
-    set.metadata.uid.clone().unwrap_or_default()
+pub fn set_uid(set: SetRef<'_>) -> String {
+    set.uid()
 }
 
 /// Labels every revision carries: the template's, then cmset's own (which win; validation rejects
 /// template keys under `cmset.dev/` anyway).
-pub fn desired_labels(set: &ConfigMapSet) -> BTreeMap<String, String> {
-    let mut labels = set.spec.template.metadata.labels.clone();
-    labels.insert(labels::SET.to_string(), set_label_value(&set_name(set)));
+pub fn desired_labels(set: SetRef<'_>) -> BTreeMap<String, String> {
+    let mut labels = set.template_metadata().labels.clone();
+    labels.insert(labels::SET.to_string(), set_label_value(set.name()));
     labels
 }
 
 /// Annotations a revision with this number and content carries.
-pub fn desired_annotations(set: &ConfigMapSet, number: i64, content: &str) -> BTreeMap<String, String> {
-    let mut annotations = set.spec.template.metadata.annotations.clone();
+pub fn desired_annotations(set: SetRef<'_>, number: i64, content: &str) -> BTreeMap<String, String> {
+    let mut annotations = set.template_metadata().annotations.clone();
     annotations.insert(labels::REVISION.to_string(), number.to_string());
     annotations.insert(labels::CONTENT_HASH.to_string(), content.to_string());
     annotations
@@ -58,12 +49,12 @@ pub fn desired_annotations(set: &ConfigMapSet, number: i64, content: &str) -> BT
 
 /// The controller reference from a revision to its set: deleting the set lets the garbage collector
 /// delete every revision that has no other owner.
-pub fn set_owner_reference(set: &ConfigMapSet) -> OwnerReference {
+pub fn set_owner_reference(set: SetRef<'_>) -> OwnerReference {
     OwnerReference {
         api_version: format!("{}/{}", cmset_api::GROUP, cmset_api::VERSION),
-        kind: "ConfigMapSet".to_string(),
-        name: set_name(set),
-        uid: set_uid(set),
+        kind: set.kind().as_str().to_string(),
+        name: set.name().to_string(),
+        uid: set.uid(),
         controller: Some(true),
         block_owner_deletion: Some(true),
     }
@@ -84,52 +75,138 @@ pub fn history_owner_reference(history: &HistoryObject) -> OwnerReference {
     }
 }
 
-/// The ConfigMap of a new revision: immutable, owned by the set.
-pub fn new_revision(set: &ConfigMapSet, name: &str, number: i64) -> ConfigMap {
-    let t = &set.spec.template;
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            namespace: set.metadata.namespace.clone(),
-            labels: Some(desired_labels(set)),
-            annotations: Some(desired_annotations(set, number, &content_identity(set))),
-            owner_references: Some(vec![set_owner_reference(set)]),
-            ..ObjectMeta::default()
-        },
-        immutable: Some(true),
-        data: t.data.clone().filter(|d| !d.is_empty()),
-        binary_data: t.binary_data.clone().filter(|d| !d.is_empty()),
+/// A new revision to create: a ConfigMap or a Secret. Its `Debug` never shows a Secret's values.
+#[derive(Clone, PartialEq)]
+pub enum NewRevision {
+    ConfigMap(ConfigMap),
+    Secret(Secret),
+}
+
+impl NewRevision {
+    pub fn name(&self) -> &str {
+        self.metadata().name.as_deref().unwrap_or_default()
+    }
+
+    pub fn metadata(&self) -> &ObjectMeta {
+        match self {
+            Self::ConfigMap(cm) => &cm.metadata,
+            Self::Secret(s) => &s.metadata,
+        }
+    }
+
+    pub fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        match self {
+            Self::ConfigMap(cm) => &mut cm.metadata,
+            Self::Secret(s) => &mut s.metadata,
+        }
+    }
+
+    /// The ConfigMap, for a ConfigMapSet's revision.
+    pub fn config_map(&self) -> Option<&ConfigMap> {
+        match self {
+            Self::ConfigMap(cm) => Some(cm),
+            Self::Secret(_) => None,
+        }
     }
 }
 
-/// What to make of a ConfigMap that already holds the name a new revision was meant to get.
+impl fmt::Debug for NewRevision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (kind, content) = match self {
+            Self::ConfigMap(cm) => ("ConfigMap", Content::of_config_map(cm)),
+            Self::Secret(s) => ("Secret", Content::of_secret(s)),
+        };
+        f.debug_struct("NewRevision")
+            .field("kind", &kind)
+            .field("metadata", self.metadata())
+            .field("content", &content)
+            .finish()
+    }
+}
+
+/// The object of a new revision: immutable, owned by the set, holding `content`.
+pub fn new_revision(set: SetRef<'_>, content: &Content<'_>, name: &str, number: i64) -> NewRevision {
+    let metadata = ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: set.metadata().namespace.clone(),
+        labels: Some(desired_labels(set)),
+        annotations: Some(desired_annotations(set, number, &content.identity())),
+        owner_references: Some(vec![set_owner_reference(set)]),
+        ..ObjectMeta::default()
+    };
+    match *content {
+        Content::ConfigMap { data, binary_data } => NewRevision::ConfigMap(ConfigMap {
+            metadata,
+            immutable: Some(true),
+            data: data.filter(|d| !d.is_empty()).cloned(),
+            binary_data: binary_data.filter(|d| !d.is_empty()).cloned(),
+        }),
+        Content::Secret { type_, data } => NewRevision::Secret(Secret {
+            metadata,
+            immutable: Some(true),
+            type_: Some(
+                type_
+                    .filter(|t| !t.is_empty())
+                    .unwrap_or(crate::hash::secret::DEFAULT_SECRET_TYPE)
+                    .to_string(),
+            ),
+            data: data.filter(|d| !d.is_empty()).cloned(),
+            string_data: None,
+        }),
+    }
+}
+
+/// What to make of an object that already holds the name a new revision was meant to get.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExistingName {
     /// Same content, same set as controller: it is this revision already (the create raced a restart,
     /// or the cache had not seen it yet).
     Adopt,
-    /// Same content and no controller at all: most likely what kustomize's configMapGenerator made
-    /// under the very same name (cmset's names are its names). It becomes the revision (see
-    /// [`claim_patch`]), so a team replacing a generator by a set rolls no pod.
+    /// Same content and no controller at all: most likely what kustomize's configMapGenerator or
+    /// secretGenerator made under the very same name (cmset's names are its names). It becomes the
+    /// revision (see [`claim_patch`]), so a team replacing a generator by a set rolls no pod.
     Claim,
     /// Other content or another controller: never overwritten, never deleted; the set's collision
     /// count is bumped so that the next name differs.
     Collision,
 }
 
-pub fn classify_existing(existing: &ConfigMap, set: &ConfigMapSet) -> ExistingName {
+/// The object found under a revision's name, as far as judging it goes.
+#[derive(Clone, Copy, Debug)]
+pub struct Existing<'a> {
+    pub metadata: &'a ObjectMeta,
+    pub content: Content<'a>,
+    pub immutable: Option<bool>,
+}
+
+impl<'a> Existing<'a> {
+    pub fn config_map(cm: &'a ConfigMap) -> Self {
+        Self {
+            metadata: &cm.metadata,
+            content: Content::of_config_map(cm),
+            immutable: cm.immutable,
+        }
+    }
+
+    pub fn secret(secret: &'a Secret) -> Self {
+        Self {
+            metadata: &secret.metadata,
+            content: Content::of_secret(secret),
+            immutable: secret.immutable,
+        }
+    }
+}
+
+pub fn classify_existing(existing: Existing<'_>, set: SetRef<'_>, content: &Content<'_>) -> ExistingName {
     let controller = existing
         .metadata
         .owner_references
         .iter()
         .flatten()
         .find(|o| o.controller == Some(true));
-    let t = &set.spec.template;
-    let same_data = non_empty(existing.data.as_ref()) == non_empty(t.data.as_ref());
-    let same_binary = non_empty(existing.binary_data.as_ref()) == non_empty(t.binary_data.as_ref());
-    let same_content = same_data && same_binary;
+    let same_content = existing.content.same(content);
     match controller {
-        Some(c) if c.uid == set_uid(set) && same_content && existing.immutable == Some(true) => {
+        Some(c) if c.uid == set.uid() && same_content && existing.immutable == Some(true) => {
             ExistingName::Adopt
         }
         None if same_content && existing.metadata.deletion_timestamp.is_none() => ExistingName::Claim,
@@ -137,25 +214,21 @@ pub fn classify_existing(existing: &ConfigMap, set: &ConfigMapSet) -> ExistingNa
     }
 }
 
-/// The patch that makes an unowned ConfigMap of the revision's name and content the revision: the set as
+/// The patch that makes an unowned object of the revision's name and content the revision: the set as
 /// its controller, cmset's label (so its watch sees it, and the planner brings the rest of its metadata
 /// to what is desired), and `immutable: true`. It carries the version that was compared, so that a
 /// content change in between makes it fail instead of claiming other content.
-pub fn claim_patch(existing: &ConfigMap, set: &ConfigMapSet) -> Value {
-    let mut owners: Vec<OwnerReference> = existing.metadata.owner_references.clone().unwrap_or_default();
+pub fn claim_patch(existing: &ObjectMeta, set: SetRef<'_>) -> Value {
+    let mut owners: Vec<OwnerReference> = existing.owner_references.clone().unwrap_or_default();
     owners.push(set_owner_reference(set));
     json!({
         "metadata": {
-            "resourceVersion": existing.metadata.resource_version,
-            "labels": { labels::SET: set_label_value(&set_name(set)) },
+            "resourceVersion": existing.resource_version,
+            "labels": { labels::SET: set_label_value(set.name()) },
             "ownerReferences": owners,
         },
         "immutable": true,
     })
-}
-
-fn non_empty<V>(map: Option<&BTreeMap<String, V>>) -> Option<&BTreeMap<String, V>> {
-    map.filter(|m| !m.is_empty())
 }
 
 /// The strategic-merge patch that brings a revision's metadata to what is desired, or `None` when it is
@@ -209,7 +282,7 @@ fn map_diff(current: &BTreeMap<String, String>, desired: &BTreeMap<String, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cmset_api::ConfigMapSetSpec;
+    use cmset_api::{ConfigMapSet, ConfigMapSetSpec};
 
     fn set() -> ConfigMapSet {
         let mut set = ConfigMapSet::new("app", ConfigMapSetSpec::default());
@@ -274,12 +347,24 @@ mod tests {
             ),
         ];
         for (existing, expected, why) in table {
-            assert_eq!(classify_existing(&existing, &set()), expected, "{why}");
+            let set = set();
+            let content = Content::of_template(&set.spec.template);
+            assert_eq!(
+                classify_existing(Existing::config_map(&existing), (&set).into(), &content),
+                expected,
+                "{why}"
+            );
         }
         let mut going = configmap("1", None, None);
         // Any time will do: only the presence of a deletion timestamp matters.
         going.metadata.deletion_timestamp = serde_json::from_value(json!("2026-11-23T10:00:00Z")).unwrap();
-        assert_eq!(classify_existing(&going, &set()), Collision, "being deleted");
+        let set = set();
+        let content = Content::of_template(&set.spec.template);
+        assert_eq!(
+            classify_existing(Existing::config_map(&going), (&set).into(), &content),
+            Collision,
+            "being deleted"
+        );
     }
 
     #[test]
@@ -290,7 +375,8 @@ mod tests {
             controller: Some(false),
             ..OwnerReference::default()
         }]);
-        let patch = claim_patch(&existing, &set());
+        let set = set();
+        let patch = claim_patch(&existing.metadata, (&set).into());
         assert_eq!(patch["immutable"], true);
         assert_eq!(patch["metadata"]["resourceVersion"], "42");
         assert_eq!(patch["metadata"]["labels"][labels::SET], "app");

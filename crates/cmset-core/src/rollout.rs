@@ -19,21 +19,23 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cmset_api::{ConfigMapSet, WorkloadState, WorkloadStatus, labels};
+use cmset_api::{WorkloadState, WorkloadStatus, labels};
 use json_patch::jsonptr::Pointer;
 use json_patch::{AddOperation, Patch, PatchOperation};
 use serde_json::{Value, json};
 
 use crate::naming::refers_to_set;
 use crate::observe::{HistoryObject, RevisionView, WorkloadView};
-use crate::refs::{self, NameChange, TEMPLATE_POD_SPEC_POINTER};
-use crate::revision::set_name;
+use crate::refs::{self, NameChange, Referenced, TEMPLATE_POD_SPEC_POINTER};
+use crate::set::SetRef;
 
 /// What a workload needs to know about one set to decide its references.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SetTarget {
+    /// The kind of its revisions: only references to that kind are its to move.
+    pub kind: Referenced,
     pub name: String,
-    /// The current revision's ConfigMap name.
+    /// The current revision's name.
     pub current: String,
     /// Names of every known revision of the set, current included.
     pub revisions: BTreeSet<String>,
@@ -44,11 +46,17 @@ pub struct SetTarget {
 impl SetTarget {
     /// The target for `workload_uid`, or `None` while the set's status does not yet describe its spec
     /// (its controller has not caught up). Acting on a half-updated set could roll a workload twice.
-    pub fn from_set(set: &ConfigMapSet, workload_uid: &str) -> Option<Self> {
-        let status = set.status.as_ref()?;
-        if status.observed_generation != set.metadata.generation {
+    pub fn from_set(set: SetRef<'_>, workload_uid: &str) -> Option<Self> {
+        let status = set.status()?;
+        if status.observed_generation != set.generation() {
             return None;
         }
+        Self::recorded(set, workload_uid)
+    }
+
+    /// The target the status records, settled or not.
+    fn recorded(set: SetRef<'_>, workload_uid: &str) -> Option<Self> {
+        let status = set.status()?;
         let current = status.current_revision.clone()?;
         let mut revisions: BTreeSet<String> = status.history.iter().map(|h| h.name.clone()).collect();
         revisions.insert(current.clone());
@@ -58,7 +66,8 @@ impl SetTarget {
             .find(|w| w.uid == workload_uid)
             .and_then(|w| w.rolled_out.clone());
         Some(Self {
-            name: set_name(set),
+            kind: set.kind().revision_kind(),
+            name: set.name().to_string(),
             current,
             revisions,
             rolled_out,
@@ -75,7 +84,7 @@ impl SetTarget {
     /// status is written once, when the move is done. The status still supplies the rollout record, and,
     /// for an invalid spec, the last good revision.
     pub fn observed(
-        set: &ConfigMapSet,
+        set: SetRef<'_>,
         identity: Option<&str>,
         revisions: &[RevisionView],
         workload_uid: &str,
@@ -83,7 +92,7 @@ impl SetTarget {
         let Some(identity) = identity else {
             return Self::from_set(set, workload_uid);
         };
-        let uid = crate::revision::set_uid(set);
+        let uid = set.uid();
         let owned: Vec<RevisionView> = revisions
             .iter()
             .filter(|r| r.is_controlled_by(&uid) && !r.being_deleted)
@@ -93,7 +102,7 @@ impl SetTarget {
         let current = crate::plan::revision_with_content(set, &owned, identity)?
             .name
             .clone();
-        let status = set.status.as_ref();
+        let status = set.status();
         let mut names: BTreeSet<String> = owned.iter().map(|r| r.name.clone()).collect();
         names.extend(
             status
@@ -105,7 +114,8 @@ impl SetTarget {
             .and_then(|s| s.workloads.iter().find(|w| w.uid == workload_uid))
             .and_then(|w| w.rolled_out.clone());
         Some(Self {
-            name: set_name(set),
+            kind: set.kind().revision_kind(),
+            name: set.name().to_string(),
             current,
             revisions: names,
             rolled_out,
@@ -115,12 +125,8 @@ impl SetTarget {
     /// The target as the set's status records it, even while its controller has not caught up with a
     /// new spec. Admission uses it: keeping a workload on the recorded current revision changes nothing,
     /// and the controller moves it once when the set settles.
-    pub fn as_recorded(set: &ConfigMapSet, workload_uid: &str) -> Option<Self> {
-        let mut settled = set.clone();
-        if let Some(status) = settled.status.as_mut() {
-            status.observed_generation = settled.metadata.generation;
-        }
-        Self::from_set(&settled, workload_uid)
+    pub fn as_recorded(set: SetRef<'_>, workload_uid: &str) -> Option<Self> {
+        Self::recorded(set, workload_uid)
     }
 
     /// Whether `name` refers to this set at all: its bare name or a name of its revisions' form, by
@@ -154,12 +160,12 @@ impl SetTarget {
 ///
 /// Any name that refers to the set counts, known revision or not: waiting on a set that settles soon is
 /// cheap, rolling twice is not.
-pub fn waits_for_unsettled(workload: &WorkloadView, sets: &[ConfigMapSet]) -> bool {
-    let names = workload.referenced_names();
-    sets.iter().any(|set| {
+pub fn waits_for_unsettled(workload: &WorkloadView, sets: &[SetRef<'_>]) -> bool {
+    let names = workload.referenced();
+    sets.iter().any(|&set| {
         let unsettled = SetTarget::from_set(set, &workload.uid).is_none();
-        let name = set_name(set);
-        unsettled && names.iter().any(|n| refers_to_set(&name, n))
+        let names = names.get(set.kind().revision_kind());
+        unsettled && names.iter().any(|n| refers_to_set(set.name(), n))
     })
 }
 
@@ -231,9 +237,17 @@ impl From<bool> for TemplateLabels {
     }
 }
 
-/// Plans every reference change of `workload` against `targets` (the settled sets of its namespace).
+/// Plans every reference change of `workload` against `targets` (the settled sets of its namespace):
+/// ConfigMap references against ConfigMapSets, Secret references against SecretSets, in one plan so
+/// that the workload rolls once.
 pub fn plan_workload(workload: &WorkloadView, targets: &[SetTarget]) -> WorkloadPlan {
-    let changes = refs::plan_rewrite(&workload.pod_spec, |name| retarget_among(targets, name));
+    let changes: Vec<NameChange> = [Referenced::ConfigMap, Referenced::Secret]
+        .into_iter()
+        .flat_map(|kind| {
+            let of_kind: Vec<&SetTarget> = targets.iter().filter(|t| t.kind == kind).collect();
+            refs::plan_rewrite_to(&workload.pod_spec, kind, |name| retarget_among(&of_kind, name))
+        })
+        .collect();
     let add_managed_label = !changes.is_empty()
         && workload
             .template_labels
@@ -250,7 +264,7 @@ pub fn plan_workload(workload: &WorkloadView, targets: &[SetTarget]) -> Workload
 /// two sets (see [`crate::naming::set_candidates`]): set `app`'s revision `app-<hash>`, and a set named
 /// exactly `app-<hash>`. The ConfigMap of that name is the revision, so the set that knows it as one
 /// decides; failing that, the set of that bare name.
-fn retarget_among(targets: &[SetTarget], name: &str) -> Option<String> {
+fn retarget_among(targets: &[&SetTarget], name: &str) -> Option<String> {
     let deciding = || targets.iter().filter(|t| t.decides(name));
     deciding()
         .find(|t| t.name != name)
@@ -262,6 +276,7 @@ fn retarget_among(targets: &[SetTarget], name: &str) -> Option<String> {
 /// when the workload does not reference the set.
 pub fn workload_status(
     workload: &WorkloadView,
+    kind: Referenced,
     set_name: &str,
     current: &str,
     revisions: &BTreeSet<String>,
@@ -269,12 +284,13 @@ pub fn workload_status(
     history: &[HistoryObject],
 ) -> Option<WorkloadStatus> {
     let mut target = SetTarget {
+        kind,
         name: set_name.to_string(),
         current: current.to_string(),
         revisions: revisions.clone(),
         rolled_out: None,
     };
-    let names: Vec<String> = refs::find_refs(&workload.pod_spec)
+    let names: Vec<String> = refs::find_refs_to(&workload.pod_spec, kind)
         .into_iter()
         .map(|r| r.name)
         .filter(|n| target.decides(n))
@@ -283,9 +299,9 @@ pub fn workload_status(
     let on_current = names.iter().all(|n| n == current);
     let previous = previous.filter(|p| p.uid == workload.uid);
     let ran_current = || {
-        history
-            .iter()
-            .any(|h| h.owner_uid.as_deref() == Some(workload.uid.as_str()) && h.referenced.contains(current))
+        history.iter().any(|h| {
+            h.owner_uid.as_deref() == Some(workload.uid.as_str()) && h.referenced.contains(kind, current)
+        })
     };
     let rolled_out = if on_current {
         Some(current.to_string())
@@ -317,9 +333,9 @@ pub fn workload_status(
 }
 
 /// Index of previous status entries by workload UID.
-pub fn previous_by_uid(set: &ConfigMapSet) -> BTreeMap<String, WorkloadStatus> {
-    set.status
-        .iter()
+pub fn previous_by_uid(set: SetRef<'_>) -> BTreeMap<String, WorkloadStatus> {
+    set.status()
+        .into_iter()
         .flat_map(|s| s.workloads.iter())
         .map(|w| (w.uid.clone(), w.clone()))
         .collect()

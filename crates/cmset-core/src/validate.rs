@@ -1,4 +1,4 @@
-//! Checks on a ConfigMapSet that its schema cannot express, each with a message a user can act on.
+//! Checks on a ConfigMapSet or SecretSet that its schema cannot express, each with a message a user can act on.
 //!
 //! The CRD's schema and CEL rules already reject some of these at admission; they are checked here too
 //! so that cmset never stamps a revision the API server would refuse, and so that an object admitted
@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use cmset_api::{ConfigMapSetSpec, MAX_CONFIGMAP_BYTES};
+use cmset_api::{ConfigMapSetSpec, MAX_CONFIGMAP_BYTES, SecretSetSpec, TemplateMetadata};
 use k8s_openapi::ByteString;
 
 use crate::hash::HASH_LEN;
@@ -70,36 +70,20 @@ pub fn validate(set_name: &str, spec: &ConfigMapSetSpec) -> Result<(), Vec<Probl
     let template = &spec.template;
 
     check_set_name(set_name, &mut problems);
-
-    for (key, value) in &template.metadata.labels {
-        let field = format!("spec.template.metadata.labels[{key:?}]");
-        check_qualified_name(&field, key, &mut problems);
-        check_not_reserved(&field, key, &mut problems);
-        check_label_value(&field, value, &mut problems);
-    }
-
-    let mut annotations_size = 0;
-    for (key, value) in &template.metadata.annotations {
-        let field = format!("spec.template.metadata.annotations[{key:?}]");
-        // Kubernetes checks annotation keys as qualified names without regard to case, so
-        // `Example.com/Name` is a valid annotation key (though not a valid label key).
-        let lowercase = key.to_ascii_lowercase();
-        check_qualified_name(&field, &lowercase, &mut problems);
-        check_not_reserved(&field, &lowercase, &mut problems);
-        annotations_size += key.len() + value.len();
-    }
-    if annotations_size > MAX_ANNOTATIONS_BYTES {
-        problems.push(Problem::new(
-            "spec.template.metadata.annotations",
-            format!(
-                "total size {annotations_size} bytes (keys and values) exceeds the {MAX_ANNOTATIONS_BYTES} bytes \
-                 Kubernetes allows for annotations"
-            ),
-        ));
-    }
+    check_template_metadata(&template.metadata, &mut problems);
 
     let data = template.data.as_ref();
     let binary_data = template.binary_data.as_ref();
+    if let Some(source) = &spec.config_map_name {
+        check_source_name("spec.configMapName", source, &mut problems);
+        if data.is_some() || binary_data.is_some() {
+            problems.push(Problem::new(
+                "spec.configMapName",
+                "names the source of the content, so spec.template.data and spec.template.binaryData must be \
+                 left out",
+            ));
+        }
+    }
     for key in data.into_iter().flat_map(BTreeMap::keys) {
         let field = format!("spec.template.data[{key:?}]");
         check_config_map_key(&field, key, &mut problems);
@@ -122,17 +106,76 @@ pub fn validate(set_name: &str, spec: &ConfigMapSetSpec) -> Result<(), Vec<Probl
         ));
     }
 
-    if spec.revision_history_limit < 0 {
-        problems.push(Problem::new(
-            "spec.revisionHistoryLimit",
-            format!("must be 0 or more, not {}", spec.revision_history_limit),
-        ));
-    }
+    check_history_limit(spec.revision_history_limit, &mut problems);
+    into_result(problems)
+}
 
+/// Checks everything about SecretSet `set_name` with `spec` that the schema cannot.
+pub fn validate_secret_set(set_name: &str, spec: &SecretSetSpec) -> Result<(), Vec<Problem>> {
+    let mut problems = Vec::new();
+    check_set_name(set_name, &mut problems);
+    check_source_name("spec.secretName", &spec.secret_name, &mut problems);
+    check_template_metadata(&spec.template.metadata, &mut problems);
+    check_history_limit(spec.revision_history_limit, &mut problems);
+    into_result(problems)
+}
+
+fn into_result(problems: Vec<Problem>) -> Result<(), Vec<Problem>> {
     if problems.is_empty() {
         Ok(())
     } else {
         Err(problems)
+    }
+}
+
+/// The name of a source object: a DNS subdomain, as every ConfigMap and Secret name is.
+fn check_source_name(field: &str, name: &str, problems: &mut Vec<Problem>) {
+    if name.is_empty() {
+        problems.push(Problem::new(field, "must not be empty"));
+    } else if !crate::naming::is_dns_subdomain(name) {
+        problems.push(Problem::new(
+            field,
+            format!("{name:?} is not a valid object name: it {DNS_SUBDOMAIN_FORM}, at most {MAX_DNS_SUBDOMAIN_LEN} characters"),
+        ));
+    }
+}
+
+fn check_history_limit(limit: i32, problems: &mut Vec<Problem>) {
+    if limit < 0 {
+        problems.push(Problem::new(
+            "spec.revisionHistoryLimit",
+            format!("must be 0 or more, not {limit}"),
+        ));
+    }
+}
+
+/// The labels and annotations a template copies onto every revision.
+fn check_template_metadata(metadata: &TemplateMetadata, problems: &mut Vec<Problem>) {
+    for (key, value) in &metadata.labels {
+        let field = format!("spec.template.metadata.labels[{key:?}]");
+        check_qualified_name(&field, key, problems);
+        check_not_reserved(&field, key, problems);
+        check_label_value(&field, value, problems);
+    }
+
+    let mut annotations_size = 0;
+    for (key, value) in &metadata.annotations {
+        let field = format!("spec.template.metadata.annotations[{key:?}]");
+        // Kubernetes checks annotation keys as qualified names without regard to case, so
+        // `Example.com/Name` is a valid annotation key (though not a valid label key).
+        let lowercase = key.to_ascii_lowercase();
+        check_qualified_name(&field, &lowercase, problems);
+        check_not_reserved(&field, &lowercase, problems);
+        annotations_size += key.len() + value.len();
+    }
+    if annotations_size > MAX_ANNOTATIONS_BYTES {
+        problems.push(Problem::new(
+            "spec.template.metadata.annotations",
+            format!(
+                "total size {annotations_size} bytes (keys and values) exceeds the {MAX_ANNOTATIONS_BYTES} bytes \
+                 Kubernetes allows for annotations"
+            ),
+        ));
     }
 }
 

@@ -10,11 +10,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, labels};
 use cmset_core::hash::content_hash;
 use cmset_core::naming::revision_name;
-use cmset_core::observe::{HistoryKind, HistoryObject, RevisionView, WorkloadKind, WorkloadView};
+use cmset_core::observe::{HistoryKind, HistoryObject, RefNames, RevisionView, WorkloadKind, WorkloadView};
 use cmset_core::plan::{EventKind, SetPlan};
 use cmset_core::refs::apply_changes;
-use cmset_core::revision::content_identity;
+use cmset_core::revision::inline_identity;
 use cmset_core::rollout::{SetTarget, plan_workload};
+use cmset_core::set::SetRef;
 use cmset_core::validate;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMapVolumeSource, Container, PodSpec, Volume};
@@ -47,6 +48,7 @@ fn the_set(version: u8, limit: i32, team: Option<&str>) -> ConfigMapSet {
                 ..ConfigMapTemplate::default()
             },
             revision_history_limit: limit,
+            config_map_name: None,
         },
     );
     if let Some(team) = team {
@@ -99,11 +101,11 @@ fn workload(i: usize, choice: u8) -> WorkloadView {
 fn carry_out(set: &mut ConfigMapSet, revisions: &mut Vec<RevisionView>, plan: &SetPlan) {
     if let Some(cm) = &plan.create {
         revisions.push(RevisionView {
-            name: cm.metadata.name.clone().unwrap(),
-            uid: format!("uid-{}", cm.metadata.name.clone().unwrap()),
-            labels: cm.metadata.labels.clone().unwrap_or_default(),
-            annotations: cm.metadata.annotations.clone().unwrap_or_default(),
-            owner_references: cm.metadata.owner_references.clone().unwrap_or_default(),
+            name: cm.metadata().name.clone().unwrap(),
+            uid: format!("uid-{}", cm.metadata().name.clone().unwrap()),
+            labels: cm.metadata().labels.clone().unwrap_or_default(),
+            annotations: cm.metadata().annotations.clone().unwrap_or_default(),
+            owner_references: cm.metadata().owner_references.clone().unwrap_or_default(),
             being_deleted: false,
         });
     }
@@ -164,7 +166,10 @@ prop_compose! {
                 name: format!("rs{i}"),
                 uid: format!("uid-rs{i}"),
                 owner_uid: Some(format!("uid-w{owner}")),
-                referenced: BTreeSet::from([name_of(*v)]),
+                referenced: RefNames {
+                    config_maps: BTreeSet::from([name_of(*v)]),
+                    ..RefNames::default()
+                },
             })
             .collect();
         (set, revisions, workloads, history)
@@ -180,7 +185,7 @@ proptest! {
         let first = plan_seeing(&set, &revisions, &workloads, &history, NO_PODS);
         carry_out(&mut set, &mut revisions, &first);
         let second = plan_seeing(&set, &revisions, &workloads, &history, NO_PODS);
-        prop_assert!(second.is_quiet(&set), "second plan writes: {:?}", second);
+        prop_assert!(second.is_quiet((&set).into()), "second plan writes: {:?}", second);
         prop_assert!(second.events.is_empty(), "second plan tells: {:?}", second.events);
     }
 
@@ -191,7 +196,7 @@ proptest! {
         let used: BTreeSet<String> = workloads
             .iter()
             .flat_map(|w| w.referenced_names())
-            .chain(history.iter().flat_map(|h| h.referenced.iter().cloned()))
+            .chain(history.iter().flat_map(|h| h.referenced.config_maps.iter().cloned()))
             .collect();
         for pruned in &p.prune {
             prop_assert_ne!(&pruned.name, &current);
@@ -324,10 +329,10 @@ prop_compose! {
 /// Where the set's workloads point once its plan is carried out: each workload's own plan, applied.
 fn move_workloads(set: &ConfigMapSet, revisions: &[RevisionView], workloads: &mut [WorkloadView]) -> usize {
     let valid = validate::validate(SET, &set.spec).is_ok();
-    let identity = valid.then(|| content_identity(set));
+    let identity = valid.then(|| inline_identity(SetRef::from(set)).unwrap());
     let mut moved = 0;
     for w in workloads.iter_mut() {
-        let targets: Vec<SetTarget> = SetTarget::observed(set, identity.as_deref(), revisions, &w.uid)
+        let targets: Vec<SetTarget> = SetTarget::observed(set.into(), identity.as_deref(), revisions, &w.uid)
             .into_iter()
             .collect();
         let plan = plan_workload(w, &targets);
@@ -352,7 +357,7 @@ proptest! {
         let mut rounds = 0;
         loop {
             let plan = plan_seeing(&set, &revisions, &workloads, &history, NO_PODS);
-            let set_quiet = plan.is_quiet(&set) && plan.events.is_empty();
+            let set_quiet = plan.is_quiet((&set).into()) && plan.events.is_empty();
             carry_out(&mut set, &mut revisions, &plan);
             let moved = move_workloads(&set, &revisions, &mut workloads);
             if set_quiet && moved == 0 {
@@ -364,7 +369,7 @@ proptest! {
             prop_assert!(rounds <= 5, "no convergence after {} rounds: {:?}", rounds, plan);
         }
         let again = plan_seeing(&set, &revisions, &workloads, &history, NO_PODS);
-        prop_assert!(again.is_quiet(&set) && again.events.is_empty(), "{:?}", again);
+        prop_assert!(again.is_quiet((&set).into()) && again.events.is_empty(), "{:?}", again);
         prop_assert_eq!(move_workloads(&set, &revisions, &mut workloads), 0);
         if validate::validate(SET, &set.spec).is_ok() {
             let ready = set.condition("Ready").expect("a Ready condition");

@@ -7,10 +7,11 @@ use cmset_api::{
     ConfigMapSet, ConfigMapSetSpec, ConfigMapSetStatus, ConfigMapTemplate, TemplateMetadata, WorkloadState,
     WorkloadStatus, labels,
 };
-use cmset_core::observe::{HistoryKind, HistoryObject, RevisionView, WorkloadKind, WorkloadView};
+use cmset_core::observe::{HistoryKind, HistoryObject, RefNames, RevisionView, WorkloadKind, WorkloadView};
 use cmset_core::plan::{EVENT_MESSAGE_MAX_LEN, EventKind, PlannedEvent, SetPlan};
-use cmset_core::revision::{content_identity, set_owner_reference};
+use cmset_core::revision::{NewRevision, inline_identity, set_owner_reference};
 use cmset_core::rollout::{SetTarget, plan_workload, waits_for_unsettled};
+use cmset_core::set::SetRef;
 use k8s_openapi::api::core::v1::{
     ConfigMapEnvSource, ConfigMapVolumeSource, Container, EnvFromSource, PodSpec, Volume,
 };
@@ -32,6 +33,7 @@ fn set_with(name: &str, data: &[(&str, &str)], limit: i32) -> ConfigMapSet {
                 binary_data: None,
             },
             revision_history_limit: limit,
+            config_map_name: None,
         },
     );
     set.metadata.namespace = Some("team".into());
@@ -74,7 +76,10 @@ fn replica_set(name: &str, owner: &str, names: &[&str]) -> HistoryObject {
         name: name.into(),
         uid: format!("uid-{name}"),
         owner_uid: Some(format!("uid-{owner}")),
-        referenced: names.iter().map(|n| n.to_string()).collect(),
+        referenced: RefNames {
+            config_maps: names.iter().map(|n| n.to_string()).collect(),
+            ..RefNames::default()
+        },
     }
 }
 
@@ -118,7 +123,11 @@ const V2: &str = "nginx-config-tc2kg4m444";
 fn a_new_set_gets_its_first_revision_with_the_kustomize_name() {
     let set = set_with("nginx-config", &[("APP_VERSION", "1")], 10);
     let p = plan(&set, &[], &[], &[]);
-    let cm = p.create.as_ref().expect("a revision to create");
+    let cm = p
+        .create
+        .as_ref()
+        .and_then(NewRevision::config_map)
+        .expect("a revision ConfigMap to create");
     assert_eq!(cm.metadata.name.as_deref(), Some(V1));
     assert_eq!(cm.immutable, Some(true));
     assert_eq!(cm.data.as_ref().unwrap()["APP_VERSION"], "1");
@@ -126,7 +135,7 @@ fn a_new_set_gets_its_first_revision_with_the_kustomize_name() {
     assert_eq!(cm.metadata.annotations.as_ref().unwrap()[labels::REVISION], "1");
     assert_eq!(
         cm.metadata.owner_references.as_ref().unwrap(),
-        &vec![set_owner_reference(&set)]
+        &vec![set_owner_reference((&set).into())]
     );
     assert_eq!(p.status.current_revision.as_deref(), Some(V1));
     assert_eq!(p.status.revision, Some(1));
@@ -155,7 +164,10 @@ fn an_unchanged_world_plans_no_write() {
     });
     let set = settled(&set, &first);
     let again = plan(&set, &revisions, &workloads, &history);
-    assert!(again.is_quiet(&set), "second plan should be quiet: {again:?}");
+    assert!(
+        again.is_quiet((&set).into()),
+        "second plan should be quiet: {again:?}"
+    );
     assert!(again.events.is_empty());
 }
 
@@ -204,7 +216,7 @@ fn new_content_makes_a_new_revision_and_marks_workloads_pending() {
     set2.spec.template.data = Some(BTreeMap::from([("APP_VERSION".into(), "2".into())]));
     set2.metadata.generation = Some(2);
     let p = plan(&set2, &revisions, &workloads, &[]);
-    assert_eq!(p.create.as_ref().unwrap().metadata.name.as_deref(), Some(V2));
+    assert_eq!(p.create.as_ref().unwrap().metadata().name.as_deref(), Some(V2));
     assert_eq!(p.status.revision, Some(2));
     let w = &p.status.workloads[0];
     assert_eq!(
@@ -234,11 +246,14 @@ fn a_rollback_pins_the_workload_and_says_so_once() {
     assert_eq!(ready.status, "True");
     // The workload planner leaves it alone.
     let set = settled(&set, &p);
-    let target = SetTarget::from_set(&set, "uid-web").unwrap();
+    let target = SetTarget::from_set((&set).into(), "uid-web").unwrap();
     assert!(plan_workload(&rolled_back[0], &[target]).is_empty());
     // And the next plan is quiet.
     let again = plan(&set, &revisions, &rolled_back, &[]);
-    assert!(again.is_quiet(&set) && again.events.is_empty(), "{again:?}");
+    assert!(
+        again.is_quiet((&set).into()) && again.events.is_empty(),
+        "{again:?}"
+    );
 }
 
 #[test]
@@ -279,7 +294,7 @@ fn a_workload_cmset_never_moved_is_moved_after_a_crash() {
     let p = plan(&set, &revisions, &on_v1, &[replica_set("web-1", "web", &[V1])]);
     assert_eq!(p.status.workloads[0].state, WorkloadState::Pending);
     let set = settled(&set, &p);
-    let target = SetTarget::from_set(&set, "uid-web").unwrap();
+    let target = SetTarget::from_set((&set).into(), "uid-web").unwrap();
     let changes = plan_workload(&on_v1[0], &[target]).changes;
     assert_eq!(changes.len(), 1);
     assert_eq!((changes[0].from.as_str(), changes[0].to.as_str()), (V1, V2));
@@ -387,7 +402,7 @@ fn old_unused_revisions_beyond_the_limit_are_pruned_oldest_first_after_asking_po
 fn a_change_that_creates_and_prunes_is_told_in_one_event() {
     let (set, revisions) = with_old_revisions(1, 3);
     let p = plan_seeing(&set, &revisions, &[], &[], Some(&BTreeSet::new()));
-    assert_eq!(p.create.as_ref().unwrap().metadata.name.as_deref(), Some(V2));
+    assert_eq!(p.create.as_ref().unwrap().metadata().name.as_deref(), Some(V2));
     assert_eq!(p.prune.len(), 2);
     // The creation is what matters most: its reason; the deletions follow in its message.
     assert_eq!(
@@ -475,7 +490,7 @@ fn an_invalid_spec_is_reported_and_nothing_else_is_written() {
     assert_eq!(reasons(&p), vec!["InvalidSpec"]);
     let set = settled(&set, &p);
     let again = plan(&set, &revisions, &[], &[]);
-    assert!(again.is_quiet(&set) && again.events.is_empty());
+    assert!(again.is_quiet((&set).into()) && again.events.is_empty());
 }
 
 #[test]
@@ -494,11 +509,14 @@ fn a_name_taken_by_someone_else_bumps_the_collision_count() {
     // With the count recorded, the next plan creates a differently named revision.
     let set = settled(&set, &p);
     let next = plan(&set, &[], &[], &[]);
-    let name = next.create.unwrap().metadata.name.unwrap();
+    let name = next.create.unwrap().metadata().name.clone().unwrap();
     assert_ne!(name, V1);
     assert!(name.starts_with("nginx-config-"));
     // Its content identity is still the collision-free hash, so it is found again later.
-    assert_eq!(content_identity(&set), V1.rsplit('-').next().unwrap());
+    assert_eq!(
+        inline_identity(SetRef::from(&set)).unwrap(),
+        V1.rsplit('-').next().unwrap()
+    );
 }
 
 #[test]
@@ -508,7 +526,7 @@ fn a_workload_reading_two_sets_is_patched_once_with_both_changes() {
     let web = deployment("web", &["a", "b", "unrelated"]);
     let targets: Vec<SetTarget> = [&a, &b]
         .iter()
-        .filter_map(|s| SetTarget::from_set(s, "uid-web"))
+        .filter_map(|s| SetTarget::from_set(SetRef::from(*s), "uid-web"))
         .collect();
     let p = plan_workload(&web, &targets);
     let moves: Vec<(&str, &str)> = p
@@ -538,9 +556,18 @@ fn a_workload_waits_while_a_set_it_reads_is_not_settled() {
     let mut b = settled_set("b", &[("K", "2")]);
     b.metadata.generation = Some(2); // spec changed, its controller has not caught up
     let web = deployment("web", &["a", "b"]);
-    assert!(waits_for_unsettled(&web, &[a.clone(), b.clone()]));
+    assert!(waits_for_unsettled(
+        &web,
+        &[a.clone(), b.clone()]
+            .iter()
+            .map(SetRef::from)
+            .collect::<Vec<_>>()
+    ));
     let other = deployment("other", &["a"]);
-    assert!(!waits_for_unsettled(&other, &[a, b]));
+    assert!(!waits_for_unsettled(
+        &other,
+        &[a, b].iter().map(SetRef::from).collect::<Vec<_>>()
+    ));
 }
 
 fn settled_set(name: &str, data: &[(&str, &str)]) -> ConfigMapSet {
@@ -554,7 +581,7 @@ fn unrelated_and_unknown_names_are_left_alone() {
     let a = settled_set("app", &[("K", "1")]);
     // `app-config-…` belongs to another set; `app-zzzzzzzzzz` is no known revision of `app`.
     let web = deployment("web", &["app-config-hf678c7m2b", "app-zzzzzzzzzz", "other"]);
-    let target = SetTarget::from_set(&a, "uid-web").unwrap();
+    let target = SetTarget::from_set((&a).into(), "uid-web").unwrap();
     assert!(plan_workload(&web, &[target]).is_empty());
 }
 
@@ -576,7 +603,7 @@ fn a_name_that_refers_to_two_sets_is_decided_by_the_set_that_knows_it_as_a_revis
     let web = deployment("web", &[&revision, "app-bbbbbbbbbb"]);
     let targets = |sets: [&ConfigMapSet; 3]| -> Vec<SetTarget> {
         sets.iter()
-            .filter_map(|s| SetTarget::from_set(s, "uid-web"))
+            .filter_map(|s| SetTarget::from_set(SetRef::from(*s), "uid-web"))
             .collect()
     };
     for order in [[&app, &twin, &stranger], [&stranger, &twin, &app]] {
@@ -605,7 +632,7 @@ fn volumes_and_env_from_move_together_in_one_plan() {
         }),
         ..Volume::default()
     }]);
-    let target = SetTarget::from_set(&a, "uid-web").unwrap();
+    let target = SetTarget::from_set((&a).into(), "uid-web").unwrap();
     let p = plan_workload(&web, std::slice::from_ref(&target));
     assert_eq!(p.changes.len(), 2);
     assert!(p.changes.iter().all(|c| c.to == target.current));
@@ -655,7 +682,7 @@ fn revisions_never_inherit_the_sets_own_gitops_tracking_metadata() {
         .labels
         .insert("team".into(), "payments".into());
     let cm = plan(&set, &[], &[], &[]).create.unwrap();
-    let labels = cm.metadata.labels.unwrap();
+    let labels = cm.metadata().labels.clone().unwrap();
     assert_eq!(
         labels,
         BTreeMap::from([
@@ -663,7 +690,7 @@ fn revisions_never_inherit_the_sets_own_gitops_tracking_metadata() {
             (labels::SET.to_string(), "nginx-config".to_string())
         ])
     );
-    let annotations = cm.metadata.annotations.unwrap();
+    let annotations = cm.metadata().annotations.clone().unwrap();
     assert!(
         annotations.keys().all(|k| k.starts_with("cmset.dev/")),
         "{annotations:?}"
@@ -677,7 +704,8 @@ fn an_empty_set_gets_an_empty_revision_with_the_kustomize_name() {
     set.spec.template.data = None;
     let p = plan(&set, &[], &[], &[]);
     assert_eq!(ready_of(&p), ("True", "RolledOut"));
-    let cm = p.create.expect("an empty set still gets its revision");
+    let created = p.create.expect("an empty set still gets its revision");
+    let cm = created.config_map().expect("a ConfigMap").clone();
     assert_eq!(cm.metadata.name.as_deref(), Some("nginx-config-6ct58987ht"));
     assert_eq!((cm.data, cm.binary_data), (None, None));
     // An empty map is the same content as no map at all: same revision, no second one.

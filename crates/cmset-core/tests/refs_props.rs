@@ -16,6 +16,7 @@ use cmset_core::refs::{
     find_refs_to, json_patch, plan_rewrite, plan_rewrite_to,
 };
 use cmset_core::rollout::{SetTarget, WorkloadPlan, plan_workload};
+use cmset_core::set::SetRef;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
 use k8s_openapi::api::core::v1::{
@@ -504,6 +505,7 @@ fn targets() -> impl Strategy<Value = Vec<SetTarget>> {
                     i => revisions[i].clone(),
                 });
                 SetTarget {
+                    kind: Referenced::ConfigMap,
                     name: name.clone(),
                     current: current_name,
                     revisions: known,
@@ -604,6 +606,7 @@ proptest! {
         targets in targets(),
     ) {
         let sets: Vec<ConfigMapSet> = targets.iter().map(recorded_set).collect();
+        let sets: Vec<SetRef<'_>> = sets.iter().map(SetRef::from).collect();
         let object = opted_in(&spec);
         let plan = plan_workload(&workload(spec.clone(), false), &targets);
         let updating = admission::Circumstances::default();
@@ -626,10 +629,11 @@ proptest! {
     #[test]
     fn admission_copes_with_any_object(object in any_object(), targets in targets(), creating: bool) {
         let sets: Vec<ConfigMapSet> = targets.iter().map(recorded_set).collect();
+        let sets: Vec<SetRef<'_>> = sets.iter().map(SetRef::from).collect();
         // Created with a name nothing has yet: held, when it is a Deployment.
         let circumstances = admission::Circumstances {
             creating,
-            missing: ["later".to_string()].into(),
+            missing: [(Referenced::ConfigMap, "later".to_string())].into(),
             now: "2026-11-23T10:00:00Z".into(),
         };
         for kind in WorkloadKind::ALL {

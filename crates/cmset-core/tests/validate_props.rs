@@ -11,6 +11,7 @@ use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, MAX_CONFIGMAP
 use cmset_core::hash::content_hash;
 use cmset_core::naming::revision_name;
 use cmset_core::revision::new_revision;
+use cmset_core::set::Content;
 use cmset_core::validate::{SUMMARY_MAX_LEN, summary, validate};
 use k8s_openapi::ByteString;
 use proptest::collection::{btree_map, vec};
@@ -78,6 +79,7 @@ fn spec_of(
                     binary_data,
                 },
                 revision_history_limit: limit,
+                config_map_name: None,
             },
         )
 }
@@ -129,7 +131,11 @@ fn api_label_value(v: &str) -> bool {
 /// Whether the API server would create the ConfigMap `new_revision` makes.
 fn api_accepts(set: &ConfigMapSet, name: &str) -> Result<(), String> {
     let t = &set.spec.template;
-    let cm = new_revision(set, name, 1);
+    let revision = new_revision(set.into(), &Content::of_template(t), name, 1);
+    let cm = revision
+        .config_map()
+        .expect("a ConfigMapSet's revision is a ConfigMap")
+        .clone();
     let data = cm.data.unwrap_or_default();
     let binary = cm.binary_data.unwrap_or_default();
     let meta = cm.metadata;
@@ -211,7 +217,7 @@ proptest! {
         } else {
             template.data = Some(BTreeMap::from([(key.clone(), "v".to_string())]));
         }
-        let spec = ConfigMapSetSpec { template, revision_history_limit: 1 };
+        let spec = ConfigMapSetSpec { template, revision_history_limit: 1, config_map_name: None };
         prop_assert_eq!(validate("app", &spec).is_ok(), api_config_map_key(&key), "{:?}", key);
     }
 }

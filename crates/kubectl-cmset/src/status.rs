@@ -286,7 +286,16 @@ fn decided_state(
         .iter()
         .flat_map(|s| s.workloads.iter())
         .find(|w| w.uid == workload.uid);
-    let decided = workload_status(&view, &known.set, current, &revisions, previous, &[])?.state;
+    let decided = workload_status(
+        &view,
+        cmset_core::refs::Referenced::ConfigMap,
+        &known.set,
+        current,
+        &revisions,
+        previous,
+        &[],
+    )?
+    .state;
     Some(match (decided, recorded_state(set, workload, refs)) {
         (WorkloadState::Current, _) => WorkloadState::Current,
         (_, Some(recorded @ (WorkloadState::Pinned | WorkloadState::Pending))) => recorded,

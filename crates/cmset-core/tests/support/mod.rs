@@ -7,6 +7,7 @@ use cmset_api::{ConfigMapSet, labels};
 use cmset_core::observe::{HistoryObject, RevisionView, WorkloadView};
 use cmset_core::plan::{SetInput, SetPlan, plan_set};
 use cmset_core::revision::set_owner_reference;
+use cmset_core::set::SourceState;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
@@ -20,7 +21,8 @@ pub fn plan_seeing(
     pods: Option<&BTreeSet<String>>,
 ) -> SetPlan {
     plan_set(&SetInput {
-        set,
+        set: set.into(),
+        source: SourceState::Inline,
         revisions,
         workloads,
         history,
@@ -41,7 +43,7 @@ pub fn revision_of(set: &ConfigMapSet, name: &str, number: i64) -> RevisionView 
             (labels::REVISION.to_string(), number.to_string()),
             (labels::CONTENT_HASH.to_string(), content),
         ]),
-        owner_references: vec![set_owner_reference(set)],
+        owner_references: vec![set_owner_reference(set.into())],
         being_deleted: false,
     }
 }
