@@ -105,6 +105,12 @@ pub struct Cli {
     /// This replica's identity in the Lease and in events (default: POD_NAME, else the host name).
     #[arg(long, env = "CMSET_IDENTITY")]
     pub identity: Option<String>,
+
+    /// Serve SecretSets (`secretsets.cmset.dev`): watch SecretSets and Secrets (metadata only), read
+    /// source Secrets, write revision Secrets. `false` for clusters that give cmset no access to
+    /// Secrets at all (`config/no-secrets`); ConfigMapSets work either way.
+    #[arg(long, env = "CMSET_SECRET_SETS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub secret_sets: bool,
 }
 
 impl Cli {

@@ -5,8 +5,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cmset_api::{ConfigMapSet, ConfigMapSetStatus};
+use cmset_api::{ConfigMapSet, ConfigMapSetStatus, SecretSet};
 use cmset_core::observe::{WorkloadKind, WorkloadView};
+use cmset_core::set::{SetKind, SetRef};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -15,7 +16,7 @@ use kube::runtime::events::{Event, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::backoff::{self, Failure, Failures};
-use crate::index::{Index, Key};
+use crate::index::{Index, Key, SetId};
 use crate::metrics::Metrics;
 use crate::views;
 
@@ -25,14 +26,22 @@ use crate::views;
 #[derive(Clone)]
 pub struct Stores {
     pub sets: Store<ConfigMapSet>,
+    /// `None` when SecretSets are not served (`--secret-sets=false`).
+    pub secret_sets: Option<Store<SecretSet>>,
     pub deployments: Store<Deployment>,
     pub statefulsets: Store<StatefulSet>,
     pub daemonsets: Store<DaemonSet>,
 }
 
 impl Stores {
-    pub fn set(&self, key: &Key) -> Option<Arc<ConfigMapSet>> {
-        self.sets.get(&ObjectRef::new(&key.name).within(&key.namespace))
+    pub fn set(&self, (kind, key): &SetId) -> Option<AnySet> {
+        fn get<K: kube::Resource<DynamicType = ()> + Clone>(store: &Store<K>, key: &Key) -> Option<Arc<K>> {
+            store.get(&ObjectRef::new(&key.name).within(&key.namespace))
+        }
+        match kind {
+            SetKind::ConfigMapSet => get(&self.sets, key).map(AnySet::ConfigMap),
+            SetKind::SecretSet => get(self.secret_sets.as_ref()?, key).map(AnySet::Secret),
+        }
     }
 
     /// The view of one opted-in workload, looked up by key.
@@ -47,6 +56,22 @@ impl Stores {
             WorkloadKind::Deployment => view(&self.deployments, namespace, name),
             WorkloadKind::StatefulSet => view(&self.statefulsets, namespace, name),
             WorkloadKind::DaemonSet => view(&self.daemonsets, namespace, name),
+        }
+    }
+}
+
+/// A set of either kind, as its store holds it.
+#[derive(Clone, Debug)]
+pub enum AnySet {
+    ConfigMap(Arc<ConfigMapSet>),
+    Secret(Arc<SecretSet>),
+}
+
+impl AnySet {
+    pub fn as_set(&self) -> SetRef<'_> {
+        match self {
+            Self::ConfigMap(set) => SetRef::ConfigMap(set),
+            Self::Secret(set) => SetRef::Secret(set),
         }
     }
 }
@@ -69,9 +94,9 @@ pub struct Context {
     pub multi_set_window: Duration,
     /// Since when each set has had only deferrable writes planned (see `set_controller`): batched
     /// until [`BATCH_WINDOW`] has passed or an urgent write comes along.
-    pub deferred: Mutex<HashMap<Key, Instant>>,
+    pub deferred: Mutex<HashMap<SetId, Instant>>,
     /// The last status written for each set, with the resourceVersion it was planned from.
-    written: Mutex<HashMap<Key, (Option<String>, ConfigMapSetStatus)>>,
+    written: Mutex<HashMap<SetId, (Option<String>, ConfigMapSetStatus)>>,
     /// Consecutive reconcile failures per object, for the backoff of `error_policy`.
     pub failures: Failures<Reconciled>,
 }
@@ -79,7 +104,7 @@ pub struct Context {
 /// An object a controller reconciles: the key of its failure count.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Reconciled {
-    Set(Key),
+    Set(SetId),
     Workload(WorkloadKind, Key),
 }
 
@@ -151,7 +176,7 @@ impl Context {
 
     /// Marks `set`'s pending writes as deferred: `Some(wait)` while the batch window since the first
     /// deferral is still open, `None` once it has passed (write now).
-    pub fn defer(&self, set: &Key) -> Option<Duration> {
+    pub fn defer(&self, set: &SetId) -> Option<Duration> {
         let now = Instant::now();
         let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
         let since = *deferred.entry(set.clone()).or_insert(now);
@@ -161,7 +186,7 @@ impl Context {
     }
 
     /// Forgets a deferral: the writes were made, or are no longer wanted.
-    pub fn forget_deferred(&self, set: &Key) {
+    pub fn forget_deferred(&self, set: &SetId) {
         self.deferred
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -171,17 +196,17 @@ impl Context {
     /// Whether `status` is what this process already wrote for `set` as the store still shows it: the
     /// store has not caught up with that write yet, and writing it again would change nothing. A set
     /// changed by anyone since (another resourceVersion) is planned against as usual.
-    pub fn wrote_already(&self, key: &Key, set: &ConfigMapSet, status: &ConfigMapSetStatus) -> bool {
+    pub fn wrote_already(&self, key: &SetId, set: SetRef<'_>, status: &ConfigMapSetStatus) -> bool {
         let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
         written
             .get(key)
-            .is_some_and(|(from, wrote)| *from == set.metadata.resource_version && wrote == status)
+            .is_some_and(|(from, wrote)| *from == set.metadata().resource_version && wrote == status)
     }
 
-    pub fn remember_written(&self, key: &Key, set: &ConfigMapSet, status: &ConfigMapSetStatus) {
+    pub fn remember_written(&self, key: &SetId, set: SetRef<'_>, status: &ConfigMapSetStatus) {
         self.written.lock().unwrap_or_else(|e| e.into_inner()).insert(
             key.clone(),
-            (set.metadata.resource_version.clone(), status.clone()),
+            (set.metadata().resource_version.clone(), status.clone()),
         );
     }
 

@@ -8,17 +8,20 @@ pub enum Error {
     #[error("ConfigMapSet {0} has no namespace")]
     MissingNamespace(String),
 
-    #[error("creating revision ConfigMap {name}: {source}")]
+    #[error("creating revision {name}: {source}")]
     CreateRevision { name: String, source: kube::Error },
 
-    #[error("reading ConfigMap {name} whose name a new revision needs: {source}")]
+    #[error("reading {name}, whose name a new revision needs: {source}")]
     ReadExisting { name: String, source: kube::Error },
 
-    #[error("patching metadata of revision ConfigMap {name}: {source}")]
+    #[error("patching metadata of revision {name}: {source}")]
     PatchRevision { name: String, source: kube::Error },
 
-    #[error("deleting revision ConfigMap {name}: {source}")]
+    #[error("deleting revision {name}: {source}")]
     DeleteRevision { name: String, source: kube::Error },
+
+    #[error("reading source {name}: {source}")]
+    ReadSource { name: String, source: kube::Error },
 
     #[error("listing Pods of namespace {namespace}: {source}")]
     ListPods { namespace: String, source: kube::Error },
@@ -37,6 +40,7 @@ impl Error {
             Self::MissingNamespace(_) => "MissingNamespace",
             Self::CreateRevision { .. } => "CreateRevision",
             Self::ReadExisting { .. } => "ReadExisting",
+            Self::ReadSource { .. } => "ReadSource",
             Self::PatchRevision { .. } => "PatchRevision",
             Self::DeleteRevision { .. } => "DeleteRevision",
             Self::ListPods { .. } => "ListPods",
@@ -78,6 +82,7 @@ impl Error {
         let source = match self {
             Self::CreateRevision { source, .. }
             | Self::ReadExisting { source, .. }
+            | Self::ReadSource { source, .. }
             | Self::PatchRevision { source, .. }
             | Self::DeleteRevision { source, .. }
             | Self::ListPods { source, .. }

@@ -21,13 +21,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use cmset_api::{ConfigMapSet, labels};
+use cmset_api::{ConfigMapSet, SecretSet, labels};
 use cmset_core::naming;
-use cmset_core::observe::{HistoryKind, HistoryObject, RevisionView, WorkloadKind};
+use cmset_core::observe::{HistoryKind, HistoryObject, RefNames, RevisionView, WorkloadKind};
+use cmset_core::refs::Referenced;
+use cmset_core::set::{SetKind, SetRef};
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -59,7 +61,11 @@ impl Key {
     }
 }
 
-/// Something that names ConfigMaps in its pod template: an opted-in workload or a history object.
+/// A set of either kind, by key: a ConfigMapSet and a SecretSet may share a name.
+pub type SetId = (SetKind, Key);
+
+/// Something that names ConfigMaps or Secrets in its pod template: an opted-in workload or a history
+/// object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ReaderKind {
     Workload(WorkloadKind),
@@ -71,58 +77,90 @@ pub enum ReaderKind {
 pub struct SetFacts {
     pub uid: String,
     pub generation: Option<i64>,
-    /// The content identity of a valid spec (`None`: the spec is invalid, and workloads stay on the
-    /// last good revision).
+    /// Whether the spec is valid (if not, workloads stay on the last good revision).
+    pub valid: bool,
+    /// The content identity of a valid spec that holds its content itself. In source mode the
+    /// identity is the source's, which the index learns when the set controller reads it
+    /// ([`Index::source`]).
     pub identity: Option<String>,
+    /// The source it versions, in source mode (a ConfigMap for a ConfigMapSet, a Secret for a
+    /// SecretSet).
+    pub source: Option<String>,
     /// The value of the `cmset.dev/set` label on its revisions.
     pub label: String,
-    /// When this process saw the spec change last (or first saw the set).
+    /// When this process saw its content change last (or first saw the set).
     pub changed_at: Instant,
 }
 
 impl SetFacts {
-    fn of(set: &ConfigMapSet, changed_at: Instant) -> Self {
-        let name = set.name_any();
-        let valid = cmset_core::validate::validate(&name, &set.spec).is_ok();
+    fn of(set: SetRef<'_>, changed_at: Instant) -> Self {
+        let valid = set.validate().is_ok();
         Self {
-            uid: set.uid().unwrap_or_default(),
-            generation: set.metadata.generation,
-            identity: valid.then(|| cmset_core::revision::content_identity(set)),
-            label: naming::set_label_value(&name),
+            uid: set.uid(),
+            generation: set.generation(),
+            valid,
+            identity: valid
+                .then(|| cmset_core::revision::inline_identity(set))
+                .flatten(),
+            source: set.source_name().map(str::to_string),
+            label: naming::set_label_value(set.name()),
             changed_at,
         }
     }
 }
 
+/// What the set controller last read of a source: the version read and the identity of its content
+/// (`None`: it did not exist).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct SourceRead {
+    version: Option<String>,
+    identity: Option<String>,
+}
+
+/// What is known of a source's content right now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceLookup {
+    /// Read at the version the watch last saw: its identity, or `None` when it does not exist.
+    Fresh(Option<String>),
+    /// Never read, or changed since: the set controller reads it.
+    Stale,
+}
+
 /// Reconciles a change asks for.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Triggers {
-    pub sets: BTreeSet<Key>,
+    pub sets: BTreeSet<SetId>,
     pub workloads: BTreeSet<(WorkloadKind, Key)>,
 }
 
 /// Everything indexed, for all namespaces in scope.
 #[derive(Default)]
 pub struct State {
-    sets: HashMap<Key, SetFacts>,
-    /// By (namespace, value of the `cmset.dev/set` label), then by ConfigMap name.
-    revisions: HashMap<Key, BTreeMap<String, Arc<RevisionView>>>,
-    /// The label each revision was indexed under, by (namespace, ConfigMap name).
-    revision_labels: HashMap<Key, String>,
+    sets: HashMap<SetId, SetFacts>,
+    /// By (set kind, namespace, value of the `cmset.dev/set` label), then by revision name.
+    revisions: HashMap<SetId, BTreeMap<String, Arc<RevisionView>>>,
+    /// The label each revision was indexed under, by its kind and key.
+    revision_labels: HashMap<(Referenced, Key), String>,
     history: HashMap<(HistoryKind, Key), Arc<HistoryObject>>,
-    /// The ConfigMap names each reader's template names.
-    reader_names: HashMap<(ReaderKind, Key), BTreeSet<String>>,
-    /// By (namespace, candidate set name): the readers naming it or one of its revisions.
-    readers: HashMap<Key, BTreeSet<(ReaderKind, String)>>,
+    /// The ConfigMap and Secret names each reader's template names.
+    reader_names: HashMap<(ReaderKind, Key), RefNames>,
+    /// By (set kind, namespace, candidate set name): the readers naming it or one of its revisions.
+    readers: HashMap<SetId, BTreeSet<(ReaderKind, String)>>,
+    /// By source kind and key: the names of the sets in its namespace that version it.
+    source_sets: HashMap<(Referenced, Key), BTreeSet<String>>,
+    /// The resourceVersion the watch last saw of each source some set versions (`None`: deleted).
+    source_versions: HashMap<(Referenced, Key), Option<String>>,
+    /// What the set controller last read of each such source.
+    source_reads: HashMap<(Referenced, Key), SourceRead>,
     /// Keys seen since a watch (re)started its list, by kind: what was not seen is gone.
     relisting: HashMap<&'static str, HashSet<Key>>,
     listed: HashSet<&'static str>,
 }
 
 impl State {
-    /// Records which ConfigMaps a reader names, and asks the sets it named before or names now to
-    /// reconcile: their status and history protection depend on it.
-    fn link_reader(&mut self, kind: ReaderKind, key: &Key, names: BTreeSet<String>, out: &mut Triggers) {
+    /// Records which ConfigMaps and Secrets a reader names, and asks the sets it named before or names
+    /// now to reconcile: their status and history protection depend on it.
+    fn link_reader(&mut self, kind: ReaderKind, key: &Key, names: RefNames, out: &mut Triggers) {
         let previous = self.reader_names.remove(&(kind, key.clone())).unwrap_or_default();
         if previous == names {
             // A status update, a scale, a new image: nothing a set decides from changed.
@@ -131,18 +169,17 @@ impl State {
             }
             return;
         }
-        for set in candidates(&previous) {
-            let entry = Key::new(&key.namespace, set);
-            if let Some(readers) = self.readers.get_mut(&entry) {
+        for set in candidates(&key.namespace, &previous) {
+            if let Some(readers) = self.readers.get_mut(&set) {
                 readers.remove(&(kind, key.name.clone()));
                 if readers.is_empty() {
-                    self.readers.remove(&entry);
+                    self.readers.remove(&set);
                 }
             }
         }
-        for set in candidates(&names) {
+        for set in candidates(&key.namespace, &names) {
             self.readers
-                .entry(Key::new(&key.namespace, set))
+                .entry(set)
                 .or_default()
                 .insert((kind, key.name.clone()));
         }
@@ -154,42 +191,115 @@ impl State {
     }
 
     fn unlink_reader(&mut self, kind: ReaderKind, key: &Key, out: &mut Triggers) {
-        self.link_reader(kind, key, BTreeSet::new(), out);
+        self.link_reader(kind, key, RefNames::default(), out);
     }
 
     /// Triggers the existing sets that `names` refer to.
-    fn trigger_sets_named(&self, namespace: &str, names: &BTreeSet<String>, out: &mut Triggers) {
-        for set in candidates(names) {
-            let key = Key::new(namespace, set);
-            if self.sets.contains_key(&key) {
-                out.sets.insert(key);
+    fn trigger_sets_named(&self, namespace: &str, names: &RefNames, out: &mut Triggers) {
+        for set in candidates(namespace, names) {
+            if self.sets.contains_key(&set) {
+                out.sets.insert(set);
             }
         }
     }
 
     /// Triggers the workloads that read set `set`.
-    fn trigger_readers(&self, set: &Key, out: &mut Triggers) {
+    fn trigger_readers(&self, set: &SetId, out: &mut Triggers) {
         for (kind, name) in self.readers.get(set).into_iter().flatten() {
             if let ReaderKind::Workload(kind) = kind {
-                out.workloads.insert((*kind, Key::new(&set.namespace, name)));
+                out.workloads.insert((*kind, Key::new(&set.1.namespace, name)));
             }
         }
     }
 
-    /// The set a revision belongs to: its controller if that is a set, else the set named by its label.
-    fn set_of_revision(&self, namespace: &str, revision: &RevisionView, label: &str) -> Option<Key> {
+    /// The set a revision belongs to: its controller if that is a set of the revision's kind, else the
+    /// set named by its label.
+    fn set_of_revision(
+        &self,
+        kind: SetKind,
+        namespace: &str,
+        revision: &RevisionView,
+        label: &str,
+    ) -> Option<SetId> {
         let controller = revision
             .owner_references
             .iter()
-            .find(|o| o.controller == Some(true) && o.kind == "ConfigMapSet")
+            .find(|o| o.controller == Some(true) && o.kind == kind.as_str())
             .map(|o| o.name.as_str());
-        let key = Key::new(namespace, controller.unwrap_or(label));
-        self.sets.contains_key(&key).then_some(key)
+        let id = (kind, Key::new(namespace, controller.unwrap_or(label)));
+        self.sets.contains_key(&id).then_some(id)
+    }
+
+    /// Follows a set's source: from now on the watch's events for `new` trigger the set, and `old`'s
+    /// no longer do (what was known of it is dropped once no set versions it).
+    fn track_source(&mut self, set: &SetId, old: Option<&str>, new: Option<&str>) {
+        if old == new {
+            return;
+        }
+        let kind = set.0.revision_kind();
+        if let Some(old) = old {
+            let source = (kind, Key::new(&set.1.namespace, old));
+            if let Some(sets) = self.source_sets.get_mut(&source) {
+                sets.remove(&set.1.name);
+                if sets.is_empty() {
+                    self.source_sets.remove(&source);
+                    self.source_versions.remove(&source);
+                    self.source_reads.remove(&source);
+                }
+            }
+        }
+        if let Some(new) = new {
+            self.source_sets
+                .entry((kind, Key::new(&set.1.namespace, new)))
+                .or_default()
+                .insert(set.1.name.clone());
+        }
+    }
+
+    /// The watch saw a ConfigMap or Secret at `version` (`None`: deleted). If a set versions it and the
+    /// version moved, that set reconciles and reads it again.
+    fn source_seen(&mut self, kind: Referenced, key: &Key, version: Option<String>, out: &mut Triggers) {
+        let source = (kind, key.clone());
+        let Some(sets) = self.source_sets.get(&source) else {
+            return;
+        };
+        let set_kind = SetKind::of_revisions(kind);
+        let ids: Vec<SetId> = sets
+            .iter()
+            .map(|name| (set_kind, Key::new(&key.namespace, name)))
+            .collect();
+        if self.source_versions.get(&source) == Some(&version) {
+            return;
+        }
+        self.source_versions.insert(source, version);
+        out.sets.extend(ids);
+    }
+
+    fn source_lookup(&self, kind: Referenced, key: &Key) -> SourceLookup {
+        let source = (kind, key.clone());
+        let Some(read) = self.source_reads.get(&source) else {
+            return SourceLookup::Stale;
+        };
+        match self.source_versions.get(&source) {
+            // The watch saw another version than the one read: read again.
+            Some(seen) if *seen != read.version => SourceLookup::Stale,
+            // Seen at that version, or not seen at all since the set began to version it (the read
+            // came after the set was indexed, so it is at least as new as anything the watch dropped).
+            _ => SourceLookup::Fresh(read.identity.clone()),
+        }
     }
 }
 
-fn candidates(names: &BTreeSet<String>) -> BTreeSet<&str> {
-    names.iter().flat_map(|n| naming::set_candidates(n)).collect()
+/// The sets `names` can refer to, by [`naming::set_candidates`]: ConfigMap names to ConfigMapSets,
+/// Secret names to SecretSets.
+fn candidates(namespace: &str, names: &RefNames) -> BTreeSet<SetId> {
+    names
+        .iter()
+        .flat_map(|(kind, name)| {
+            let set_kind = SetKind::of_revisions(kind);
+            naming::set_candidates(name).map(move |set| (set_kind, Key::new(namespace, set)))
+        })
+        .collect()
 }
 
 /// A kind the operator watches: its watch, and how its objects enter and leave the index.
@@ -222,81 +332,149 @@ pub trait Indexed:
     fn indexed_keys(state: &State) -> Vec<Key>;
 }
 
-impl Indexed for ConfigMapSet {
-    const NAME: &'static str = "ConfigMapSet";
+/// The sets of both kinds: kept whole in a store; the index keeps their facts and follows their
+/// sources.
+macro_rules! indexed_set {
+    ($set:ty, $kind:expr) => {
+        impl Indexed for $set {
+            const NAME: &'static str = stringify!($set);
 
-    fn selector() -> Option<String> {
-        None
-    }
-
-    fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
-        let facts = match state.sets.get(key) {
-            // The same spec (only status or metadata moved): keep the facts and when they changed.
-            Some(f)
-                if f.generation == self.metadata.generation && f.uid == self.uid().unwrap_or_default() =>
-            {
-                f.clone()
+            fn selector() -> Option<String> {
+                None
             }
-            _ => SetFacts::of(self, Instant::now()),
-        };
-        state.sets.insert(key.clone(), facts);
-        state.trigger_readers(key, out);
-    }
 
-    fn unindex(key: &Key, state: &mut State, out: &mut Triggers) {
-        state.sets.remove(key);
-        state.trigger_readers(key, out);
-    }
+            fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
+                let id: SetId = ($kind, key.clone());
+                let previous = state.sets.get(&id).cloned();
+                let facts = match previous.as_ref() {
+                    // The same spec (only status or metadata moved): keep the facts and when they
+                    // changed.
+                    Some(f)
+                        if f.generation == self.metadata.generation
+                            && f.uid == self.uid().unwrap_or_default() =>
+                    {
+                        f.clone()
+                    }
+                    _ => SetFacts::of(SetRef::from(self), Instant::now()),
+                };
+                let old_source = previous.and_then(|f| f.source);
+                state.track_source(&id, old_source.as_deref(), facts.source.as_deref());
+                state.sets.insert(id.clone(), facts);
+                state.trigger_readers(&id, out);
+            }
 
-    fn indexed_keys(state: &State) -> Vec<Key> {
-        state.sets.keys().cloned().collect()
-    }
+            fn unindex(key: &Key, state: &mut State, out: &mut Triggers) {
+                let id: SetId = ($kind, key.clone());
+                if let Some(facts) = state.sets.remove(&id) {
+                    state.track_source(&id, facts.source.as_deref(), None);
+                }
+                state.trigger_readers(&id, out);
+            }
+
+            fn indexed_keys(state: &State) -> Vec<Key> {
+                state
+                    .sets
+                    .keys()
+                    .filter(|(kind, _)| *kind == $kind)
+                    .map(|(_, key)| key.clone())
+                    .collect()
+            }
+        }
+    };
 }
 
-/// Revision ConfigMaps, watched metadata-only: their content never needs reading once created.
-impl Indexed for PartialObjectMeta<ConfigMap> {
-    const NAME: &'static str = "revision ConfigMap";
+indexed_set!(ConfigMapSet, SetKind::ConfigMapSet);
+indexed_set!(SecretSet, SetKind::SecretSet);
 
-    fn selector() -> Option<String> {
-        Some(labels::SET.to_string())
-    }
+/// ConfigMaps and Secrets, watched metadata-only and without a selector: a revision is recognised by
+/// its `cmset.dev/set` label, a source by its name (sources are other tools' objects, which cmset
+/// never labels). Nothing is stored: the index keeps the revisions' metadata and the versions of the
+/// sources some set versions, and lets every other object pass.
+macro_rules! indexed_revision_or_source {
+    ($object:ty, $kind:expr, $name:literal) => {
+        impl Indexed for PartialObjectMeta<$object> {
+            const NAME: &'static str = $name;
 
-    fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
-        let label = self.labels().get(labels::SET).cloned().unwrap_or_default();
-        Self::unindex(key, state, out);
-        let view = Arc::new(views::revision_view(self));
-        if let Some(set) = state.set_of_revision(&key.namespace, &view, &label) {
-            state.trigger_readers(&set, out);
-            out.sets.insert(set);
+            fn selector() -> Option<String> {
+                None
+            }
+
+            fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
+                unindex_revision($kind, key, state, out);
+                if let Some(label) = self.labels().get(labels::SET).cloned() {
+                    index_revision($kind, key, views::revision_view(self), label, state, out);
+                }
+                state.source_seen($kind, key, self.resource_version(), out);
+            }
+
+            fn unindex(key: &Key, state: &mut State, out: &mut Triggers) {
+                unindex_revision($kind, key, state, out);
+                state.source_seen($kind, key, None, out);
+            }
+
+            fn indexed_keys(state: &State) -> Vec<Key> {
+                let revisions = state
+                    .revision_labels
+                    .keys()
+                    .filter(|(kind, _)| *kind == $kind)
+                    .map(|(_, key)| key.clone());
+                let sources = state
+                    .source_versions
+                    .iter()
+                    .filter(|((kind, _), version)| *kind == $kind && version.is_some())
+                    .map(|((_, key), _)| key.clone());
+                revisions
+                    .chain(sources)
+                    .collect::<BTreeSet<Key>>()
+                    .into_iter()
+                    .collect()
+            }
         }
-        state
-            .revisions
-            .entry(Key::new(&key.namespace, &label))
-            .or_default()
-            .insert(key.name.clone(), view);
-        state.revision_labels.insert(key.clone(), label);
-    }
+    };
+}
 
-    fn unindex(key: &Key, state: &mut State, out: &mut Triggers) {
-        let Some(label) = state.revision_labels.remove(key) else {
-            return;
-        };
-        let by_label = Key::new(&key.namespace, &label);
-        let Some(revisions) = state.revisions.get_mut(&by_label) else {
-            return;
-        };
-        let removed = revisions.remove(&key.name);
-        if let Some(set) = removed.and_then(|view| state.set_of_revision(&key.namespace, &view, &label)) {
-            state.trigger_readers(&set, out);
-            out.sets.insert(set);
-        }
-        if state.revisions.get(&by_label).is_some_and(BTreeMap::is_empty) {
-            state.revisions.remove(&by_label);
-        }
-    }
+indexed_revision_or_source!(ConfigMap, Referenced::ConfigMap, "ConfigMap");
+indexed_revision_or_source!(Secret, Referenced::Secret, "Secret");
 
-    fn indexed_keys(state: &State) -> Vec<Key> {
-        state.revision_labels.keys().cloned().collect()
+fn index_revision(
+    kind: Referenced,
+    key: &Key,
+    view: RevisionView,
+    label: String,
+    state: &mut State,
+    out: &mut Triggers,
+) {
+    let set_kind = SetKind::of_revisions(kind);
+    let view = Arc::new(view);
+    if let Some(set) = state.set_of_revision(set_kind, &key.namespace, &view, &label) {
+        state.trigger_readers(&set, out);
+        out.sets.insert(set);
+    }
+    state
+        .revisions
+        .entry((set_kind, Key::new(&key.namespace, &label)))
+        .or_default()
+        .insert(key.name.clone(), view);
+    state.revision_labels.insert((kind, key.clone()), label);
+}
+
+fn unindex_revision(kind: Referenced, key: &Key, state: &mut State, out: &mut Triggers) {
+    let Some(label) = state.revision_labels.remove(&(kind, key.clone())) else {
+        return;
+    };
+    let set_kind = SetKind::of_revisions(kind);
+    let by_label = (set_kind, Key::new(&key.namespace, &label));
+    let Some(revisions) = state.revisions.get_mut(&by_label) else {
+        return;
+    };
+    let removed = revisions.remove(&key.name);
+    if let Some(set) = removed.and_then(|view| state.set_of_revision(set_kind, &key.namespace, &view, &label))
+    {
+        state.trigger_readers(&set, out);
+        out.sets.insert(set);
+    }
+    if state.revisions.get(&by_label).is_some_and(BTreeMap::is_empty) {
+        state.revisions.remove(&by_label);
     }
 }
 
@@ -342,10 +520,10 @@ macro_rules! indexed_workload {
             fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
                 let names = if views::opted_in(self) {
                     views::workload_view(self)
-                        .map(|v| v.referenced_names())
+                        .map(|v| v.referenced())
                         .unwrap_or_default()
                 } else {
-                    BTreeSet::new()
+                    RefNames::default()
                 };
                 state.link_reader(
                     ReaderKind::Workload(<$kind as Workload>::KIND),
@@ -466,6 +644,7 @@ fn send_to<K: Resource<DynamicType = ()>>(queue: &UnboundedSender<ObjectRef<K>>,
 /// Where triggered reconciles go: one queue per controller.
 pub struct TriggerSenders {
     pub sets: UnboundedSender<ObjectRef<ConfigMapSet>>,
+    pub secret_sets: UnboundedSender<ObjectRef<SecretSet>>,
     pub deployments: UnboundedSender<ObjectRef<Deployment>>,
     pub statefulsets: UnboundedSender<ObjectRef<StatefulSet>>,
     pub daemonsets: UnboundedSender<ObjectRef<DaemonSet>>,
@@ -474,6 +653,7 @@ pub struct TriggerSenders {
 /// The receiving ends, for [`kube::runtime::Controller::reconcile_on`].
 pub struct TriggerReceivers {
     pub sets: UnboundedReceiver<ObjectRef<ConfigMapSet>>,
+    pub secret_sets: UnboundedReceiver<ObjectRef<SecretSet>>,
     pub deployments: UnboundedReceiver<ObjectRef<Deployment>>,
     pub statefulsets: UnboundedReceiver<ObjectRef<StatefulSet>>,
     pub daemonsets: UnboundedReceiver<ObjectRef<DaemonSet>>,
@@ -481,18 +661,21 @@ pub struct TriggerReceivers {
 
 pub fn trigger_channels() -> (TriggerSenders, TriggerReceivers) {
     let (sets, sets_rx) = unbounded();
+    let (secret_sets, secret_sets_rx) = unbounded();
     let (deployments, deployments_rx) = unbounded();
     let (statefulsets, statefulsets_rx) = unbounded();
     let (daemonsets, daemonsets_rx) = unbounded();
     (
         TriggerSenders {
             sets,
+            secret_sets,
             deployments,
             statefulsets,
             daemonsets,
         },
         TriggerReceivers {
             sets: sets_rx,
+            secret_sets: secret_sets_rx,
             deployments: deployments_rx,
             statefulsets: statefulsets_rx,
             daemonsets: daemonsets_rx,
@@ -569,8 +752,11 @@ impl Index {
 
     fn send(&self, out: &Triggers) {
         let Some(senders) = &self.senders else { return };
-        for key in &out.sets {
-            send_to(&senders.sets, key);
+        for (kind, key) in &out.sets {
+            match kind {
+                SetKind::ConfigMapSet => send_to(&senders.sets, key),
+                SetKind::SecretSet => send_to(&senders.secret_sets, key),
+            };
         }
         for (kind, key) in &out.workloads {
             // A closed queue means its controller stopped (shutdown): nothing left to trigger.
@@ -590,29 +776,29 @@ impl Index {
         self.read().listed.len() >= self.kinds
     }
 
-    pub fn set_facts(&self, key: &Key) -> Option<SetFacts> {
-        self.read().sets.get(key).cloned()
+    pub fn set_facts(&self, set: &SetId) -> Option<SetFacts> {
+        self.read().sets.get(set).cloned()
     }
 
-    /// The revision ConfigMaps labelled for the set whose label value is `label`.
-    pub fn revisions(&self, namespace: &str, label: &str) -> Vec<RevisionView> {
+    /// The revisions labelled for the set of `kind` whose label value is `label`.
+    pub fn revisions(&self, kind: SetKind, namespace: &str, label: &str) -> Vec<RevisionView> {
         self.read()
             .revisions
-            .get(&Key::new(namespace, label))
+            .get(&(kind, Key::new(namespace, label)))
             .map(|r| r.values().map(|v| v.as_ref().clone()).collect())
             .unwrap_or_default()
     }
 
     /// The workloads and history objects that name set `set` or one of its revisions. (A reader is
     /// listed under every set its names could refer to; the planners look at the names themselves.)
-    pub fn readers(&self, set: &Key) -> Readers {
+    pub fn readers(&self, set: &SetId) -> Readers {
         let state = self.read();
         let mut readers = Readers::default();
         for (kind, name) in state.readers.get(set).into_iter().flatten() {
             match kind {
                 ReaderKind::Workload(kind) => readers.workloads.push((*kind, name.clone())),
                 ReaderKind::History(kind) => {
-                    let key = (*kind, Key::new(&set.namespace, name));
+                    let key = (*kind, Key::new(&set.1.namespace, name));
                     if let Some(h) = state.history.get(&key) {
                         readers.history.push(h.as_ref().clone());
                     }
@@ -622,17 +808,58 @@ impl Index {
         readers
     }
 
-    /// The existing sets that the ConfigMap names `names` refer to, with their facts.
-    pub fn sets_read(&self, namespace: &str, names: &BTreeSet<String>) -> Vec<(Key, SetFacts)> {
+    /// The existing sets that the ConfigMap and Secret names `names` refer to, with their facts.
+    pub fn sets_read(&self, namespace: &str, names: &RefNames) -> Vec<(SetId, SetFacts)> {
         let state = self.read();
-        candidates(names)
+        candidates(namespace, names)
             .into_iter()
             .filter_map(|set| {
-                let key = Key::new(namespace, set);
-                let facts = state.sets.get(&key)?.clone();
-                Some((key, facts))
+                let facts = state.sets.get(&set)?.clone();
+                Some((set, facts))
             })
             .collect()
+    }
+
+    /// What is known of the content of source `name` of the sets of `kind` in `namespace`.
+    pub fn source(&self, kind: SetKind, namespace: &str, name: &str) -> SourceLookup {
+        self.read()
+            .source_lookup(kind.revision_kind(), &Key::new(namespace, name))
+    }
+
+    /// Records what the set controller read of a source: its version and content identity (`None`:
+    /// it does not exist). When the identity changed, the sets that version it count as changed now,
+    /// and their readers reconcile.
+    pub fn record_source(
+        &self,
+        kind: SetKind,
+        namespace: &str,
+        name: &str,
+        version: Option<String>,
+        identity: Option<String>,
+    ) -> Triggers {
+        let mut out = Triggers::default();
+        {
+            let mut state = self.write();
+            let source = (kind.revision_kind(), Key::new(namespace, name));
+            let Some(sets) = state.source_sets.get(&source).cloned() else {
+                return out;
+            };
+            let read = SourceRead { version, identity };
+            let previous = state.source_reads.insert(source, read.clone());
+            if previous.is_some_and(|p| p.identity == read.identity) {
+                return out;
+            }
+            let now = Instant::now();
+            for set in sets {
+                let id = (kind, Key::new(namespace, &set));
+                if let Some(facts) = state.sets.get_mut(&id) {
+                    facts.changed_at = now;
+                }
+                state.trigger_readers(&id, &mut out);
+            }
+        }
+        self.send(&out);
+        out
     }
 
     /// Sizes of the index, for tests and the debug log.
@@ -643,6 +870,7 @@ impl Index {
             ("revisions", state.revision_labels.len()),
             ("readers", state.reader_names.len()),
             ("history", state.history.len()),
+            ("sources", state.source_sets.len()),
         ])
     }
 }
@@ -680,6 +908,7 @@ mod tests {
                     ..ConfigMapTemplate::default()
                 },
                 revision_history_limit: 10,
+                config_map_name: None,
             },
         );
         set.metadata.namespace = Some(NS.into());
@@ -751,6 +980,10 @@ mod tests {
         Key::new(NS, name)
     }
 
+    fn cms(name: &str) -> SetId {
+        (SetKind::ConfigMapSet, key(name))
+    }
+
     fn workloads(keys: &[&str]) -> BTreeSet<(WorkloadKind, Key)> {
         keys.iter().map(|k| (WorkloadKind::Deployment, key(k))).collect()
     }
@@ -778,12 +1011,12 @@ mod tests {
             index.handle(&watcher::Event::Apply(set(name, 1)));
         }
         let first = index.handle(&watcher::Event::Apply(deployment("web", &["a", "b"])));
-        assert_eq!(first.sets, [key("a"), key("b")].into());
+        assert_eq!(first.sets, [cms("a"), cms("b")].into());
         let switched = index.handle(&watcher::Event::Apply(deployment("web", &["b-d2c65kk9hm", "c"])));
-        assert_eq!(switched.sets, [key("a"), key("b"), key("c")].into());
-        assert_eq!(index.readers(&key("a")).workloads, vec![]);
+        assert_eq!(switched.sets, [cms("a"), cms("b"), cms("c")].into());
+        assert_eq!(index.readers(&cms("a")).workloads, vec![]);
         assert_eq!(
-            index.readers(&key("c")).workloads,
+            index.readers(&cms("c")).workloads,
             vec![(WorkloadKind::Deployment, "web".to_string())]
         );
     }
@@ -804,30 +1037,30 @@ mod tests {
         index.handle(&watcher::Event::Apply(set("app", 1)));
         index.handle(&watcher::Event::Apply(deployment("web", &["app"])));
         let out = index.handle(&watcher::Event::Apply(revision("app", "app-d2c65kk9hm")));
-        assert_eq!(out.sets, [key("app")].into());
+        assert_eq!(out.sets, [cms("app")].into());
         assert_eq!(out.workloads, workloads(&["web"]));
-        assert_eq!(index.revisions(NS, "app").len(), 1);
+        assert_eq!(index.revisions(SetKind::ConfigMapSet, NS, "app").len(), 1);
         let gone = index.handle(&watcher::Event::Delete(revision("app", "app-d2c65kk9hm")));
-        assert_eq!(gone.sets, [key("app")].into());
-        assert!(index.revisions(NS, "app").is_empty());
+        assert_eq!(gone.sets, [cms("app")].into());
+        assert!(index.revisions(SetKind::ConfigMapSet, NS, "app").is_empty());
     }
 
     #[test]
     fn facts_are_computed_once_per_spec_change() {
         let index = index();
         index.handle(&watcher::Event::Apply(set("app", 1)));
-        let first = index.set_facts(&key("app")).unwrap();
+        let first = index.set_facts(&cms("app")).unwrap();
         assert_eq!(first.identity.as_deref().map(str::len), Some(10));
         let mut status_only = set("app", 1);
         status_only.status = Some(Default::default());
         index.handle(&watcher::Event::Apply(status_only));
         assert_eq!(
-            index.set_facts(&key("app")).unwrap(),
+            index.set_facts(&cms("app")).unwrap(),
             first,
             "a status write changes no fact"
         );
         index.handle(&watcher::Event::Apply(set("app", 2)));
-        let second = index.set_facts(&key("app")).unwrap();
+        let second = index.set_facts(&cms("app")).unwrap();
         assert_ne!(second.identity, first.identity);
         assert!(second.changed_at >= first.changed_at);
     }
@@ -841,9 +1074,9 @@ mod tests {
         index.handle::<Deployment>(&watcher::Event::Init);
         index.handle(&watcher::Event::InitApply(deployment("web", &["app"])));
         let out = index.handle::<Deployment>(&watcher::Event::InitDone);
-        assert_eq!(out.sets, [key("app")].into(), "the set learns that `gone` went");
+        assert_eq!(out.sets, [cms("app")].into(), "the set learns that `gone` went");
         assert_eq!(
-            index.readers(&key("app")).workloads,
+            index.readers(&cms("app")).workloads,
             vec![(WorkloadKind::Deployment, "web".to_string())]
         );
         assert!(!index.is_ready(), "only one of seven kinds has listed");

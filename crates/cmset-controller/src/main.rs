@@ -77,6 +77,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 bound,
                 client.clone(),
                 metrics.clone(),
+                cli.secret_sets,
                 shutdown.clone(),
             )))
         }
@@ -109,6 +110,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         concurrency: cli.concurrency.max(1),
         multi_set_window: cli.multi_set_window(),
         instance: Some(cli.identity()),
+        secret_sets: cli.secret_sets,
     };
     let scopes: Vec<Option<String>> = if cli.namespaces.is_empty() {
         vec![None]

@@ -3,8 +3,11 @@
 //! Every watch is as narrow as cmset's job allows, because an operator's memory grows with what it
 //! caches (the failure of tools that watch every ConfigMap in the cluster); each kind's selector and
 //! slimming live with its [`Indexed`] impl:
-//! - ConfigMapSets: all in scope (they are cmset's own); kept whole in a store.
-//! - revision ConfigMaps: label `cmset.dev/set`, metadata only; indexed, not stored.
+//! - ConfigMapSets and SecretSets: all in scope (they are cmset's own); kept whole in a store.
+//! - ConfigMaps and Secrets: metadata only, no selector (a source is another tool's object, found by
+//!   name); indexed, not stored: the index keeps the revisions (label `cmset.dev/set`) and the versions
+//!   of the sources some set versions, and lets every other object pass. Secret values are never
+//!   watched: a source is read (GET) only when its version moved.
 //! - Deployments, StatefulSets, DaemonSets: label `cmset.dev/enabled=true`; stored slim.
 //! - ReplicaSets, ControllerRevisions: label `cmset.dev/managed=true` (which cmset puts on the pod
 //!   templates it rewrites); reduced to the names they reference, not stored.
@@ -16,10 +19,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cmset_api::ConfigMapSet;
+use cmset_api::{ConfigMapSet, SecretSet};
 use futures::{FutureExt, Stream, StreamExt, future::BoxFuture};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store};
 use kube::runtime::utils::ResetTimerBackoff;
@@ -31,6 +34,7 @@ use crate::backoff::{ExpiryGate, WatchBackoff};
 use crate::context::{Clock, Context, Stores};
 use crate::index::{Index, Indexed, trigger_channels};
 use crate::metrics::Metrics;
+use crate::set_controller::SetObject;
 use crate::views::Workload;
 use crate::{set_controller, workload_controller};
 
@@ -42,11 +46,14 @@ pub struct Settings {
     /// `workload_controller`).
     pub multi_set_window: Duration,
     pub instance: Option<String>,
+    /// Whether SecretSets (and so Secrets) are served.
+    pub secret_sets: bool,
 }
 
-/// Every kind watched, each feeding the index once: ConfigMapSet, revision ConfigMap, Deployment,
-/// StatefulSet, DaemonSet, ReplicaSet, ControllerRevision.
+/// Every kind watched, each feeding the index once: ConfigMapSet, ConfigMap, Deployment, StatefulSet,
+/// DaemonSet, ReplicaSet, ControllerRevision; with SecretSets, also SecretSet and Secret.
 const WATCHED_KINDS: usize = 7;
+const SECRET_KINDS: usize = 2;
 
 const BUFFER: usize = 1024;
 
@@ -167,13 +174,14 @@ pub async fn run_scope(
 ) {
     let ns = namespace.as_deref();
     let (senders, triggers) = trigger_channels();
-    let index = Arc::new(Index::new(WATCHED_KINDS, Some(senders)));
+    let kinds = WATCHED_KINDS + if settings.secret_sets { SECRET_KINDS } else { 0 };
+    let index = Arc::new(Index::new(kinds, Some(senders)));
 
     let (sets, sets_sub, sets_watch) = stored_watch::<ConfigMapSet>(&client, ns, index.clone());
     let (deployments, deploy_sub, deploy_watch) = stored_watch::<Deployment>(&client, ns, index.clone());
     let (statefulsets, sts_sub, sts_watch) = stored_watch::<StatefulSet>(&client, ns, index.clone());
     let (daemonsets, ds_sub, ds_watch) = stored_watch::<DaemonSet>(&client, ns, index.clone());
-    let watches = futures::future::join_all(vec![
+    let mut watches = vec![
         sets_watch,
         deploy_watch,
         sts_watch,
@@ -181,10 +189,22 @@ pub async fn run_scope(
         indexed_watch::<PartialObjectMeta<ConfigMap>>(&client, ns, index.clone()),
         indexed_watch::<ReplicaSet>(&client, ns, index.clone()),
         indexed_watch::<ControllerRevision>(&client, ns, index.clone()),
-    ]);
+    ];
+    let secret_sets = settings.secret_sets.then(|| {
+        let (store, subscription, watch) = stored_watch::<SecretSet>(&client, ns, index.clone());
+        watches.push(watch);
+        watches.push(indexed_watch::<PartialObjectMeta<Secret>>(
+            &client,
+            ns,
+            index.clone(),
+        ));
+        (store, subscription)
+    });
+    let watches = futures::future::join_all(watches);
 
     let stores = Stores {
         sets: sets.clone(),
+        secret_sets: secret_sets.as_ref().map(|(store, _)| store.clone()),
         deployments: deployments.clone(),
         statefulsets: statefulsets.clone(),
         daemonsets: daemonsets.clone(),
@@ -201,17 +221,8 @@ pub async fn run_scope(
     let ctx = Arc::new(context);
     let config = controller::Config::default().concurrency(settings.concurrency);
 
-    let set_ctl = Controller::for_shared_stream(sets_sub, sets)
-        .with_config(config.clone())
-        .reconcile_on(triggers.sets)
-        .graceful_shutdown_on(shutdown.clone())
-        .run(
-            set_controller::reconcile,
-            set_controller::error_policy,
-            ctx.clone(),
-        );
-    let controllers = futures::future::join_all(vec![
-        log_results(set_ctl, set_controller::NAME),
+    let mut controllers = vec![
+        set_controller_for(sets_sub, sets, triggers.sets, &config, &ctx, shutdown.clone()),
         workload_controller_for(
             deploy_sub,
             deployments,
@@ -236,7 +247,18 @@ pub async fn run_scope(
             &ctx,
             shutdown.clone(),
         ),
-    ]);
+    ];
+    if let Some((store, subscription)) = secret_sets {
+        controllers.push(set_controller_for(
+            subscription,
+            store,
+            triggers.secret_sets,
+            &config,
+            &ctx,
+            shutdown.clone(),
+        ));
+    }
+    let controllers = futures::future::join_all(controllers);
 
     // Readiness: once every watch has listed everything (the index counts them).
     let readiness = async move {
@@ -255,6 +277,26 @@ pub async fn run_scope(
         // that (an API server that refuses us, say) must still stop the process at once.
         _ = shutdown => {}
     }
+}
+
+fn set_controller_for<S: SetObject + Indexed>(
+    subscription: ReflectHandle<S>,
+    store: Store<S>,
+    triggers: impl Stream<Item = ObjectRef<S>> + Send + 'static,
+    config: &controller::Config,
+    ctx: &Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> BoxFuture<'static, ()> {
+    let stream = Controller::for_shared_stream(subscription, store)
+        .with_config(config.clone())
+        .reconcile_on(triggers)
+        .graceful_shutdown_on(shutdown)
+        .run(
+            set_controller::reconcile::<S>,
+            set_controller::error_policy::<S>,
+            ctx.clone(),
+        );
+    log_results(stream, set_controller::NAME)
 }
 
 fn workload_controller_for<K: Workload + Indexed>(

@@ -1,29 +1,40 @@
-//! The set controller, keyed by ConfigMapSet: revisions, their metadata and owners, history and status.
-//! It never touches workloads (the workload controller does, once per workload).
+//! The set controller, keyed by set (a ConfigMapSet or a SecretSet, one controller per kind): revisions,
+//! their metadata and owners, history and status. It never touches workloads (the workload controller
+//! does, once per workload).
+//!
+//! In source mode (a SecretSet, or a ConfigMapSet with `spec.configMapName`) it also reads the source:
+//! only when the source's version moved since the last read (the watch sees versions, metadata only),
+//! and keeps only the identity of its content. The content itself is read again only to create a
+//! revision, and never leaves the reconcile that read it.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cmset_api::{ConfigMapSet, WorkloadState, labels};
+use cmset_api::{ConfigMapSet, SecretSet, WorkloadState, labels};
 use cmset_core::naming;
 use cmset_core::observe::{HistoryObject, RevisionView, WorkloadView};
 use cmset_core::plan::{EventKind, PlannedEvent, SetInput, SetPlan, plan_collision, plan_set};
-use cmset_core::revision::{ExistingName, claim_patch, classify_existing};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use cmset_core::refs::Referenced;
+use cmset_core::revision::{Existing, ExistingName, NewRevision, claim_patch, classify_existing};
+use cmset_core::set::{Content, SetKind, SetRef, SourceState};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::context::{Context, Reconciled};
 use crate::error::{Error, Result, api_code};
-use crate::index::Key;
+use crate::index::{Key, SetId, SourceLookup};
 use crate::views;
 
-pub const NAME: &str = "configmapset";
+pub const NAME: &str = "set";
 
 /// A resync interval: watches already deliver every change, this only bounds how long a missed event
 /// could go unnoticed. A resync of an unchanged world writes nothing.
@@ -32,24 +43,61 @@ const RESYNC: Duration = Duration::from_secs(30 * 60);
 /// How soon to look again while the caches fill, or after adopting a revision the cache had not seen.
 const SOON: Duration = Duration::from_millis(250);
 
-pub async fn reconcile(set: Arc<ConfigMapSet>, ctx: Arc<Context>) -> Result<Action> {
+/// A kind of set: its custom resource and its view for the core.
+pub trait SetObject:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + Serialize
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    const KIND: SetKind;
+    fn as_set(&self) -> SetRef<'_>;
+}
+
+impl SetObject for ConfigMapSet {
+    const KIND: SetKind = SetKind::ConfigMapSet;
+    fn as_set(&self) -> SetRef<'_> {
+        SetRef::ConfigMap(self)
+    }
+}
+
+impl SetObject for SecretSet {
+    const KIND: SetKind = SetKind::SecretSet;
+    fn as_set(&self) -> SetRef<'_> {
+        SetRef::Secret(self)
+    }
+}
+
+pub async fn reconcile<S: SetObject>(set: Arc<S>, ctx: Arc<Context>) -> Result<Action> {
     let started = Instant::now();
     let span = info_span!(
         "reconcile",
         controller = NAME,
+        kind = S::KIND.as_str(),
         namespace = set.namespace().unwrap_or_default(),
         set = %set.name_any(),
     );
-    let result = reconcile_inner(&set, &ctx).instrument(span).await;
+    let result = reconcile_inner(set.as_ref(), &ctx).instrument(span).await;
     ctx.metrics.reconciled(NAME, started.elapsed());
     if result.is_ok() {
-        ctx.succeeded(&reconciled(&set));
+        ctx.succeeded(&reconciled(set.as_ref()));
     }
     result
 }
 
-fn reconciled(set: &ConfigMapSet) -> Reconciled {
-    Reconciled::Set(Key::new(&set.namespace().unwrap_or_default(), &set.name_any()))
+fn set_id<S: SetObject>(set: &S) -> SetId {
+    (
+        S::KIND,
+        Key::new(&set.namespace().unwrap_or_default(), &set.name_any()),
+    )
+}
+
+fn reconciled<S: SetObject>(set: &S) -> Reconciled {
+    Reconciled::Set(set_id(set))
 }
 
 fn field_manager() -> PatchParams {
@@ -61,11 +109,12 @@ fn field_manager() -> PatchParams {
 
 /// What a set's plan reads, from the index: its revisions by label, and the workloads and history
 /// objects that name it. Nothing else in the namespace is looked at.
-fn observe(ctx: &Context, key: &Key) -> (Vec<RevisionView>, Vec<WorkloadView>, Vec<HistoryObject>) {
+fn observe(ctx: &Context, id: &SetId) -> (Vec<RevisionView>, Vec<WorkloadView>, Vec<HistoryObject>) {
+    let (kind, key) = id;
     let revisions = ctx
         .index
-        .revisions(&key.namespace, &naming::set_label_value(&key.name));
-    let readers = ctx.index.readers(key);
+        .revisions(*kind, &key.namespace, &naming::set_label_value(&key.name));
+    let readers = ctx.index.readers(id);
     let workloads = readers
         .workloads
         .iter()
@@ -74,74 +123,189 @@ fn observe(ctx: &Context, key: &Key) -> (Vec<RevisionView>, Vec<WorkloadView>, V
     (revisions, workloads, readers.history)
 }
 
-async fn reconcile_inner(set: &ConfigMapSet, ctx: &Context) -> Result<Action> {
+/// A ConfigMap or Secret read whole: a source, or an object holding a revision's name. Its content stays
+/// in this reconcile.
+enum Fetched {
+    ConfigMap(ConfigMap),
+    Secret(Secret),
+}
+
+impl Fetched {
+    fn content(&self) -> Content<'_> {
+        match self {
+            Self::ConfigMap(cm) => Content::of_config_map(cm),
+            Self::Secret(secret) => Content::of_secret(secret),
+        }
+    }
+
+    fn existing(&self) -> Existing<'_> {
+        match self {
+            Self::ConfigMap(cm) => Existing::config_map(cm),
+            Self::Secret(secret) => Existing::secret(secret),
+        }
+    }
+
+    fn resource_version(&self) -> Option<String> {
+        match self {
+            Self::ConfigMap(cm) => cm.resource_version(),
+            Self::Secret(secret) => secret.resource_version(),
+        }
+    }
+}
+
+/// Reads a ConfigMap or Secret, `None` when it does not exist.
+async fn fetch(
+    ctx: &Context,
+    kind: Referenced,
+    namespace: &str,
+    name: &str,
+) -> kube::Result<Option<Fetched>> {
+    Ok(match kind {
+        Referenced::ConfigMap => Api::<ConfigMap>::namespaced(ctx.client.clone(), namespace)
+            .get_opt(name)
+            .await?
+            .map(Fetched::ConfigMap),
+        Referenced::Secret => Api::<Secret>::namespaced(ctx.client.clone(), namespace)
+            .get_opt(name)
+            .await?
+            .map(Fetched::Secret),
+    })
+}
+
+/// What the reconcile holds of the set's content.
+enum Held {
+    Inline,
+    Known(String),
+    Read(Box<Fetched>),
+    Missing,
+    Unreadable(String),
+}
+
+impl Held {
+    fn state(&self) -> SourceState<'_> {
+        match self {
+            Self::Inline => SourceState::Inline,
+            Self::Known(identity) => SourceState::Known(identity),
+            Self::Read(fetched) => SourceState::Read(fetched.content()),
+            Self::Missing => SourceState::Missing,
+            Self::Unreadable(why) => SourceState::Unreadable(why),
+        }
+    }
+}
+
+/// The set's content as far as planning needs it: the identity the index remembers for the source's
+/// current version, or the source read now when it moved (or when `force`d: a revision must be made).
+async fn hold_source(ctx: &Context, set: SetRef<'_>, namespace: &str, force: bool) -> Result<Held> {
+    let Some(source) = set.source_name() else {
+        return Ok(Held::Inline);
+    };
+    let kind = set.kind();
+    if !force {
+        match ctx.index.source(kind, namespace, source) {
+            SourceLookup::Fresh(Some(identity)) => return Ok(Held::Known(identity)),
+            SourceLookup::Fresh(None) => return Ok(Held::Missing),
+            SourceLookup::Stale => {}
+        }
+    }
+    let request = fetch(ctx, kind.revision_kind(), namespace, source);
+    match request.await {
+        Ok(Some(fetched)) => {
+            let identity = fetched.content().identity();
+            debug!(%source, %identity, "read the source");
+            ctx.index.record_source(
+                kind,
+                namespace,
+                source,
+                fetched.resource_version(),
+                Some(identity),
+            );
+            Ok(Held::Read(Box::new(fetched)))
+        }
+        Ok(None) => {
+            ctx.index.record_source(kind, namespace, source, None, None);
+            Ok(Held::Missing)
+        }
+        // Refused (cmset may not read it): a state to report, not a failure to retry.
+        Err(e) if api_code(&e) == Some(403) => Ok(Held::Unreadable(
+            "forbidden: cmset's service account may not read it".to_string(),
+        )),
+        Err(e) => Err(Error::ReadSource {
+            name: source.to_string(),
+            source: e,
+        }),
+    }
+}
+
+async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Action> {
     if !ctx.caches_ready() {
         return Ok(Action::requeue(SOON));
     }
-    let name = set.name_any();
-    let namespace = set
+    let set = object.as_set();
+    let name = object.name_any();
+    let namespace = object
         .namespace()
         .ok_or_else(|| Error::MissingNamespace(name.clone()))?;
-    let key = Key::new(&namespace, &name);
-    if set.meta().deletion_timestamp.is_some() {
+    let id = set_id(object);
+    if object.meta().deletion_timestamp.is_some() {
         // The garbage collector deletes the revisions only the set owns; the ones a ReplicaSet or
         // ControllerRevision also owns stay until those go. Nothing to do here.
-        ctx.forget_deferred(&key);
+        ctx.forget_deferred(&id);
         return Ok(Action::await_change());
     }
-    let (revisions, workloads, history) = observe(ctx, &key);
-    let mut input = SetInput {
-        set,
-        revisions: &revisions,
-        workloads: &workloads,
-        history: &history,
-        pod_refs: None,
-        now: (ctx.clock)(),
-    };
-    let mut plan = plan_set(&input);
+    let (revisions, workloads, history) = observe(ctx, &id);
+    let mut held = hold_source(ctx, set, &namespace, false).await?;
     let pod_refs;
+    let mut plan = plan_once(ctx, set, &held, &revisions, &workloads, &history, None);
+    if plan.needs_content {
+        // A new revision is to be made of the source: read its content now.
+        held = hold_source(ctx, set, &namespace, true).await?;
+        plan = plan_once(ctx, set, &held, &revisions, &workloads, &history, None);
+    }
     if plan.needs_pods {
-        pod_refs = list_pod_refs(ctx, &namespace).await?;
-        input.pod_refs = Some(&pod_refs);
-        plan = plan_set(&input);
+        pod_refs = list_pod_refs(ctx, &namespace, S::KIND.revision_kind()).await?;
+        plan = plan_once(ctx, set, &held, &revisions, &workloads, &history, Some(&pod_refs));
     }
     if plan.is_quiet(set) {
         debug!("nothing to do");
-        ctx.forget_deferred(&key);
+        ctx.forget_deferred(&id);
         return Ok(Action::requeue(RESYNC));
+    }
+    if plan.needs_content {
+        // The source changed between two reads; its watch event brings us back.
+        return Ok(Action::requeue(SOON));
     }
     let status_can_wait = status_can_wait(&plan, set);
     let only_deferrable = plan.create.is_none()
         && plan.prune.is_empty()
         && plan.patches.iter().all(|(_, patch)| adds_only_owners(patch))
         && status_can_wait;
-    if let Some(wait) = only_deferrable.then(|| ctx.defer(&key)).flatten() {
+    if let Some(wait) = only_deferrable.then(|| ctx.defer(&id)).flatten() {
         debug!(?wait, "batching deferrable writes");
         return Ok(Action::requeue(wait));
     }
-    ctx.forget_deferred(&key);
+    ctx.forget_deferred(&id);
 
-    let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
+    let kind = S::KIND.revision_kind();
     if let Some(revision) = plan.create.clone() {
-        match create_revision(ctx, &configmaps, set, &revision).await? {
+        match create_revision(ctx, &namespace, set, &revision).await? {
             Created::New => {}
             // The plan was made from a cache that had not seen it yet: plan again once it has.
             Created::Adopted => return Ok(Action::requeue(SOON)),
             Created::Collision(taken) => {
                 // Record the bumped collision count first: the next reconcile picks the next name.
-                let previous = set.status.clone().unwrap_or_default();
+                let input = input(ctx, set, &held, &revisions, &workloads, &history, None);
+                let previous = set.status().cloned().unwrap_or_default();
                 plan = plan_collision(&input, &previous, &taken);
-                write_status(ctx, set, &plan).await?;
-                publish(ctx, set, &plan.events).await;
+                write_status::<S>(ctx, object, &plan).await?;
+                publish(ctx, object, &plan.events).await;
                 return Ok(Action::requeue(Duration::from_millis(100)));
             }
         }
     }
     for (revision, patch) in &plan.patches {
-        let (params, patch) = (field_manager(), Patch::Strategic(patch));
-        let request = configmaps.patch_metadata(revision, &params, &patch);
+        let request = patch_revision_metadata(ctx, kind, &namespace, revision, patch);
         match ctx.write("patch_revision", request).await {
-            Ok(_) => {}
+            Ok(()) => {}
             // Deleted meanwhile: its watch event reconciles again.
             Err(e) if api_code(&e) == Some(404) => {}
             Err(source) => {
@@ -160,11 +324,9 @@ async fn reconcile_inner(set: &ConfigMapSet, ctx: &Context) -> Result<Action> {
             }),
             ..DeleteParams::background()
         };
-        match ctx
-            .write("delete_revision", configmaps.delete(&prune.name, &params))
-            .await
-        {
-            Ok(_) => {
+        let request = delete_revision(ctx, kind, &namespace, &prune.name, params);
+        match ctx.write("delete_revision", request).await {
+            Ok(()) => {
                 ctx.metrics.revisions_pruned.inc();
             }
             // Gone already, or replaced by another object of that name: nothing of ours to delete.
@@ -179,15 +341,86 @@ async fn reconcile_inner(set: &ConfigMapSet, ctx: &Context) -> Result<Action> {
     }
     // The revision exists now; a status that would only say "about to move" waits for the move.
     let wait = (plan.status_changed(set) && status_can_wait)
-        .then(|| ctx.defer(&key))
+        .then(|| ctx.defer(&id))
         .flatten();
-    if plan.status_changed(set) && wait.is_none() && !ctx.wrote_already(&key, set, &plan.status) {
+    if plan.status_changed(set) && wait.is_none() && !ctx.wrote_already(&id, set, &plan.status) {
         debug!(fields = ?changed_fields(set, &plan), "writing status");
-        write_status(ctx, set, &plan).await?;
-        ctx.remember_written(&key, set, &plan.status);
+        write_status::<S>(ctx, object, &plan).await?;
+        ctx.remember_written(&id, set, &plan.status);
     }
-    publish(ctx, set, &plan.events).await;
+    publish(ctx, object, &plan.events).await;
     Ok(Action::requeue(wait.unwrap_or(RESYNC)))
+}
+
+fn input<'a>(
+    ctx: &Context,
+    set: SetRef<'a>,
+    held: &'a Held,
+    revisions: &'a [RevisionView],
+    workloads: &'a [WorkloadView],
+    history: &'a [HistoryObject],
+    pod_refs: Option<&'a BTreeSet<String>>,
+) -> SetInput<'a> {
+    SetInput {
+        set,
+        source: held.state(),
+        revisions,
+        workloads,
+        history,
+        pod_refs,
+        now: (ctx.clock)(),
+    }
+}
+
+fn plan_once(
+    ctx: &Context,
+    set: SetRef<'_>,
+    held: &Held,
+    revisions: &[RevisionView],
+    workloads: &[WorkloadView],
+    history: &[HistoryObject],
+    pod_refs: Option<&BTreeSet<String>>,
+) -> SetPlan {
+    plan_set(&input(ctx, set, held, revisions, workloads, history, pod_refs))
+}
+
+async fn patch_revision_metadata(
+    ctx: &Context,
+    kind: Referenced,
+    namespace: &str,
+    name: &str,
+    patch: &Value,
+) -> kube::Result<()> {
+    let (params, patch) = (field_manager(), Patch::Strategic(patch));
+    match kind {
+        Referenced::ConfigMap => Api::<ConfigMap>::namespaced(ctx.client.clone(), namespace)
+            .patch_metadata(name, &params, &patch)
+            .await
+            .map(drop),
+        Referenced::Secret => Api::<Secret>::namespaced(ctx.client.clone(), namespace)
+            .patch_metadata(name, &params, &patch)
+            .await
+            .map(drop),
+    }
+}
+
+async fn delete_revision(
+    ctx: &Context,
+    kind: Referenced,
+    namespace: &str,
+    name: &str,
+    params: DeleteParams,
+) -> kube::Result<()> {
+    match kind {
+        Referenced::ConfigMap => Api::<ConfigMap>::namespaced(ctx.client.clone(), namespace)
+            .delete(name, &params)
+            .await
+            .map(drop),
+        Referenced::Secret => Api::<Secret>::namespaced(ctx.client.clone(), namespace)
+            .delete(name, &params)
+            .await
+            .map(drop),
+    }
 }
 
 /// What creating a revision came to.
@@ -195,29 +428,40 @@ enum Created {
     New,
     /// The name already held this revision (same content, this set as controller).
     Adopted,
-    /// The name is taken by a ConfigMap that is not this revision.
+    /// The name is taken by an object that is not this revision.
     Collision(String),
 }
 
-/// Creates the revision. An existing ConfigMap of that name is adopted when it is this revision, and is
-/// a collision otherwise: never overwritten, never deleted.
+/// Creates the revision. An existing object of that name is adopted when it is this revision, taken
+/// over when it is a generator's copy of it, and is a collision otherwise: never overwritten, never
+/// deleted.
 async fn create_revision(
     ctx: &Context,
-    configmaps: &Api<ConfigMap>,
-    set: &ConfigMapSet,
-    revision: &ConfigMap,
+    namespace: &str,
+    set: SetRef<'_>,
+    revision: &NewRevision,
 ) -> Result<Created> {
-    let name = revision.name_any();
+    let name = revision.name().to_string();
+    let kind = set.kind().revision_kind();
     let params = PostParams {
         field_manager: Some(labels::FIELD_MANAGER.to_string()),
         ..PostParams::default()
     };
-    let error = match ctx
-        .write("create_revision", configmaps.create(&params, revision))
-        .await
-    {
-        Ok(_) => {
-            info!(set = %set.name_any(), revision = %name, "created revision");
+    let request = async {
+        match revision {
+            NewRevision::ConfigMap(cm) => Api::<ConfigMap>::namespaced(ctx.client.clone(), namespace)
+                .create(&params, cm)
+                .await
+                .map(drop),
+            NewRevision::Secret(secret) => Api::<Secret>::namespaced(ctx.client.clone(), namespace)
+                .create(&params, secret)
+                .await
+                .map(drop),
+        }
+    };
+    let error = match ctx.write("create_revision", request).await {
+        Ok(()) => {
+            info!(set = %set.name(), %kind, revision = %name, "created revision");
             ctx.metrics.revisions_created.inc();
             return Ok(Created::New);
         }
@@ -225,39 +469,48 @@ async fn create_revision(
         Err(source) => return Err(Error::CreateRevision { name, source }),
     };
     debug!(revision = %name, error = %error, "revision name exists");
-    let existing = configmaps
-        .get(&name)
-        .await
-        .map_err(|source| Error::ReadExisting {
-            name: name.clone(),
-            source,
-        })?;
-    let label = |cm: &ConfigMap| cm.labels().get(labels::SET).cloned();
-    let patch = match classify_existing(&existing, set) {
+    let read_existing = |source| Error::ReadExisting {
+        name: name.clone(),
+        source,
+    };
+    let Some(existing) = fetch(ctx, kind, namespace, &name).await.map_err(read_existing)? else {
+        // Deleted since: the next attempt creates it.
+        return Ok(Created::Adopted);
+    };
+    let ours = revision.metadata();
+    let content = match revision {
+        NewRevision::ConfigMap(cm) => Content::of_config_map(cm),
+        NewRevision::Secret(secret) => Content::of_secret(secret),
+    };
+    let existing = existing.existing();
+    let label = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        meta.labels.as_ref().and_then(|l| l.get(labels::SET)).cloned()
+    };
+    let patch = match classify_existing(existing, set, &content) {
         ExistingName::Collision => {
-            warn!(set = %set.name_any(), configmap = %name, "revision name collides with an existing ConfigMap");
+            warn!(set = %set.name(), %kind, name = %name, "revision name collides with an existing object");
             return Ok(Created::Collision(name));
         }
-        // A generator's ConfigMap of this very name and content: it becomes the revision, so the
+        // A generator's object of this very name and content: it becomes the revision, so the
         // workloads that name it already stay where they are. A conflict means it changed since it
         // was read; the next attempt judges it again.
         ExistingName::Claim => {
-            info!(set = %set.name_any(), revision = %name, "taking over an unowned ConfigMap of the same name and content as the revision");
-            Some(claim_patch(&existing, set))
+            info!(set = %set.name(), %kind, revision = %name, "taking over an unowned object of the same name and content as the revision");
+            Some(claim_patch(existing.metadata, set))
         }
         // Without our label the cache never sees it: add that and nothing else (its number and
         // metadata are planned again from the cache).
         ExistingName::Adopt => {
-            info!(set = %set.name_any(), revision = %name, "revision exists already; adopting it");
-            (label(&existing) != label(revision))
-                .then(|| json!({ "metadata": { "labels": { labels::SET: label(revision) } } }))
+            info!(set = %set.name(), %kind, revision = %name, "revision exists already; adopting it");
+            (label(existing.metadata) != label(ours))
+                .then(|| json!({ "metadata": { "labels": { labels::SET: label(ours) } } }))
         }
     };
     if let Some(patch) = patch {
         // The metadata of the answer is all that is read back (a claim's body sets `immutable` too).
         ctx.write(
             "patch_revision",
-            configmaps.patch_metadata(&name, &field_manager(), &Patch::Strategic(&patch)),
+            patch_revision_metadata(ctx, kind, namespace, &name, &patch),
         )
         .await
         .map_err(|source| Error::PatchRevision {
@@ -268,9 +521,9 @@ async fn create_revision(
     Ok(Created::Adopted)
 }
 
-/// ConfigMap names referenced by the Pods cmset's rewritten templates made: listed only when something
-/// is about to be pruned, so Pods are never watched or cached.
-async fn list_pod_refs(ctx: &Context, namespace: &str) -> Result<BTreeSet<String>> {
+/// Names of objects of `kind` referenced by the Pods cmset's rewritten templates made: listed only when
+/// something is about to be pruned, so Pods are never watched or cached.
+async fn list_pod_refs(ctx: &Context, namespace: &str, kind: Referenced) -> Result<BTreeSet<String>> {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
     let selector = format!("{}=true", labels::MANAGED_TEMPLATE);
     let list = pods
@@ -280,19 +533,19 @@ async fn list_pod_refs(ctx: &Context, namespace: &str) -> Result<BTreeSet<String
             namespace: namespace.to_string(),
             source,
         })?;
-    Ok(views::pod_refs(&list.items))
+    Ok(views::pod_refs(&list.items, kind))
 }
 
 /// Writes the planned status with a server-side apply of the whole status, forcing ownership: cmset
 /// is its only writer, and a field the plan leaves out is removed because this manager owned it, so
 /// no hand-kept list of fields can go stale.
-async fn write_status(ctx: &Context, set: &ConfigMapSet, plan: &SetPlan) -> Result<()> {
+async fn write_status<S: SetObject>(ctx: &Context, set: &S, plan: &SetPlan) -> Result<()> {
     let body = json!({
-        "apiVersion": ConfigMapSet::api_version(&()),
-        "kind": ConfigMapSet::kind(&()),
+        "apiVersion": S::api_version(&()),
+        "kind": S::kind(&()),
         "status": plan.status,
     });
-    let api: Api<ConfigMapSet> = Api::namespaced(ctx.client.clone(), &set.namespace().unwrap_or_default());
+    let api: Api<S> = Api::namespaced(ctx.client.clone(), &set.namespace().unwrap_or_default());
     let params = PatchParams::apply(labels::FIELD_MANAGER).force();
     ctx.write(
         "write_status",
@@ -314,7 +567,7 @@ async fn write_status(ctx: &Context, set: &ConfigMapSet, plan: &SetPlan) -> Resu
 ///
 /// Owner references for new history objects wait likewise: a rollout of N workloads makes N
 /// ReplicaSets within moments, and one patch per revision can carry them all.
-fn status_can_wait(plan: &SetPlan, set: &ConfigMapSet) -> bool {
+fn status_can_wait(plan: &SetPlan, set: SetRef<'_>) -> bool {
     !plan.status_changed(set)
         || plan
             .status
@@ -324,8 +577,8 @@ fn status_can_wait(plan: &SetPlan, set: &ConfigMapSet) -> bool {
 }
 
 /// The top-level status fields a write changes, for the debug log.
-fn changed_fields(set: &ConfigMapSet, plan: &SetPlan) -> Vec<String> {
-    let old = serde_json::to_value(set.status.clone().unwrap_or_default()).unwrap_or_default();
+fn changed_fields(set: SetRef<'_>, plan: &SetPlan) -> Vec<String> {
+    let old = serde_json::to_value(set.status().cloned().unwrap_or_default()).unwrap_or_default();
     let new = serde_json::to_value(&plan.status).unwrap_or_default();
     new.as_object()
         .into_iter()
@@ -343,7 +596,7 @@ fn adds_only_owners(patch: &Value) -> bool {
 }
 
 /// Publishes the plan's events, best effort: losing one must not fail or repeat the reconcile.
-async fn publish(ctx: &Context, set: &ConfigMapSet, events: &[PlannedEvent]) {
+async fn publish<S: SetObject>(ctx: &Context, set: &S, events: &[PlannedEvent]) {
     let reference = set.object_ref(&());
     for planned in events {
         let event = Event {
@@ -363,10 +616,10 @@ async fn publish(ctx: &Context, set: &ConfigMapSet, events: &[PlannedEvent]) {
 /// A failed reconcile retries after a delay that doubles with each consecutive failure of the same set
 /// (see [`crate::backoff`]): a set that keeps failing costs a few requests an hour, not one every few
 /// seconds. A watch event (the set edited, say) still reconciles it at once.
-pub fn error_policy(set: Arc<ConfigMapSet>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy<S: SetObject>(set: Arc<S>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed(NAME, error.category());
     let conflict = error.is_conflict();
-    let retry_in = ctx.backoff(&reconciled(&set), error);
+    let retry_in = ctx.backoff(&reconciled(set.as_ref()), error);
     if conflict {
         debug!(set = %set.name_any(), %error, ?retry_in, "conflict; retrying from a fresh read");
     } else {

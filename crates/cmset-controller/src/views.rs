@@ -2,11 +2,11 @@
 
 use std::collections::BTreeSet;
 
-use cmset_core::observe::{HistoryKind, HistoryObject, RevisionView, WorkloadKind, WorkloadView};
+use cmset_core::observe::{HistoryKind, HistoryObject, RefNames, RevisionView, WorkloadKind, WorkloadView};
 use cmset_core::refs;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use kube::core::PartialObjectMeta;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
@@ -87,7 +87,7 @@ pub fn replica_set_view(rs: &ReplicaSet) -> Option<HistoryObject> {
         name: rs.name_any(),
         uid: rs.uid()?,
         owner_uid: controller_uid(rs),
-        referenced: names(spec),
+        referenced: RefNames::of(spec),
     })
 }
 
@@ -98,11 +98,15 @@ pub fn controller_revision_view(cr: &ControllerRevision) -> Option<HistoryObject
         name: cr.name_any(),
         uid: cr.uid()?,
         owner_uid: controller_uid(cr),
-        referenced: names(&spec),
+        referenced: RefNames::of(&spec),
     })
 }
 
-pub fn revision_view(cm: &PartialObjectMeta<ConfigMap>) -> RevisionView {
+/// A revision (ConfigMap or Secret) from its metadata.
+pub fn revision_view<K>(cm: &PartialObjectMeta<K>) -> RevisionView
+where
+    PartialObjectMeta<K>: Resource,
+{
     RevisionView {
         name: cm.name_any(),
         uid: cm.uid().unwrap_or_default(),
@@ -113,13 +117,10 @@ pub fn revision_view(cm: &PartialObjectMeta<ConfigMap>) -> RevisionView {
     }
 }
 
-pub fn pod_refs(pods: &[Pod]) -> BTreeSet<String> {
+/// The names of objects of `kind` the Pods reference.
+pub fn pod_refs(pods: &[Pod], kind: refs::Referenced) -> BTreeSet<String> {
     pods.iter()
         .filter_map(|p| p.spec.as_ref())
-        .flat_map(names)
+        .flat_map(|spec| refs::find_refs_to(spec, kind).into_iter().map(|r| r.name))
         .collect()
-}
-
-fn names(spec: &k8s_openapi::api::core::v1::PodSpec) -> BTreeSet<String> {
-    refs::find_refs(spec).into_iter().map(|r| r.name).collect()
 }

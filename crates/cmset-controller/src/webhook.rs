@@ -16,10 +16,12 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
 use base64::Engine;
-use cmset_api::ConfigMapSet;
+use cmset_api::{ConfigMapSet, SecretSet};
 use cmset_core::admission::{self, Circumstances};
 use cmset_core::observe::WorkloadKind;
-use k8s_openapi::api::core::v1::ConfigMap;
+use cmset_core::refs::Referenced;
+use cmset_core::set::SetRef;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::ListParams;
 use kube::{Api, Client};
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -91,6 +93,8 @@ impl ResolvesServerCert for ServingCert {
 struct Handler {
     client: Client,
     metrics: Arc<Metrics>,
+    /// Whether SecretSets are served (and cmset may read Secrets).
+    secret_sets: bool,
 }
 
 /// The AdmissionReview response: allowed, with the patch when there is one.
@@ -137,7 +141,7 @@ async fn mutate(State(handler): State<Handler>, axum::Json(review): axum::Json<V
     // The API server gives up after the registration's timeout (5 s); so does cmset, a little later.
     let decided = tokio::time::timeout(
         DECISION_TIMEOUT,
-        decide(&handler.client, kind, namespace, request),
+        decide(&handler.client, handler.secret_sets, kind, namespace, request),
     );
     let outcome = match decided.await.unwrap_or(Err(Undecided::Timeout)) {
         Ok(outcome) => outcome,
@@ -170,27 +174,39 @@ async fn mutate(State(handler): State<Handler>, axum::Json(review): axum::Json<V
 /// ConfigMaps) and asks the core.
 async fn decide(
     client: &Client,
+    secret_sets: bool,
     kind: WorkloadKind,
     namespace: &str,
     request: &Value,
 ) -> Result<Option<json_patch::Patch>, Undecided> {
     let object = &request["object"];
-    let sets_api: Api<ConfigMapSet> = Api::namespaced(client.clone(), namespace);
-    let mut sets = sets_api.list(&ListParams::default()).await?.items;
+    let mut sets = NamespaceSets::list(client, namespace, secret_sets).await?;
     // Applied together, a set may be moments older than the workload: wait briefly for its revision.
     let deadline = tokio::time::Instant::now() + SET_WAIT;
-    while admission::awaits_sets(kind, object, &sets) && tokio::time::Instant::now() < deadline {
+    while admission::awaits_sets(kind, object, &sets.refs()) && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(SET_POLL).await;
-        sets = sets_api.list(&ListParams::default()).await?.items;
+        sets = NamespaceSets::list(client, namespace, secret_sets).await?;
     }
+    let sets = sets.refs();
     let creating = request["operation"].as_str() == Some("CREATE");
     let mut missing = BTreeSet::new();
     if creating && kind == WorkloadKind::Deployment {
+        let kinds: &[Referenced] = if secret_sets {
+            &[Referenced::ConfigMap, Referenced::Secret]
+        } else {
+            &[Referenced::ConfigMap]
+        };
         let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-        for name in admission::unclaimed_names(kind, object, &sets, LOOKUPS) {
-            // A failed lookup counts as present: never hold on a guess.
-            if let Ok(None) = configmaps.get_metadata_opt(&name).await {
-                missing.insert(name);
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+        for (of, name) in admission::unclaimed_names(kind, object, &sets, kinds, LOOKUPS) {
+            // Metadata only: a Secret's values are never read here. A failed lookup counts as
+            // present: never hold on a guess.
+            let found = match of {
+                Referenced::ConfigMap => configmaps.get_metadata_opt(&name).await.map(|o| o.is_some()),
+                Referenced::Secret => secrets.get_metadata_opt(&name).await.map(|o| o.is_some()),
+            };
+            if let Ok(false) = found {
+                missing.insert((of, name));
             }
         }
     }
@@ -203,10 +219,46 @@ async fn decide(
     Ok(admission::mutate(kind, object, &sets, &circumstances))
 }
 
-pub fn router(client: Client, metrics: Arc<Metrics>) -> Router {
-    Router::new()
-        .route("/mutate", post(mutate))
-        .with_state(Handler { client, metrics })
+pub fn router(client: Client, metrics: Arc<Metrics>, secret_sets: bool) -> Router {
+    Router::new().route("/mutate", post(mutate)).with_state(Handler {
+        client,
+        metrics,
+        secret_sets,
+    })
+}
+
+/// The sets of one namespace, of every kind served, as admission reads them.
+struct NamespaceSets {
+    config_map_sets: Vec<ConfigMapSet>,
+    secret_sets: Vec<SecretSet>,
+}
+
+impl NamespaceSets {
+    async fn list(client: &Client, namespace: &str, secret_sets: bool) -> Result<Self, kube::Error> {
+        let config_map_sets = Api::<ConfigMapSet>::namespaced(client.clone(), namespace)
+            .list(&ListParams::default())
+            .await?
+            .items;
+        let secret_sets = if secret_sets {
+            Api::<SecretSet>::namespaced(client.clone(), namespace)
+                .list(&ListParams::default())
+                .await?
+                .items
+        } else {
+            Vec::new()
+        };
+        Ok(Self {
+            config_map_sets,
+            secret_sets,
+        })
+    }
+
+    fn refs(&self) -> Vec<SetRef<'_>> {
+        let config_map_sets = self.config_map_sets.iter().map(SetRef::from);
+        config_map_sets
+            .chain(self.secret_sets.iter().map(SetRef::from))
+            .collect()
+    }
 }
 
 /// A webhook listener with its TLS configuration, ready to serve.
@@ -239,6 +291,7 @@ pub async fn serve(
     bound: Bound,
     client: Client,
     metrics: Arc<Metrics>,
+    secret_sets: bool,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let Bound {
@@ -250,7 +303,7 @@ pub async fn serve(
     crate::http::serve(
         listener,
         Some(acceptor),
-        router(client, metrics),
+        router(client, metrics, secret_sets),
         Limits::WEBHOOK,
         shutdown,
     )

@@ -29,7 +29,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::context::{Context, Reconciled};
 use crate::error::{Error, Result};
-use crate::index::Key;
+use crate::index::{Key, SourceLookup};
 use crate::views::{self, Workload};
 
 pub const NAME: &str = "workload";
@@ -74,21 +74,28 @@ fn targets(
     namespace: &str,
     view: &cmset_core::observe::WorkloadView,
 ) -> Result<Vec<SetTarget>, Wait> {
-    let sets = ctx.index.sets_read(namespace, &view.referenced_names());
+    let sets = ctx.index.sets_read(namespace, &view.referenced());
     let mut targets = Vec::with_capacity(sets.len());
-    for (key, facts) in &sets {
-        let set = ctx
-            .stores
-            .set(key)
-            .ok_or_else(|| Wait::ForSet(key.name.clone()))?;
+    for (id, facts) in &sets {
+        let wait = || Wait::ForSet(format!("{} {}", id.0, id.1.name));
+        let set = ctx.stores.set(id).ok_or_else(wait)?;
+        let set = set.as_set();
         // The index computed its facts from the same event the store holds; a mismatch means the
         // index is a moment behind, and it triggers this workload when it catches up.
-        if set.metadata.generation != facts.generation {
-            return Err(Wait::ForSet(key.name.clone()));
+        if set.generation() != facts.generation {
+            return Err(wait());
         }
-        let revisions = ctx.index.revisions(namespace, &facts.label);
-        let target = SetTarget::observed(&set, facts.identity.as_deref(), &revisions, &view.uid)
-            .ok_or_else(|| Wait::ForSet(key.name.clone()))?;
+        // In source mode the content's identity is the source's, once the set controller has read
+        // its current version; until then the workload waits (that read triggers it).
+        let identity = match (&facts.source, facts.valid) {
+            (Some(source), true) => match ctx.index.source(id.0, namespace, source) {
+                SourceLookup::Fresh(identity) => identity,
+                SourceLookup::Stale => return Err(wait()),
+            },
+            _ => facts.identity.clone(),
+        };
+        let revisions = ctx.index.revisions(id.0, namespace, &facts.label);
+        let target = SetTarget::observed(set, identity.as_deref(), &revisions, &view.uid).ok_or_else(wait)?;
         targets.push(target);
     }
     if sets.len() > 1 {
@@ -172,14 +179,11 @@ async fn reconcile_inner<K: Workload>(workload: &K, ctx: &Context) -> Result<Act
         .iter()
         .map(|c| format!("{} → {}", c.from, c.to))
         .collect();
-    info!(workload = %what, changes = ?moves, "moved ConfigMap references");
+    info!(workload = %what, changes = ?moves, "moved references");
     let event = Event {
         type_: EventType::Normal,
         reason: "ConfigUpdated".to_string(),
-        note: Some(format!(
-            "cmset moved ConfigMap references: {}",
-            dedup(&moves).join(", ")
-        )),
+        note: Some(format!("cmset moved references: {}", dedup(&moves).join(", "))),
         action: "Rollout".to_string(),
         secondary: None,
     };

@@ -11,6 +11,8 @@ use cmset_controller::index::{Index, Indexed, Key};
 use cmset_controller::metrics::Metrics;
 use cmset_controller::{set_controller, workload_controller};
 use cmset_core::plan::{SetInput, plan_set};
+use cmset_core::revision::NewRevision;
+use cmset_core::set::{Content, SetKind, SourceState};
 use k8s_openapi::api::apps::v1::{
     ControllerRevision, DaemonSet, Deployment, DeploymentSpec, ReplicaSet, StatefulSet,
 };
@@ -104,6 +106,7 @@ impl World {
             index,
             stores: Stores {
                 sets: sets_r,
+                secret_sets: None,
                 deployments: deployments_r,
                 statefulsets: statefulsets_r,
                 daemonsets: daemonsets_r,
@@ -139,7 +142,7 @@ impl World {
     }
 
     fn revisions(&self) -> Vec<cmset_core::observe::RevisionView> {
-        self.index.revisions(NS, "nginx-config")
+        self.index.revisions(SetKind::ConfigMapSet, NS, "nginx-config")
     }
 
     fn unused_writers(&self) -> usize {
@@ -239,6 +242,7 @@ fn nginx_set(version: &str) -> ConfigMapSet {
                 ..ConfigMapTemplate::default()
             },
             revision_history_limit: 10,
+            config_map_name: None,
         },
     );
     set.metadata.namespace = Some(NS.into());
@@ -292,11 +296,22 @@ fn web(configmap: &str, opted_in: bool) -> Deployment {
     }
 }
 
+/// The revision ConfigMap of `set`'s content, as the set controller makes it.
+fn new_revision(set: &ConfigMapSet, name: &str, number: i64) -> ConfigMap {
+    let content = Content::of_template(&set.spec.template);
+    cmset_core::revision::new_revision(set.into(), &content, name, number)
+        .config_map()
+        .expect("a ConfigMapSet's revision is a ConfigMap")
+        .clone()
+}
+
 /// Brings `set` and its revisions to what the controller would have written, planning from the world.
 fn settle(world: &mut World, set: &ConfigMapSet) -> ConfigMapSet {
     world.add_set(set);
     let revisions = world.revisions();
-    let readers = world.index.readers(&Key::new(NS, "nginx-config"));
+    let readers = world
+        .index
+        .readers(&(SetKind::ConfigMapSet, Key::new(NS, "nginx-config")));
     let workloads: Vec<_> = readers
         .workloads
         .iter()
@@ -305,7 +320,8 @@ fn settle(world: &mut World, set: &ConfigMapSet) -> ConfigMapSet {
     let history = readers.history;
     let pods = Default::default();
     let input = SetInput {
-        set,
+        set: set.into(),
+        source: SourceState::Inline,
         revisions: &revisions,
         workloads: &workloads,
         history: &history,
@@ -313,7 +329,7 @@ fn settle(world: &mut World, set: &ConfigMapSet) -> ConfigMapSet {
         now: fixed_clock()(),
     };
     let plan = plan_set(&input);
-    if let Some(cm) = &plan.create {
+    if let Some(cm) = plan.create.as_ref().and_then(NewRevision::config_map) {
         world.add_revision(cm);
     }
     let mut settled = set.clone();
@@ -487,7 +503,7 @@ async fn a_pinned_workload_sends_no_request() {
     // cmset rolled web out to V2, then someone ran `kubectl rollout undo` back to V1.
     world.add_deployment(&web(V2, true));
     let v1 = nginx_set("1");
-    world.add_revision(&cmset_core::revision::new_revision(&v1, V1, 1));
+    world.add_revision(&new_revision(&v1, V1, 1));
     let set = settle(&mut world, &nginx_set("2"));
     assert_eq!(set.status.as_ref().unwrap().current_revision.as_deref(), Some(V2));
     let rolled_back = web(V1, true);
@@ -618,11 +634,11 @@ async fn pruning_lists_pods_by_label_then_deletes_with_a_uid_precondition() {
     let mut set = nginx_set("2");
     set.spec.revision_history_limit = 0;
     let v1 = nginx_set("1");
-    world.add_revision(&cmset_core::revision::new_revision(&v1, V1, 1));
-    let mut with_uid = cmset_core::revision::new_revision(&v1, V1, 1);
+    world.add_revision(&new_revision(&v1, V1, 1));
+    let mut with_uid = new_revision(&v1, V1, 1);
     with_uid.metadata.uid = Some("uid-v1".into());
     world.add_revision(&with_uid);
-    world.add_revision(&cmset_core::revision::new_revision(&set, V2, 2));
+    world.add_revision(&new_revision(&set, V2, 2));
     set.status = Some(cmset_api::ConfigMapSetStatus {
         revision: Some(2),
         ..Default::default()
@@ -660,7 +676,7 @@ fn changed_with_revision(
     let mut changed = nginx_set(version);
     changed.metadata.generation = Some(2);
     changed.status = set.status.clone();
-    world.add_revision(&cmset_core::revision::new_revision(&changed, revision, 2));
+    world.add_revision(&new_revision(&changed, revision, 2));
     world.add_set(&changed);
     changed
 }
@@ -731,7 +747,7 @@ async fn a_workload_reading_two_sets_waits_while_one_changed_moments_ago() {
     });
     world.add_deployment(&deployment);
     let flags_revision = "feature-flags-d2c65kk9hm";
-    world.add_revision(&cmset_core::revision::new_revision(&other, flags_revision, 1));
+    world.add_revision(&new_revision(&other, flags_revision, 1));
     world.add_set(&other);
     let set = settle(&mut world, &nginx_set("1"));
     // Both sets were just seen (a fresh index): the window since the last change is open.
@@ -788,7 +804,7 @@ async fn owners_for_new_replica_sets_are_batched() {
         ctx.deferred
             .lock()
             .unwrap()
-            .insert(Key::new(NS, "nginx-config"), since);
+            .insert((SetKind::ConfigMapSet, Key::new(NS, "nginx-config")), since);
     };
     let (result, seen) = scenario_after(&world, ok_responder(set.clone()), deferred_long_ago, |ctx| {
         set_controller::reconcile(Arc::new(set.clone()), ctx)
@@ -814,12 +830,13 @@ async fn a_status_already_written_is_not_written_again_while_the_store_lags() {
     let mut world = World::new();
     let set = nginx_set("1");
     world.add_set(&set);
-    world.add_revision(&cmset_core::revision::new_revision(&set, V1, 1));
+    world.add_revision(&new_revision(&set, V1, 1));
     // This process wrote the status the plan wants; the store still shows the set without it.
     let pods = Default::default();
     let revisions = world.revisions();
     let input = SetInput {
-        set: &set,
+        set: (&set).into(),
+        source: SourceState::Inline,
         revisions: &revisions,
         workloads: &[],
         history: &[],
@@ -827,7 +844,13 @@ async fn a_status_already_written_is_not_written_again_while_the_store_lags() {
         now: fixed_clock()(),
     };
     let status = plan_set(&input).status;
-    let wrote_it = |ctx: &Context| ctx.remember_written(&Key::new(NS, "nginx-config"), &set, &status);
+    let wrote_it = |ctx: &Context| {
+        ctx.remember_written(
+            &(SetKind::ConfigMapSet, Key::new(NS, "nginx-config")),
+            (&set).into(),
+            &status,
+        )
+    };
     let (result, seen) = scenario_after(&world, ok_responder(set.clone()), wrote_it, |ctx| {
         set_controller::reconcile(Arc::new(set.clone()), ctx)
     })
@@ -871,7 +894,7 @@ async fn a_failing_set_backs_off_exponentially_honours_retry_after_and_resets_on
         }
         ok(s)
     });
-    let object = Reconciled::Set(Key::new(NS, "nginx-config"));
+    let object = Reconciled::Set((SetKind::ConfigMapSet, Key::new(NS, "nginx-config")));
     let expected = |count: u32, retry_after: Option<Duration>| {
         let failure = Failure {
             count,
