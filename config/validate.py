@@ -356,6 +356,11 @@ def self_test(chk, crds):
                                         "spec": {"containers": [{"name": "c", "image": "i"}]}}}}
     cmset = {"apiVersion": "cmset.dev/v1alpha1", "kind": "ConfigMapSet", "metadata": {"name": "x"},
              "spec": {"template": {"data": {"k": "v"}}}}
+    # A set in source mode needs no template (it defaults to empty).
+    source = {"apiVersion": "cmset.dev/v1alpha1", "kind": "ConfigMapSet", "metadata": {"name": "x"},
+              "spec": {"configMapName": "app"}}
+    secset = {"apiVersion": "cmset.dev/v1alpha1", "kind": "SecretSet", "metadata": {"name": "x"},
+              "spec": {"secretName": "app"}}
     bad = []
     d = copy.deepcopy(deployment); d["spec"]["replicas"] = "two"; bad.append(("replicas: \"two\"", d))
     d = copy.deepcopy(deployment); d["spec"]["replica"] = 2; bad.append(("unknown field spec.replica", d))
@@ -363,11 +368,14 @@ def self_test(chk, crds):
     d = copy.deepcopy(deployment); d["apiVersion"] = "policy/v1beta1"; d["kind"] = "PodDisruptionBudget"
     bad.append(("policy/v1beta1 PodDisruptionBudget (removed in 1.25)", d))
     c = copy.deepcopy(cmset); c["spec"]["revisionHistoryLimit"] = -1; bad.append(("revisionHistoryLimit: -1", c))
-    c = copy.deepcopy(cmset); del c["spec"]["template"]; bad.append(("ConfigMapSet without template", c))
+    c = copy.deepcopy(cmset); c["spec"]["configMapName"] = "App"; bad.append(("configMapName App (not a DNS subdomain)", c))
+    s = copy.deepcopy(secset); del s["spec"]["secretName"]; bad.append(("SecretSet without secretName", s))
+    s = copy.deepcopy(secset); s["spec"]["template"] = {"data": {"k": "dg=="}}; bad.append(("SecretSet with inline data", s))
     c = copy.deepcopy(cmset); c["spec"]["templat"] = {}; bad.append(("unknown field spec.templat", c))
     c = copy.deepcopy(cmset); c["spec"]["template"]["data"] = {"k": 1}; bad.append(("data value 1 (not a string)", c))
     c = copy.deepcopy(cmset); c["apiVersion"] = "cmset.dev/v1"; bad.append(("ConfigMapSet cmset.dev/v1", c))
-    good = [("a minimal Deployment", deployment), ("a minimal ConfigMapSet", cmset)]
+    good = [("a minimal Deployment", deployment), ("a minimal ConfigMapSet", cmset),
+            ("a ConfigMapSet in source mode", source), ("a minimal SecretSet", secset)]
     for label, obj in bad:
         chk.rule("self-test", validate_object(chk, "self-test", obj, crds, quiet=True) is not None,
                  f"accepted a bad object ({label})")
@@ -375,7 +383,7 @@ def self_test(chk, crds):
         err = validate_object(chk, "self-test", obj, crds, quiet=True)
         chk.rule("self-test", err is None, f"refused {label}: {err}")
     chk.counts["built-in"] -= 1
-    chk.counts["custom"] -= 1
+    chk.counts["custom"] -= len(good) - 1
     print(f"  ok    self-test: {len(bad)} bad objects refused, {len(good)} good ones accepted")
 
 
