@@ -16,8 +16,10 @@ Arguments: NAME=FILE pairs, each the output of `kubectl kustomize NAME`.
    copied files in config/namespaced match their originals; the namespaces listed in CMSET_NAMESPACES are the
    ones with a Role; each installation binds the operator's ServiceAccount to what it needs; ports, probes,
    selectors and the image tag agree; pods in `restricted` namespaces meet the restricted Pod Security
-   Standard (the local v1.20 API server has no Pod Security admission to tell).
-3. A self-test: known-bad objects must be rejected, so a silently permissive setup cannot pass.
+   Standard (the local v1.20 API server has no Pod Security admission to tell); no role aggregated into the
+   built-in admin, edit or view roles grants anything on Secrets, and view's only read.
+3. A self-test: known-bad objects must be rejected, so a silently permissive setup cannot pass; so must
+   aggregated roles that reach Secrets.
 """
 
 import argparse
@@ -45,6 +47,7 @@ INSTALLATIONS = {
     "all namespaces, cert-manager certificates (config/cert-manager)": (["config/cert-manager"], "cluster"),
     "listed namespaces (config/namespaced)": (["config/namespaced", "config/namespaced/cluster-admin"], "namespaced"),
 }
+AGGREGATE_LABEL = "rbac.authorization.k8s.io/aggregate-to-"
 
 
 class Checker:
@@ -174,6 +177,12 @@ def rule_tuples(rules):
                     for n in r.get("resourceNames") or ["*"]:
                         atoms.add((g, res, v, n))
     return atoms
+
+
+def on_secrets(atom):
+    """Whether an RBAC atom grants anything on Secrets, wildcards included."""
+    group, resource = atom[0], atom[1]
+    return group in ("", "*") and (resource in ("secrets", "*") or resource.startswith("secrets/"))
 
 
 def pod_templates(obj):
@@ -311,6 +320,35 @@ def check_operator(chk, where, objs, mode, cluster_role_atoms, version):
             chk.rule(where, not extra, f"the operator's rights in {n} exceed the ClusterRole's: {sorted(extra)}")
 
 
+def check_aggregates(chk, builds, cluster_role_atoms):
+    """The ClusterRoles aggregated into the built-in admin, edit and view roles. None grants anything on
+    Secrets (the built-in view role deliberately reads none; cmset must not change that); the ones for view
+    only read; and in config/namespaced the ones for admin let a namespace admin grant the operator its Role
+    (RBAC escalation prevention: one may only grant what one holds)."""
+    for name, objs in builds.items():
+        for role in (o for o in objs if o["kind"] == "ClusterRole"):
+            aggregates = {k[len(AGGREGATE_LABEL):] for k, v in role["metadata"].get("labels", {}).items()
+                          if k.startswith(AGGREGATE_LABEL) and v == "true"}
+            if not aggregates:
+                continue
+            atoms = rule_tuples(role.get("rules", []))
+            chk.rule(name, not any(on_secrets(a) for a in atoms),
+                     f"{ident(role)}, aggregated into {sorted(aggregates)}, grants rights on Secrets")
+            if "view" in aggregates:
+                writes = sorted(a for a in atoms if a[2] not in ("get", "list", "watch"))
+                chk.rule(name, not writes, f"{ident(role)}, aggregated into view, grants more than reading: {writes}")
+    # The built-in admin role holds every verb the operator's Role has on core and apps resources; the
+    # rest must come from the roles aggregated into admin.
+    if "config/namespaced/cluster-admin" in builds:
+        admin = set()
+        for role in builds["config/namespaced/cluster-admin"]:
+            if role["kind"] == "ClusterRole" and role["metadata"].get("labels", {}).get(AGGREGATE_LABEL + "admin") == "true":
+                admin |= rule_tuples(role.get("rules", []))
+        missing = sorted(a for a in cluster_role_atoms if a[0] not in ("", "apps") and a not in admin)
+        chk.rule("config/namespaced/cluster-admin", not missing,
+                 f"a namespace admin cannot grant the operator its Role: the aggregated admin roles lack {missing}")
+
+
 def check_webhook(chk, where, by_kind, ns, labels, c, ports, granted):
     """The admission webhook is installed, callable, fails open, and its certificate can be kept."""
     configs = [m for m in by_kind.get("MutatingWebhookConfiguration", []) if m["metadata"]["name"] == "cmset"]
@@ -386,6 +424,23 @@ def self_test(chk, crds):
     chk.counts["custom"] -= len(good) - 1
     print(f"  ok    self-test: {len(bad)} bad objects refused, {len(good)} good ones accepted")
 
+    # Aggregated roles that must be refused: each reaches Secrets, or lets view write.
+    def role(aggregate, rules):
+        return {"kind": "ClusterRole", "metadata": {"name": "x", "labels": {AGGREGATE_LABEL + aggregate: "true"}},
+                "rules": rules}
+    bad_roles = [
+        ("view reads secrets", role("view", [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}])),
+        ("view reads every core resource", role("view", [{"apiGroups": [""], "resources": ["*"], "verbs": ["list"]}])),
+        ("edit watches every group's secrets", role("edit", [{"apiGroups": ["*"], "resources": ["secrets"], "verbs": ["watch"]}])),
+        ("view patches a set", role("view", [{"apiGroups": ["cmset.dev"], "resources": ["secretsets"], "verbs": ["patch"]}])),
+    ]
+    for label, obj in bad_roles:
+        scratch = Checker(chk.k8s_version)
+        scratch.fail = lambda where, message, scratch=scratch: scratch.failures.append(message)
+        check_aggregates(scratch, {"self-test": [obj]}, set())
+        chk.rule("self-test", bool(scratch.failures), f"accepted a bad aggregated role ({label})")
+    print(f"  ok    self-test: {len(bad_roles)} bad aggregated roles refused")
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -424,6 +479,11 @@ def main():
                 check_operator(chk, label, [o for n in names for o in builds[n]], mode, atoms, version)
                 if len(chk.failures) == before:
                     print(f"  ok    {label}: the operator's Deployment, Service, PDB, RBAC and scope agree")
+        before = len(chk.failures)
+        check_aggregates(chk, builds, atoms)
+        if len(chk.failures) == before:
+            print("  ok    the roles aggregated into admin/edit/view grant nothing on Secrets, view's only read, "
+                  "and admin's let a namespace admin grant the operator its Role")
 
     # Files copied into config/namespaced must equal their originals (kustomize cannot share single files).
     originals = {key(o): o for n in ("config/rbac", "config/default") for o in builds.get(n, [])}
