@@ -17,7 +17,9 @@ Arguments: NAME=FILE pairs, each the output of `kubectl kustomize NAME`.
    ones with a Role; each installation binds the operator's ServiceAccount to what it needs; ports, probes,
    selectors and the image tag agree; pods in `restricted` namespaces meet the restricted Pod Security
    Standard (the local v1.20 API server has no Pod Security admission to tell); no role aggregated into the
-   built-in admin, edit or view roles grants anything on Secrets, and view's only read.
+   built-in admin, edit or view roles grants anything on Secrets, and view's only read; config/no-secrets
+   grants nothing on Secrets or SecretSets to anyone, has no SecretSet CRD and no webhook, and runs the
+   operator with --secret-sets=false.
 3. A self-test: known-bad objects must be rejected, so a silently permissive setup cannot pass; so must
    aggregated roles that reach Secrets.
 """
@@ -42,11 +44,17 @@ OPERATOR = "cmset-controller"
 THIRD_PARTY = {
     "cert-manager.io": {"Certificate", "Issuer", "ClusterIssuer"},
 }
+# The third field says whether the installation runs SecretSets; one that does not must have no access to
+# Secrets at all (see check_no_secrets).
 INSTALLATIONS = {
-    "all namespaces (config/default)": (["config/default"], "cluster"),
-    "all namespaces, cert-manager certificates (config/cert-manager)": (["config/cert-manager"], "cluster"),
-    "listed namespaces (config/namespaced)": (["config/namespaced", "config/namespaced/cluster-admin"], "namespaced"),
+    "all namespaces (config/default)": (["config/default"], "cluster", True),
+    "all namespaces, cert-manager certificates (config/cert-manager)": (["config/cert-manager"], "cluster", True),
+    "listed namespaces (config/namespaced)":
+        (["config/namespaced", "config/namespaced/cluster-admin"], "namespaced", True),
+    "all namespaces, no access to Secrets (config/no-secrets)": (["config/no-secrets"], "cluster", False),
 }
+SECRET_SETS_OFF = "--secret-sets=false"
+SECRET_SET_CRD = "secretsets.cmset.dev"
 AGGREGATE_LABEL = "rbac.authorization.k8s.io/aggregate-to-"
 
 
@@ -185,6 +193,12 @@ def on_secrets(atom):
     return group in ("", "*") and (resource in ("secrets", "*") or resource.startswith("secrets/"))
 
 
+def on_secret_sets(atom):
+    """Whether an RBAC atom grants anything on SecretSets or their subresources, wildcards included."""
+    group, resource = atom[0], atom[1]
+    return group in ("cmset.dev", "*") and (resource == "*" or resource.split("/")[0] == "secretsets")
+
+
 def pod_templates(obj):
     kind, spec = obj.get("kind"), obj.get("spec", {})
     if kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"):
@@ -223,8 +237,9 @@ def matches(selector, labels):
     return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
 
 
-def check_operator(chk, where, objs, mode, cluster_role_atoms, version):
-    """One installation (the builds applied together) is complete and consistent."""
+def check_operator(chk, where, objs, mode, secrets, cluster_role_atoms, version):
+    """One installation (the builds applied together) is complete and consistent. With `secrets` False it
+    runs without SecretSets and must have no access to Secrets (see check_no_secrets)."""
     by_kind = {}
     for o in objs:
         by_kind.setdefault(o["kind"], []).append(o)
@@ -240,6 +255,9 @@ def check_operator(chk, where, objs, mode, cluster_role_atoms, version):
     chk.rule(where, any(c["kind"] == "CustomResourceDefinition" and c["metadata"]["name"] == "configmapsets.cmset.dev"
                         for c in objs), "the ConfigMapSet CRD is missing")
     chk.rule(where, any(n["metadata"]["name"] == ns for n in by_kind.get("Namespace", [])), f"namespace {ns} is missing")
+    has_secret_set_crd = any(c["metadata"]["name"] == SECRET_SET_CRD for c in by_kind.get("CustomResourceDefinition", []))
+    chk.rule(where, has_secret_set_crd == secrets,
+             "the SecretSet CRD is missing" if secrets else "the SecretSet CRD is installed, but SecretSets are off")
 
     c = next((c for c in pod["containers"] if c["name"] == "manager"), None)
     if not chk.rule(where, c is not None, "no container `manager`"):
@@ -297,7 +315,14 @@ def check_operator(chk, where, objs, mode, cluster_role_atoms, version):
     chk.rule(where, lease <= granted.get(ns, set()) | granted.get(None, set()),
              f"the ServiceAccount cannot take the Lease {OPERATOR} in {ns}")
 
-    if mode == "cluster":
+    off = SECRET_SETS_OFF in c.get("args", [])
+    chk.rule(where, off != secrets,
+             f"the operator runs with {SECRET_SETS_OFF}, but this installation has SecretSets" if secrets
+             else f"SecretSets are off, but the operator does not run with {SECRET_SETS_OFF}")
+    if not secrets:
+        check_no_secrets(chk, where, by_kind, c, pod)
+        cluster_role_atoms = {a for a in cluster_role_atoms if not on_secrets(a) and not on_secret_sets(a)}
+    elif mode == "cluster":
         check_webhook(chk, where, by_kind, ns, labels, c, ports, granted)
 
     listed = env.get("CMSET_NAMESPACES", {}).get("value")
@@ -305,6 +330,11 @@ def check_operator(chk, where, objs, mode, cluster_role_atoms, version):
         chk.rule(where, listed is None, "CMSET_NAMESPACES is set, but this installation watches all namespaces")
         chk.rule(where, cluster_role_atoms <= granted.get(None, set()),
                  "the ServiceAccount is not bound to the cmset-controller ClusterRole")
+        if not secrets:
+            # Exactly the ClusterRole's rights less those on Secrets and SecretSets: the rules removed are
+            # those and no others.
+            extra = granted.get(None, set()) - cluster_role_atoms
+            chk.rule(where, not extra, f"the operator's cluster-wide rights exceed the ClusterRole's: {sorted(extra)}")
     else:
         chk.rule(where, None not in granted, "the namespaced installation grants cluster-wide rights")
         watched = sorted(n.strip() for n in (listed or "").split(",") if n.strip())
@@ -318,6 +348,23 @@ def check_operator(chk, where, objs, mode, cluster_role_atoms, version):
             extra = granted[n] - cluster_role_atoms - (lease if n == ns else set())
             chk.rule(where, not missing, f"the operator's rights in {n} lack what the ClusterRole has: {sorted(missing)}")
             chk.rule(where, not extra, f"the operator's rights in {n} exceed the ClusterRole's: {sorted(extra)}")
+
+
+def check_no_secrets(chk, where, by_kind, c, pod):
+    """An installation without SecretSets has no access to Secrets: no Role or ClusterRole in it grants
+    anything on Secrets or SecretSets (to the operator or to anyone), none aggregates others (whose rules
+    cannot be seen here), the operator's pod mounts no Secret, and there is no webhook (the default one
+    keeps its certificate in a Secret)."""
+    for role in by_kind.get("Role", []) + by_kind.get("ClusterRole", []):
+        atoms = rule_tuples(role.get("rules") or [])
+        chk.rule(where, not any(on_secrets(a) for a in atoms), f"{ident(role)} grants rights on Secrets")
+        chk.rule(where, not any(on_secret_sets(a) for a in atoms), f"{ident(role)} grants rights on SecretSets")
+        chk.rule(where, "aggregationRule" not in role, f"{ident(role)} aggregates other roles")
+    for v in pod.get("volumes", []):
+        sources = [v] + (v.get("projected") or {}).get("sources", [])
+        chk.rule(where, not any("secret" in src for src in sources), f"the operator's pod mounts a Secret ({v.get('name')})")
+    chk.rule(where, not by_kind.get("MutatingWebhookConfiguration"), "a webhook is installed")
+    chk.rule(where, not any(a.startswith("--webhook-") for a in c.get("args", [])), "the operator serves a webhook")
 
 
 def check_aggregates(chk, builds, cluster_role_atoms):
@@ -473,12 +520,15 @@ def main():
                          and o["metadata"]["name"] == OPERATOR), None)
     if chk.rule("config/rbac", cluster_role is not None, f"no ClusterRole {OPERATOR}"):
         atoms = rule_tuples(cluster_role["rules"])
-        for label, (names, mode) in INSTALLATIONS.items():
+        for label, (names, mode, secrets) in INSTALLATIONS.items():
             if all(n in builds for n in names):
                 before = len(chk.failures)
-                check_operator(chk, label, [o for n in names for o in builds[n]], mode, atoms, version)
+                check_operator(chk, label, [o for n in names for o in builds[n]], mode, secrets, atoms, version)
                 if len(chk.failures) == before:
                     print(f"  ok    {label}: the operator's Deployment, Service, PDB, RBAC and scope agree")
+                    if not secrets:
+                        print(f"  ok    {label}: nothing on Secrets or SecretSets, no SecretSet CRD, no webhook, "
+                              f"{SECRET_SETS_OFF}")
         before = len(chk.failures)
         check_aggregates(chk, builds, atoms)
         if len(chk.failures) == before:
