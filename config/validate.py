@@ -16,8 +16,12 @@ Arguments: NAME=FILE pairs, each the output of `kubectl kustomize NAME`.
    copied files in config/namespaced match their originals; the namespaces listed in CMSET_NAMESPACES are the
    ones with a Role; each installation binds the operator's ServiceAccount to what it needs; ports, probes,
    selectors and the image tag agree; pods in `restricted` namespaces meet the restricted Pod Security
-   Standard (the local v1.20 API server has no Pod Security admission to tell).
-3. A self-test: known-bad objects must be rejected, so a silently permissive setup cannot pass.
+   Standard (the local v1.20 API server has no Pod Security admission to tell); no role aggregated into the
+   built-in admin, edit or view roles grants anything on Secrets, and view's only read; config/no-secrets
+   grants nothing on Secrets or SecretSets to anyone, has no SecretSet CRD and no webhook, and runs the
+   operator with --secret-sets=false.
+3. A self-test: known-bad objects must be rejected, so a silently permissive setup cannot pass; so must
+   aggregated roles that reach Secrets.
 """
 
 import argparse
@@ -40,11 +44,18 @@ OPERATOR = "cmset-controller"
 THIRD_PARTY = {
     "cert-manager.io": {"Certificate", "Issuer", "ClusterIssuer"},
 }
+# The third field says whether the installation runs SecretSets; one that does not must have no access to
+# Secrets at all (see check_no_secrets).
 INSTALLATIONS = {
-    "all namespaces (config/default)": (["config/default"], "cluster"),
-    "all namespaces, cert-manager certificates (config/cert-manager)": (["config/cert-manager"], "cluster"),
-    "listed namespaces (config/namespaced)": (["config/namespaced", "config/namespaced/cluster-admin"], "namespaced"),
+    "all namespaces (config/default)": (["config/default"], "cluster", True),
+    "all namespaces, cert-manager certificates (config/cert-manager)": (["config/cert-manager"], "cluster", True),
+    "listed namespaces (config/namespaced)":
+        (["config/namespaced", "config/namespaced/cluster-admin"], "namespaced", True),
+    "all namespaces, no access to Secrets (config/no-secrets)": (["config/no-secrets"], "cluster", False),
 }
+SECRET_SETS_OFF = "--secret-sets=false"
+SECRET_SET_CRD = "secretsets.cmset.dev"
+AGGREGATE_LABEL = "rbac.authorization.k8s.io/aggregate-to-"
 
 
 class Checker:
@@ -176,6 +187,18 @@ def rule_tuples(rules):
     return atoms
 
 
+def on_secrets(atom):
+    """Whether an RBAC atom grants anything on Secrets, wildcards included."""
+    group, resource = atom[0], atom[1]
+    return group in ("", "*") and (resource in ("secrets", "*") or resource.startswith("secrets/"))
+
+
+def on_secret_sets(atom):
+    """Whether an RBAC atom grants anything on SecretSets or their subresources, wildcards included."""
+    group, resource = atom[0], atom[1]
+    return group in ("cmset.dev", "*") and (resource == "*" or resource.split("/")[0] == "secretsets")
+
+
 def pod_templates(obj):
     kind, spec = obj.get("kind"), obj.get("spec", {})
     if kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"):
@@ -214,8 +237,9 @@ def matches(selector, labels):
     return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
 
 
-def check_operator(chk, where, objs, mode, cluster_role_atoms, version):
-    """One installation (the builds applied together) is complete and consistent."""
+def check_operator(chk, where, objs, mode, secrets, cluster_role_atoms, version):
+    """One installation (the builds applied together) is complete and consistent. With `secrets` False it
+    runs without SecretSets and must have no access to Secrets (see check_no_secrets)."""
     by_kind = {}
     for o in objs:
         by_kind.setdefault(o["kind"], []).append(o)
@@ -231,6 +255,9 @@ def check_operator(chk, where, objs, mode, cluster_role_atoms, version):
     chk.rule(where, any(c["kind"] == "CustomResourceDefinition" and c["metadata"]["name"] == "configmapsets.cmset.dev"
                         for c in objs), "the ConfigMapSet CRD is missing")
     chk.rule(where, any(n["metadata"]["name"] == ns for n in by_kind.get("Namespace", [])), f"namespace {ns} is missing")
+    has_secret_set_crd = any(c["metadata"]["name"] == SECRET_SET_CRD for c in by_kind.get("CustomResourceDefinition", []))
+    chk.rule(where, has_secret_set_crd == secrets,
+             "the SecretSet CRD is missing" if secrets else "the SecretSet CRD is installed, but SecretSets are off")
 
     c = next((c for c in pod["containers"] if c["name"] == "manager"), None)
     if not chk.rule(where, c is not None, "no container `manager`"):
@@ -288,7 +315,14 @@ def check_operator(chk, where, objs, mode, cluster_role_atoms, version):
     chk.rule(where, lease <= granted.get(ns, set()) | granted.get(None, set()),
              f"the ServiceAccount cannot take the Lease {OPERATOR} in {ns}")
 
-    if mode == "cluster":
+    off = SECRET_SETS_OFF in c.get("args", [])
+    chk.rule(where, off != secrets,
+             f"the operator runs with {SECRET_SETS_OFF}, but this installation has SecretSets" if secrets
+             else f"SecretSets are off, but the operator does not run with {SECRET_SETS_OFF}")
+    if not secrets:
+        check_no_secrets(chk, where, by_kind, c, pod)
+        cluster_role_atoms = {a for a in cluster_role_atoms if not on_secrets(a) and not on_secret_sets(a)}
+    elif mode == "cluster":
         check_webhook(chk, where, by_kind, ns, labels, c, ports, granted)
 
     listed = env.get("CMSET_NAMESPACES", {}).get("value")
@@ -296,6 +330,11 @@ def check_operator(chk, where, objs, mode, cluster_role_atoms, version):
         chk.rule(where, listed is None, "CMSET_NAMESPACES is set, but this installation watches all namespaces")
         chk.rule(where, cluster_role_atoms <= granted.get(None, set()),
                  "the ServiceAccount is not bound to the cmset-controller ClusterRole")
+        if not secrets:
+            # Exactly the ClusterRole's rights less those on Secrets and SecretSets: the rules removed are
+            # those and no others.
+            extra = granted.get(None, set()) - cluster_role_atoms
+            chk.rule(where, not extra, f"the operator's cluster-wide rights exceed the ClusterRole's: {sorted(extra)}")
     else:
         chk.rule(where, None not in granted, "the namespaced installation grants cluster-wide rights")
         watched = sorted(n.strip() for n in (listed or "").split(",") if n.strip())
@@ -309,6 +348,52 @@ def check_operator(chk, where, objs, mode, cluster_role_atoms, version):
             extra = granted[n] - cluster_role_atoms - (lease if n == ns else set())
             chk.rule(where, not missing, f"the operator's rights in {n} lack what the ClusterRole has: {sorted(missing)}")
             chk.rule(where, not extra, f"the operator's rights in {n} exceed the ClusterRole's: {sorted(extra)}")
+
+
+def check_no_secrets(chk, where, by_kind, c, pod):
+    """An installation without SecretSets has no access to Secrets: no Role or ClusterRole in it grants
+    anything on Secrets or SecretSets (to the operator or to anyone), none aggregates others (whose rules
+    cannot be seen here), the operator's pod mounts no Secret, and there is no webhook (the default one
+    keeps its certificate in a Secret)."""
+    for role in by_kind.get("Role", []) + by_kind.get("ClusterRole", []):
+        atoms = rule_tuples(role.get("rules") or [])
+        chk.rule(where, not any(on_secrets(a) for a in atoms), f"{ident(role)} grants rights on Secrets")
+        chk.rule(where, not any(on_secret_sets(a) for a in atoms), f"{ident(role)} grants rights on SecretSets")
+        chk.rule(where, "aggregationRule" not in role, f"{ident(role)} aggregates other roles")
+    for v in pod.get("volumes", []):
+        sources = [v] + (v.get("projected") or {}).get("sources", [])
+        chk.rule(where, not any("secret" in src for src in sources), f"the operator's pod mounts a Secret ({v.get('name')})")
+    chk.rule(where, not by_kind.get("MutatingWebhookConfiguration"), "a webhook is installed")
+    chk.rule(where, not any(a.startswith("--webhook-") for a in c.get("args", [])), "the operator serves a webhook")
+
+
+def check_aggregates(chk, builds, cluster_role_atoms):
+    """The ClusterRoles aggregated into the built-in admin, edit and view roles. None grants anything on
+    Secrets (the built-in view role deliberately reads none; cmset must not change that); the ones for view
+    only read; and in config/namespaced the ones for admin let a namespace admin grant the operator its Role
+    (RBAC escalation prevention: one may only grant what one holds)."""
+    for name, objs in builds.items():
+        for role in (o for o in objs if o["kind"] == "ClusterRole"):
+            aggregates = {k[len(AGGREGATE_LABEL):] for k, v in role["metadata"].get("labels", {}).items()
+                          if k.startswith(AGGREGATE_LABEL) and v == "true"}
+            if not aggregates:
+                continue
+            atoms = rule_tuples(role.get("rules", []))
+            chk.rule(name, not any(on_secrets(a) for a in atoms),
+                     f"{ident(role)}, aggregated into {sorted(aggregates)}, grants rights on Secrets")
+            if "view" in aggregates:
+                writes = sorted(a for a in atoms if a[2] not in ("get", "list", "watch"))
+                chk.rule(name, not writes, f"{ident(role)}, aggregated into view, grants more than reading: {writes}")
+    # The built-in admin role holds every verb the operator's Role has on core and apps resources; the
+    # rest must come from the roles aggregated into admin.
+    if "config/namespaced/cluster-admin" in builds:
+        admin = set()
+        for role in builds["config/namespaced/cluster-admin"]:
+            if role["kind"] == "ClusterRole" and role["metadata"].get("labels", {}).get(AGGREGATE_LABEL + "admin") == "true":
+                admin |= rule_tuples(role.get("rules", []))
+        missing = sorted(a for a in cluster_role_atoms if a[0] not in ("", "apps") and a not in admin)
+        chk.rule("config/namespaced/cluster-admin", not missing,
+                 f"a namespace admin cannot grant the operator its Role: the aggregated admin roles lack {missing}")
 
 
 def check_webhook(chk, where, by_kind, ns, labels, c, ports, granted):
@@ -356,6 +441,11 @@ def self_test(chk, crds):
                                         "spec": {"containers": [{"name": "c", "image": "i"}]}}}}
     cmset = {"apiVersion": "cmset.dev/v1alpha1", "kind": "ConfigMapSet", "metadata": {"name": "x"},
              "spec": {"template": {"data": {"k": "v"}}}}
+    # A set in source mode needs no template (it defaults to empty).
+    source = {"apiVersion": "cmset.dev/v1alpha1", "kind": "ConfigMapSet", "metadata": {"name": "x"},
+              "spec": {"configMapName": "app"}}
+    secset = {"apiVersion": "cmset.dev/v1alpha1", "kind": "SecretSet", "metadata": {"name": "x"},
+              "spec": {"secretName": "app"}}
     bad = []
     d = copy.deepcopy(deployment); d["spec"]["replicas"] = "two"; bad.append(("replicas: \"two\"", d))
     d = copy.deepcopy(deployment); d["spec"]["replica"] = 2; bad.append(("unknown field spec.replica", d))
@@ -363,11 +453,14 @@ def self_test(chk, crds):
     d = copy.deepcopy(deployment); d["apiVersion"] = "policy/v1beta1"; d["kind"] = "PodDisruptionBudget"
     bad.append(("policy/v1beta1 PodDisruptionBudget (removed in 1.25)", d))
     c = copy.deepcopy(cmset); c["spec"]["revisionHistoryLimit"] = -1; bad.append(("revisionHistoryLimit: -1", c))
-    c = copy.deepcopy(cmset); del c["spec"]["template"]; bad.append(("ConfigMapSet without template", c))
+    c = copy.deepcopy(cmset); c["spec"]["configMapName"] = "App"; bad.append(("configMapName App (not a DNS subdomain)", c))
+    s = copy.deepcopy(secset); del s["spec"]["secretName"]; bad.append(("SecretSet without secretName", s))
+    s = copy.deepcopy(secset); s["spec"]["template"] = {"data": {"k": "dg=="}}; bad.append(("SecretSet with inline data", s))
     c = copy.deepcopy(cmset); c["spec"]["templat"] = {}; bad.append(("unknown field spec.templat", c))
     c = copy.deepcopy(cmset); c["spec"]["template"]["data"] = {"k": 1}; bad.append(("data value 1 (not a string)", c))
     c = copy.deepcopy(cmset); c["apiVersion"] = "cmset.dev/v1"; bad.append(("ConfigMapSet cmset.dev/v1", c))
-    good = [("a minimal Deployment", deployment), ("a minimal ConfigMapSet", cmset)]
+    good = [("a minimal Deployment", deployment), ("a minimal ConfigMapSet", cmset),
+            ("a ConfigMapSet in source mode", source), ("a minimal SecretSet", secset)]
     for label, obj in bad:
         chk.rule("self-test", validate_object(chk, "self-test", obj, crds, quiet=True) is not None,
                  f"accepted a bad object ({label})")
@@ -375,8 +468,25 @@ def self_test(chk, crds):
         err = validate_object(chk, "self-test", obj, crds, quiet=True)
         chk.rule("self-test", err is None, f"refused {label}: {err}")
     chk.counts["built-in"] -= 1
-    chk.counts["custom"] -= 1
+    chk.counts["custom"] -= len(good) - 1
     print(f"  ok    self-test: {len(bad)} bad objects refused, {len(good)} good ones accepted")
+
+    # Aggregated roles that must be refused: each reaches Secrets, or lets view write.
+    def role(aggregate, rules):
+        return {"kind": "ClusterRole", "metadata": {"name": "x", "labels": {AGGREGATE_LABEL + aggregate: "true"}},
+                "rules": rules}
+    bad_roles = [
+        ("view reads secrets", role("view", [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}])),
+        ("view reads every core resource", role("view", [{"apiGroups": [""], "resources": ["*"], "verbs": ["list"]}])),
+        ("edit watches every group's secrets", role("edit", [{"apiGroups": ["*"], "resources": ["secrets"], "verbs": ["watch"]}])),
+        ("view patches a set", role("view", [{"apiGroups": ["cmset.dev"], "resources": ["secretsets"], "verbs": ["patch"]}])),
+    ]
+    for label, obj in bad_roles:
+        scratch = Checker(chk.k8s_version)
+        scratch.fail = lambda where, message, scratch=scratch: scratch.failures.append(message)
+        check_aggregates(scratch, {"self-test": [obj]}, set())
+        chk.rule("self-test", bool(scratch.failures), f"accepted a bad aggregated role ({label})")
+    print(f"  ok    self-test: {len(bad_roles)} bad aggregated roles refused")
 
 
 def main():
@@ -410,12 +520,20 @@ def main():
                          and o["metadata"]["name"] == OPERATOR), None)
     if chk.rule("config/rbac", cluster_role is not None, f"no ClusterRole {OPERATOR}"):
         atoms = rule_tuples(cluster_role["rules"])
-        for label, (names, mode) in INSTALLATIONS.items():
+        for label, (names, mode, secrets) in INSTALLATIONS.items():
             if all(n in builds for n in names):
                 before = len(chk.failures)
-                check_operator(chk, label, [o for n in names for o in builds[n]], mode, atoms, version)
+                check_operator(chk, label, [o for n in names for o in builds[n]], mode, secrets, atoms, version)
                 if len(chk.failures) == before:
                     print(f"  ok    {label}: the operator's Deployment, Service, PDB, RBAC and scope agree")
+                    if not secrets:
+                        print(f"  ok    {label}: nothing on Secrets or SecretSets, no SecretSet CRD, no webhook, "
+                              f"{SECRET_SETS_OFF}")
+        before = len(chk.failures)
+        check_aggregates(chk, builds, atoms)
+        if len(chk.failures) == before:
+            print("  ok    the roles aggregated into admin/edit/view grant nothing on Secrets, view's only read, "
+                  "and admin's let a namespace admin grant the operator its Role")
 
     # Files copied into config/namespaced must equal their originals (kustomize cannot share single files).
     originals = {key(o): o for n in ("config/rbac", "config/default") for o in builds.get(n, [])}

@@ -23,6 +23,7 @@ KUSTOMIZATIONS=(
   config/dev
   config/namespaced
   config/namespaced/cluster-admin
+  config/no-secrets
   config/rbac
   config/samples
   "$@"
