@@ -19,6 +19,7 @@ Examples:
   kubectl cmset why app-config deploy/web     why one workload runs the revision it runs
   kubectl cmset history app-config -o json    the same, for scripts
   kubectl cmset history secretset/db          a SecretSet's revisions (Secrets)
+  kubectl cmset diff secset/db                which keys changed; a Secret's values are never shown
 
 A set is NAME, or KIND/NAME as kubectl writes it: configmapset/NAME (or cmset/NAME) and
 secretset/NAME (or secset/NAME). A bare NAME is the ConfigMapSet of that name if there is one,
@@ -108,6 +109,10 @@ A revision is a number (3) or a revision's name (app-config-9h2c4kfd8m).
 
 Multi-line values are compared line by line. binaryData values are never printed: a line
 \"binary, N bytes, sha256 ...\" stands for each. Control characters are shown escaped (\\x1b).
+
+For a SecretSet, only keys are shown: which were added, removed or changed (\"@@ password: changed @@\"),
+and each side's type when it changed. No value, nor its size or a digest of it, is ever shown, in
+any output format or error. The two revision Secrets are read with get and compared in memory.
 
 Exit status: 0 when the revisions are identical, 1 when they differ, 2 on error
 (the same convention as diff(1) and kubectl diff).")]

@@ -1,8 +1,9 @@
-//! Every call to the API server, and nothing else: connect, read the set, list its revisions, list the
-//! workloads of a namespace. The plugin only reads.
+//! Every call to the API server, and nothing else: connect, read the set, list its revisions, read two
+//! revision Secrets for a diff, list the workloads of a namespace. The plugin only reads.
 //!
-//! A SecretSet's revisions are listed by their metadata only, and no error about a Secret request
-//! repeats anything of the answer ([`secret_error`]).
+//! A SecretSet's revisions are listed by their metadata only; the only Secrets read in full are the two
+//! a diff compares ([`Cluster::secret`]), and no error about a Secret request repeats anything of the
+//! answer ([`secret_error`]).
 
 use std::path::Path;
 
@@ -141,6 +142,14 @@ impl Cluster {
             .await
             .map_err(|e| secret_error("listing the revision Secrets", e))?;
         Ok(list.items)
+    }
+
+    /// One Secret, in full: only for [`crate::secret_diff::compare`], which keeps its values to itself.
+    pub async fn secret(&self, name: &str) -> Result<Secret, Error> {
+        self.api::<Secret>()
+            .get(name)
+            .await
+            .map_err(|e| secret_error("reading a revision Secret", e))
     }
 
     /// Every Deployment, StatefulSet and DaemonSet of the namespace, opted in or not.

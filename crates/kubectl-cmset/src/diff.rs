@@ -1,5 +1,6 @@
 //! `kubectl cmset diff`: which two revisions to compare, what differs between them, and the text of
-//! the diff. This module diffs a ConfigMapSet's revisions.
+//! the diff. This module diffs a ConfigMapSet's revisions; a SecretSet's are compared by
+//! [`crate::secret_diff`], which shows keys only.
 //!
 //! The text is a unified diff of the revisions' content, one section per key that differs:
 //!
@@ -222,7 +223,7 @@ pub enum ChangeKind {
 }
 
 impl ChangeKind {
-    fn word(self) -> &'static str {
+    pub(crate) fn word(self) -> &'static str {
         match self {
             ChangeKind::Added => "added",
             ChangeKind::Removed => "removed",
@@ -266,7 +267,7 @@ impl Side {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DiffReport {
-    /// Always `ConfigMapSet`.
+    /// Always `ConfigMapSet` (a SecretSet's diff is a [`crate::secret_diff::SecretDiffReport`]).
     #[serde(serialize_with = "serialize_kind")]
     pub kind: SetKind,
     pub set: String,

@@ -3,7 +3,7 @@
 //! The pure parts (history rows, choosing and diffing revisions, explaining workloads, tables, colour)
 //! are plain functions over plain data in their own modules, tested from literal objects; [`cluster`] is
 //! the only module that talks to the API server, and [`run`] ties the two together. A SecretSet's
-//! revisions are read by their metadata only.
+//! values stay inside [`secret_diff`]: every other module sees its revisions' metadata only.
 #![forbid(unsafe_code)]
 
 pub mod address;
@@ -15,6 +15,7 @@ pub mod error;
 pub mod history;
 pub mod output;
 pub mod revisions;
+pub mod secret_diff;
 pub mod status;
 pub mod style;
 pub mod table;
@@ -128,10 +129,16 @@ pub async fn run(cli: Cli, palette: Palette, now: Timestamp) -> Result<Outcome, 
                     (report.identical, stdout)
                 }
                 Listed::Secrets(_) => {
-                    return Err(Error::Usage(format!(
-                        "diff does not compare the revisions of a SecretSet yet ({} and {})",
-                        from.name, to.name
-                    )));
+                    // Read in full, compared, and dropped here: only keys and types leave
+                    // `secret_diff::compare`.
+                    let old = cluster.secret(&from.name).await?;
+                    let new = cluster.secret(&to.name).await?;
+                    let report = secret_diff::compare(view.name(), from, &old, to, &new);
+                    let stdout = match output::structured(&report, g.output)? {
+                        Some(text) => text,
+                        None => secret_diff::render_text(&report, palette),
+                    };
+                    (report.identical, stdout)
                 }
             };
             let note = identical.then(|| {
