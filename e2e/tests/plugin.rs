@@ -1,7 +1,8 @@
 //! `kubectl cmset`, the plugin for people who inspect, run as a person would run it: the built binary,
 //! the admin kubeconfig, output into a pipe. A set goes through three contents while an opted-in
 //! Deployment follows it and a Deployment without the opt-in label merely references it; then the
-//! opted-in one is rolled back. `history`, `diff` and `status` must tell that story.
+//! opted-in one is rolled back. `history`, `diff` and `status` must tell that story. A second test reads
+//! a SecretSet whose revisions and status it writes itself, and checks that no value is ever shown.
 //!
 //! The binary comes from `CMSET_PLUGIN_BIN`, else it sits next to this test's own target directory
 //! (`target/debug/kubectl-cmset`): build it first with `cargo build -p kubectl-cmset`.
@@ -398,4 +399,278 @@ async fn the_plugin_tells_the_story_of_a_set() {
         coloured.contains("\u{1b}[31m-colour=blue\u{1b}[0m"),
         "{coloured:?}"
     );
+}
+
+/// The values of the SecretSet test's revisions: every one holds `SECRET-`, which no key does, so any
+/// output holding `SECRET-` (or a value's base64) leaked a value.
+const PASSWORD_1: &str = "hunter2-SECRET-VALUE";
+const PASSWORD_2: &[u8] = b"\x00\xff\xfeSECRET-BYTES\x1b[31m";
+const TOKEN: &str = "tok-SECRET-VALUE-1";
+const LEGACY: &str = "legacy-SECRET-VALUE-3";
+const USERNAME: &str = "admin-SECRET-VALUE-2";
+
+fn assert_no_values(run: &Run) {
+    use base64::Engine;
+    let base64 = |v: &[u8]| base64::engine::general_purpose::STANDARD.encode(v);
+    let values: [&[u8]; 5] = [
+        PASSWORD_1.as_bytes(),
+        PASSWORD_2,
+        TOKEN.as_bytes(),
+        LEGACY.as_bytes(),
+        USERNAME.as_bytes(),
+    ];
+    for out in [&run.stdout, &run.stderr] {
+        assert!(!out.contains("SECRET-"), "a value leaked: {run:?}");
+        for value in values {
+            assert!(!out.contains(&base64(value)), "a value leaked in base64: {run:?}");
+        }
+    }
+}
+
+/// A revision Secret of SecretSet `db` as cmset makes one: immutable, named `db-<hash>`, labelled with
+/// its set, numbered, and controlled by the set. Created, not applied, so no annotation repeats it.
+fn revision_secret(ns: &TestNamespace, name: &str, number: i64, set_uid: &str, data: &[(&str, &[u8])]) {
+    use base64::Engine;
+    let data: serde_json::Map<String, Value> = data
+        .iter()
+        .map(|(k, v)| {
+            let encoded = base64::engine::general_purpose::STANDARD.encode(v);
+            (k.to_string(), Value::String(encoded))
+        })
+        .collect();
+    let secret = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": name,
+            "labels": {labels::SET: "db"},
+            "annotations": {
+                labels::REVISION: number.to_string(),
+                labels::CONTENT_HASH: name.trim_start_matches("db-"),
+            },
+            "ownerReferences": [{
+                "apiVersion": "cmset.dev/v1alpha1",
+                "kind": "SecretSet",
+                "name": "db",
+                "uid": set_uid,
+                "controller": true,
+            }],
+        },
+        "type": "Opaque",
+        "immutable": true,
+        "data": data,
+    });
+    ns.try_kubectl(&["create", "-f", "-"], Some(&secret.to_string()))
+        .expect("create a revision Secret");
+}
+
+/// A Deployment whose pod reads Secret `secret` through `reads` (a YAML block for the container, or
+/// for the pod when it starts with `volumes:`).
+fn secret_deployment_yaml(name: &str, opted_in: bool, reads: &str) -> String {
+    let (container, pod) = if reads.starts_with("volumes:") {
+        (String::new(), format!("\n      {reads}"))
+    } else {
+        (format!("\n          {reads}"), String::new())
+    };
+    let spec = format!(
+        "\n      containers:\n        - name: app\n          image: registry.k8s.io/pause:3.9{container}{pod}\n"
+    );
+    DeploymentYaml::with_pod_spec(name, &spec)
+        .opted_in(opted_in)
+        .yaml()
+}
+
+/// The plugin on a SecretSet. No operator runs (this branch's has no SecretSet support yet): the test
+/// writes what cmset would (the set, its revision Secrets, its status), so it proves the plugin alone:
+/// addressing by kind, history and status through Secret references only, and a diff that names keys
+/// and never shows a value.
+#[tokio::test]
+async fn the_plugin_reads_a_secret_set_and_never_shows_a_value() {
+    let ns = TestNamespace::new("plugin-secrets").await;
+    let mut t = Transcript::default();
+    let (v1, v2) = ("db-5k2m7f9c4b", "db-8t6h4g2d9k");
+
+    ns.apply(
+        "apiVersion: cmset.dev/v1alpha1\nkind: SecretSet\nmetadata: {name: db}\nspec: {secretName: db-source}\n",
+    );
+    let set_uid = ns.kubectl(&["get", "secretset", "db", "-o", "jsonpath={.metadata.uid}"]);
+    let set_uid = set_uid.trim();
+    revision_secret(
+        &ns,
+        v1,
+        1,
+        set_uid,
+        &[
+            ("password", PASSWORD_1.as_bytes()),
+            ("token", TOKEN.as_bytes()),
+            ("legacy", LEGACY.as_bytes()),
+        ],
+    );
+    revision_secret(
+        &ns,
+        v2,
+        2,
+        set_uid,
+        &[
+            ("password", PASSWORD_2),
+            ("token", TOKEN.as_bytes()),
+            ("username", USERNAME.as_bytes()),
+        ],
+    );
+    // `api` runs the current revision, `old` was rolled back to revision 1, `legacy` names the bare set
+    // without opting in; `configmaps` names a ConfigMap of a revision's name, which is no reference to a
+    // SecretSet.
+    let env_from =
+        |name: &str| format!("envFrom:\n            - secretRef: {{name: {name}, optional: true}}");
+    ns.apply(&secret_deployment_yaml("api", true, &env_from(v2)));
+    ns.apply(&secret_deployment_yaml(
+        "old",
+        true,
+        &format!("volumes:\n        - name: creds\n          secret: {{secretName: {v1}, optional: true}}"),
+    ));
+    ns.apply(&secret_deployment_yaml("legacy", false, &env_from("db")));
+    ns.apply(
+        &DeploymentYaml::new("configmaps", &[Reads::EnvFromOptional(v2)])
+            .opted_in(true)
+            .yaml(),
+    );
+    let uid = |name: &str| {
+        let uid = ns.kubectl(&["get", "deployment", name, "-o", "jsonpath={.metadata.uid}"]);
+        uid.trim().to_string()
+    };
+    let workload = |name: &str, revision: &str, state: &str| serde_json::json!({"kind": "Deployment", "name": name, "uid": uid(name), "revision": revision, "state": state});
+    let status = serde_json::json!({"status": {
+        "observedGeneration": 1,
+        "revision": 2,
+        "currentRevision": v2,
+        "conditions": [{
+            "type": "Ready",
+            "status": "True",
+            "reason": "RolledOut",
+            "message": "every opted-in workload runs revision 2 or is pinned",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }],
+        "workloads": [workload("api", v2, "Current"), workload("old", v1, "Pinned")],
+    }});
+    ns.kubectl(&[
+        "patch",
+        "secretset",
+        "db",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &status.to_string(),
+    ]);
+
+    // history, by every way of naming the set; a bare name finds the SecretSet, the only set called so.
+    // (Rows without their age, which may tick between two runs.)
+    let history = |t: &mut Transcript, address: &str| {
+        let mut rows = parse_table(&t.expect(&ns, &["history", address], 0));
+        rows.iter_mut().for_each(|r| assert!(r.remove("AGE").is_some()));
+        rows
+    };
+    let rows = history(&mut t, "secretset/db");
+    for address in ["secretsets/db", "secset/db", "db"] {
+        assert_eq!(history(&mut t, address), rows, "{address}");
+    }
+    let column = |name: &str| rows.iter().map(|r| r[name].clone()).collect::<Vec<_>>();
+    assert_eq!(column("REVISION"), ["2", "1"]);
+    assert_eq!(column("SECRET"), [v2, v1]);
+    assert_eq!(column("CURRENT"), ["*", ""]);
+    assert_eq!(column("USED BY"), ["Deployment/api", "Deployment/old"]);
+    let json = t.json(&ns, &["history", "secset/db", "-o", "json"], 0);
+    assert_eq!(json[0]["secret"], v2);
+    assert!(json[0].get("configMap").is_none(), "{json}");
+
+    // diff: keys only, in every format, with the exit status of diff(1).
+    let diff = t.run(&ns, &["diff", "secretset/db"]);
+    assert_eq!(diff.code, 1, "{diff:?}");
+    assert_eq!(
+        diff.stdout,
+        format!(
+            "--- {v1} (revision 1)\n+++ {v2} (revision 2)\n@@ legacy: removed @@\n@@ password: changed @@\n\
+             @@ username: added @@\n"
+        )
+    );
+    assert_no_values(&diff);
+    for format in ["json", "yaml"] {
+        let run = t.run(&ns, &["diff", "secretset/db", "1", "2", "-o", format]);
+        assert_eq!(run.code, 1, "{run:?}");
+        assert!(
+            run.stdout.contains("password") && run.stdout.contains("changed"),
+            "{run:?}"
+        );
+        assert_no_values(&run);
+    }
+    let coloured = t.run(&ns, &["diff", "db", "--color=always"]);
+    assert_eq!(coloured.code, 1, "{coloured:?}");
+    assert_no_values(&coloured);
+    let same = t.run(&ns, &["diff", "db", "2", v2]);
+    assert_eq!((same.code, same.stdout.as_str()), (0, ""), "{same:?}");
+    assert_no_values(&same);
+    let unknown = t.run(&ns, &["diff", "db", "9"]);
+    assert_eq!(unknown.code, 2, "{unknown:?}");
+    assert!(
+        unknown.stderr.contains("secretset \"db\" has no revision \"9\""),
+        "{unknown:?}"
+    );
+
+    // status: through Secret references only.
+    let status = t.expect(&ns, &["status", "secretset/db"], 0);
+    assert!(status.starts_with("SecretSet:    db (namespace "), "{status}");
+    assert!(
+        status.contains(&format!("Current:      revision 2, Secret {v2}\n")),
+        "{status}"
+    );
+    let table = status.split("\n\n").nth(1).expect("a table of workloads");
+    let by_workload: BTreeMap<String, BTreeMap<String, String>> = parse_table(table)
+        .into_iter()
+        .map(|r| (r["WORKLOAD"].clone(), r))
+        .collect();
+    assert_eq!(
+        by_workload.keys().collect::<Vec<_>>(),
+        ["Deployment/api", "Deployment/legacy", "Deployment/old"]
+    );
+    assert_eq!(by_workload["Deployment/api"]["WHY"], "current (updated by cmset)");
+    assert_eq!(
+        by_workload["Deployment/old"]["WHY"],
+        "pinned to revision 1 by a rollback; moves again when the set's content changes"
+    );
+    assert_eq!(by_workload["Deployment/legacy"]["SECRET"], "db");
+    let why = t.json(&ns, &["why", "secset/db", "deploy/old", "-o", "json"], 0);
+    assert_eq!(why["kind"], "SecretSet");
+    assert_eq!(why["workloads"][0]["secret"], v1);
+
+    // A ConfigMapSet of the same name: a bare name is now ambiguous, and each kind is its own set.
+    ns.apply(&set_yaml_with("db", &[("K", "v")], None, Template::default()));
+    let both = t.run(&ns, &["history", "db"]);
+    assert_eq!(both.code, 2, "{both:?}");
+    assert!(
+        both.stderr.contains(&format!(
+            "both a configmapset and a secretset are named \"db\" in namespace \"{}\": write \
+             configmapset/db or secretset/db",
+            ns.name
+        )),
+        "{both:?}"
+    );
+    let cm = t.run(&ns, &["history", "configmapset/db"]);
+    assert_eq!((cm.code, cm.stdout.as_str()), (0, ""), "{cm:?}");
+    assert!(cm.stderr.contains("configmapset \"db\" in namespace"), "{cm:?}");
+    assert_eq!(history(&mut t, "secretset/db"), rows);
+    let missing = t.run(&ns, &["history", "secretset/nope"]);
+    assert_eq!(missing.code, 2, "{missing:?}");
+    assert!(
+        missing.stderr.contains(&format!(
+            "secretset \"nope\" not found in namespace \"{}\"",
+            ns.name
+        )),
+        "{missing:?}"
+    );
+
+    for out in &t.piped {
+        assert!(
+            !out.contains('\u{1b}'),
+            "an escape sequence in piped output:\n{out}"
+        );
+    }
 }

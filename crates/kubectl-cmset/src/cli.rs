@@ -6,8 +6,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::style::ColorChoice;
 
-const ABOUT: &str = "Inspect ConfigMapSets (configmapsets.cmset.dev): their revisions, what changed between \
-                     two of them, and which revision each workload runs and why.";
+const ABOUT: &str = "Inspect ConfigMapSets (configmapsets.cmset.dev) and SecretSets (secretsets.cmset.dev): \
+                     their revisions, what changed between two of them, and which revision each workload \
+                     runs and why.";
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -17,6 +18,12 @@ Examples:
   kubectl cmset status app-config             the set and every workload that references it
   kubectl cmset why app-config deploy/web     why one workload runs the revision it runs
   kubectl cmset history app-config -o json    the same, for scripts
+  kubectl cmset history secretset/db          a SecretSet's revisions (Secrets)
+  kubectl cmset diff secset/db                which keys changed; a Secret's values are never shown
+
+A set is NAME, or KIND/NAME as kubectl writes it: configmapset/NAME (or cmset/NAME) and
+secretset/NAME (or secset/NAME). A bare NAME is the ConfigMapSet of that name if there is one,
+else the SecretSet; when both exist, write the kind.
 
 Exit status: 0 on success; 2 on any error (unknown set or revision, API errors, bad flags);
 `diff` exits 1 when the revisions differ, as diff(1) and kubectl diff do.
@@ -81,13 +88,14 @@ pub enum Output {
 pub enum Command {
     /// List the set's revisions, newest first, and what uses each
     #[command(long_about = "\
-List the revision ConfigMaps of a set, newest first.
+List the revisions of a set, newest first: the ConfigMaps of a ConfigMapSet, the Secrets of a
+SecretSet (listed by their metadata only; their content is not read).
 
-Columns: REVISION (its number), CONFIGMAP (its name), AGE, CURRENT (* for the set's current revision)
-and USED BY: the set's workloads that run it, and the ReplicaSets and ControllerRevisions that keep it
-for a rollback (they own it, so it is never pruned while they exist).")]
+Columns: REVISION (its number), CONFIGMAP or SECRET (its name), AGE, CURRENT (* for the set's current
+revision) and USED BY: the set's workloads that run it, and the ReplicaSets and ControllerRevisions
+that keep it for a rollback (they own it, so it is never pruned while they exist).")]
     History {
-        /// Name of the ConfigMapSet
+        /// The set: NAME, configmapset/NAME or secretset/NAME
         set: String,
     },
 
@@ -97,19 +105,23 @@ Show what changed between two revisions of a set, as a unified diff of their dat
 
 With no revision: the revision before the current one (by number) against the current one.
 With one: that revision against the current one. With two: the first against the second.
-A revision is a number (3) or a ConfigMap name (app-config-9h2c4kfd8m).
+A revision is a number (3) or a revision's name (app-config-9h2c4kfd8m).
 
 Multi-line values are compared line by line. binaryData values are never printed: a line
 \"binary, N bytes, sha256 ...\" stands for each. Control characters are shown escaped (\\x1b).
 
+For a SecretSet, only keys are shown: which were added, removed or changed (\"@@ password: changed @@\"),
+and each side's type when it changed. No value, nor its size or a digest of it, is ever shown, in
+any output format or error. The two revision Secrets are read with get and compared in memory.
+
 Exit status: 0 when the revisions are identical, 1 when they differ, 2 on error
 (the same convention as diff(1) and kubectl diff).")]
     Diff {
-        /// Name of the ConfigMapSet
+        /// The set: NAME, configmapset/NAME or secretset/NAME
         set: String,
-        /// The older side: a revision number or ConfigMap name [default: the one before the current]
+        /// The older side: a revision number or name [default: the one before the current]
         a: Option<String>,
-        /// The newer side: a revision number or ConfigMap name [default: the current revision]
+        /// The newer side: a revision number or name [default: the current revision]
         b: Option<String>,
     },
 
@@ -118,7 +130,9 @@ Exit status: 0 when the revisions are identical, 1 when they differ, 2 on error
         visible_alias = "why",
         long_about = "\
 Explain the set's state and, for every Deployment, StatefulSet and DaemonSet of its namespace that
-references it (by the set's name or a revision's name), which revision it runs and why:
+references it (by the set's name or a revision's name), which revision it runs and why. A ConfigMapSet
+is referenced through ConfigMap references; a SecretSet through Secret references (envFrom secretRef,
+secretKeyRef, secret volumes and projected secrets):
 
   current        it runs the current revision; cmset updated it
   pinned         a rollback (kubectl rollout undo) chose an older revision; cmset leaves it there
@@ -130,7 +144,7 @@ Also shows the set's Ready condition, its current revision, and whether its stat
 with its spec (observedGeneration against generation)."
     )]
     Status {
-        /// Name of the ConfigMapSet
+        /// The set: NAME, configmapset/NAME or secretset/NAME
         set: String,
         /// Only this workload: NAME, or KIND/NAME (deployment/web, sts/db, ds/agent)
         workload: Option<String>,
@@ -159,6 +173,15 @@ mod tests {
             assert_eq!(cli.global.output, Output::Json);
             assert!(matches!(cli.command, Command::History { ref set } if set == "app"));
         }
+    }
+
+    #[test]
+    fn a_set_may_be_written_with_its_kind() {
+        let cli = Cli::try_parse_from(["kubectl-cmset", "diff", "secretset/db", "2"]).unwrap();
+        assert!(matches!(cli.command, Command::Diff { ref set, .. } if set == "secretset/db"));
+        use clap::CommandFactory;
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains("secretset/NAME (or secset/NAME)"), "{help}");
     }
 
     #[test]

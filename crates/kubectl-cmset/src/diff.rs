@@ -1,5 +1,6 @@
 //! `kubectl cmset diff`: which two revisions to compare, what differs between them, and the text of
-//! the diff.
+//! the diff. This module diffs a ConfigMapSet's revisions; a SecretSet's are compared by
+//! [`crate::secret_diff`], which shows keys only.
 //!
 //! The text is a unified diff of the revisions' content, one section per key that differs:
 //!
@@ -28,53 +29,56 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use cmset_core::set::SetKind;
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use similar::{ChangeTag, TextDiff};
 
-use crate::revisions::{Revision, label};
+use crate::address::SetId;
+use crate::revisions::{Revision, label, serialize_kind};
 use crate::style::{Palette, Role, visible};
 
-/// Why the two revisions to compare could not be chosen.
+/// Why the two revisions to compare could not be chosen. The messages name the set, the user's
+/// arguments and revision names and numbers: nothing of any revision's content.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ResolveError {
-    NoRevisions { set: String },
-    NoCurrent { set: String },
-    CurrentMissing { set: String, name: String },
-    OnlyOne { set: String, only: String },
-    NoPrevious { set: String, current: String },
-    Unknown { set: String, arg: String, known: String },
+    NoRevisions { set: SetId },
+    NoCurrent { set: SetId },
+    CurrentMissing { set: SetId, name: String },
+    OnlyOne { set: SetId, only: String },
+    NoPrevious { set: SetId, current: String },
+    Unknown { set: SetId, arg: String, known: String },
 }
 
 impl fmt::Display for ResolveError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::NoRevisions { set } => write!(
-                f,
-                "configmapset {set:?} has no revisions yet (is the cmset operator running?)"
-            ),
+            Self::NoRevisions { set } => {
+                write!(f, "{set} has no revisions yet (is the cmset operator running?)")
+            }
             Self::NoCurrent { set } => write!(
                 f,
-                "configmapset {set:?} has no current revision yet: its status names none \
+                "{set} has no current revision yet: its status names none \
                  (is the cmset operator running?); name two revisions to compare"
             ),
             Self::CurrentMissing { set, name } => write!(
                 f,
-                "the current revision of configmapset {set:?}, {name:?}, is not among its ConfigMaps; \
-                 name two revisions to compare"
+                "the current revision of {set}, {name:?}, is not among its {}s; \
+                 name two revisions to compare",
+                set.kind.revision_kind()
             ),
             Self::OnlyOne { set, only } => write!(
                 f,
-                "configmapset {set:?} has only one revision, {only}: there is nothing to compare it with"
+                "{set} has only one revision, {only}: there is nothing to compare it with"
             ),
             Self::NoPrevious { set, current } => write!(
                 f,
-                "no revision of configmapset {set:?} is older than the current one, {current}; \
+                "no revision of {set} is older than the current one, {current}; \
                  name two revisions to compare"
             ),
             Self::Unknown { set, arg, known } => {
-                write!(f, "configmapset {set:?} has no revision {arg:?}; it has {known}")
+                write!(f, "{set} has no revision {arg:?}; it has {known}")
             }
         }
     }
@@ -94,15 +98,16 @@ fn describe(r: &Revision<'_>) -> String {
 /// - `A`: A to the current revision;
 /// - `A B`: A to B.
 ///
-/// An argument that is a whole number is a revision number; anything else is a ConfigMap name.
+/// An argument that is a whole number is a revision number; anything else is a revision's name (a
+/// ConfigMap's or a Secret's).
 pub fn resolve(
-    set: &str,
+    set: &SetId,
     current: Option<&str>,
     revisions: &[Revision<'_>],
     a: Option<&str>,
     b: Option<&str>,
 ) -> Result<(usize, usize), ResolveError> {
-    let set = set.to_string();
+    let set = set.clone();
     if revisions.is_empty() {
         return Err(ResolveError::NoRevisions { set });
     }
@@ -176,7 +181,8 @@ fn contents(cm: &ConfigMap) -> BTreeMap<String, Value> {
     text.chain(binary).collect()
 }
 
-/// A value as reported: text in full, binary data by size and digest only.
+/// A value as reported: text in full, binary data by size and digest only. (Only ever of a ConfigMap: a
+/// digest of a Secret's value would give a short one away to a dictionary.)
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Shown {
@@ -217,7 +223,7 @@ pub enum ChangeKind {
 }
 
 impl ChangeKind {
-    fn word(self) -> &'static str {
+    pub(crate) fn word(self) -> &'static str {
         match self {
             ChangeKind::Added => "added",
             ChangeKind::Removed => "removed",
@@ -261,6 +267,9 @@ impl Side {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DiffReport {
+    /// Always `ConfigMapSet` (a SecretSet's diff is a [`crate::secret_diff::SecretDiffReport`]).
+    #[serde(serialize_with = "serialize_kind")]
+    pub kind: SetKind,
     pub set: String,
     pub from: Side,
     pub to: Side,
@@ -269,10 +278,11 @@ pub struct DiffReport {
     pub changes: Vec<KeyChange>,
 }
 
-/// Compares the content (`data` and `binaryData`) of two revisions.
-pub fn compare(set: &str, from: &Revision<'_>, to: &Revision<'_>) -> DiffReport {
-    let old = contents(from.config_map);
-    let new = contents(to.config_map);
+/// Compares the content (`data` and `binaryData`) of two revisions of a ConfigMapSet, found among
+/// `config_maps` (the ConfigMaps [`crate::revisions::revisions_of`] chose them from).
+pub fn compare(set: &str, from: &Revision<'_>, to: &Revision<'_>, config_maps: &[ConfigMap]) -> DiffReport {
+    let old = contents(&config_maps[from.index]);
+    let new = contents(&config_maps[to.index]);
     let keys: BTreeSet<&String> = old.keys().chain(new.keys()).collect();
     let changes: Vec<KeyChange> = keys
         .into_iter()
@@ -293,6 +303,7 @@ pub fn compare(set: &str, from: &Revision<'_>, to: &Revision<'_>) -> DiffReport 
         })
         .collect();
     DiffReport {
+        kind: SetKind::ConfigMapSet,
         set: set.to_string(),
         from: Side::of(from),
         to: Side::of(to),
@@ -422,6 +433,11 @@ mod tests {
     use super::*;
     use crate::revisions::fixtures::*;
     use crate::revisions::revisions_of;
+    use cmset_core::set::SetRef;
+
+    fn app() -> SetId {
+        SetId::new(SetKind::ConfigMapSet, "app")
+    }
 
     const T: &str = "2026-01-01T00:00:00Z";
 
@@ -437,10 +453,10 @@ mod tests {
     fn resolving_revision_arguments() {
         let set = set(Some("app-c"), Some(3), vec![]);
         let cms = three();
-        let revs = revisions_of(&set, &cms);
+        let revs = revisions_of(SetRef::from(&set), &cms);
         let names = |(from, to): (usize, usize)| (revs[from].name.as_str(), revs[to].name.as_str());
         let ok =
-            |a: Option<&str>, b: Option<&str>| names(resolve("app", Some("app-c"), &revs, a, b).unwrap());
+            |a: Option<&str>, b: Option<&str>| names(resolve(&app(), Some("app-c"), &revs, a, b).unwrap());
 
         // (A, B, from, to)
         let table = [
@@ -456,14 +472,14 @@ mod tests {
             assert_eq!(ok(a, b), (from, to), "{a:?} {b:?}");
         }
 
-        let err = resolve("app", Some("app-c"), &revs, Some("7"), None).unwrap_err();
+        let err = resolve(&app(), Some("app-c"), &revs, Some("7"), None).unwrap_err();
         assert_eq!(
             err.to_string(),
             "configmapset \"app\" has no revision \"7\"; it has revision 3 (app-c), revision 2 (app-b), \
              revision 1 (app-a)"
         );
         assert!(matches!(
-            resolve("app", Some("app-c"), &revs, Some("1"), Some("app-zzz")),
+            resolve(&app(), Some("app-c"), &revs, Some("1"), Some("app-zzz")),
             Err(ResolveError::Unknown { arg, .. }) if arg == "app-zzz"
         ));
     }
@@ -477,16 +493,16 @@ mod tests {
             revision("app-d", Some(4), T, &[]),
             revision("app-e", Some(5), T, &[]),
         ];
-        let revs = revisions_of(&set, &cms);
-        let (from, to) = resolve("app", Some("app-e"), &revs, None, None).unwrap();
+        let revs = revisions_of(SetRef::from(&set), &cms);
+        let (from, to) = resolve(&app(), Some("app-e"), &revs, None, None).unwrap();
         assert_eq!(
             (revs[from].name.as_str(), revs[to].name.as_str()),
             ("app-d", "app-e")
         );
         // The current revision is not the newest when it lost its number; then nothing is "before" it.
-        let (from, _) = resolve("app", Some("app-d"), &revs, None, None).unwrap();
+        let (from, _) = resolve(&app(), Some("app-d"), &revs, None, None).unwrap();
         assert_eq!(revs[from].name, "app-a");
-        let (_, to) = resolve("app", Some("app-a"), &revs, Some("4"), None).unwrap();
+        let (_, to) = resolve(&app(), Some("app-a"), &revs, Some("4"), None).unwrap();
         assert_eq!(revs[to].name, "app-a");
     }
 
@@ -494,36 +510,36 @@ mod tests {
     fn resolution_errors() {
         let set = set(Some("app-a"), Some(1), vec![]);
         let one = vec![revision("app-a", Some(1), T, &[])];
-        let revs = revisions_of(&set, &one);
-        let err = resolve("app", Some("app-a"), &revs, None, None).unwrap_err();
+        let revs = revisions_of(SetRef::from(&set), &one);
+        let err = resolve(&app(), Some("app-a"), &revs, None, None).unwrap_err();
         assert_eq!(
             err.to_string(),
             "configmapset \"app\" has only one revision, revision 1 (app-a): there is nothing to compare it with"
         );
         // Comparing it with itself is allowed, and identical.
-        assert_eq!(resolve("app", Some("app-a"), &revs, Some("1"), None), Ok((0, 0)));
+        assert_eq!(resolve(&app(), Some("app-a"), &revs, Some("1"), None), Ok((0, 0)));
 
         assert_eq!(
-            resolve("app", None, &[], None, None),
-            Err(ResolveError::NoRevisions { set: "app".into() })
+            resolve(&app(), None, &[], None, None),
+            Err(ResolveError::NoRevisions { set: app() })
         );
         let cms = three();
-        let revs = revisions_of(&set, &cms);
+        let revs = revisions_of(SetRef::from(&set), &cms);
         assert_eq!(
-            resolve("app", None, &revs, None, None),
-            Err(ResolveError::NoCurrent { set: "app".into() })
+            resolve(&app(), None, &revs, None, None),
+            Err(ResolveError::NoCurrent { set: app() })
         );
         // Two explicit revisions need no status at all.
-        assert_eq!(resolve("app", None, &revs, Some("1"), Some("2")), Ok((2, 1)));
+        assert_eq!(resolve(&app(), None, &revs, Some("1"), Some("2")), Ok((2, 1)));
         assert_eq!(
-            resolve("app", Some("app-gone"), &revs, None, None),
+            resolve(&app(), Some("app-gone"), &revs, None, None),
             Err(ResolveError::CurrentMissing {
-                set: "app".into(),
+                set: app(),
                 name: "app-gone".into()
             })
         );
         assert!(matches!(
-            resolve("app", Some("app-a"), &revs, None, None),
+            resolve(&app(), Some("app-a"), &revs, None, None),
             Err(ResolveError::NoPrevious { .. })
         ));
     }
@@ -531,7 +547,7 @@ mod tests {
     fn report(old: ConfigMap, new: ConfigMap) -> DiffReport {
         let set = set(None, None, vec![]);
         let cms = [old, new];
-        let revs = revisions_of(&set, &cms);
+        let revs = revisions_of(SetRef::from(&set), &cms);
         let old = revs
             .iter()
             .find(|r| r.name == cms[0].metadata.name.clone().unwrap())
@@ -540,7 +556,7 @@ mod tests {
             .iter()
             .find(|r| r.name == cms[1].metadata.name.clone().unwrap())
             .unwrap();
-        compare("app", old, new)
+        compare("app", old, new, &cms)
     }
 
     /// Revision 2 (`app-b`) holding `old` against revision 3 (`app-c`) holding `new`: the comparison most
@@ -735,6 +751,7 @@ mod tests {
         assert_eq!(
             serde_json::to_value(rep).unwrap(),
             json!({
+                "kind": "ConfigMapSet",
                 "set": "app",
                 "from": {"configMap": "app-b", "revision": 2},
                 "to": {"configMap": "app-c", "revision": 3},

@@ -1,13 +1,13 @@
-//! `kubectl cmset history`: one row per revision ConfigMap, newest first, with what still uses it.
+//! `kubectl cmset history`: one row per revision (a ConfigMap of a ConfigMapSet, a Secret of a
+//! SecretSet), newest first, with what still uses it.
 
-use cmset_api::ConfigMapSet;
+use cmset_core::refs::Referenced;
+use cmset_core::set::SetRef;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::ResourceExt;
 use serde::Serialize;
 
 use crate::age::age;
-use crate::revisions::{current_name, revisions_of};
+use crate::revisions::{ObjectName, Revision, column, current_name};
 use crate::style::{Palette, Role};
 use crate::table::{Cell, render};
 
@@ -17,9 +17,10 @@ use crate::table::{Cell, render};
 pub struct HistoryRow {
     /// The revision number (`cmset.dev/revision`), `null` if the annotation is missing or not a number.
     pub revision: Option<i64>,
-    /// The revision ConfigMap's name.
-    pub config_map: String,
-    /// `creationTimestamp` of the ConfigMap, RFC 3339.
+    /// The revision's name, as `configMap` or `secret`.
+    #[serde(flatten)]
+    pub object: ObjectName,
+    /// `creationTimestamp` of the revision, RFC 3339.
     pub created: Option<String>,
     /// Its age as `kubectl get` prints it.
     pub age: String,
@@ -30,13 +31,15 @@ pub struct HistoryRow {
     pub used_by: Vec<String>,
 }
 
-/// The rows of `set`'s history, given the ConfigMaps listed by its label, at time `now`.
-pub fn history_rows(set: &ConfigMapSet, config_maps: &[ConfigMap], now: Timestamp) -> Vec<HistoryRow> {
+/// The rows of `set`'s history, from its `revisions` (see [`crate::revisions::revisions_of`]), at time
+/// `now`.
+pub fn history_rows(set: SetRef<'_>, revisions: &[Revision<'_>], now: Timestamp) -> Vec<HistoryRow> {
     let current = current_name(set);
-    let set_uid = set.metadata.uid.as_deref().unwrap_or_default();
-    let workloads = set.status.iter().flat_map(|s| s.workloads.iter());
-    revisions_of(set, config_maps)
-        .into_iter()
+    let set_uid = set.uid();
+    let kind = set.kind().revision_kind();
+    let workloads = set.status().into_iter().flat_map(|s| s.workloads.iter());
+    revisions
+        .iter()
         .map(|r| {
             let mut used_by: Vec<String> = workloads
                 .clone()
@@ -44,19 +47,20 @@ pub fn history_rows(set: &ConfigMapSet, config_maps: &[ConfigMap], now: Timestam
                 .map(|w| format!("{}/{}", w.kind, w.name))
                 .collect();
             let mut owners: Vec<String> = r
-                .config_map
-                .owner_references()
+                .meta
+                .owner_references
                 .iter()
+                .flatten()
                 .filter(|o| !(o.controller == Some(true) && o.uid == set_uid))
                 .map(|o| format!("{}/{}", o.kind, o.name))
                 .collect();
             owners.sort();
             used_by.extend(owners);
-            let created = r.config_map.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            let created = r.meta.creation_timestamp.as_ref().map(|t| t.0);
             HistoryRow {
                 revision: r.number,
                 current: current == Some(r.name.as_str()),
-                config_map: r.name,
+                object: ObjectName::new(kind, &r.name),
                 created: created.map(|t| t.to_string()),
                 age: age(created, now),
                 used_by,
@@ -65,14 +69,15 @@ pub fn history_rows(set: &ConfigMapSet, config_maps: &[ConfigMap], now: Timestam
         .collect()
 }
 
-/// The history as a kubectl-style table.
-pub fn render_table(rows: &[HistoryRow], palette: Palette) -> String {
+/// The history as a kubectl-style table; the second column is named for the revisions' `kind`
+/// (CONFIGMAP, SECRET).
+pub fn render_table(rows: &[HistoryRow], kind: Referenced, palette: Palette) -> String {
     let cells: Vec<Vec<Cell>> = rows
         .iter()
         .map(|r| {
             vec![
                 Cell::new(r.revision.map_or("?".to_string(), |n| n.to_string())),
-                Cell::styled(&r.config_map, r.current.then_some(Role::Good)),
+                Cell::styled(r.object.name(), r.current.then_some(Role::Good)),
                 Cell::new(&r.age),
                 Cell::styled(if r.current { "*" } else { "" }, Some(Role::Good)),
                 if r.used_by.is_empty() {
@@ -84,7 +89,7 @@ pub fn render_table(rows: &[HistoryRow], palette: Palette) -> String {
         })
         .collect();
     render(
-        &["REVISION", "CONFIGMAP", "AGE", "CURRENT", "USED BY"],
+        &["REVISION", column(kind), "AGE", "CURRENT", "USED BY"],
         &cells,
         palette,
     )
@@ -92,11 +97,17 @@ pub fn render_table(rows: &[HistoryRow], palette: Palette) -> String {
 
 #[cfg(test)]
 mod tests {
-    use cmset_api::WorkloadState;
+    use cmset_api::{ConfigMapSet, SecretSet, WorkloadState};
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
     use serde_json::json;
 
     use super::*;
     use crate::revisions::fixtures::*;
+    use crate::revisions::revisions_of;
+
+    fn rows<K: kube::Resource>(set: SetRef<'_>, objects: &[K]) -> Vec<HistoryRow> {
+        history_rows(set, &revisions_of(set, objects), now())
+    }
 
     fn example() -> (ConfigMapSet, Vec<ConfigMap>) {
         let set = set(
@@ -132,14 +143,14 @@ mod tests {
         let row =
             |revision, config_map: &str, created: &str, age: &str, current, used_by: &[&str]| HistoryRow {
                 revision: Some(revision),
-                config_map: config_map.into(),
+                object: ObjectName::ConfigMap(config_map.into()),
                 created: Some(created.into()),
                 age: age.into(),
                 current,
                 used_by: used_by.iter().map(|u| u.to_string()).collect(),
             };
         assert_eq!(
-            history_rows(&set, &cms, now()),
+            rows(SetRef::from(&set), &cms),
             [
                 row(
                     3,
@@ -169,7 +180,11 @@ mod tests {
     #[test]
     fn table() {
         let (set, cms) = example();
-        let out = render_table(&history_rows(&set, &cms, now()), Palette::PLAIN);
+        let out = render_table(
+            &rows(SetRef::from(&set), &cms),
+            Referenced::ConfigMap,
+            Palette::PLAIN,
+        );
         let want = "\
 REVISION   CONFIGMAP   AGE   CURRENT   USED BY
 3          app-ccc     5m    *         Deployment/web, ReplicaSet/web-7b9c
@@ -177,14 +192,18 @@ REVISION   CONFIGMAP   AGE   CURRENT   USED BY
 1          app-aaa     2d              StatefulSet/db, ControllerRevision/db-6c4f9, ReplicaSet/web-5d8f7
 ";
         assert_eq!(out, want);
-        let coloured = render_table(&history_rows(&set, &cms, now()), Palette::COLOR);
+        let coloured = render_table(
+            &rows(SetRef::from(&set), &cms),
+            Referenced::ConfigMap,
+            Palette::COLOR,
+        );
         assert!(coloured.contains("\u{1b}[32m*\u{1b}[0m"), "{coloured}");
     }
 
     #[test]
     fn json_shape() {
         let (set, cms) = example();
-        let value = serde_json::to_value(history_rows(&set, &cms, now())).unwrap();
+        let value = serde_json::to_value(rows(SetRef::from(&set), &cms)).unwrap();
         assert_eq!(
             value[0],
             json!({
@@ -204,9 +223,82 @@ REVISION   CONFIGMAP   AGE   CURRENT   USED BY
     fn a_set_without_status_has_no_current_revision() {
         let (mut set, cms) = example();
         set.status = None;
-        let rows = history_rows(&set, &cms, now());
+        let rows = rows(SetRef::from(&set), &cms);
         assert!(rows.iter().all(|r| !r.current));
         assert_eq!(rows[0].used_by, ["ReplicaSet/web-7b9c"], "owners still count");
         assert_eq!(rows.len(), 3);
+    }
+
+    fn secret_example() -> (SecretSet, Vec<Secret>) {
+        let set = secret_set(
+            Some("app-ccc"),
+            Some(3),
+            vec![
+                workload("Deployment", "web", "app-ccc", WorkloadState::Current),
+                workload("StatefulSet", "db", "app-aaa", WorkloadState::Pinned),
+            ],
+        );
+        let mut r1 = secret_revision(
+            "app-aaa",
+            Some(1),
+            "2026-03-01T10:00:00Z",
+            Some("Opaque"),
+            &[("password", SECRET_TEXT)],
+        );
+        r1.metadata
+            .owner_references
+            .as_mut()
+            .unwrap()
+            .push(owner("ReplicaSet", "web-5d8f7", "rs1", false));
+        let r3 = secret_revision(
+            "app-ccc",
+            Some(3),
+            "2026-03-03T09:55:00Z",
+            None,
+            &[("password", SECRET_BINARY)],
+        );
+        (set, vec![r3, r1])
+    }
+
+    #[test]
+    fn a_secret_set_s_history_lists_its_secrets() {
+        let (set, secrets) = secret_example();
+        let rows = rows(SetRef::from(&set), &secrets);
+        let table = render_table(&rows, Referenced::Secret, Palette::PLAIN);
+        assert_eq!(
+            table,
+            "\
+REVISION   SECRET    AGE   CURRENT   USED BY
+3          app-ccc   5m    *         Deployment/web
+1          app-aaa   2d              StatefulSet/db, ReplicaSet/web-5d8f7
+"
+        );
+        let value = serde_json::to_value(&rows).unwrap();
+        assert_eq!(
+            value[1],
+            json!({
+                "revision": 1,
+                "secret": "app-aaa",
+                "created": "2026-03-01T10:00:00Z",
+                "age": "2d",
+                "current": false,
+                "usedBy": ["StatefulSet/db", "ReplicaSet/web-5d8f7"],
+            })
+        );
+        let yaml = crate::output::structured(&rows, crate::cli::Output::Yaml)
+            .unwrap()
+            .unwrap();
+        assert!(yaml.starts_with("- revision: 3\n  secret: app-ccc\n"), "{yaml}");
+        for out in [table, value.to_string(), yaml] {
+            assert_no_secret_values(&out);
+        }
+    }
+
+    #[test]
+    fn a_secret_set_and_a_config_map_set_of_one_name_keep_their_own_histories() {
+        let (cm_set, cms) = example();
+        let (secret_set, secrets) = secret_example();
+        assert!(rows(SetRef::from(&secret_set), &cms).is_empty());
+        assert!(rows(SetRef::from(&cm_set), &secrets).is_empty());
     }
 }

@@ -1,5 +1,7 @@
 //! `kubectl cmset status` (alias `why`): the set's own state, and for every workload of its namespace
-//! that references it, which revision it runs and why.
+//! that references it, which revision it runs and why. A ConfigMapSet is referenced through ConfigMap
+//! references only, a SecretSet through Secret references only (`secretRef`, `secretKeyRef`, secret
+//! volumes and projections): a `secretRef` to `app` says nothing about ConfigMapSet `app`.
 //!
 //! Opted-in workloads are explained from what they reference now and from the set's status, which
 //! records cmset's view of each (current, pinned by a rollback, pending). When that record lags behind
@@ -10,16 +12,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cmset_api::{ConfigMapSet, WorkloadState, labels};
+use cmset_api::{WorkloadState, labels};
 use cmset_core::naming::refers_to_set;
 use cmset_core::observe::{WorkloadKind, WorkloadView};
-use cmset_core::refs::find_refs;
+use cmset_core::refs::{Referenced, find_refs_to};
 use cmset_core::rollout::workload_status;
+use cmset_core::set::{SetKind, SetRef};
 use k8s_openapi::api::core::v1::PodSpec;
-use kube::ResourceExt;
 use serde::Serialize;
 
-use crate::revisions::{Revision, current_name};
+use crate::address::resource;
+use crate::revisions::{ObjectName, Revision, column, current_name, serialize_kind};
 use crate::style::{Palette, Role, visible};
 use crate::table::{Cell, render};
 
@@ -65,8 +68,10 @@ pub struct WorkloadReport {
     pub kind: String,
     pub name: String,
     pub opted_in: bool,
-    /// The ConfigMap its pod template names for this set (the revision it runs, or the bare set name).
-    pub config_map: String,
+    /// The ConfigMap (of a ConfigMapSet) or Secret (of a SecretSet) its pod template names for this set:
+    /// the revision it runs, or the bare set name. Serialized as `configMap` or `secret`.
+    #[serde(flatten)]
+    pub object: ObjectName,
     /// That revision's number, `null` for the bare set name or an unknown revision.
     pub revision: Option<i64>,
     pub state: State,
@@ -86,7 +91,9 @@ pub struct ConditionReport {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CurrentRevision {
-    pub config_map: String,
+    /// Serialized as `configMap` or `secret`.
+    #[serde(flatten)]
+    pub object: ObjectName,
     pub revision: Option<i64>,
 }
 
@@ -94,6 +101,9 @@ pub struct CurrentRevision {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusReport {
+    /// `ConfigMapSet` or `SecretSet`.
+    #[serde(serialize_with = "serialize_kind")]
+    pub kind: SetKind,
     pub set: String,
     pub namespace: String,
     pub generation: Option<i64>,
@@ -110,13 +120,15 @@ pub struct StatusReport {
 /// What the plugin knows about the set's revision names and numbers.
 struct Known {
     set: String,
+    /// The kind of the set's revisions, so of the references that can be the set's.
+    kind: Referenced,
     numbers: BTreeMap<String, Option<i64>>,
 }
 
 impl Known {
-    fn new(set: &ConfigMapSet, revisions: &[Revision<'_>]) -> Self {
+    fn new(set: SetRef<'_>, revisions: &[Revision<'_>]) -> Self {
         let mut numbers: BTreeMap<String, Option<i64>> = BTreeMap::new();
-        if let Some(status) = &set.status {
+        if let Some(status) = set.status() {
             for h in &status.history {
                 numbers.insert(h.name.clone(), Some(h.revision));
             }
@@ -124,18 +136,20 @@ impl Known {
                 numbers.insert(current.clone(), status.revision);
             }
         }
-        // The ConfigMaps themselves are the most direct record of their numbers.
+        // The revisions themselves are the most direct record of their numbers.
         for r in revisions {
             numbers.insert(r.name.clone(), r.number);
         }
         Self {
-            set: set.name_any(),
+            set: set.name().to_string(),
+            kind: set.kind().revision_kind(),
             numbers,
         }
     }
 
-    /// Whether a reference to `name` is a reference to the set: its bare name or one of its revisions
-    /// (including one that no longer exists), by cmset's one rule, [`refers_to_set`].
+    /// Whether a reference (of the set's revision kind) to `name` is a reference to the set: its bare
+    /// name or one of its revisions (including one that no longer exists), by cmset's one rule,
+    /// [`refers_to_set`].
     fn claims(&self, name: &str) -> bool {
         refers_to_set(&self.set, name)
     }
@@ -145,10 +159,11 @@ impl Known {
     }
 }
 
-/// The names through which `spec` references the set, in [`find_refs`] order, without repeats.
+/// The names through which `spec` references the set, in [`find_refs_to`] order, without repeats: only
+/// references of the set's revision kind count.
 fn set_references(spec: Option<&PodSpec>, known: &Known) -> Vec<String> {
     let mut seen = BTreeSet::new();
-    spec.map(find_refs)
+    spec.map(|spec| find_refs_to(spec, known.kind))
         .unwrap_or_default()
         .into_iter()
         .map(|r| r.name)
@@ -165,7 +180,7 @@ fn revision_phrase(number: Option<i64>, name: &str) -> String {
 
 /// The explanation of one workload, or `None` when it does not reference the set.
 pub fn explain(
-    set: &ConfigMapSet,
+    set: SetRef<'_>,
     known_revisions: &[Revision<'_>],
     workload: &Workload,
 ) -> Option<WorkloadReport> {
@@ -173,7 +188,7 @@ pub fn explain(
     explain_with(set, &known, workload)
 }
 
-fn explain_with(set: &ConfigMapSet, known: &Known, workload: &Workload) -> Option<WorkloadReport> {
+fn explain_with(set: SetRef<'_>, known: &Known, workload: &Workload) -> Option<WorkloadReport> {
     let refs = set_references(workload.pod_spec.as_ref(), known);
     let current = current_name(set);
     // The interesting reference: one that is not the current revision, if any.
@@ -187,7 +202,7 @@ fn explain_with(set: &ConfigMapSet, known: &Known, workload: &Workload) -> Optio
         name: workload.name.clone(),
         opted_in: state != State::NotOptedIn,
         revision: known.number(&shown),
-        config_map: shown.clone(),
+        object: ObjectName::new(known.kind, &shown),
         state,
         explanation,
     };
@@ -244,9 +259,9 @@ fn explain_with(set: &ConfigMapSet, known: &Known, workload: &Workload) -> Optio
 
 /// The state the set's status records for this workload, when the record describes what the workload
 /// references now (an older record was about another template).
-fn recorded_state(set: &ConfigMapSet, workload: &Workload, refs: &[String]) -> Option<WorkloadState> {
-    set.status
-        .iter()
+fn recorded_state(set: SetRef<'_>, workload: &Workload, refs: &[String]) -> Option<WorkloadState> {
+    set.status()
+        .into_iter()
         .flat_map(|s| s.workloads.iter())
         .find(|w| {
             (w.uid == workload.uid || (w.kind == workload.kind.as_str() && w.name == workload.name))
@@ -260,7 +275,7 @@ fn recorded_state(set: &ConfigMapSet, workload: &Workload, refs: &[String]) -> O
 /// knowing the workload's ReplicaSets, which the plugin does not read); failing that, cmset's rule
 /// decides from the rollout record the status keeps.
 fn decided_state(
-    set: &ConfigMapSet,
+    set: SetRef<'_>,
     known: &Known,
     workload: &Workload,
     current: &str,
@@ -282,20 +297,11 @@ fn decided_state(
         .cloned()
         .collect();
     let previous = set
-        .status
-        .iter()
+        .status()
+        .into_iter()
         .flat_map(|s| s.workloads.iter())
         .find(|w| w.uid == workload.uid);
-    let decided = workload_status(
-        &view,
-        cmset_core::refs::Referenced::ConfigMap,
-        &known.set,
-        current,
-        &revisions,
-        previous,
-        &[],
-    )?
-    .state;
+    let decided = workload_status(&view, known.kind, &known.set, current, &revisions, previous, &[])?.state;
     Some(match (decided, recorded_state(set, workload, refs)) {
         (WorkloadState::Current, _) => WorkloadState::Current,
         (_, Some(recorded @ (WorkloadState::Pinned | WorkloadState::Pending))) => recorded,
@@ -305,24 +311,24 @@ fn decided_state(
 
 /// The whole report: the set, and every workload among `workloads` that references it, by kind and
 /// name.
-pub fn status_report(set: &ConfigMapSet, revisions: &[Revision<'_>], workloads: &[Workload]) -> StatusReport {
+pub fn status_report(set: SetRef<'_>, revisions: &[Revision<'_>], workloads: &[Workload]) -> StatusReport {
     let known = Known::new(set, revisions);
     let mut reports: Vec<(WorkloadKind, WorkloadReport)> = workloads
         .iter()
         .filter_map(|w| explain_with(set, &known, w).map(|r| (w.kind, r)))
         .collect();
     reports.sort_by(|(ka, a), (kb, b)| ka.cmp(kb).then_with(|| a.name.cmp(&b.name)));
-    let status = set.status.as_ref();
-    let generation = set.metadata.generation;
-    let observed_generation = status.and_then(|s| s.observed_generation);
+    let generation = set.generation();
+    let observed_generation = set.status().and_then(|s| s.observed_generation);
     StatusReport {
-        set: set.name_any(),
-        namespace: set.namespace().unwrap_or_default(),
+        kind: set.kind(),
+        set: set.name().to_string(),
+        namespace: set.metadata().namespace.clone().unwrap_or_default(),
         generation,
         observed_generation,
         status_behind_spec: observed_generation != generation,
         current_revision: current_name(set).map(|c| CurrentRevision {
-            config_map: c.to_string(),
+            object: ObjectName::new(known.kind, c),
             revision: known.number(c),
         }),
         ready: set.condition("Ready").map(|c| ConditionReport {
@@ -358,8 +364,10 @@ pub fn select(report: &mut StatusReport, selector: &str) -> Result<(), String> {
         .retain(|w| w.name == name && kind.is_none_or(|k| k.as_str() == w.kind));
     if report.workloads.is_empty() {
         return Err(format!(
-            "no Deployment, StatefulSet or DaemonSet {selector:?} in namespace {:?} references configmapset {:?}",
-            report.namespace, report.set
+            "no Deployment, StatefulSet or DaemonSet {selector:?} in namespace {:?} references {} {:?}",
+            report.namespace,
+            resource(report.kind),
+            report.set
         ));
     }
     Ok(())
@@ -375,8 +383,9 @@ pub fn render_text(report: &StatusReport, palette: Palette) -> String {
             palette.paint(role, &visible(&value))
         ));
     };
+    let revision_kind = report.kind.revision_kind();
     field(
-        "ConfigMapSet",
+        report.kind.as_str(),
         format!("{} (namespace {})", report.set, report.namespace),
         None,
     );
@@ -384,9 +393,9 @@ pub fn render_text(report: &StatusReport, palette: Palette) -> String {
         Some(c) => field(
             "Current",
             format!(
-                "{}, ConfigMap {}",
+                "{}, {revision_kind} {}",
                 revision_phrase(c.revision, "revision ?"),
-                c.config_map
+                c.object.name()
             ),
             None,
         ),
@@ -450,13 +459,13 @@ pub fn render_text(report: &StatusReport, palette: Palette) -> String {
             vec![
                 Cell::new(format!("{}/{}", w.kind, w.name)),
                 Cell::new(w.revision.map_or("-".to_string(), |n| n.to_string())),
-                Cell::new(&w.config_map),
+                Cell::new(w.object.name()),
                 Cell::styled(&w.explanation, Some(w.state.role())),
             ]
         })
         .collect();
     out.push_str(&render(
-        &["WORKLOAD", "REVISION", "CONFIGMAP", "WHY"],
+        &["WORKLOAD", "REVISION", column(revision_kind), "WHY"],
         &rows,
         palette,
     ));
@@ -465,7 +474,8 @@ pub fn render_text(report: &StatusReport, palette: Palette) -> String {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{ConfigMap, ConfigMapEnvSource, Container, EnvFromSource};
+    use cmset_api::{ConfigMapSet, SecretSet};
+    use k8s_openapi::api::core::v1::{ConfigMap, ConfigMapEnvSource, Container, EnvFromSource, Secret};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
     use serde_json::json;
 
@@ -532,8 +542,9 @@ mod tests {
 
     fn why(set: &ConfigMapSet, w: &Workload) -> Option<(State, String, Option<i64>, String)> {
         let cms = cms();
-        let revs = revisions_of(set, &cms);
-        explain(set, &revs, w).map(|r| (r.state, r.config_map, r.revision, r.explanation))
+        let revs = revisions_of(SetRef::from(set), &cms);
+        explain(SetRef::from(set), &revs, w)
+            .map(|r| (r.state, r.object.name().to_string(), r.revision, r.explanation))
     }
 
     #[test]
@@ -640,11 +651,12 @@ mod tests {
         set.status = None;
         let w = deployment("web", Some("true"), &["app"]);
         let cms = cms();
-        let revs = revisions_of(&set, &cms);
-        let r = explain(&set, &revs, &w).unwrap();
+        let set = SetRef::from(&set);
+        let revs = revisions_of(set, &cms);
+        let r = explain(set, &revs, &w).unwrap();
         assert_eq!(r.state, State::Pending);
         assert_eq!(r.explanation, "pending: the set has no current revision yet");
-        let report = status_report(&set, &revs, &[w]);
+        let report = status_report(set, &revs, &[w]);
         assert!(report.status_behind_spec);
         let text = render_text(&report, Palette::PLAIN);
         assert!(text.contains("Current:      none yet\n"), "{text}");
@@ -673,7 +685,8 @@ mod tests {
             deployment("unrelated", Some("true"), &["other"]),
         ];
         let cms = cms();
-        status_report(&set, &revisions_of(&set, &cms), &workloads)
+        let set = SetRef::from(&set);
+        status_report(set, &revisions_of(set, &cms), &workloads)
     }
 
     #[test]
@@ -706,7 +719,7 @@ StatefulSet/db      1          app-ffffffffff   pinned to revision 1 by a rollba
     fn status_behind_spec_is_said() {
         let mut set = ready_set(vec![]);
         set.metadata.generation = Some(4);
-        let report = status_report(&set, &[], &[]);
+        let report = status_report(SetRef::from(&set), &[], &[]);
         assert!(report.status_behind_spec);
         let text = render_text(&report, Palette::PLAIN);
         assert!(
@@ -721,6 +734,7 @@ StatefulSet/db      1          app-ffffffffff   pinned to revision 1 by a rollba
     #[test]
     fn json_shape() {
         let value = serde_json::to_value(full_report()).unwrap();
+        assert_eq!(value["kind"], "ConfigMapSet");
         assert_eq!(value["set"], "app");
         assert_eq!(value["namespace"], "demo");
         assert_eq!(value["generation"], 3);
@@ -773,5 +787,206 @@ StatefulSet/db      1          app-ffffffffff   pinned to revision 1 by a rollba
                 .unwrap_err()
                 .contains("unknown workload kind")
         );
+    }
+
+    /// A pod spec naming `name` through one form of Secret reference.
+    fn secret_spec(form: &str, name: &str) -> PodSpec {
+        let app = json!({"name": "app"});
+        let value = match form {
+            "volume" => json!({
+                "volumes": [{"name": "v", "secret": {"secretName": name}}],
+                "containers": [app],
+            }),
+            "projected" => json!({
+                "volumes": [{"name": "v", "projected": {"sources": [{"secret": {"name": name}}]}}],
+                "containers": [app],
+            }),
+            "envFrom" => json!({
+                "containers": [{"name": "app", "envFrom": [{"secretRef": {"name": name}}]}],
+            }),
+            "secretKeyRef" => json!({
+                "containers": [{"name": "app", "env": [{
+                    "name": "PASSWORD",
+                    "valueFrom": {"secretKeyRef": {"name": name, "key": "password"}},
+                }]}],
+            }),
+            other => panic!("no form {other}"),
+        };
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn secret_deployment(name: &str, opted_in: bool, form: &str, secret: &str) -> Workload {
+        Workload {
+            pod_spec: Some(secret_spec(form, secret)),
+            ..deployment(name, opted_in.then_some("true"), &[])
+        }
+    }
+
+    /// SecretSet `app`, ready on revision 3, with `web` current, `old` pinned and `late` pending.
+    fn ready_secret_set() -> SecretSet {
+        let mut s = secret_set(
+            Some("app-cccccccccc"),
+            Some(3),
+            vec![
+                workload("Deployment", "web", "app-cccccccccc", WorkloadState::Current),
+                workload("Deployment", "old", "app-ffffffffff", WorkloadState::Pinned),
+                workload("Deployment", "late", "app-bbbbbbbbbb", WorkloadState::Pending),
+            ],
+        );
+        s.status.as_mut().unwrap().conditions = ready_set(vec![]).status.unwrap().conditions;
+        s
+    }
+
+    /// Its revision Secrets, holding values no output may show.
+    fn secrets() -> Vec<Secret> {
+        vec![
+            secret_revision("app-ffffffffff", Some(1), T, None, &[("password", SECRET_TEXT)]),
+            secret_revision("app-bbbbbbbbbb", Some(2), T, None, &[("password", SECRET_BINARY)]),
+            secret_revision("app-cccccccccc", Some(3), T, None, &[("password", SECRET_OTHER)]),
+        ]
+    }
+
+    fn secret_report(workloads: &[Workload]) -> StatusReport {
+        let set = ready_secret_set();
+        let secrets = secrets();
+        let set = SetRef::from(&set);
+        status_report(set, &revisions_of(set, &secrets), workloads)
+    }
+
+    #[test]
+    fn a_secret_set_is_explained_through_secret_references_only() {
+        let set = ready_secret_set();
+        let secrets = secrets();
+        let set = SetRef::from(&set);
+        let revs = revisions_of(set, &secrets);
+        let why =
+            |w: &Workload| explain(set, &revs, w).map(|r| (r.state, r.object, r.revision, r.explanation));
+        let secret = |name: &str| ObjectName::Secret(name.into());
+        let cases = [
+            (
+                secret_deployment("web", true, "volume", "app-cccccccccc"),
+                Some((
+                    State::Current,
+                    secret("app-cccccccccc"),
+                    Some(3),
+                    "current (updated by cmset)",
+                )),
+            ),
+            (
+                secret_deployment("old", true, "projected", "app-ffffffffff"),
+                Some((
+                    State::Pinned,
+                    secret("app-ffffffffff"),
+                    Some(1),
+                    "pinned to revision 1 by a rollback; moves again when the set's content changes",
+                )),
+            ),
+            (
+                secret_deployment("late", true, "secretKeyRef", "app-bbbbbbbbbb"),
+                Some((
+                    State::Pending,
+                    secret("app-bbbbbbbbbb"),
+                    Some(2),
+                    "pending: cmset is moving it to revision 3",
+                )),
+            ),
+            (
+                secret_deployment("legacy", false, "envFrom", "app"),
+                Some((
+                    State::NotOptedIn,
+                    secret("app"),
+                    None,
+                    "not opted in: label cmset.dev/enabled=true is missing; cmset does not manage it",
+                )),
+            ),
+            // A ConfigMap reference names no Secret, even with the set's revision's name.
+            (deployment("configmaps", Some("true"), &["app-cccccccccc"]), None),
+            // Another SecretSet's revisions, and plain Secrets, are not references to this one.
+            (
+                secret_deployment("other", true, "envFrom", "app-config-dddddddddd"),
+                None,
+            ),
+        ];
+        for (w, want) in cases {
+            let want = want.map(|(s, o, n, e)| (s, o, n, e.to_string()));
+            assert_eq!(why(&w), want, "{}", w.name);
+        }
+    }
+
+    #[test]
+    fn a_config_map_set_ignores_secret_references_of_its_name() {
+        let set = ready_set(vec![]);
+        let cms = cms();
+        let set = SetRef::from(&set);
+        let revs = revisions_of(set, &cms);
+        for form in ["volume", "projected", "envFrom", "secretKeyRef"] {
+            for name in ["app", "app-cccccccccc"] {
+                let w = secret_deployment("web", true, form, name);
+                assert_eq!(explain(set, &revs, &w), None, "{form} {name}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_secret_set_s_status_text_and_json() {
+        let report = secret_report(&[
+            secret_deployment("web", true, "envFrom", "app-cccccccccc"),
+            secret_deployment("legacy", false, "volume", "app"),
+            deployment("configmaps", Some("true"), &["app-cccccccccc"]),
+        ]);
+        let text = render_text(&report, Palette::PLAIN);
+        assert_eq!(
+            text,
+            "\
+SecretSet:    app (namespace demo)
+Current:      revision 3, Secret app-cccccccccc
+Ready:        True (RolledOut): every opted-in workload runs revision 3 or is pinned
+Generation:   3, observed 3
+
+WORKLOAD            REVISION   SECRET           WHY
+Deployment/legacy   -          app              not opted in: label cmset.dev/enabled=true is missing; cmset does not manage it
+Deployment/web      3          app-cccccccccc   current (updated by cmset)
+"
+        );
+        let value = serde_json::to_value(&report).unwrap();
+        assert_eq!(value["kind"], "SecretSet");
+        assert_eq!(
+            value["currentRevision"],
+            json!({"secret": "app-cccccccccc", "revision": 3})
+        );
+        assert_eq!(
+            value["workloads"][1],
+            json!({
+                "kind": "Deployment",
+                "name": "web",
+                "optedIn": true,
+                "secret": "app-cccccccccc",
+                "revision": 3,
+                "state": "current",
+                "explanation": "current (updated by cmset)",
+            })
+        );
+        let yaml = crate::output::structured(&report, crate::cli::Output::Yaml)
+            .unwrap()
+            .unwrap();
+        assert!(yaml.starts_with("kind: SecretSet\nset: app\n"), "{yaml}");
+        for out in [text, value.to_string(), yaml] {
+            assert!(!out.contains("configMap") && !out.contains("ConfigMap "), "{out}");
+            assert_no_secret_values(&out);
+        }
+    }
+
+    #[test]
+    fn selecting_a_workload_of_a_secret_set() {
+        let mut report = secret_report(&[secret_deployment("web", true, "envFrom", "app-cccccccccc")]);
+        let err = select(&mut report, "deploy/api").unwrap_err();
+        assert_eq!(
+            err,
+            "no Deployment, StatefulSet or DaemonSet \"deploy/api\" in namespace \"demo\" references \
+             secretset \"app\""
+        );
+        let mut report = secret_report(&[secret_deployment("web", true, "envFrom", "app-cccccccccc")]);
+        select(&mut report, "deploy/web").unwrap();
+        assert_eq!(report.workloads.len(), 1);
     }
 }
