@@ -556,3 +556,89 @@ pub fn base64_encode(bytes: &[u8]) -> String {
     }
     out
 }
+
+/// The name `kubectl kustomize` gives a secretGenerator of `type_` (e.g. `Opaque`,
+/// `kubernetes.io/tls`) with these literals: the proof that a SecretSet's revision names match
+/// kustomize's.
+pub fn kustomize_secret_name(name: &str, type_: &str, literals: &[(&str, &str)]) -> String {
+    let literals: Vec<String> = literals.iter().map(|(k, v)| format!("      - {k}={v}")).collect();
+    generated_name(&format!(
+        "secretGenerator:\n  - name: {name}\n    type: {type_}\n    literals:\n{}\n",
+        literals.join("\n")
+    ))
+}
+
+/// The `name` of the one object `kubectl kustomize` prints for `kustomization`.
+fn generated_name(kustomization: &str) -> String {
+    let dir = std::env::temp_dir().join(format!(
+        "cmset-kustomize-{}-{}",
+        std::process::id(),
+        SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("kustomization.yaml"), kustomization).unwrap();
+    let out = kubectl_in(None, &["kustomize", dir.to_str().unwrap()], None);
+    let _ = std::fs::remove_dir_all(&dir);
+    out.lines()
+        .find_map(|l| l.trim().strip_prefix("name: "))
+        .map(str::to_string)
+        .expect("kustomize printed a name")
+}
+
+/// SecretSets and their revision Secrets.
+impl TestNamespace {
+    pub async fn secret_set(&self, name: &str) -> cmset_api::SecretSet {
+        self.api::<cmset_api::SecretSet>()
+            .get(name)
+            .await
+            .expect("get SecretSet")
+    }
+
+    /// Secrets that are revisions of SecretSet `set` (not being deleted), by name.
+    pub async fn secret_revisions(&self, set: &str) -> Vec<k8s_openapi::api::core::v1::Secret> {
+        let lp = ListParams::default().labels(&format!("{}={set}", cmset_api::labels::SET));
+        let mut items = self
+            .api::<k8s_openapi::api::core::v1::Secret>()
+            .list(&lp)
+            .await
+            .expect("list Secret revisions")
+            .items;
+        items.retain(|s| s.metadata.deletion_timestamp.is_none());
+        items.sort_by_key(|s| s.name_any());
+        items
+    }
+
+    pub async fn secret_revision_names(&self, set: &str) -> Vec<String> {
+        self.secret_revisions(set)
+            .await
+            .iter()
+            .map(|s| s.name_any())
+            .collect()
+    }
+}
+
+/// Waits for a Warning event (events.k8s.io) in the namespace with `reason`, about object `regarding`
+/// (`Kind/name`), and returns it.
+pub async fn warning_event(
+    ns: &TestNamespace,
+    reason: &str,
+    regarding: &str,
+) -> k8s_openapi::api::events::v1::Event {
+    let api = ns.api::<k8s_openapi::api::events::v1::Event>();
+    eventually(&format!("a Warning event {reason} about {regarding}"), || async {
+        let events = api.list(&ListParams::default()).await.ok()?.items;
+        events.into_iter().find(|e| {
+            let about = e.regarding.as_ref().map(|r| {
+                format!(
+                    "{}/{}",
+                    r.kind.as_deref().unwrap_or(""),
+                    r.name.as_deref().unwrap_or("")
+                )
+            });
+            e.type_.as_deref() == Some("Warning")
+                && e.reason.as_deref() == Some(reason)
+                && about.as_deref() == Some(regarding)
+        })
+    })
+    .await
+}
