@@ -32,10 +32,10 @@ use tracing::{debug, warn};
 
 use crate::backoff::{ExpiryGate, WatchBackoff};
 use crate::context::{Clock, Context, Stores};
+use crate::error::Error;
 use crate::index::{Index, Indexed, trigger_channels};
 use crate::metrics::Metrics;
-use crate::set_controller::SetObject;
-use crate::views::Workload;
+use crate::views::Object;
 use crate::{set_controller, workload_controller};
 
 /// Tuning of one scope's controllers.
@@ -219,43 +219,49 @@ pub async fn run_scope(
     );
     context.multi_set_window = settings.multi_set_window;
     let ctx = Arc::new(context);
-    let config = controller::Config::default().concurrency(settings.concurrency);
-
+    let wiring = Wiring {
+        config: controller::Config::default().concurrency(settings.concurrency),
+        ctx: ctx.clone(),
+        shutdown: shutdown.clone(),
+    };
+    let (sets_ctl, workload_ctl) = (set_controller::NAME, workload_controller::NAME);
     let mut controllers = vec![
-        set_controller_for(sets_sub, sets, triggers.sets, &config, &ctx, shutdown.clone()),
-        workload_controller_for(
-            deploy_sub,
-            deployments,
+        wiring.controller(
+            (sets_sub, sets),
+            triggers.sets,
+            sets_ctl,
+            set_controller::reconcile::<ConfigMapSet>,
+            set_controller::error_policy::<ConfigMapSet>,
+        ),
+        wiring.controller(
+            (deploy_sub, deployments),
             triggers.deployments,
-            &config,
-            &ctx,
-            shutdown.clone(),
+            workload_ctl,
+            workload_controller::reconcile::<Deployment>,
+            workload_controller::error_policy::<Deployment>,
         ),
-        workload_controller_for(
-            sts_sub,
-            statefulsets,
+        wiring.controller(
+            (sts_sub, statefulsets),
             triggers.statefulsets,
-            &config,
-            &ctx,
-            shutdown.clone(),
+            workload_ctl,
+            workload_controller::reconcile::<StatefulSet>,
+            workload_controller::error_policy::<StatefulSet>,
         ),
-        workload_controller_for(
-            ds_sub,
-            daemonsets,
+        wiring.controller(
+            (ds_sub, daemonsets),
             triggers.daemonsets,
-            &config,
-            &ctx,
-            shutdown.clone(),
+            workload_ctl,
+            workload_controller::reconcile::<DaemonSet>,
+            workload_controller::error_policy::<DaemonSet>,
         ),
     ];
     if let Some((store, subscription)) = secret_sets {
-        controllers.push(set_controller_for(
-            subscription,
-            store,
+        controllers.push(wiring.controller(
+            (subscription, store),
             triggers.secret_sets,
-            &config,
-            &ctx,
-            shutdown.clone(),
+            sets_ctl,
+            set_controller::reconcile::<SecretSet>,
+            set_controller::error_policy::<SecretSet>,
         ));
     }
     let controllers = futures::future::join_all(controllers);
@@ -279,42 +285,36 @@ pub async fn run_scope(
     }
 }
 
-fn set_controller_for<S: SetObject + Indexed>(
-    subscription: ReflectHandle<S>,
-    store: Store<S>,
-    triggers: impl Stream<Item = ObjectRef<S>> + Send + 'static,
-    config: &controller::Config,
-    ctx: &Arc<Context>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) -> BoxFuture<'static, ()> {
-    let stream = Controller::for_shared_stream(subscription, store)
-        .with_config(config.clone())
-        .reconcile_on(triggers)
-        .graceful_shutdown_on(shutdown)
-        .run(
-            set_controller::reconcile::<S>,
-            set_controller::error_policy::<S>,
-            ctx.clone(),
-        );
-    log_results(stream, set_controller::NAME)
+/// What every controller of a scope shares: its tuning, its context and the shutdown signal.
+struct Wiring<Shutdown> {
+    config: controller::Config,
+    ctx: Arc<Context>,
+    shutdown: Shutdown,
 }
 
-fn workload_controller_for<K: Workload + Indexed>(
-    subscription: ReflectHandle<K>,
-    store: Store<K>,
-    triggers: impl Stream<Item = ObjectRef<K>> + Send + 'static,
-    config: &controller::Config,
-    ctx: &Arc<Context>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) -> BoxFuture<'static, ()> {
-    let stream = Controller::for_shared_stream(subscription, store)
-        .with_config(config.clone())
-        .reconcile_on(triggers)
-        .graceful_shutdown_on(shutdown)
-        .run(
-            workload_controller::reconcile::<K>,
-            workload_controller::error_policy::<K>,
-            ctx.clone(),
-        );
-    log_results(stream, workload_controller::NAME)
+impl<Shutdown> Wiring<Shutdown>
+where
+    Shutdown: std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
+{
+    /// One controller keyed by `K`, reconciling what its store holds and what the index triggers.
+    fn controller<K, Reconcile, Fut>(
+        &self,
+        (subscription, store): (ReflectHandle<K>, Store<K>),
+        triggers: impl Stream<Item = ObjectRef<K>> + Send + 'static,
+        name: &'static str,
+        reconcile: Reconcile,
+        error_policy: fn(Arc<K>, &Error, Arc<Context>) -> controller::Action,
+    ) -> BoxFuture<'static, ()>
+    where
+        K: Object + Indexed,
+        Reconcile: FnMut(Arc<K>, Arc<Context>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<controller::Action, Error>> + Send + 'static,
+    {
+        let stream = Controller::for_shared_stream(subscription, store)
+            .with_config(self.config.clone())
+            .reconcile_on(triggers)
+            .graceful_shutdown_on(self.shutdown.clone())
+            .run(reconcile, error_policy, self.ctx.clone());
+        log_results(stream, name)
+    }
 }

@@ -18,14 +18,11 @@ use cmset_core::plan::{EventKind, PlannedEvent, SetInput, SetPlan, plan_collisio
 use cmset_core::refs::Referenced;
 use cmset_core::revision::{Existing, ExistingName, NewRevision, claim_patch, classify_existing};
 use cmset_core::set::{Content, SetKind, SetRef, SourceState};
-use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-use kube::{Api, Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{Instrument, debug, info, info_span, warn};
 
@@ -44,16 +41,7 @@ const RESYNC: Duration = Duration::from_secs(30 * 60);
 const SOON: Duration = Duration::from_millis(250);
 
 /// A kind of set: its custom resource and its view for the core.
-pub trait SetObject:
-    Resource<DynamicType = (), Scope = NamespaceResourceScope>
-    + Clone
-    + DeserializeOwned
-    + Serialize
-    + std::fmt::Debug
-    + Send
-    + Sync
-    + 'static
-{
+pub trait SetObject: views::Object {
     const KIND: SetKind;
     fn as_set(&self) -> SetRef<'_>;
 }

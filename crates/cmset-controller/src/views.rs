@@ -12,8 +12,9 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-/// A workload kind cmset rewrites: its pod template and its kind.
-pub trait Workload:
+/// A namespaced kind a controller is keyed by, kept whole in a store: what kube's controller and store
+/// need of it.
+pub trait Object:
     Resource<DynamicType = (), Scope = NamespaceResourceScope>
     + Clone
     + DeserializeOwned
@@ -23,6 +24,22 @@ pub trait Workload:
     + Sync
     + 'static
 {
+}
+
+impl<T> Object for T where
+    T: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// A workload kind cmset rewrites: its pod template and its kind.
+pub trait Workload: Object {
     const KIND: WorkloadKind;
     fn template(&self) -> Option<&PodTemplateSpec>;
 }

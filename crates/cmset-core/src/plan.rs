@@ -542,59 +542,19 @@ fn ready_condition(current: &CurrentRevision, workloads: &[WorkloadStatus]) -> D
     }
 }
 
-/// An invalid spec: report it, keep everything else as it is.
+/// An invalid spec: report it (`Ready=False` and `Stalled=True`), keep everything else as it is.
 fn plan_invalid(
     input: &SetInput<'_>,
     previous: &ConfigMapSetStatus,
     problems: &[validate::Problem],
 ) -> SetPlan {
-    let set = input.set;
     let message = validate::summary(problems);
-    let was = input.set.condition(READY);
-    let already_reported = was.is_some_and(|c| c.reason == "InvalidSpec" && c.message == message);
-    let generation = set.generation();
-    let conditions = conditions::set(
-        &previous.conditions,
-        Desired {
-            type_: READY,
-            status: false,
-            reason: "InvalidSpec",
-            message: message.clone(),
-        },
-        generation,
-        &input.now,
-    );
-    let conditions = conditions::set(
-        &conditions,
-        Desired {
-            type_: STALLED,
-            status: true,
-            reason: "InvalidSpec",
-            message: message.clone(),
-        },
-        generation,
-        &input.now,
-    );
-    let mut plan = SetPlan {
-        status: ConfigMapSetStatus {
-            observed_generation: generation,
-            conditions,
-            ..previous.clone()
-        },
-        ..SetPlan::default()
-    };
-    if !already_reported {
-        plan.events.push(PlannedEvent {
-            kind: EventKind::Warning,
-            reason: "InvalidSpec",
-            message,
-        });
-    }
-    plan
+    plan_problem(input, previous, "InvalidSpec", message, Stalled::Yes)
 }
 
 /// The source cannot be read (missing, or refused): report it on `Ready`, keep everything else. The
-/// workloads stay on the last good revision, which the status still names.
+/// workloads stay on the last good revision, which the status still names. Not stalled: it resolves
+/// itself once the source is back.
 fn plan_source_problem(input: &SetInput<'_>, previous: &ConfigMapSetStatus) -> SetPlan {
     let set = input.set;
     let kind = set.kind().revision_kind();
@@ -611,37 +571,62 @@ fn plan_source_problem(input: &SetInput<'_>, previous: &ConfigMapSetStatus) -> S
         _ => "no revision exists yet, so workloads that read the set are left as they are".to_string(),
     };
     let message = format!("{kind} {namespace}/{source} {what}; {keeping}");
+    plan_problem(input, previous, reason, message, Stalled::No)
+}
+
+/// Whether a problem stalls the set (only a change of its spec can solve it).
+enum Stalled {
+    Yes,
+    No,
+}
+
+/// A problem that stops the set from moving on: `Ready=False` with `reason`, and `Stalled` as given;
+/// nothing but the status is written, and the Warning event is published only when the problem is new.
+fn plan_problem(
+    input: &SetInput<'_>,
+    previous: &ConfigMapSetStatus,
+    reason: &'static str,
+    message: String,
+    stalled: Stalled,
+) -> SetPlan {
+    let set = input.set;
     let already_reported = set
         .condition(READY)
         .is_some_and(|c| c.reason == reason && c.message == message);
     let generation = set.generation();
+    let desired = |type_, status| Desired {
+        type_,
+        status,
+        reason,
+        message: message.clone(),
+    };
     let conditions = conditions::set(
         &previous.conditions,
-        Desired {
-            type_: READY,
-            status: false,
-            reason,
-            message: message.clone(),
-        },
+        desired(READY, false),
         generation,
         &input.now,
     );
-    let mut plan = SetPlan {
-        status: ConfigMapSetStatus {
-            observed_generation: generation,
-            conditions: conditions::remove(&conditions, STALLED),
-            ..previous.clone()
-        },
-        ..SetPlan::default()
+    let conditions = match stalled {
+        Stalled::Yes => conditions::set(&conditions, desired(STALLED, true), generation, &input.now),
+        Stalled::No => conditions::remove(&conditions, STALLED),
     };
-    if !already_reported {
-        plan.events.push(PlannedEvent {
+    let events = (!already_reported)
+        .then_some(PlannedEvent {
             kind: EventKind::Warning,
             reason,
             message,
-        });
+        })
+        .into_iter()
+        .collect();
+    SetPlan {
+        status: ConfigMapSetStatus {
+            observed_generation: generation,
+            conditions,
+            ..previous.clone()
+        },
+        events,
+        ..SetPlan::default()
     }
-    plan
 }
 
 /// The next revision's name is taken: bump the collision count so the next plan picks another name.
