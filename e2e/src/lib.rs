@@ -151,14 +151,20 @@ impl TestNamespace {
 
     /// ConfigMaps that are revisions of `set`, by name.
     pub async fn revisions(&self, set: &str) -> Vec<ConfigMap> {
+        self.labelled_revisions(set).await
+    }
+
+    /// Objects of kind `K` labelled as revisions of a set named `set` (not being deleted), by name.
+    async fn labelled_revisions<K>(&self, set: &str) -> Vec<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
         let lp = ListParams::default().labels(&format!("{}={set}", cmset_api::labels::SET));
-        let mut items = self
-            .api::<ConfigMap>()
-            .list(&lp)
-            .await
-            .expect("list revisions")
-            .items;
-        items.retain(|c| c.metadata.deletion_timestamp.is_none());
+        let mut items = self.api::<K>().list(&lp).await.expect("list revisions").items;
+        items.retain(|c| c.meta().deletion_timestamp.is_none());
         items.sort_by_key(|c| c.name_any());
         items
     }
@@ -596,16 +602,7 @@ impl TestNamespace {
 
     /// Secrets that are revisions of SecretSet `set` (not being deleted), by name.
     pub async fn secret_revisions(&self, set: &str) -> Vec<k8s_openapi::api::core::v1::Secret> {
-        let lp = ListParams::default().labels(&format!("{}={set}", cmset_api::labels::SET));
-        let mut items = self
-            .api::<k8s_openapi::api::core::v1::Secret>()
-            .list(&lp)
-            .await
-            .expect("list Secret revisions")
-            .items;
-        items.retain(|s| s.metadata.deletion_timestamp.is_none());
-        items.sort_by_key(|s| s.name_any());
-        items
+        self.labelled_revisions(set).await
     }
 
     pub async fn secret_revision_names(&self, set: &str) -> Vec<String> {
