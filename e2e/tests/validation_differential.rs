@@ -317,6 +317,7 @@ fn cmset_verdict(case: &Case) -> BTreeSet<Field> {
             ..ConfigMapTemplate::default()
         },
         revision_history_limit: 10,
+        rollout: None,
         config_map_name: None,
     };
     let Err(problems) = validate(&case.name, &spec) else {

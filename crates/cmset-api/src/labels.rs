@@ -20,6 +20,12 @@ pub const FIELD_MANAGER: &str = "cmset-controller";
 pub const CONTENT_HASH: &str = "cmset.dev/content-hash";
 /// Prefix of every label and annotation key cmset owns; templates may not set keys under it.
 pub const RESERVED_PREFIX: &str = "cmset.dev/";
+/// On a Deployment, StatefulSet or DaemonSet: its rollout wave, a small non-negative integer (absent
+/// means 0). A new revision reaches the workloads of a set wave by wave, lowest first.
+pub const WAVE: &str = "cmset.dev/wave";
+/// Highest wave accepted. A workload whose label is not a number from 0 to this one is held where it
+/// is (state `Waiting`, with a message saying why) until the label is fixed.
+pub const MAX_WAVE: i32 = 1000;
 /// On a Deployment cmset's webhook created paused because a set it reads had no revision yet (or did
 /// not exist yet): when the hold began, RFC 3339. The controller unpauses it in the patch that points it
 /// at the revisions, or after [`HOLD_LIMIT_SECONDS`] whatever happens, and removes the annotation.

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -55,6 +55,8 @@ pub const DNS_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0
     printcolumn = r#"{"name":"ConfigMap","type":"string","description":"Name of the current revision's ConfigMap","jsonPath":".status.currentRevision"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Rollout","type":"string","priority":1,"description":"Phase of the current revision's rollout","jsonPath":".status.rollout.phase"}"#,
+    printcolumn = r#"{"name":"Wave","type":"integer","priority":1,"description":"Wave in progress (or the one that failed)","jsonPath":".status.rollout.wave"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new("self.metadata.name.size() <= 242").message("metadata.name must be at most 242 characters so that '-<hash>' fits in a ConfigMap name (253)"),
     validation = Rule::new("!has(self.spec.configMapName) || !has(self.spec.template) || (!has(self.spec.template.data) && !has(self.spec.template.binaryData))").message("spec.configMapName names the source of the content: spec.template.data and spec.template.binaryData must then be left out"),
@@ -78,10 +80,56 @@ pub struct ConfigMapSetSpec {
     #[serde(default = "default_revision_history_limit")]
     #[schemars(range(min = 0))]
     pub revision_history_limit: i32,
+
+    /// How a new revision reaches the workloads: in waves (by their `cmset.dev/wave` label), gated on
+    /// their health, and rolled back when it fails. Left out, every workload moves at once and a
+    /// failure is only reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutSpec>,
 }
 
 pub(crate) fn default_revision_history_limit() -> i32 {
     DEFAULT_REVISION_HISTORY_LIMIT
+}
+
+/// Default of [`RolloutSpec::progress_deadline_seconds`], the same as a Deployment's.
+pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i32 = 600;
+
+/// How a new revision is rolled out to the workloads that read the set.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutSpec {
+    /// Seconds every workload of a wave must stay healthy on the new revision before the next wave
+    /// moves (default 0).
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub stabilization_seconds: i32,
+
+    /// Seconds a workload has, from being moved to the new revision, to complete its rollout and be
+    /// healthy; later it counts as failed (default 600). A Deployment whose own `Progressing` condition
+    /// reports `ProgressDeadlineExceeded` fails at once.
+    #[serde(default = "default_progress_deadline_seconds")]
+    #[schemars(range(min = 1))]
+    pub progress_deadline_seconds: i32,
+
+    /// Move a failed workload back to the revision it ran before, in one patch, as `kubectl rollout
+    /// undo` would. Either way a failure stops the rollout: later waves never receive the revision.
+    #[serde(default)]
+    pub auto_rollback: bool,
+}
+
+fn default_progress_deadline_seconds() -> i32 {
+    DEFAULT_PROGRESS_DEADLINE_SECONDS
+}
+
+impl Default for RolloutSpec {
+    fn default() -> Self {
+        Self {
+            stabilization_seconds: 0,
+            progress_deadline_seconds: DEFAULT_PROGRESS_DEADLINE_SECONDS,
+            auto_rollback: false,
+        }
+    }
 }
 
 /// Content and metadata of the ConfigMap revisions.
@@ -169,6 +217,56 @@ pub struct ConfigMapSetStatus {
     /// Every revision that exists, newest first.
     #[serde(default)]
     pub history: Vec<RevisionStatus>,
+
+    /// The rollout of the current revision: the wave in progress, or how it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutStatus>,
+}
+
+/// Where the rollout of the current revision stands. It is the rollout's only memory: the controller
+/// decides from it (and the workloads' own status), so a restart continues exactly where it was.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    /// The revision being rolled out (the current one).
+    pub revision: String,
+    /// `Progressing`, `Complete` or `Failed`.
+    pub phase: RolloutPhase,
+    /// The wave in progress: workloads of this wave and lower ones may run the revision, higher waves
+    /// wait. When the rollout failed, the wave it failed in.
+    pub wave: i32,
+    /// The waves of this rollout, lowest first (the `cmset.dev/wave` labels of the workloads taking
+    /// part).
+    #[serde(default)]
+    pub waves: Vec<i32>,
+    /// When every workload of the wave in progress was last seen complete and healthy, while it still
+    /// is: the stabilization window counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave_healthy_since: Option<Time>,
+    /// When this rollout began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// Why it failed, naming the workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+pub enum RolloutPhase {
+    #[default]
+    Progressing,
+    Complete,
+    Failed,
+}
+
+impl RolloutPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Progressing => "Progressing",
+            Self::Complete => "Complete",
+            Self::Failed => "Failed",
+        }
+    }
 }
 
 /// One opted-in workload that references the set.
@@ -183,8 +281,22 @@ pub struct WorkloadStatus {
     /// The ConfigMap the workload's pod template names for this set (a revision, or the bare set name).
     pub revision: String,
     /// `Current`, `Pinned` (a rollback or an edit chose an older revision; left alone until the set's
-    /// content changes) or `Pending` (cmset is about to move it to the current revision).
+    /// content changes), `Pending` (cmset is about to move it to the current revision), `Waiting` (held
+    /// for a later wave, or by a failed rollout) or `RolledBack` (moved back by cmset after its rollout
+    /// failed).
     pub state: WorkloadState,
+    /// Its rollout wave: the `cmset.dev/wave` label (absent means 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub wave: i32,
+    /// When cmset saw it move to the current revision: its progress deadline counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved_at: Option<Time>,
+    /// The revision it ran before the current one: where an automatic rollback takes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_revision: Option<String>,
+    /// What it waits for, how its rollout goes, or why it was rolled back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
     /// The last revision cmset saw this workload run while that revision was current. This is the
     /// durable record that tells a deliberate rollback apart from an update not yet made; it lives here
     /// because `kubectl rollout undo` restores a Deployment's annotations, but never this status.
@@ -198,6 +310,12 @@ pub enum WorkloadState {
     Pending,
     Current,
     Pinned,
+    Waiting,
+    RolledBack,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// One revision ConfigMap of the set.
@@ -209,6 +327,10 @@ pub struct RevisionStatus {
     /// Whether anything still uses it (a workload, a retained ReplicaSet or ControllerRevision, a Pod):
     /// such a revision is never pruned.
     pub in_use: bool,
+    /// Its rollout failed (a workload did not become healthy on it); cmset does not try it again
+    /// unless the content changes to it anew.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
 }
 
 impl ConfigMapSetStatus {

@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    ConfigMapSetStatus, DNS_SUBDOMAIN_PATTERN, MAX_DNS_SUBDOMAIN_LEN, TemplateMetadata,
+    ConfigMapSetStatus, DNS_SUBDOMAIN_PATTERN, MAX_DNS_SUBDOMAIN_LEN, RolloutSpec, TemplateMetadata,
     default_revision_history_limit,
 };
 
@@ -33,6 +33,8 @@ use crate::{
     printcolumn = r#"{"name":"Secret","type":"string","description":"Name of the current revision's Secret","jsonPath":".status.currentRevision"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Rollout","type":"string","priority":1,"description":"Phase of the current revision's rollout","jsonPath":".status.rollout.phase"}"#,
+    printcolumn = r#"{"name":"Wave","type":"integer","priority":1,"description":"Wave in progress (or the one that failed)","jsonPath":".status.rollout.wave"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new("self.metadata.name.size() <= 242").message("metadata.name must be at most 242 characters so that '-<hash>' fits in a Secret name (253)"),
 )]
@@ -52,6 +54,12 @@ pub struct SecretSetSpec {
     #[serde(default = "default_revision_history_limit")]
     #[schemars(range(min = 0))]
     pub revision_history_limit: i32,
+
+    /// How a new revision reaches the workloads: in waves (by their `cmset.dev/wave` label), gated on
+    /// their health, and rolled back when it fails. Left out, every workload moves at once and a
+    /// failure is only reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutSpec>,
 }
 
 /// What a SecretSet's revisions carry besides the source's content: only metadata.
@@ -192,7 +200,7 @@ mod tests {
         assert_eq!((&name["minLength"], &name["maxLength"]), (&json!(1), &json!(253)));
         let mut fields: Vec<&String> = spec["properties"].as_object().unwrap().keys().collect();
         fields.sort();
-        assert_eq!(fields, ["revisionHistoryLimit", "secretName", "template"]);
+        assert_eq!(fields, ["revisionHistoryLimit", "rollout", "secretName", "template"]);
         let template: Vec<&String> = spec["properties"]["template"]["properties"]
             .as_object()
             .unwrap()

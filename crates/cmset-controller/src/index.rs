@@ -910,6 +910,7 @@ mod tests {
                     ..ConfigMapTemplate::default()
                 },
                 revision_history_limit: 10,
+                rollout: None,
                 config_map_name: None,
             },
         );
@@ -1122,6 +1123,7 @@ mod tests {
             cmset_api::SecretSetSpec {
                 secret_name: source.into(),
                 revision_history_limit: 10,
+                rollout: None,
                 ..cmset_api::SecretSetSpec::default()
             },
         );

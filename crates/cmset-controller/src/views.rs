@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 
+use cmset_core::health::{Progress, Wave, health};
 use cmset_core::observe::{HistoryKind, HistoryObject, RefNames, RevisionView, WorkloadKind, WorkloadView};
 use cmset_core::refs;
 use k8s_openapi::NamespaceResourceScope;
@@ -42,12 +43,35 @@ impl<T> Object for T where
 pub trait Workload: Object {
     const KIND: WorkloadKind;
     fn template(&self) -> Option<&PodTemplateSpec>;
+    /// The status fields its health is read from (see [`cmset_core::health`]).
+    fn progress(&self) -> Progress;
+}
+
+fn generation<K: Resource>(obj: &K) -> i64 {
+    obj.meta().generation.unwrap_or(0)
 }
 
 impl Workload for Deployment {
     const KIND: WorkloadKind = WorkloadKind::Deployment;
     fn template(&self) -> Option<&PodTemplateSpec> {
         self.spec.as_ref().map(|s| &s.template)
+    }
+    fn progress(&self) -> Progress {
+        let status = self.status.clone().unwrap_or_default();
+        let deadline_exceeded = status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Progressing" && c.reason.as_deref() == Some("ProgressDeadlineExceeded"));
+        Progress::Deployment {
+            generation: generation(self),
+            observed_generation: status.observed_generation.unwrap_or(0),
+            replicas: self.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+            total: status.replicas.unwrap_or(0),
+            updated: status.updated_replicas.unwrap_or(0),
+            available: status.available_replicas.unwrap_or(0),
+            deadline_exceeded,
+        }
     }
 }
 
@@ -56,12 +80,41 @@ impl Workload for StatefulSet {
     fn template(&self) -> Option<&PodTemplateSpec> {
         self.spec.as_ref().map(|s| &s.template)
     }
+    fn progress(&self) -> Progress {
+        let status = self.status.clone().unwrap_or_default();
+        let spec = self.spec.as_ref();
+        let partition = spec
+            .and_then(|s| s.update_strategy.as_ref())
+            .and_then(|u| u.rolling_update.as_ref())
+            .and_then(|r| r.partition)
+            .unwrap_or(0);
+        Progress::StatefulSet {
+            generation: generation(self),
+            observed_generation: status.observed_generation.unwrap_or(0),
+            replicas: spec.and_then(|s| s.replicas).unwrap_or(1),
+            partition,
+            updated: status.updated_replicas.unwrap_or(0),
+            ready: status.ready_replicas.unwrap_or(0),
+            current_revision: status.current_revision,
+            update_revision: status.update_revision,
+        }
+    }
 }
 
 impl Workload for DaemonSet {
     const KIND: WorkloadKind = WorkloadKind::DaemonSet;
     fn template(&self) -> Option<&PodTemplateSpec> {
         self.spec.as_ref().map(|s| &s.template)
+    }
+    fn progress(&self) -> Progress {
+        let status = self.status.clone().unwrap_or_default();
+        Progress::DaemonSet {
+            generation: generation(self),
+            observed_generation: status.observed_generation.unwrap_or(0),
+            desired: status.desired_number_scheduled,
+            updated: status.updated_number_scheduled.unwrap_or(0),
+            available: status.number_available.unwrap_or(0),
+        }
     }
 }
 
@@ -87,6 +140,8 @@ pub fn workload_view<K: Workload>(obj: &K) -> Option<WorkloadView> {
             .as_ref()
             .and_then(|m| m.labels.clone())
             .unwrap_or_default(),
+        wave: Wave::parse(obj.labels().get(cmset_api::labels::WAVE).map(String::as_str)),
+        health: health(&obj.progress()),
     })
 }
 

@@ -261,6 +261,7 @@ fn nginx_set(version: &str) -> ConfigMapSet {
                 ..ConfigMapTemplate::default()
             },
             revision_history_limit: 10,
+            rollout: None,
             config_map_name: None,
         },
     );
@@ -968,6 +969,7 @@ fn db_set() -> SecretSet {
         SecretSetSpec {
             secret_name: "db-credentials".into(),
             revision_history_limit: 10,
+            rollout: None,
             ..SecretSetSpec::default()
         },
     );

@@ -63,6 +63,8 @@ fn opted_in_view(
             .to_string(),
         pod_spec,
         template_labels: template_labels.clone().unwrap_or_default(),
+        wave: Default::default(),
+        health: Default::default(),
     };
     Some((workload, template_labels))
 }
@@ -164,11 +166,13 @@ mod tests {
                     name: "app-2222222222".into(),
                     revision: 2,
                     in_use: true,
+                    ..Default::default()
                 },
                 RevisionStatus {
                     name: "app-hhhhhhhhhh".into(),
                     revision: 1,
                     in_use: true,
+                    ..Default::default()
                 },
             ],
             workloads,
@@ -281,6 +285,7 @@ mod tests {
                 revision: "app-hhhhhhhhhh".into(),
                 state: WorkloadState::Pinned,
                 rolled_out: Some("app-2222222222".into()),
+                ..Default::default()
             }],
         )];
         let kind = WorkloadKind::Deployment;

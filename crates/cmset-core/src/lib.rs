@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod conditions;
 pub mod hash;
+pub mod health;
 pub mod history;
 pub mod hold;
 pub mod message;

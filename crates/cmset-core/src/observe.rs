@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
+use crate::health::{Health, Wave};
 use crate::refs::{self, Referenced};
 
 /// The workload kinds cmset rewrites.
@@ -47,6 +48,10 @@ pub struct WorkloadView {
     pub pod_spec: PodSpec,
     /// Labels of the pod template (cmset adds [`cmset_api::labels::MANAGED_TEMPLATE`] when it rewrites).
     pub template_labels: BTreeMap<String, String>,
+    /// Its rollout wave (label `cmset.dev/wave`).
+    pub wave: Wave,
+    /// How its current template's rollout stands, from its status.
+    pub health: Health,
 }
 
 impl WorkloadView {

@@ -431,6 +431,7 @@ fn revision_history(
             name: r.name.clone(),
             revision: current.number_of(r),
             in_use: usage.in_use(r, set_uid),
+            failed: false,
         })
         .collect();
     if current.create.is_some() {
@@ -438,6 +439,7 @@ fn revision_history(
             name: current.name.clone(),
             revision: current.number,
             in_use: usage.is_named(&current.name),
+            failed: false,
         });
     }
     history.sort_by(|a, b| b.revision.cmp(&a.revision).then(a.name.cmp(&b.name)));
@@ -514,6 +516,7 @@ fn set_status(
         conditions: conditions::set(&conditions, ready, generation, &input.now),
         workloads,
         history,
+        rollout: previous.rollout.clone(),
     }
 }
 

@@ -329,6 +329,7 @@ pub fn workload_status(
         revision,
         state,
         rolled_out,
+        ..WorkloadStatus::default()
     })
 }
 

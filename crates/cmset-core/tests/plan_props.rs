@@ -48,6 +48,7 @@ fn the_set(version: u8, limit: i32, team: Option<&str>) -> ConfigMapSet {
                 ..ConfigMapTemplate::default()
             },
             revision_history_limit: limit,
+            rollout: None,
             config_map_name: None,
         },
     );
@@ -94,6 +95,8 @@ fn workload(i: usize, choice: u8) -> WorkloadView {
             ..PodSpec::default()
         },
         template_labels: BTreeMap::new(),
+        wave: Default::default(),
+        health: Default::default(),
     }
 }
 

@@ -33,6 +33,7 @@ fn set_with(name: &str, data: &[(&str, &str)], limit: i32) -> ConfigMapSet {
                 binary_data: None,
             },
             revision_history_limit: limit,
+            rollout: None,
             config_map_name: None,
         },
     );
@@ -67,6 +68,8 @@ fn deployment(name: &str, configmaps: &[&str]) -> WorkloadView {
             ..PodSpec::default()
         },
         template_labels: BTreeMap::from([("app".to_string(), name.to_string())]),
+        wave: Default::default(),
+        health: Default::default(),
     }
 }
 
@@ -287,6 +290,7 @@ fn a_workload_cmset_never_moved_is_moved_after_a_crash() {
             revision: V1.into(),
             state: WorkloadState::Current,
             rolled_out: Some(V1.into()),
+            ..Default::default()
         }],
         ..ConfigMapSetStatus::default()
     });

@@ -529,6 +529,8 @@ fn workload(spec: PodSpec, managed: bool) -> WorkloadView {
                 "true".to_string(),
             )
         })),
+        wave: Default::default(),
+        health: Default::default(),
     }
 }
 
@@ -546,6 +548,7 @@ fn recorded_set(target: &SetTarget) -> ConfigMapSet {
                 name: r.clone(),
                 revision: 1,
                 in_use: true,
+                ..Default::default()
             })
             .collect(),
         workloads: vec![WorkloadStatus {
@@ -555,6 +558,7 @@ fn recorded_set(target: &SetTarget) -> ConfigMapSet {
             revision: target.current.clone(),
             state: WorkloadState::Current,
             rolled_out: target.rolled_out.clone(),
+            ..Default::default()
         }],
         ..ConfigMapSetStatus::default()
     });

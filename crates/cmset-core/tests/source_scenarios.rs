@@ -26,6 +26,7 @@ fn secret_set(name: &str, source: &str) -> SecretSet {
         SecretSetSpec {
             secret_name: source.into(),
             revision_history_limit: 10,
+            rollout: None,
             ..SecretSetSpec::default()
         },
     );
@@ -105,6 +106,8 @@ fn workload(spec: serde_json::Value) -> WorkloadView {
         uid: "uid-web".into(),
         pod_spec: serde_json::from_value::<PodSpec>(spec).unwrap(),
         template_labels: BTreeMap::new(),
+        wave: Default::default(),
+        health: Default::default(),
     }
 }
 
@@ -312,6 +315,7 @@ fn a_config_map_set_in_source_mode_versions_the_source_with_the_generator_s_name
         ConfigMapSetSpec {
             config_map_name: Some("nginx-from-helm".into()),
             revision_history_limit: 10,
+            rollout: None,
             ..ConfigMapSetSpec::default()
         },
     );

@@ -15,6 +15,7 @@ struct Spec(ConfigMapSetSpec);
 fn spec() -> Spec {
     Spec(ConfigMapSetSpec {
         revision_history_limit: 10,
+        rollout: None,
         ..ConfigMapSetSpec::default()
     })
 }

@@ -227,6 +227,7 @@ pub(crate) mod fixtures {
             revision: revision.into(),
             state,
             rolled_out: None,
+            ..Default::default()
         }
     }
 

@@ -254,6 +254,9 @@ fn explain_with(set: SetRef<'_>, known: &Known, workload: &Workload) -> Option<W
         WorkloadState::Current => Some(report(State::Current, "current (updated by cmset)".to_string())),
         WorkloadState::Pinned => Some(pinned()),
         WorkloadState::Pending => Some(pending()),
+        // Until the plugin shows waves, a held workload reads as pending and a rolled-back one as pinned.
+        WorkloadState::Waiting => Some(pending()),
+        WorkloadState::RolledBack => Some(pinned()),
     }
 }
 
@@ -287,6 +290,8 @@ fn decided_state(
         uid: workload.uid.clone(),
         pod_spec: workload.pod_spec.clone()?,
         template_labels: BTreeMap::new(),
+        wave: Default::default(),
+        health: Default::default(),
     };
     // Every revision the plugin knows of, and every reference of a revision's form: one that no status
     // or ConfigMap lists any more (pruned, or written by hand) still reads as a revision here.

@@ -1,0 +1,320 @@
+//! Whether a workload's rollout is complete and healthy, read from its status the way `kubectl rollout
+//! status` reads it, and its rollout wave, read from its label.
+//!
+//! The I/O layer copies the few status fields each kind needs into a [`Progress`]; everything else is
+//! decided here, so each rule can be tested from literal numbers.
+
+use cmset_api::labels;
+
+/// The status fields of one workload that its health is read from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Progress {
+    Deployment {
+        generation: i64,
+        observed_generation: i64,
+        /// `spec.replicas` (1 when left out).
+        replicas: i32,
+        /// `status.replicas`: pods of every ReplicaSet, old ones included.
+        total: i32,
+        updated: i32,
+        available: i32,
+        /// The `Progressing` condition says `ProgressDeadlineExceeded`.
+        deadline_exceeded: bool,
+    },
+    StatefulSet {
+        generation: i64,
+        observed_generation: i64,
+        /// `spec.replicas` (1 when left out).
+        replicas: i32,
+        /// The rolling update's partition: ordinals below it keep the old revision.
+        partition: i32,
+        updated: i32,
+        ready: i32,
+        current_revision: Option<String>,
+        update_revision: Option<String>,
+    },
+    DaemonSet {
+        generation: i64,
+        observed_generation: i64,
+        desired: i32,
+        updated: i32,
+        available: i32,
+    },
+}
+
+/// How a workload's rollout stands.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Health {
+    /// Its current template is rolled out and every pod is available.
+    Healthy,
+    /// Still rolling out, or not every pod is available (or there is no status yet).
+    #[default]
+    Progressing,
+    /// It reported that it cannot progress.
+    Failed(String),
+}
+
+impl Health {
+    pub fn is_healthy(&self) -> bool {
+        *self == Self::Healthy
+    }
+}
+
+/// The health of a workload with this status, by the rules of `kubectl rollout status` for its kind.
+pub fn health(progress: &Progress) -> Health {
+    let complete = match *progress {
+        Progress::Deployment {
+            generation,
+            observed_generation,
+            replicas,
+            total,
+            updated,
+            available,
+            deadline_exceeded,
+        } => {
+            if observed_generation < generation {
+                return Health::Progressing;
+            }
+            // Only a condition about the current template counts, which the generation check ensures.
+            if deadline_exceeded {
+                return Health::Failed(
+                    "its Progressing condition reports ProgressDeadlineExceeded".to_string(),
+                );
+            }
+            updated >= replicas && total <= updated && available >= updated
+        }
+        Progress::StatefulSet {
+            generation,
+            observed_generation,
+            replicas,
+            partition,
+            updated,
+            ready,
+            ref current_revision,
+            ref update_revision,
+        } => {
+            if observed_generation < generation || observed_generation == 0 {
+                return Health::Progressing;
+            }
+            let all_ready = ready >= replicas;
+            if partition > 0 {
+                // A partitioned update is complete once the ordinals above the partition run it.
+                all_ready && updated >= (replicas - partition).max(0)
+            } else {
+                all_ready && current_revision.is_some() && current_revision == update_revision
+            }
+        }
+        Progress::DaemonSet {
+            generation,
+            observed_generation,
+            desired,
+            updated,
+            available,
+        } => observed_generation >= generation && updated >= desired && available >= desired,
+    };
+    if complete {
+        Health::Healthy
+    } else {
+        Health::Progressing
+    }
+}
+
+/// A workload's rollout wave, from its `cmset.dev/wave` label.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Wave {
+    Number(i32),
+    /// The label is not a number from 0 to [`labels::MAX_WAVE`]: the text it holds.
+    Invalid(String),
+}
+
+impl Default for Wave {
+    fn default() -> Self {
+        Self::Number(0)
+    }
+}
+
+impl Wave {
+    /// The wave a label value gives; no label means wave 0.
+    pub fn parse(label: Option<&str>) -> Self {
+        let Some(text) = label else {
+            return Self::Number(0);
+        };
+        match text.parse::<i32>() {
+            Ok(n) if (0..=labels::MAX_WAVE).contains(&n) && !text.starts_with('+') => Self::Number(n),
+            _ => Self::Invalid(text.to_string()),
+        }
+    }
+
+    pub fn number(&self) -> Option<i32> {
+        match self {
+            Self::Number(n) => Some(*n),
+            Self::Invalid(_) => None,
+        }
+    }
+
+    /// Why the label cannot be used, for the workload's status.
+    pub fn problem(&self) -> Option<String> {
+        match self {
+            Self::Number(_) => None,
+            Self::Invalid(text) => Some(format!(
+                "label {} is {text:?}, not a whole number from 0 to {}; held where it is until it is fixed",
+                labels::WAVE,
+                labels::MAX_WAVE
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment(
+        generation: i64,
+        observed: i64,
+        replicas: i32,
+        total: i32,
+        updated: i32,
+        available: i32,
+    ) -> Progress {
+        Progress::Deployment {
+            generation,
+            observed_generation: observed,
+            replicas,
+            total,
+            updated,
+            available,
+            deadline_exceeded: false,
+        }
+    }
+
+    #[test]
+    fn deployment_health_follows_kubectl_rollout_status() {
+        let cases = [
+            // (progress, expected, why)
+            (
+                deployment(2, 1, 3, 3, 3, 3),
+                Health::Progressing,
+                "generation not observed yet",
+            ),
+            (
+                deployment(2, 2, 3, 3, 1, 3),
+                Health::Progressing,
+                "not every replica updated",
+            ),
+            (
+                deployment(2, 2, 3, 4, 3, 3),
+                Health::Progressing,
+                "an old replica still terminating",
+            ),
+            (
+                deployment(2, 2, 3, 3, 3, 2),
+                Health::Progressing,
+                "an updated replica not available",
+            ),
+            (
+                deployment(2, 2, 3, 3, 3, 3),
+                Health::Healthy,
+                "all updated and available",
+            ),
+            (deployment(2, 2, 0, 0, 0, 0), Health::Healthy, "scaled to zero"),
+        ];
+        for (progress, expected, why) in cases {
+            assert_eq!(health(&progress), expected, "{why}");
+        }
+    }
+
+    #[test]
+    fn a_deployment_past_its_own_deadline_fails_but_only_for_its_current_template() {
+        let mut progress = deployment(2, 2, 3, 3, 3, 0);
+        if let Progress::Deployment {
+            deadline_exceeded, ..
+        } = &mut progress
+        {
+            *deadline_exceeded = true;
+        }
+        assert!(matches!(health(&progress), Health::Failed(_)));
+        if let Progress::Deployment { generation, .. } = &mut progress {
+            *generation = 3;
+        }
+        assert_eq!(
+            health(&progress),
+            Health::Progressing,
+            "the condition is about an older template"
+        );
+    }
+
+    fn stateful_set(partition: i32, updated: i32, ready: i32, current: &str, update: &str) -> Progress {
+        Progress::StatefulSet {
+            generation: 4,
+            observed_generation: 4,
+            replicas: 3,
+            partition,
+            updated,
+            ready,
+            current_revision: Some(current.to_string()),
+            update_revision: Some(update.to_string()),
+        }
+    }
+
+    #[test]
+    fn stateful_set_health_needs_the_update_revision_ready_everywhere() {
+        assert_eq!(health(&stateful_set(0, 3, 3, "web-2", "web-2")), Health::Healthy);
+        assert_eq!(
+            health(&stateful_set(0, 3, 2, "web-2", "web-2")),
+            Health::Progressing
+        );
+        assert_eq!(
+            health(&stateful_set(0, 2, 3, "web-1", "web-2")),
+            Health::Progressing
+        );
+        assert_eq!(
+            health(&stateful_set(2, 1, 3, "web-1", "web-2")),
+            Health::Healthy,
+            "partitioned"
+        );
+        assert_eq!(
+            health(&stateful_set(2, 0, 3, "web-1", "web-2")),
+            Health::Progressing
+        );
+        let unobserved = Progress::StatefulSet {
+            generation: 1,
+            observed_generation: 0,
+            replicas: 0,
+            partition: 0,
+            updated: 0,
+            ready: 0,
+            current_revision: None,
+            update_revision: None,
+        };
+        assert_eq!(health(&unobserved), Health::Progressing);
+    }
+
+    #[test]
+    fn daemon_set_health_needs_every_scheduled_pod_updated_and_available() {
+        let ds = |observed, desired, updated, available| Progress::DaemonSet {
+            generation: 2,
+            observed_generation: observed,
+            desired,
+            updated,
+            available,
+        };
+        assert_eq!(health(&ds(2, 2, 2, 2)), Health::Healthy);
+        assert_eq!(health(&ds(1, 2, 2, 2)), Health::Progressing);
+        assert_eq!(health(&ds(2, 2, 1, 2)), Health::Progressing);
+        assert_eq!(health(&ds(2, 2, 2, 1)), Health::Progressing);
+    }
+
+    #[test]
+    fn wave_labels() {
+        assert_eq!(Wave::parse(None), Wave::Number(0));
+        assert_eq!(Wave::parse(Some("0")), Wave::Number(0));
+        assert_eq!(Wave::parse(Some("3")), Wave::Number(3));
+        assert_eq!(Wave::parse(Some("1000")), Wave::Number(1000));
+        for bad in ["-1", "1001", "one", "", "+1", "1.5", " 1"] {
+            let wave = Wave::parse(Some(bad));
+            assert_eq!(wave, Wave::Invalid(bad.to_string()), "{bad:?}");
+            assert!(wave.problem().unwrap().contains(labels::WAVE));
+        }
+    }
+}
