@@ -22,6 +22,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use cmset_api::{ConfigMapSet, SecretSet, labels};
+use cmset_core::health::{Health, Wave};
 use cmset_core::naming;
 use cmset_core::observe::{HistoryKind, HistoryObject, RefNames, RevisionView, WorkloadKind};
 use cmset_core::refs::Referenced;
@@ -146,6 +147,12 @@ pub struct State {
     reader_names: HashMap<(ReaderKind, Key), RefNames>,
     /// By (set kind, namespace, candidate set name): the readers naming it or one of its revisions.
     readers: HashMap<SetId, BTreeSet<(ReaderKind, String)>>,
+    /// Each opted-in workload's rollout wave and health: a change matters to the rollouts of the
+    /// sets it reads.
+    progress: HashMap<(WorkloadKind, Key), (Wave, Health)>,
+    /// Sets whose rollouts are tracked (`spec.rollout`, or a rollout recorded in their status): the
+    /// health of their readers is watched for them.
+    tracked: HashSet<SetId>,
     /// By source kind and key: the names of the sets in its namespace that version it.
     source_sets: HashMap<(Referenced, Key), BTreeSet<String>>,
     /// The resourceVersion the watch last saw of each source some set versions (`None`: deleted).
@@ -192,6 +199,35 @@ impl State {
 
     fn unlink_reader(&mut self, kind: ReaderKind, key: &Key, out: &mut Triggers) {
         self.link_reader(kind, key, RefNames::default(), out);
+    }
+
+    /// Records a workload's wave and health. A new wave concerns every set it reads (it may begin to
+    /// take part in waves); a new health only the sets whose rollouts are tracked.
+    fn workload_progress(
+        &mut self,
+        kind: WorkloadKind,
+        key: &Key,
+        progress: Option<(Wave, Health)>,
+        out: &mut Triggers,
+    ) {
+        let slot = (kind, key.clone());
+        let previous = match progress {
+            Some(progress) => self.progress.insert(slot.clone(), progress),
+            None => self.progress.remove(&slot),
+        };
+        let now = self.progress.get(&slot);
+        if previous.as_ref() == now {
+            return;
+        }
+        let wave_moved = previous.as_ref().map(|p| &p.0) != now.map(|p| &p.0);
+        let Some(names) = self.reader_names.get(&(ReaderKind::Workload(kind), key.clone())) else {
+            return;
+        };
+        for set in candidates(&key.namespace, names) {
+            if self.sets.contains_key(&set) && (wave_moved || self.tracked.contains(&set)) {
+                out.sets.insert(set);
+            }
+        }
     }
 
     /// Triggers the existing sets that `names` refer to.
@@ -360,6 +396,13 @@ macro_rules! indexed_set {
                 let old_source = previous.and_then(|f| f.source);
                 state.track_source(&id, old_source.as_deref(), facts.source.as_deref());
                 state.sets.insert(id.clone(), facts);
+                let tracked =
+                    self.spec.rollout.is_some() || self.status.as_ref().is_some_and(|s| s.rollout.is_some());
+                if tracked {
+                    state.tracked.insert(id.clone());
+                } else {
+                    state.tracked.remove(&id);
+                }
                 state.trigger_readers(&id, out);
             }
 
@@ -368,6 +411,7 @@ macro_rules! indexed_set {
                 if let Some(facts) = state.sets.remove(&id) {
                     state.track_source(&id, facts.source.as_deref(), None);
                 }
+                state.tracked.remove(&id);
                 state.trigger_readers(&id, out);
             }
 
@@ -518,23 +562,20 @@ macro_rules! indexed_workload {
             }
 
             fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
-                let names = if views::opted_in(self) {
-                    views::workload_view(self)
-                        .map(|v| v.referenced())
-                        .unwrap_or_default()
-                } else {
-                    RefNames::default()
-                };
-                state.link_reader(
-                    ReaderKind::Workload(<$kind as Workload>::KIND),
-                    key,
-                    names,
-                    out,
-                );
+                let kind = <$kind as Workload>::KIND;
+                let view = views::opted_in(self)
+                    .then(|| views::workload_view(self))
+                    .flatten();
+                let names = view.as_ref().map(|v| v.referenced()).unwrap_or_default();
+                state.link_reader(ReaderKind::Workload(kind), key, names, out);
+                let progress = view.map(|v| (v.wave, v.health));
+                state.workload_progress(kind, key, progress, out);
             }
 
             fn unindex(key: &Key, state: &mut State, out: &mut Triggers) {
-                state.unlink_reader(ReaderKind::Workload(<$kind as Workload>::KIND), key, out);
+                let kind = <$kind as Workload>::KIND;
+                state.workload_progress(kind, key, None, out);
+                state.unlink_reader(ReaderKind::Workload(kind), key, out);
             }
 
             fn indexed_keys(state: &State) -> Vec<Key> {
@@ -806,6 +847,21 @@ impl Index {
             }
         }
         readers
+    }
+
+    /// The opted-in workloads that name set `set` or one of its revisions.
+    pub fn workload_readers(&self, set: &SetId) -> Vec<(WorkloadKind, String)> {
+        let state = self.read();
+        state
+            .readers
+            .get(set)
+            .into_iter()
+            .flatten()
+            .filter_map(|(kind, name)| match kind {
+                ReaderKind::Workload(kind) => Some((*kind, name.clone())),
+                ReaderKind::History(_) => None,
+            })
+            .collect()
     }
 
     /// The existing sets that the ConfigMap and Secret names `names` refer to, with their facts.

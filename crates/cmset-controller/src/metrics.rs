@@ -38,6 +38,12 @@ pub struct KindLabel {
     pub kind: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RolloutLabel {
+    /// started, completed, failed or rolled_back.
+    pub event: &'static str,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
     pub reconciles: Family<ControllerLabel, Counter>,
@@ -47,6 +53,8 @@ pub struct Metrics {
     pub revisions_created: Counter,
     pub revisions_pruned: Counter,
     pub workloads_updated: Family<KindLabel, Counter>,
+    pub workloads_rolled_back: Family<KindLabel, Counter>,
+    pub rollouts: Family<RolloutLabel, Counter>,
     pub leader: Gauge,
     pub admissions: Family<ResultLabel, Counter>,
 }
@@ -61,6 +69,8 @@ impl Default for Metrics {
             revisions_created: Counter::default(),
             revisions_pruned: Counter::default(),
             workloads_updated: Family::default(),
+            workloads_rolled_back: Family::default(),
+            rollouts: Family::default(),
             leader: Gauge::default(),
             admissions: Family::default(),
         }
@@ -100,6 +110,16 @@ impl Metrics {
             "workloads_updated",
             "Workloads whose references were moved",
             self.workloads_updated.clone(),
+        );
+        r.register(
+            "workloads_rolled_back",
+            "Workloads cmset moved back to their previous revision after a failed rollout",
+            self.workloads_rolled_back.clone(),
+        );
+        r.register(
+            "rollouts",
+            "Tracked rollouts of a set's revision: started, completed, failed, and rolled_back (a failed rollout in which cmset rolled a workload back)",
+            self.rollouts.clone(),
         );
         r.register(
             "leader",

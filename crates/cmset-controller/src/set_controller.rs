@@ -18,6 +18,7 @@ use cmset_core::plan::{EventKind, PlannedEvent, SetInput, SetPlan, plan_collisio
 use cmset_core::refs::Referenced;
 use cmset_core::revision::{Existing, ExistingName, NewRevision, claim_patch, classify_existing};
 use cmset_core::set::{Content, SetKind, SetRef, SourceState};
+use cmset_core::waves;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
@@ -256,7 +257,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     if plan.is_quiet(set) {
         debug!("nothing to do");
         ctx.forget_deferred(&id);
-        return Ok(Action::requeue(RESYNC));
+        return Ok(Action::requeue(plan.recheck_in.unwrap_or(RESYNC).min(RESYNC)));
     }
     if plan.needs_content {
         // The source changed between two reads; its watch event brings us back.
@@ -335,9 +336,30 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
         debug!(fields = ?changed_fields(set, &plan), "writing status");
         write_status::<S>(ctx, object, &plan).await?;
         ctx.remember_written(&id, set, &plan.status);
+        count_rollout(ctx, set, &plan);
     }
     publish(ctx, object, &plan.events).await;
-    Ok(Action::requeue(wait.unwrap_or(RESYNC)))
+    Ok(Action::requeue(
+        wait.or(plan.recheck_in).unwrap_or(RESYNC).min(RESYNC),
+    ))
+}
+
+/// Counts what the status just written tells of the rollout.
+fn count_rollout(ctx: &Context, set: SetRef<'_>, plan: &SetPlan) {
+    let old = set.status().cloned().unwrap_or_default();
+    let happened = waves::transitions(&old, &plan.status);
+    let events = [
+        ("started", happened.started),
+        ("completed", happened.completed),
+        ("failed", happened.failed),
+        ("rolled_back", happened.rolled_back),
+    ];
+    for (event, _) in events.into_iter().filter(|(_, happened)| *happened) {
+        ctx.metrics
+            .rollouts
+            .get_or_create(&crate::metrics::RolloutLabel { event })
+            .inc();
+    }
 }
 
 fn input<'a>(
@@ -556,12 +578,15 @@ async fn write_status<S: SetObject>(ctx: &Context, set: &S, plan: &SetPlan) -> R
 /// Owner references for new history objects wait likewise: a rollout of N workloads makes N
 /// ReplicaSets within moments, and one patch per revision can carry them all.
 fn status_can_wait(plan: &SetPlan, set: SetRef<'_>) -> bool {
+    // A rollout's news (a wave opens, a rollback) is what the workloads wait for: never held back.
+    let rollout_moved = set.status().and_then(|s| s.rollout.as_ref()) != plan.status.rollout.as_ref();
     !plan.status_changed(set)
-        || plan
-            .status
-            .workloads
-            .iter()
-            .any(|w| w.state == WorkloadState::Pending)
+        || (!rollout_moved
+            && plan
+                .status
+                .workloads
+                .iter()
+                .any(|w| w.state == WorkloadState::Pending))
 }
 
 /// The top-level status fields a write changes, for the debug log.

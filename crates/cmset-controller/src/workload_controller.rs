@@ -18,9 +18,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cmset_api::labels;
+use cmset_core::health::Wave;
 use cmset_core::hold;
 use cmset_core::refs::{self, TEMPLATE_POD_SPEC_POINTER};
 use cmset_core::rollout::{SetTarget, plan_workload};
+use cmset_core::waves::{self, Gate};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
@@ -29,7 +31,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::context::{Context, Reconciled};
 use crate::error::{Error, Result};
-use crate::index::{Key, SourceLookup};
+use crate::index::{Key, SetId, SourceLookup};
 use crate::views::{self, Workload};
 
 pub const NAME: &str = "workload";
@@ -96,7 +98,13 @@ fn targets(
         };
         let revisions = ctx.index.revisions(id.0, namespace, &facts.label);
         let target = SetTarget::observed(set, identity.as_deref(), &revisions, &view.uid).ok_or_else(wait)?;
-        targets.push(target);
+        // Without a wave of its own a workload is in the lowest one: no need to look at the others.
+        let lowest = match view.wave {
+            Wave::Number(0) => 0,
+            _ => lowest_wave(ctx, id),
+        };
+        let gate = waves::gate(set, &target.current, view, lowest);
+        targets.push(target.gated(gate));
     }
     if sets.len() > 1 {
         let last_change = sets.iter().map(|(_, f)| f.changed_at).max();
@@ -108,6 +116,17 @@ fn targets(
         }
     }
     Ok(targets)
+}
+
+/// The lowest wave among the opted-in workloads that read set `id` (0 when none has a valid one).
+fn lowest_wave(ctx: &Context, id: &SetId) -> i32 {
+    ctx.index
+        .workload_readers(id)
+        .iter()
+        .filter_map(|(kind, name)| ctx.stores.workload(*kind, &id.1.namespace, name))
+        .filter_map(|w| w.wave.number())
+        .min()
+        .unwrap_or(0)
 }
 
 async fn reconcile_inner<K: Workload>(workload: &K, ctx: &Context) -> Result<Action> {
@@ -180,15 +199,48 @@ async fn reconcile_inner<K: Workload>(workload: &K, ctx: &Context) -> Result<Act
         .map(|c| format!("{} → {}", c.from, c.to))
         .collect();
     info!(workload = %what, changes = ?moves, "moved references");
-    let event = Event {
-        type_: EventType::Normal,
-        reason: "ConfigUpdated".to_string(),
-        note: Some(format!("cmset moved references: {}", dedup(&moves).join(", "))),
-        action: "Rollout".to_string(),
-        secondary: None,
+    let rolled_back = rollbacks(&targets, &plan.changes);
+    let event = if rolled_back.is_empty() {
+        Event {
+            type_: EventType::Normal,
+            reason: "ConfigUpdated".to_string(),
+            note: Some(format!("cmset moved references: {}", dedup(&moves).join(", "))),
+            action: "Rollout".to_string(),
+            secondary: None,
+        }
+    } else {
+        ctx.metrics
+            .workloads_rolled_back
+            .get_or_create(&crate::metrics::KindLabel {
+                kind: K::KIND.as_str(),
+            })
+            .inc();
+        warn!(workload = %what, changes = ?moves, "rolled back after a failed rollout");
+        Event {
+            type_: EventType::Warning,
+            reason: "RolledBack".to_string(),
+            note: Some(format!(
+                "cmset rolled back {}: the rollout of {} failed",
+                dedup(&moves).join(", "),
+                rolled_back.join(", ")
+            )),
+            action: "Rollback".to_string(),
+            secondary: None,
+        }
     };
     ctx.publish(&event, &workload.object_ref(&())).await;
     Ok(Action::await_change())
+}
+
+/// The revisions whose failed rollout `changes` move away from.
+fn rollbacks(targets: &[SetTarget], changes: &[refs::NameChange]) -> Vec<String> {
+    let failed: Vec<String> = targets
+        .iter()
+        .filter(|t| matches!(t.gate, Gate::RollBack { .. }))
+        .filter(|t| changes.iter().any(|c| c.from == t.current))
+        .map(|t| t.current.clone())
+        .collect();
+    dedup(&failed)
 }
 
 /// A hold cmset's webhook put on a new Deployment (see `cmset_core::hold`).

@@ -78,7 +78,7 @@ pub fn health(progress: &Progress) -> Health {
             // Only a condition about the current template counts, which the generation check ensures.
             if deadline_exceeded {
                 return Health::Failed(
-                    "its Progressing condition reports ProgressDeadlineExceeded".to_string(),
+                    "reported ProgressDeadlineExceeded (its Progressing condition)".to_string(),
                 );
             }
             updated >= replicas && total <= updated && available >= updated

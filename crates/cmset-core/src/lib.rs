@@ -20,3 +20,4 @@ pub mod rollout;
 pub mod set;
 pub mod slim;
 pub mod validate;
+pub mod waves;

@@ -2,8 +2,11 @@
 //! write its controller should make. An unchanged world plans no write at all.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
-use cmset_api::{ConfigMapSetStatus, RevisionStatus, WorkloadState, WorkloadStatus, labels};
+use cmset_api::{
+    ConfigMapSetStatus, RevisionStatus, RolloutPhase, RolloutStatus, WorkloadState, WorkloadStatus, labels,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use serde_json::Value;
 
@@ -19,6 +22,7 @@ use crate::revision::{
 use crate::rollout::{previous_by_uid, workload_status};
 use crate::set::{SetRef, SourceState};
 use crate::validate;
+use crate::waves::{Member, WaveEvent, WaveInput, WaveOutcome, plan_waves};
 
 /// What the set controller observed, as plain data.
 #[derive(Clone, Debug)]
@@ -78,6 +82,9 @@ pub struct SetPlan {
     pub needs_content: bool,
     pub status: ConfigMapSetStatus,
     pub events: Vec<PlannedEvent>,
+    /// Plan again after this long even if nothing is observed to change: a rollout's deadline or
+    /// stabilization window ends then.
+    pub recheck_in: Option<Duration>,
 }
 
 impl SetPlan {
@@ -132,14 +139,17 @@ pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
     let usage = Usage::new(set.kind().revision_kind(), input.workloads, input.history);
     let pruning = plan_pruning(set, &owned, &current.name, &usage, input.pod_refs);
     let history = revision_history(&owned, &current, &pruning.prune, &usage, &uid);
-    let (workloads, pin_events) = workload_entries(input, &current.name, &history);
-    let status = set_status(input, &previous, &current, history, workloads);
+    let entries = workload_entries(input, &current.name, &history);
+    let waves = plan_rollout(input, &previous, &current.name, &history, entries.members);
+    let history = mark_failed(history, &previous, waves.rollout.as_ref());
+    let status = set_status(input, &previous, &current, history, waves.entries, waves.rollout);
     // Most important first: the first Normal event gives the merged event its reason.
     let events = current
         .event
         .into_iter()
         .chain(pruning.events)
-        .chain(pin_events)
+        .chain(entries.pin_events)
+        .chain(waves.events.into_iter().map(wave_event))
         .collect();
     SetPlan {
         create: current.create,
@@ -149,6 +159,7 @@ pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
         needs_content: false,
         status,
         events: merge_normal_events(events),
+        recheck_in: waves.recheck_in,
     }
 }
 
@@ -448,39 +459,46 @@ fn revision_history(
 
 // ----------------------------------------------------------------------------------- workloads --
 
-/// The status entry of every workload that references the set, by kind and name, and a WorkloadPinned
-/// event for each one newly pinned by a rollback.
-fn workload_entries(
-    input: &SetInput<'_>,
-    current: &str,
-    history: &[RevisionStatus],
-) -> (Vec<WorkloadStatus>, Vec<PlannedEvent>) {
+/// The workloads that reference the set, each with the entry the reference rules give it, and a
+/// WorkloadPinned event for each one newly pinned by a rollback.
+struct Entries<'a> {
+    members: Vec<Member<'a>>,
+    pin_events: Vec<PlannedEvent>,
+}
+
+fn workload_entries<'a>(input: &SetInput<'a>, current: &str, history: &[RevisionStatus]) -> Entries<'a> {
     let set = input.set;
+    let kind = set.kind().revision_kind();
     let revision_names: BTreeSet<String> = history.iter().map(|h| h.name.clone()).collect();
     let previous = previous_by_uid(set);
-    let mut entries: Vec<WorkloadStatus> = input
+    let mut members: Vec<Member<'a>> = input
         .workloads
         .iter()
         .filter_map(|w| {
-            workload_status(
+            let entry = workload_status(
                 w,
-                set.kind().revision_kind(),
+                kind,
                 set.name(),
                 current,
                 &revision_names,
                 previous.get(&w.uid),
                 input.history,
-            )
+            )?;
+            Some(Member::new(entry, w, kind, set.name()))
         })
         .collect();
-    entries.sort_by(|a, b| (a.kind.as_str(), a.name.as_str()).cmp(&(b.kind.as_str(), b.name.as_str())));
-    let events = entries
+    members.sort_by(|a, b| {
+        (a.entry.kind.as_str(), a.entry.name.as_str()).cmp(&(b.entry.kind.as_str(), b.entry.name.as_str()))
+    });
+    let pin_events = members
         .iter()
+        .map(|m| &m.entry)
         .filter(|w| w.state == WorkloadState::Pinned)
         .filter(|w| {
-            !previous
-                .get(&w.uid)
-                .is_some_and(|p| p.state == WorkloadState::Pinned && p.revision == w.revision)
+            !previous.get(&w.uid).is_some_and(|p| {
+                matches!(p.state, WorkloadState::Pinned | WorkloadState::RolledBack)
+                    && p.revision == w.revision
+            })
         })
         .map(|w| PlannedEvent {
             kind: EventKind::Normal,
@@ -491,7 +509,73 @@ fn workload_entries(
             ),
         })
         .collect();
-    (entries, events)
+    Entries { members, pin_events }
+}
+
+/// The rollout of the current revision (see [`crate::waves`]).
+fn plan_rollout(
+    input: &SetInput<'_>,
+    previous: &ConfigMapSetStatus,
+    current: &str,
+    history: &[RevisionStatus],
+    members: Vec<Member<'_>>,
+) -> WaveOutcome {
+    let previous_entries = previous_by_uid(input.set);
+    let revisions: BTreeSet<String> = history.iter().map(|h| h.name.clone()).collect();
+    let wave_input = WaveInput {
+        spec: input.set.rollout(),
+        current,
+        previous: previous.rollout.as_ref(),
+        previous_entries: &previous_entries,
+        revisions: &revisions,
+        now: &input.now,
+    };
+    plan_waves(&wave_input, members)
+}
+
+/// The history with each revision whose rollout failed marked: the marks recorded before, and the
+/// current revision's once its rollout failed. A fresh rollout of a revision clears its mark.
+fn mark_failed(
+    mut history: Vec<RevisionStatus>,
+    previous: &ConfigMapSetStatus,
+    rollout: Option<&RolloutStatus>,
+) -> Vec<RevisionStatus> {
+    let was_failed = |name: &str| previous.history.iter().any(|h| h.name == name && h.failed);
+    for entry in &mut history {
+        entry.failed = match rollout.filter(|r| r.revision == entry.name) {
+            Some(r) => r.phase == RolloutPhase::Failed,
+            None => was_failed(&entry.name),
+        };
+    }
+    history
+}
+
+fn wave_event(event: WaveEvent) -> PlannedEvent {
+    match event {
+        WaveEvent::WaveStarted(message) => PlannedEvent {
+            kind: EventKind::Normal,
+            reason: "WaveStarted",
+            message,
+        },
+        WaveEvent::Complete(message) => PlannedEvent {
+            kind: EventKind::Normal,
+            reason: "RolloutComplete",
+            message,
+        },
+        WaveEvent::Failed(message) => PlannedEvent {
+            kind: EventKind::Warning,
+            reason: "RolloutFailed",
+            message: capitalized(&message),
+        },
+    }
+}
+
+fn capitalized(message: &str) -> String {
+    let mut chars = message.chars();
+    chars
+        .next()
+        .map(|first| first.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
 }
 
 // -------------------------------------------------------------------------------------- status --
@@ -503,11 +587,12 @@ fn set_status(
     current: &CurrentRevision,
     history: Vec<RevisionStatus>,
     workloads: Vec<WorkloadStatus>,
+    rollout: Option<RolloutStatus>,
 ) -> ConfigMapSetStatus {
     let generation = input.set.generation();
     // A valid spec is no longer stalled.
     let conditions = conditions::remove(&previous.conditions, STALLED);
-    let ready = ready_condition(current, &workloads);
+    let ready = ready_condition(current, &workloads, rollout.as_ref());
     ConfigMapSetStatus {
         observed_generation: generation,
         revision: Some(current.number),
@@ -516,21 +601,55 @@ fn set_status(
         conditions: conditions::set(&conditions, ready, generation, &input.now),
         workloads,
         history,
-        rollout: previous.rollout.clone(),
+        rollout,
     }
 }
 
-/// Ready while no workload waits to be moved; pinned workloads count as done.
-fn ready_condition(current: &CurrentRevision, workloads: &[WorkloadStatus]) -> Desired<'static> {
+/// Ready while no workload waits to be moved, by cmset or by a later wave, and the rollout has not
+/// failed; pinned workloads count as done.
+fn ready_condition(
+    current: &CurrentRevision,
+    workloads: &[WorkloadStatus],
+    rollout: Option<&RolloutStatus>,
+) -> Desired<'static> {
     let count = |state| workloads.iter().filter(|w| w.state == state).count();
     let (pending, pinned) = (count(WorkloadState::Pending), count(WorkloadState::Pinned));
+    let (waiting, rolled_back) = (count(WorkloadState::Waiting), count(WorkloadState::RolledBack));
     let (number, name, total) = (current.number, &current.name, workloads.len());
-    if pending > 0 {
+    if let Some(failed) = rollout.filter(|r| r.phase == RolloutPhase::Failed) {
+        let rolled_back = match rolled_back {
+            0 => String::new(),
+            n => format!("; {n} rolled back"),
+        };
+        let held = match waiting {
+            0 => String::new(),
+            n => format!("; {n} held on their revision"),
+        };
+        Desired {
+            type_: READY,
+            status: false,
+            reason: "RolloutFailed",
+            message: format!(
+                "Revision {number} ({name}): {}{rolled_back}{held}",
+                failed.message.as_deref().unwrap_or("the rollout failed")
+            ),
+        }
+    } else if pending > 0 {
         Desired {
             type_: READY,
             status: false,
             reason: "RolloutPending",
             message: format!("{pending} of {total} workloads are being moved to revision {number} ({name})"),
+        }
+    } else if let Some(rollout) = rollout.filter(|_| waiting > 0) {
+        Desired {
+            type_: READY,
+            status: false,
+            reason: "RolloutProgressing",
+            message: format!(
+                "Revision {number} ({name}) is rolling out in waves: wave {} of {:?} in progress; {waiting} of {total} workloads wait for a later wave",
+                rollout.wave, rollout.waves
+            ),
         }
     } else {
         Desired {

@@ -28,6 +28,7 @@ use crate::naming::refers_to_set;
 use crate::observe::{HistoryObject, RevisionView, WorkloadView};
 use crate::refs::{self, NameChange, Referenced, TEMPLATE_POD_SPEC_POINTER};
 use crate::set::SetRef;
+use crate::waves::Gate;
 
 /// What a workload needs to know about one set to decide its references.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,6 +42,8 @@ pub struct SetTarget {
     pub revisions: BTreeSet<String>,
     /// The rollout record for the workload being planned.
     pub rolled_out: Option<String>,
+    /// Whether the rollout of the current revision lets the workload move (see [`crate::waves`]).
+    pub gate: Gate,
 }
 
 impl SetTarget {
@@ -71,6 +74,7 @@ impl SetTarget {
             current,
             revisions,
             rolled_out,
+            gate: Gate::Open,
         })
     }
 
@@ -119,6 +123,7 @@ impl SetTarget {
             current,
             revisions: names,
             rolled_out,
+            gate: Gate::Open,
         })
     }
 
@@ -142,8 +147,23 @@ impl SetTarget {
         self.claims(name) && (name == self.name || self.revisions.contains(name))
     }
 
+    /// The target with the gate the rollout of its current revision sets for this workload.
+    pub fn gated(self, gate: Gate) -> Self {
+        Self { gate, ..self }
+    }
+
     /// Where a reference to `name` should point, if it should change.
     pub fn retarget(&self, name: &str) -> Option<String> {
+        match &self.gate {
+            Gate::Open => {}
+            Gate::Held { keep } => {
+                // Only a bare name moves, and to what the workload ran, if known.
+                return (name == self.name).then(|| keep.clone().unwrap_or_else(|| self.current.clone()));
+            }
+            Gate::RollBack { to } => {
+                return (name == self.current || name == self.name).then(|| to.clone());
+            }
+        }
         if name == self.name {
             return Some(self.current.clone());
         }
@@ -289,6 +309,7 @@ pub fn workload_status(
         current: current.to_string(),
         revisions: revisions.clone(),
         rolled_out: None,
+        gate: Gate::Open,
     };
     let names: Vec<String> = refs::find_refs_to(&workload.pod_spec, kind)
         .into_iter()

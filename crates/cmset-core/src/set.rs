@@ -152,6 +152,14 @@ impl<'a> SetRef<'a> {
         }
     }
 
+    /// How new revisions roll out, when the set says.
+    pub fn rollout(self) -> Option<&'a cmset_api::RolloutSpec> {
+        match self {
+            Self::ConfigMap(s) => s.spec.rollout.as_ref(),
+            Self::Secret(s) => s.spec.rollout.as_ref(),
+        }
+    }
+
     pub fn revision_history_limit(self) -> i32 {
         match self {
             Self::ConfigMap(s) => s.spec.revision_history_limit,

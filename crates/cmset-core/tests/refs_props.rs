@@ -510,6 +510,7 @@ fn targets() -> impl Strategy<Value = Vec<SetTarget>> {
                     current: current_name,
                     revisions: known,
                     rolled_out,
+                    gate: cmset_core::waves::Gate::Open,
                 }
             })
     };

@@ -252,6 +252,7 @@ fn a_secret_set_moves_only_secret_references_and_a_config_map_set_only_config_ma
         current: "app-9k5ddchd8d".into(),
         revisions: ["app-9k5ddchd8d".to_string()].into(),
         rolled_out: None,
+        gate: cmset_core::waves::Gate::Open,
     };
     let plan_secrets = plan_workload(&web, std::slice::from_ref(&secret_target));
     let moved: Vec<&str> = plan_secrets.changes.iter().map(|c| c.pointer.as_str()).collect();
@@ -270,6 +271,7 @@ fn a_secret_set_moves_only_secret_references_and_a_config_map_set_only_config_ma
         current: "app-d2c65kk9hm".into(),
         revisions: ["app-d2c65kk9hm".to_string()].into(),
         rolled_out: None,
+        gate: cmset_core::waves::Gate::Open,
     };
     let both = plan_workload(&web, &[secret_target, config_target]);
     assert_eq!(

@@ -1,0 +1,442 @@
+//! The rollout of a set's current revision, wave by wave: which workloads may move now, when a wave is
+//! done, when the rollout failed, and which workloads are moved back.
+//!
+//! The state machine lives in the set's `status.rollout` and nothing else, so a restart of the operator
+//! continues where it stood; each plan is a function of that record, the workloads' health and `now`:
+//!
+//! - **Progressing**, wave `w`: workloads of waves up to `w` may run the revision, higher waves are
+//!   `Waiting`. Wave `w` is done when each of its workloads runs the revision and is healthy; it must
+//!   stay so for `stabilizationSeconds` (counted from `waveHealthySince`, cleared when one of them is
+//!   unhealthy again), then the next wave opens. After the last wave the rollout is **Complete**.
+//! - A workload of wave `w` that reports failure, or is not healthy `progressDeadlineSeconds` after it
+//!   was moved (`movedAt`), fails the rollout: **Failed**, in wave `w`. Nothing else moves to the
+//!   revision. With `autoRollback`, each failing workload of wave `w` becomes `RolledBack`: the
+//!   workload controller moves it to its `previousRevision`.
+//! - A new current revision (the content changed) starts a fresh rollout at the lowest wave.
+//!
+//! Workloads pinned by a manual rollback take no part. A set is tracked only when it asks for it
+//! (`spec.rollout`), a workload that reads it has a wave, or a rollout of its current revision is still
+//! recorded as unfinished; otherwise every workload moves at once, as before waves existed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use cmset_api::{
+    ConfigMapSetStatus, RolloutPhase, RolloutSpec, RolloutStatus, WorkloadState, WorkloadStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::SignedDuration;
+
+use crate::health::{Health, Wave};
+use crate::observe::WorkloadView;
+use crate::refs::Referenced;
+use crate::set::SetRef;
+
+/// One workload that reads the set, with the status entry the reference rules gave it (`Current`,
+/// `Pending` or `Pinned`).
+#[derive(Clone, Debug)]
+pub struct Member<'a> {
+    pub entry: WorkloadStatus,
+    pub wave: &'a Wave,
+    pub health: &'a Health,
+    /// It references the set's bare name: it is opting in and has no revision to protect, so it moves
+    /// whatever the waves say.
+    pub opting_in: bool,
+}
+
+impl<'a> Member<'a> {
+    /// `view` reads the set named `set_name`, whose revisions are objects of `kind`.
+    pub fn new(entry: WorkloadStatus, view: &'a WorkloadView, kind: Referenced, set_name: &str) -> Self {
+        let opting_in = view.referenced_names_of(kind).contains(set_name);
+        Self {
+            entry,
+            wave: &view.wave,
+            health: &view.health,
+            opting_in,
+        }
+    }
+}
+
+/// What the rollout planner reads besides the members.
+#[derive(Clone, Debug)]
+pub struct WaveInput<'a> {
+    pub spec: Option<&'a RolloutSpec>,
+    pub current: &'a str,
+    /// The rollout the status records.
+    pub previous: Option<&'a RolloutStatus>,
+    /// The status entries the status records, by workload UID.
+    pub previous_entries: &'a BTreeMap<String, WorkloadStatus>,
+    /// Names of the set's revisions that exist, current included.
+    pub revisions: &'a BTreeSet<String>,
+    pub now: &'a Time,
+}
+
+/// What the rollout planner decided.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WaveOutcome {
+    pub rollout: Option<RolloutStatus>,
+    /// The members' entries, states and messages decided.
+    pub entries: Vec<WorkloadStatus>,
+    /// Look again after this long even if nothing changes: a deadline or a stabilization window ends.
+    pub recheck_in: Option<Duration>,
+    pub events: Vec<WaveEvent>,
+}
+
+/// Something worth an event on the set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WaveEvent {
+    /// The next wave may move.
+    WaveStarted(String),
+    Complete(String),
+    /// Failed, with the message that names the workload and why.
+    Failed(String),
+}
+
+/// Why a workload of the wave in progress fails the rollout, if it does.
+fn failure(member: &Member<'_>, deadline: i64, now: &Time) -> Option<String> {
+    if member.entry.state != WorkloadState::Current {
+        return None;
+    }
+    match member.health {
+        Health::Healthy => None,
+        Health::Failed(why) => Some(why.clone()),
+        Health::Progressing => {
+            let moved = member.entry.moved_at.as_ref()?;
+            let due = moved.0.checked_add(SignedDuration::from_secs(deadline)).ok()?;
+            (now.0 >= due).then(|| {
+                format!("was not healthy within progressDeadlineSeconds ({deadline}s) of being moved")
+            })
+        }
+    }
+}
+
+/// Plans the rollout of `input.current` for `members`.
+pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcome {
+    let unfinished = input
+        .previous
+        .is_some_and(|p| p.revision == input.current && p.phase != RolloutPhase::Complete);
+    let tracked = input.spec.is_some() || members.iter().any(|m| *m.wave != Wave::Number(0)) || unfinished;
+    if !tracked {
+        return WaveOutcome {
+            entries: members.into_iter().map(|m| m.entry).collect(),
+            ..WaveOutcome::default()
+        };
+    }
+    let spec = input.spec.cloned().unwrap_or_default();
+    let now = input.now;
+    let fresh = input.previous.is_none_or(|p| p.revision != input.current);
+    let mut members: Vec<Member<'_>> = members
+        .into_iter()
+        .map(|m| carry_forward(m, input, fresh))
+        .collect();
+
+    let takes_part = |m: &Member<'_>| {
+        m.wave.number().is_some()
+            && !matches!(m.entry.state, WorkloadState::Pinned | WorkloadState::RolledBack)
+    };
+    let waves: Vec<i32> = members
+        .iter()
+        .filter(|m| takes_part(m))
+        .filter_map(|m| m.wave.number())
+        .collect::<BTreeSet<i32>>()
+        .into_iter()
+        .collect();
+    let mut rollout = match input.previous {
+        Some(p) if !fresh => p.clone(),
+        _ => RolloutStatus {
+            revision: input.current.to_string(),
+            phase: RolloutPhase::Progressing,
+            wave: waves.first().copied().unwrap_or(0),
+            waves: Vec::new(),
+            wave_healthy_since: None,
+            started_at: Some(now.clone()),
+            message: None,
+        },
+    };
+    rollout.waves = waves.clone();
+
+    let mut events = Vec::new();
+    let mut recheck: Vec<Duration> = Vec::new();
+    let deadline = i64::from(spec.progress_deadline_seconds);
+    while rollout.phase == RolloutPhase::Progressing {
+        let wave = rollout.wave;
+        let in_wave: Vec<&Member<'_>> = members
+            .iter()
+            .filter(|m| takes_part(m) && m.wave.number() == Some(wave))
+            .collect();
+        let failures: Vec<String> = in_wave
+            .iter()
+            .filter_map(|m| {
+                failure(m, deadline, now).map(|why| format!("{} {} {why}", m.entry.kind, m.entry.name))
+            })
+            .collect();
+        if !failures.is_empty() {
+            let message = format!(
+                "the rollout of {} failed in wave {wave}: {}",
+                input.current,
+                crate::message::join_capped(&failures, 512)
+            );
+            rollout.phase = RolloutPhase::Failed;
+            rollout.wave_healthy_since = None;
+            rollout.message = Some(message.clone());
+            events.push(WaveEvent::Failed(message));
+            break;
+        }
+        for m in &in_wave {
+            if m.entry.state == WorkloadState::Current && !m.health.is_healthy() {
+                if let Some(left) = m
+                    .entry
+                    .moved_at
+                    .as_ref()
+                    .and_then(|moved| time_left(moved, deadline, now))
+                {
+                    recheck.push(left);
+                }
+            }
+        }
+        let done = in_wave
+            .iter()
+            .all(|m| m.entry.state == WorkloadState::Current && m.health.is_healthy());
+        if !done {
+            rollout.wave_healthy_since = None;
+            break;
+        }
+        if !in_wave.is_empty() {
+            let since = rollout
+                .wave_healthy_since
+                .get_or_insert_with(|| now.clone())
+                .clone();
+            if let Some(left) = time_left(&since, i64::from(spec.stabilization_seconds), now) {
+                recheck.push(left);
+                break;
+            }
+        }
+        rollout.wave_healthy_since = None;
+        match waves.iter().find(|&&w| w > wave) {
+            Some(&next) => {
+                rollout.wave = next;
+                events.push(WaveEvent::WaveStarted(format!(
+                    "Wave {wave} is healthy on {}; wave {next} moves now",
+                    input.current
+                )));
+            }
+            None => {
+                rollout.phase = RolloutPhase::Complete;
+                events.push(WaveEvent::Complete(format!(
+                    "Rollout of {} is complete in every wave ({})",
+                    input.current,
+                    wave_list(&waves)
+                )));
+            }
+        }
+    }
+
+    // A failed rollout moves its failing workloads back, if asked to; the others stay as they are.
+    if rollout.phase == RolloutPhase::Failed && spec.auto_rollback {
+        for m in members.iter_mut() {
+            if takes_part(m) && m.wave.number() == Some(rollout.wave) {
+                if let Some(why) = failure(m, deadline, now) {
+                    roll_back(m, &why, input);
+                }
+            }
+        }
+    }
+    let entries = members
+        .into_iter()
+        .map(|m| decide_entry(m, &rollout, deadline, input))
+        .collect();
+    WaveOutcome {
+        rollout: Some(rollout),
+        entries,
+        recheck_in: recheck.into_iter().min(),
+        events,
+    }
+}
+
+fn wave_list(waves: &[i32]) -> String {
+    let list: Vec<String> = waves.iter().map(i32::to_string).collect();
+    format!("waves {}", list.join(", "))
+}
+
+/// Time left from `now` until `seconds` after `since`, if any.
+fn time_left(since: &Time, seconds: i64, now: &Time) -> Option<Duration> {
+    let due = since.0.checked_add(SignedDuration::from_secs(seconds)).ok()?;
+    let left = due.duration_since(now.0);
+    (left.is_positive()).then(|| Duration::try_from(left).unwrap_or_default())
+}
+
+/// The member's entry with what the status recorded of this rollout: when it moved, what it ran
+/// before, and a rollback already decided.
+fn carry_forward<'a>(mut m: Member<'a>, input: &WaveInput<'_>, fresh: bool) -> Member<'a> {
+    let previous = input
+        .previous_entries
+        .get(&m.entry.uid)
+        .filter(|p| p.kind == m.entry.kind);
+    let this_rollout = previous.filter(|_| !fresh);
+    let rolled_back = this_rollout.is_some_and(|p| p.state == WorkloadState::RolledBack);
+    let before = this_rollout
+        .and_then(|p| p.previous_revision.clone())
+        .or_else(|| {
+            previous
+                .map(|p| p.revision.clone())
+                .filter(|r| r != input.current && input.revisions.contains(r))
+        });
+    match m.entry.state {
+        WorkloadState::Current if !rolled_back => {
+            m.entry.moved_at = this_rollout
+                .and_then(|p| p.moved_at.clone())
+                .or_else(|| Some(input.now.clone()));
+            m.entry.previous_revision = before;
+        }
+        // Decided already: it stays rolled back (the workload controller may not have moved it yet).
+        _ if rolled_back => {
+            let p = this_rollout.expect("a rollback is recorded in this rollout");
+            m.entry.state = WorkloadState::RolledBack;
+            m.entry.previous_revision = p.previous_revision.clone();
+            m.entry.moved_at = p.moved_at.clone();
+            m.entry.message = p.message.clone();
+        }
+        _ => {}
+    }
+    m
+}
+
+/// Marks a failing member to be moved back to the revision it ran before; without one it stays.
+fn roll_back(m: &mut Member<'_>, why: &str, input: &WaveInput<'_>) {
+    match m.entry.previous_revision.clone() {
+        Some(to) if input.revisions.contains(&to) => {
+            m.entry.state = WorkloadState::RolledBack;
+            m.entry.message = Some(format!("rolled back to {to}: it {why}"));
+        }
+        _ => {
+            m.entry.message = Some(format!(
+                "failed: it {why}; not rolled back: it ran no earlier revision of the set that still exists"
+            ));
+        }
+    }
+}
+
+/// The member's final state and message under the rollout as decided.
+fn decide_entry(
+    mut m: Member<'_>,
+    rollout: &RolloutStatus,
+    deadline: i64,
+    input: &WaveInput<'_>,
+) -> WorkloadStatus {
+    let wave = m.wave.number();
+    m.entry.wave = wave.unwrap_or(0);
+    let failed = failure(&m, deadline, input.now);
+    let entry = &mut m.entry;
+    match entry.state {
+        WorkloadState::Pinned | WorkloadState::RolledBack => {}
+        WorkloadState::Current => {
+            let in_progress = rollout.phase != RolloutPhase::Complete && wave == Some(rollout.wave);
+            if entry.message.is_none() && in_progress {
+                entry.message = Some(match (failed, m.health) {
+                    (Some(why), _) => format!("failed: it {why}"),
+                    (None, Health::Healthy) => "healthy".to_string(),
+                    (None, _) => "rolling out".to_string(),
+                });
+            }
+        }
+        WorkloadState::Pending | WorkloadState::Waiting => {
+            let held = match (wave, rollout.phase) {
+                _ if m.opting_in => None,
+                (None, _) => m.wave.problem(),
+                (Some(_), RolloutPhase::Complete) => None,
+                (Some(_), RolloutPhase::Failed) => Some(format!(
+                    "held: the rollout of {} failed in wave {}",
+                    input.current, rollout.wave
+                )),
+                (Some(w), RolloutPhase::Progressing) if w > rollout.wave => {
+                    Some(format!("waiting for wave {} to complete", rollout.wave))
+                }
+                (Some(_), RolloutPhase::Progressing) => None,
+            };
+            match held {
+                Some(message) => {
+                    entry.state = WorkloadState::Waiting;
+                    entry.message = Some(message);
+                }
+                None => entry.state = WorkloadState::Pending,
+            }
+        }
+    }
+    m.entry
+}
+
+/// What the workload controller may do with a workload's references to one set, by what the set's
+/// status records of the rollout of its current revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// Move to the current revision.
+    Open,
+    /// Stay: its wave is not open, or the rollout failed. A reference to the bare set name goes to
+    /// `keep` (the revision the workload ran, when known) rather than to the held-back revision.
+    Held { keep: Option<String> },
+    /// Move back from the current revision to `to`: its rollout failed and cmset rolls it back.
+    RollBack { to: String },
+}
+
+/// The gate for `workload` on the references to `set`, whose current revision is `current`.
+/// `lowest_wave` is the lowest wave among the workloads that read the set: before the status records a
+/// rollout of `current`, only that wave moves (with no waves at all, that is every workload, at once).
+pub fn gate(set: SetRef<'_>, current: &str, workload: &WorkloadView, lowest_wave: i32) -> Gate {
+    let status = set.status();
+    let entry = status.and_then(|s| s.workloads.iter().find(|w| w.uid == workload.uid));
+    let rollout = status
+        .and_then(|s| s.rollout.as_ref())
+        .filter(|r| r.revision == current);
+    let keep = || {
+        entry
+            .filter(|e| e.state != WorkloadState::Current)
+            .map(|e| e.revision.clone())
+            .filter(|r| r != set.name() && r != current)
+    };
+    let wave = workload.wave.number();
+    let Some(rollout) = rollout else {
+        return match wave {
+            Some(w) if w <= lowest_wave => Gate::Open,
+            _ => Gate::Held { keep: keep() },
+        };
+    };
+    if let Some(to) = entry
+        .filter(|e| e.state == WorkloadState::RolledBack)
+        .and_then(|e| e.previous_revision.clone())
+    {
+        return Gate::RollBack { to };
+    }
+    match (rollout.phase, wave) {
+        (RolloutPhase::Complete, Some(_)) => Gate::Open,
+        (RolloutPhase::Progressing, Some(w)) if w <= rollout.wave => Gate::Open,
+        _ => Gate::Held { keep: keep() },
+    }
+}
+
+/// What a status write tells of the rollout, for the metrics: counted once, when the status that
+/// records it is written.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Transitions {
+    pub started: bool,
+    pub completed: bool,
+    pub failed: bool,
+    /// The first workload of the rollout was rolled back.
+    pub rolled_back: bool,
+}
+
+/// The rollout events between status `old` and status `new`.
+pub fn transitions(old: &ConfigMapSetStatus, new: &ConfigMapSetStatus) -> Transitions {
+    let Some(rollout) = new.rollout.as_ref() else {
+        return Transitions::default();
+    };
+    let same = old.rollout.as_ref().filter(|o| o.revision == rollout.revision);
+    let was = |phase| same.is_some_and(|o| o.phase == phase);
+    let any_rolled_back =
+        |s: &ConfigMapSetStatus| s.workloads.iter().any(|w| w.state == WorkloadState::RolledBack);
+    Transitions {
+        started: same.is_none(),
+        completed: rollout.phase == RolloutPhase::Complete && !was(RolloutPhase::Complete),
+        failed: rollout.phase == RolloutPhase::Failed && !was(RolloutPhase::Failed),
+        rolled_back: any_rolled_back(new) && !(same.is_some() && any_rolled_back(old)),
+    }
+}
