@@ -200,7 +200,10 @@ mod tests {
         assert_eq!((&name["minLength"], &name["maxLength"]), (&json!(1), &json!(253)));
         let mut fields: Vec<&String> = spec["properties"].as_object().unwrap().keys().collect();
         fields.sort();
-        assert_eq!(fields, ["revisionHistoryLimit", "rollout", "secretName", "template"]);
+        assert_eq!(
+            fields,
+            ["revisionHistoryLimit", "rollout", "secretName", "template"]
+        );
         let template: Vec<&String> = spec["properties"]["template"]["properties"]
             .as_object()
             .unwrap()
