@@ -1,0 +1,616 @@
+//! Rollouts in waves, scenario by scenario: the set planner and the workload planner driven together
+//! over a small simulated world (revisions appear when planned, workloads move as the workload
+//! controller would move them, health is set by the test, time moves when the test says). Every
+//! decision is made from the set's status and `now` only, as after a restart of the operator.
+
+use std::collections::BTreeMap;
+
+use cmset_api::{
+    ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, RolloutPhase, RolloutSpec, WorkloadState,
+    WorkloadStatus, labels,
+};
+use cmset_core::health::{Health, Wave};
+use cmset_core::observe::{RevisionView, WorkloadKind, WorkloadView};
+use cmset_core::plan::{EventKind, SetInput, SetPlan, plan_set};
+use cmset_core::revision::inline_identity;
+use cmset_core::rollout::{SetTarget, plan_workload};
+use cmset_core::set::{SetRef, SourceState};
+use cmset_core::waves::{Gate, gate, transitions};
+use k8s_openapi::api::core::v1::{ConfigMapEnvSource, Container, EnvFromSource, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use support::revision_of;
+
+mod support;
+
+const START: i64 = 1_800_000_000;
+
+fn at(second: i64) -> Time {
+    Time(Timestamp::from_second(START + second).unwrap())
+}
+
+fn deployment(name: &str, wave: Option<i32>, reads: &str) -> WorkloadView {
+    WorkloadView {
+        kind: WorkloadKind::Deployment,
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        pod_spec: PodSpec {
+            containers: vec![Container {
+                name: "app".into(),
+                env_from: Some(vec![EnvFromSource {
+                    config_map_ref: Some(ConfigMapEnvSource {
+                        name: reads.to_string(),
+                        optional: None,
+                    }),
+                    ..EnvFromSource::default()
+                }]),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        },
+        template_labels: BTreeMap::new(),
+        wave: wave.map_or(Wave::Number(0), Wave::Number),
+        health: Health::Healthy,
+    }
+}
+
+fn reads(workload: &WorkloadView) -> String {
+    workload.pod_spec.containers[0].env_from.as_ref().unwrap()[0]
+        .config_map_ref
+        .as_ref()
+        .unwrap()
+        .name
+        .clone()
+}
+
+/// A set, its revisions and the workloads that read it, at a time the test moves.
+struct World {
+    set: ConfigMapSet,
+    revisions: Vec<RevisionView>,
+    workloads: Vec<WorkloadView>,
+    now: i64,
+    /// Every event the set planner asked for, in order.
+    events: Vec<(EventKind, &'static str, String)>,
+    /// Every move a workload made: (workload, from, to).
+    moves: Vec<(String, String, String)>,
+}
+
+impl World {
+    fn new(rollout: Option<RolloutSpec>, workloads: Vec<WorkloadView>) -> Self {
+        let mut set = ConfigMapSet::new(
+            "app",
+            ConfigMapSetSpec {
+                template: ConfigMapTemplate {
+                    data: Some(BTreeMap::from([("mode".to_string(), "v1".to_string())])),
+                    ..ConfigMapTemplate::default()
+                },
+                revision_history_limit: 10,
+                rollout,
+                config_map_name: None,
+            },
+        );
+        set.metadata.namespace = Some("team".into());
+        set.metadata.uid = Some("set-uid".into());
+        set.metadata.generation = Some(1);
+        Self {
+            set,
+            revisions: Vec::new(),
+            workloads,
+            now: 0,
+            events: Vec::new(),
+            moves: Vec::new(),
+        }
+    }
+
+    fn plan(&self) -> SetPlan {
+        plan_set(&SetInput {
+            set: (&self.set).into(),
+            source: SourceState::Inline,
+            revisions: &self.revisions,
+            workloads: &self.workloads,
+            history: &[],
+            pod_refs: Some(&Default::default()),
+            now: at(self.now),
+        })
+    }
+
+    /// One reconcile of the set: what it plans is carried out.
+    fn reconcile_set(&mut self) -> SetPlan {
+        let plan = self.plan();
+        if let Some(new) = &plan.create {
+            let number = plan.status.revision.unwrap();
+            self.revisions.push(revision_of(&self.set, new.name(), number));
+        }
+        for event in &plan.events {
+            self.events
+                .push((event.kind.clone(), event.reason, event.message.clone()));
+        }
+        self.set.status = Some(plan.status.clone());
+        plan
+    }
+
+    /// One reconcile of every workload, as the workload controller makes it.
+    fn reconcile_workloads(&mut self) {
+        let set: SetRef<'_> = (&self.set).into();
+        let identity = inline_identity(set);
+        let lowest = self
+            .workloads
+            .iter()
+            .filter_map(|w| w.wave.number())
+            .min()
+            .unwrap_or(0);
+        let mut moved = Vec::new();
+        for (i, workload) in self.workloads.iter().enumerate() {
+            let Some(target) = SetTarget::observed(set, identity.as_deref(), &self.revisions, &workload.uid)
+            else {
+                continue;
+            };
+            let gate = gate(set, &target.current, workload, lowest);
+            let plan = plan_workload(workload, &[target.gated(gate)]);
+            for change in plan.changes {
+                moved.push((i, change.from, change.to));
+            }
+        }
+        for (i, from, to) in moved {
+            let workload = &mut self.workloads[i];
+            let reference = workload.pod_spec.containers[0].env_from.as_mut().unwrap()[0]
+                .config_map_ref
+                .as_mut()
+                .unwrap();
+            reference.name = to.clone();
+            // A moved workload rolls out its new template first.
+            workload.health = Health::Progressing;
+            self.moves.push((workload.name.clone(), from, to));
+        }
+    }
+
+    /// Set and workloads reconcile until neither has anything left to do.
+    fn settle(&mut self) -> SetPlan {
+        for _ in 0..10 {
+            self.reconcile_workloads();
+            let before = self.set.status.clone();
+            let plan = self.reconcile_set();
+            let moves = self.moves.len();
+            self.reconcile_workloads();
+            if before == self.set.status && moves == self.moves.len() {
+                return plan;
+            }
+        }
+        panic!("the world did not settle");
+    }
+
+    fn change_content(&mut self, value: &str) {
+        let data = self.set.spec.template.data.as_mut().unwrap();
+        data.insert("mode".into(), value.into());
+        self.set.metadata.generation = Some(self.set.metadata.generation.unwrap() + 1);
+    }
+
+    fn workload(&mut self, name: &str) -> &mut WorkloadView {
+        self.workloads.iter_mut().find(|w| w.name == name).unwrap()
+    }
+
+    fn entry(&self, name: &str) -> WorkloadStatus {
+        let status = self.set.status.as_ref().unwrap();
+        status.workloads.iter().find(|w| w.name == name).unwrap().clone()
+    }
+
+    fn current(&self) -> String {
+        self.set
+            .status
+            .as_ref()
+            .unwrap()
+            .current_revision
+            .clone()
+            .unwrap()
+    }
+
+    fn rollout(&self) -> cmset_api::RolloutStatus {
+        self.set
+            .status
+            .as_ref()
+            .unwrap()
+            .rollout
+            .clone()
+            .expect("a rollout is recorded")
+    }
+
+    fn ready(&self) -> (String, String) {
+        let ready = self.set.status.as_ref().unwrap().condition("Ready").unwrap();
+        (ready.status.clone(), ready.reason.clone())
+    }
+
+    fn reads(&self, name: &str) -> String {
+        reads(self.workloads.iter().find(|w| w.name == name).unwrap())
+    }
+
+    fn reasons(&self) -> Vec<&'static str> {
+        self.events.iter().map(|(_, reason, _)| *reason).collect()
+    }
+}
+
+fn rollout(stabilization: i32, deadline: i32, auto_rollback: bool) -> RolloutSpec {
+    RolloutSpec {
+        stabilization_seconds: stabilization,
+        progress_deadline_seconds: deadline,
+        auto_rollback,
+    }
+}
+
+/// Two waves on revision 1 of `app`, rolled out and healthy.
+fn two_waves(spec: Option<RolloutSpec>) -> (World, String) {
+    let mut world = World::new(
+        spec,
+        vec![
+            deployment("first", None, "app"),
+            deployment("second", Some(1), "app"),
+        ],
+    );
+    for _ in 0..3 {
+        world.settle();
+        for w in &mut world.workloads {
+            w.health = Health::Healthy;
+        }
+        world.settle();
+        world.now += 100;
+    }
+    world.settle();
+    let first = world.current();
+    assert_eq!(world.reads("first"), first);
+    assert_eq!(world.reads("second"), first);
+    assert_eq!(world.rollout().phase, RolloutPhase::Complete);
+    (world, first)
+}
+
+#[test]
+fn without_waves_or_a_rollout_spec_nothing_is_tracked_and_everything_moves_at_once() {
+    let mut world = World::new(
+        None,
+        vec![deployment("a", None, "app"), deployment("b", None, "app")],
+    );
+    world.settle();
+    world.change_content("v2");
+    world.settle();
+    let current = world.current();
+    assert_eq!((world.reads("a"), world.reads("b")), (current.clone(), current));
+    let status = world.set.status.as_ref().unwrap();
+    assert_eq!(status.rollout, None);
+    assert!(
+        status
+            .workloads
+            .iter()
+            .all(|w| w.moved_at.is_none() && w.message.is_none())
+    );
+    assert_eq!(world.ready(), ("True".into(), "RolledOut".into()));
+}
+
+#[test]
+fn a_good_change_moves_wave_0_then_after_the_stabilization_window_wave_1() {
+    let (mut world, old) = two_waves(Some(rollout(30, 600, false)));
+    world.change_content("v2");
+    world.settle();
+    let new = world.current();
+    assert_eq!(world.reads("first"), new, "wave 0 moves at once");
+    assert_eq!(world.reads("second"), old, "wave 1 waits");
+    assert_eq!(world.entry("second").state, WorkloadState::Waiting);
+    assert_eq!(
+        world.entry("second").message.as_deref(),
+        Some("waiting for wave 0 to complete")
+    );
+    assert_eq!(
+        world.entry("first").previous_revision.as_deref(),
+        Some(old.as_str())
+    );
+    assert_eq!(world.entry("first").moved_at, Some(at(300)));
+    let rollout = world.rollout();
+    assert_eq!(
+        (rollout.phase, rollout.wave, rollout.waves.clone()),
+        (RolloutPhase::Progressing, 0, vec![0, 1])
+    );
+    assert_eq!(world.ready(), ("False".into(), "RolloutProgressing".into()));
+
+    // Healthy: the window starts, and the planner asks to look again when it ends.
+    world.now += 5;
+    world.workload("first").health = Health::Healthy;
+    let plan = world.settle();
+    assert_eq!(world.rollout().wave_healthy_since, Some(at(305)));
+    assert_eq!(plan.recheck_in, Some(std::time::Duration::from_secs(30)));
+    assert_eq!(world.reads("second"), old);
+
+    // A blip restarts the window.
+    world.now += 10;
+    world.workload("first").health = Health::Progressing;
+    world.settle();
+    assert_eq!(world.rollout().wave_healthy_since, None);
+    world.now += 1;
+    world.workload("first").health = Health::Healthy;
+    world.settle();
+    assert_eq!(world.rollout().wave_healthy_since, Some(at(316)));
+
+    world.now += 29;
+    world.settle();
+    assert_eq!(world.reads("second"), old, "one second short of the window");
+    world.now += 1;
+    world.settle();
+    assert_eq!(world.reads("second"), new, "the window is over: wave 1 moves");
+    assert_eq!(world.rollout().wave, 1);
+    assert!(world.reasons().contains(&"WaveStarted"));
+
+    world.workload("second").health = Health::Healthy;
+    world.settle();
+    world.now += 30;
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::Complete);
+    assert_eq!(world.ready(), ("True".into(), "RolledOut".into()));
+    assert_eq!(world.reasons().last(), Some(&"RolloutComplete"));
+}
+
+#[test]
+fn a_bad_change_fails_in_wave_0_is_rolled_back_and_wave_1_never_receives_it() {
+    let (mut world, old) = two_waves(Some(rollout(0, 60, true)));
+    world.change_content("bad");
+    world.settle();
+    let bad = world.current();
+    assert_eq!(world.reads("first"), bad);
+
+    world.now += 59;
+    world.settle();
+    assert_eq!(
+        world.rollout().phase,
+        RolloutPhase::Progressing,
+        "still within the deadline"
+    );
+    world.now += 1;
+    world.settle();
+    assert_eq!(
+        world.reads("first"),
+        old,
+        "moved back to the revision it ran before"
+    );
+    assert_eq!(world.reads("second"), old);
+    assert!(
+        world
+            .moves
+            .iter()
+            .all(|(w, _, to)| !(w == "second" && *to == bad)),
+        "wave 1 never saw it"
+    );
+
+    let rollout = world.rollout();
+    assert_eq!((rollout.phase, rollout.wave), (RolloutPhase::Failed, 0));
+    let first = world.entry("first");
+    assert_eq!(first.state, WorkloadState::RolledBack);
+    assert!(
+        first
+            .message
+            .as_deref()
+            .unwrap()
+            .contains(&format!("rolled back to {old}"))
+    );
+    assert_eq!(world.entry("second").state, WorkloadState::Waiting);
+    assert!(
+        world
+            .entry("second")
+            .message
+            .unwrap()
+            .starts_with("held: the rollout of")
+    );
+    let (status, reason) = world.ready();
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "RolloutFailed"));
+    let message = world
+        .set
+        .status
+        .as_ref()
+        .unwrap()
+        .condition("Ready")
+        .unwrap()
+        .message
+        .clone();
+    assert!(
+        message.contains("Deployment first was not healthy within progressDeadlineSeconds (60s)"),
+        "{message}"
+    );
+    let history = &world.set.status.as_ref().unwrap().history;
+    assert!(history.iter().find(|h| h.name == bad).unwrap().failed);
+    assert!(!history.iter().find(|h| h.name == old).unwrap().failed);
+    let warnings: Vec<_> = world
+        .events
+        .iter()
+        .filter(|e| e.0 == EventKind::Warning)
+        .collect();
+    assert_eq!(warnings.len(), 1, "one RolloutFailed warning: {warnings:?}");
+    assert_eq!(warnings[0].1, "RolloutFailed");
+
+    // Time passes, a restart replans from the status: nothing moves again, nothing is reported again.
+    world.now += 3600;
+    world.workload("first").health = Health::Healthy;
+    let moves = world.moves.len();
+    let plan = world.settle();
+    assert_eq!(world.moves.len(), moves);
+    assert!(plan.events.is_empty());
+    assert_eq!(world.entry("first").state, WorkloadState::RolledBack);
+
+    // A new change is a fresh rollout; the failed mark stays on the bad revision.
+    world.change_content("v3");
+    world.settle();
+    let good = world.current();
+    assert_eq!(world.reads("first"), good);
+    assert_eq!(world.entry("second").state, WorkloadState::Waiting);
+    world.workload("first").health = Health::Healthy;
+    world.settle();
+    world.workload("second").health = Health::Healthy;
+    world.settle();
+    assert_eq!(world.reads("second"), good);
+    assert_eq!(world.rollout().phase, RolloutPhase::Complete);
+    let history = &world.set.status.as_ref().unwrap().history;
+    assert!(history.iter().find(|h| h.name == bad).unwrap().failed);
+}
+
+#[test]
+fn a_deployment_that_reports_its_own_deadline_fails_at_once() {
+    let (mut world, old) = two_waves(Some(rollout(0, 600, true)));
+    world.change_content("bad");
+    world.settle();
+    world.now += 1;
+    world.workload("first").health =
+        Health::Failed("reported ProgressDeadlineExceeded (its Progressing condition)".into());
+    world.settle();
+    assert_eq!(world.reads("first"), old);
+    assert!(
+        world
+            .rollout()
+            .message
+            .unwrap()
+            .contains("Deployment first reported ProgressDeadlineExceeded")
+    );
+}
+
+#[test]
+fn without_auto_rollback_a_failure_stops_the_waves_and_only_reports() {
+    let (mut world, old) = two_waves(Some(rollout(0, 60, false)));
+    world.change_content("bad");
+    world.settle();
+    let bad = world.current();
+    world.now += 61;
+    world.settle();
+    assert_eq!(world.reads("first"), bad, "left where it is");
+    assert_eq!(world.reads("second"), old);
+    assert_eq!(world.entry("first").state, WorkloadState::Current);
+    assert!(
+        world
+            .entry("first")
+            .message
+            .unwrap()
+            .starts_with("failed: it was not healthy")
+    );
+    assert_eq!(world.rollout().phase, RolloutPhase::Failed);
+    assert_eq!(world.ready().1, "RolloutFailed");
+}
+
+#[test]
+fn a_workload_pinned_by_hand_takes_no_part_and_holds_no_wave() {
+    let (mut world, old) = two_waves(Some(rollout(0, 60, true)));
+    world.change_content("v2");
+    world.settle();
+    let new = world.current();
+    // `kubectl rollout undo` on the wave-0 workload.
+    let reference = world.workload("first").pod_spec.containers[0]
+        .env_from
+        .as_mut()
+        .unwrap()[0]
+        .config_map_ref
+        .as_mut()
+        .unwrap();
+    reference.name = old.clone();
+    world.workload("first").health = Health::Healthy;
+    world.settle();
+    assert_eq!(world.entry("first").state, WorkloadState::Pinned);
+    assert_eq!(
+        world.reads("second"),
+        new,
+        "the only wave-0 workload is out, so wave 1 moves"
+    );
+    assert_eq!(world.reads("first"), old, "and the pin stays");
+    world.now += 600;
+    world.workload("second").health = Health::Healthy;
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::Complete);
+}
+
+#[test]
+fn an_invalid_wave_label_holds_the_workload_and_says_why() {
+    let mut world = World::new(
+        None,
+        vec![deployment("a", None, "app"), deployment("b", None, "app")],
+    );
+    world.settle();
+    let old = world.current();
+    world.workload("b").wave = Wave::parse(Some("later"));
+    world.change_content("v2");
+    world.settle();
+    assert_eq!(world.reads("a"), world.current());
+    assert_eq!(world.reads("b"), old);
+    let b = world.entry("b");
+    assert_eq!(b.state, WorkloadState::Waiting);
+    assert!(b.message.unwrap().contains(labels::WAVE));
+}
+
+#[test]
+fn every_phase_replans_to_the_same_status_as_after_a_restart() {
+    // Mid-wave, in the window, complete, failed: planning again from what the status records, at the
+    // same time, changes nothing and publishes nothing.
+    let (mut world, _) = two_waves(Some(rollout(30, 60, true)));
+    world.change_content("v2");
+    let mut checks = 0;
+    let mut check = |world: &mut World| {
+        world.settle();
+        let again = world.plan();
+        assert_eq!(Some(&again.status), world.set.status.as_ref());
+        assert!(again.events.is_empty(), "{:?}", again.events);
+        checks += 1;
+    };
+    check(&mut world); // wave 0 rolling out
+    world.workload("first").health = Health::Healthy;
+    check(&mut world); // in the stabilization window
+    world.now += 30;
+    check(&mut world); // wave 1 rolling out
+    world.workload("second").health = Health::Healthy;
+    check(&mut world); // complete
+    world.change_content("bad");
+    check(&mut world);
+    world.now += 61;
+    check(&mut world); // failed and rolled back
+    assert_eq!(checks, 6);
+    assert_eq!(world.rollout().phase, RolloutPhase::Failed);
+}
+
+#[test]
+fn gates_by_what_the_status_records() {
+    let (mut world, old) = two_waves(Some(rollout(0, 60, true)));
+    world.change_content("v2");
+    // Nothing recorded for the new revision yet: only the lowest wave may move.
+    let plan = world.reconcile_set();
+    let new = plan.status.current_revision.clone().unwrap();
+    world.set.status.as_mut().unwrap().rollout = None;
+    let set: SetRef<'_> = (&world.set).into();
+    let first = world.workloads[0].clone();
+    let second = world.workloads[1].clone();
+    assert_eq!(gate(set, &new, &first, 0), Gate::Open);
+    assert_eq!(
+        gate(set, &new, &second, 0),
+        Gate::Held {
+            keep: Some(old.clone())
+        }
+    );
+    assert_eq!(gate(set, &new, &second, 1), Gate::Open, "the lowest wave");
+    let recorded = world.reconcile_set();
+    let set: SetRef<'_> = (&world.set).into();
+    assert_eq!(recorded.status.rollout.as_ref().unwrap().wave, 0);
+    assert_eq!(gate(set, &new, &first, 0), Gate::Open);
+    assert_eq!(
+        gate(set, &new, &second, 0),
+        Gate::Held {
+            keep: Some(old.clone())
+        }
+    );
+}
+
+#[test]
+fn transitions_count_each_rollout_event_once() {
+    let (mut world, _) = two_waves(Some(rollout(0, 60, true)));
+    let mut counted = (0, 0, 0, 0);
+    let mut count = |world: &mut World| {
+        let before = world.set.status.clone().unwrap();
+        world.settle();
+        let t = transitions(&before, world.set.status.as_ref().unwrap());
+        counted.0 += usize::from(t.started);
+        counted.1 += usize::from(t.completed);
+        counted.2 += usize::from(t.failed);
+        counted.3 += usize::from(t.rolled_back);
+    };
+    world.change_content("bad");
+    count(&mut world);
+    world.now += 61;
+    count(&mut world);
+    count(&mut world);
+    assert_eq!(counted, (1, 0, 1, 1));
+}
