@@ -14,12 +14,14 @@ use k8s_openapi::api::core::v1::PodSpec;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::health::Wave;
 use crate::hold;
 use crate::naming::refers_to_set;
 use crate::observe::{WorkloadKind, WorkloadView};
 use crate::refs::Referenced;
 use crate::rollout::{SetTarget, TemplateLabels, plan_workload};
 use crate::set::SetRef;
+use crate::waves::gate;
 
 /// What the webhook knows about one admission request besides the object and the namespace's sets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -63,7 +65,14 @@ fn opted_in_view(
             .to_string(),
         pod_spec,
         template_labels: template_labels.clone().unwrap_or_default(),
-        wave: Default::default(),
+        wave: Wave::parse(
+            object
+                .pointer(&format!(
+                    "/metadata/labels/{}",
+                    crate::refs::escape_pointer_token(labels::WAVE)
+                ))
+                .and_then(Value::as_str),
+        ),
         health: Default::default(),
     };
     Some((workload, template_labels))
@@ -120,9 +129,17 @@ pub fn mutate(
     circumstances: &Circumstances,
 ) -> Option<Patch> {
     let (workload, _) = opted_in_view(kind, object)?;
+    // A rollout in waves gates admission as it gates the controller: a re-applied workload of a later
+    // wave keeps the revision it runs. (The lowest wave is not known here; until the status records a
+    // rollout of the revision, admission keeps today's behaviour.)
+    let own_wave = workload.wave.number().unwrap_or(0);
     let targets: Vec<SetTarget> = sets
         .iter()
-        .filter_map(|&s| SetTarget::as_recorded(s, &workload.uid))
+        .filter_map(|&s| {
+            let target = SetTarget::as_recorded(s, &workload.uid)?;
+            let gate = gate(s, &target.current, &workload, own_wave);
+            Some(target.gated(gate))
+        })
         .collect();
     let plan = plan_workload(&workload, &targets);
     // Objects from the API server always have template metadata; any other input still gets a patch
