@@ -593,6 +593,21 @@ fn set_status(
     // A valid spec is no longer stalled.
     let conditions = conditions::remove(&previous.conditions, STALLED);
     let ready = ready_condition(current, &workloads, rollout.as_ref());
+    // A failed rollout goes no further until the content changes: stalled, for kstatus and GitOps
+    // health checks (Flux reports it failed, Argo CD degraded).
+    let conditions = match ready.reason {
+        "RolloutFailed" => conditions::set(
+            &conditions,
+            Desired {
+                type_: STALLED,
+                status: true,
+                ..ready.clone()
+            },
+            generation,
+            &input.now,
+        ),
+        _ => conditions,
+    };
     ConfigMapSetStatus {
         observed_generation: generation,
         revision: Some(current.number),
