@@ -182,18 +182,12 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
             events.push(WaveEvent::Failed(message));
             break;
         }
-        for m in &in_wave {
-            if m.entry.state == WorkloadState::Current && !m.health.is_healthy() {
-                if let Some(left) = m
-                    .entry
-                    .moved_at
-                    .as_ref()
-                    .and_then(|moved| time_left(moved, deadline, now))
-                {
-                    recheck.push(left);
-                }
-            }
-        }
+        let overdue_in = in_wave
+            .iter()
+            .filter(|m| m.entry.state == WorkloadState::Current && !m.health.is_healthy())
+            .filter_map(|m| m.entry.moved_at.as_ref())
+            .filter_map(|moved| time_left(moved, deadline, now));
+        recheck.extend(overdue_in);
         let done = in_wave
             .iter()
             .all(|m| m.entry.state == WorkloadState::Current && m.health.is_healthy());
@@ -234,10 +228,11 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
     // A failed rollout moves its failing workloads back, if asked to; the others stay as they are.
     if rollout.phase == RolloutPhase::Failed && spec.auto_rollback {
         for m in members.iter_mut() {
-            if takes_part(m) && m.wave.number() == Some(rollout.wave) {
-                if let Some(why) = failure(m, deadline, now) {
-                    roll_back(m, &why, input);
-                }
+            let why = (takes_part(m) && m.wave.number() == Some(rollout.wave))
+                .then(|| failure(m, deadline, now))
+                .flatten();
+            if let Some(why) = why {
+                roll_back(m, &why, input);
             }
         }
     }

@@ -138,10 +138,16 @@ secretKeyRef, secret volumes and projected secrets):
   pinned         a rollback (kubectl rollout undo) chose an older revision; cmset leaves it there
                  until the set's content changes
   pending        cmset is about to move it to the current revision
+  waiting        held on its revision: the waves before its own (label cmset.dev/wave, absent is 0)
+                 must complete and stay healthy first, or the rollout failed in an earlier wave
+  rolled back    cmset moved it back to the revision it ran before, because it did not become
+                 healthy on the new one (spec.rollout.autoRollback); the reason follows
   not opted in   it lacks the label cmset.dev/enabled=true, so cmset does not manage it
 
 Also shows the set's Ready condition, its current revision, and whether its status has caught up
-with its spec (observedGeneration against generation)."
+with its spec (observedGeneration against generation). A set rolled out in waves also shows its
+rollout (the wave in progress and its stabilization window, or the wave it failed in and why) and
+each workload's wave (a WAVE column)."
     )]
     Status {
         /// The set: NAME, configmapset/NAME or secretset/NAME

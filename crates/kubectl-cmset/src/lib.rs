@@ -156,7 +156,7 @@ pub async fn run(cli: Cli, palette: Palette, now: Timestamp) -> Result<Outcome, 
         }
         Command::Status { workload, .. } => {
             let workloads = cluster.workloads().await?;
-            let mut report = status::status_report(view, &revisions, &workloads);
+            let mut report = status::status_report_at(view, &revisions, &workloads, now);
             if let Some(selector) = workload {
                 status::select(&mut report, selector).map_err(Error::Usage)?;
             }

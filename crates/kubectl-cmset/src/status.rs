@@ -4,24 +4,35 @@
 //! volumes and projections): a `secretRef` to `app` says nothing about ConfigMapSet `app`.
 //!
 //! Opted-in workloads are explained from what they reference now and from the set's status, which
-//! records cmset's view of each (current, pinned by a rollback, pending). When that record lags behind
-//! the workload (it changed a moment ago), cmset's own decision ([`cmset_core::rollout::workload_status`])
-//! is asked instead, so the plugin and the controller cannot disagree. What only the plugin sees stays
-//! here: workloads without the opt-in label (the set's status never lists them, so their pod templates
-//! are read) and sets whose controller has not yet made a current revision.
+//! records cmset's view of each (current, pinned by a rollback, pending, waiting for its wave, rolled
+//! back). When that record lags behind the workload (it changed a moment ago), cmset's own decision
+//! ([`cmset_core::rollout::workload_status`]) is asked instead, so the plugin and the controller cannot
+//! disagree. What only the plugin sees stays here: workloads without the opt-in label (the set's status
+//! never lists them, so their pod templates are read) and sets whose controller has not yet made a
+//! current revision.
+//!
+//! A set rolled out in waves (`status.rollout`, workloads labelled `cmset.dev/wave`) also gets a
+//! rollout line (the wave in progress, its stabilization window, or why the rollout failed) and a WAVE
+//! column. `Waiting` and `RolledBack` are decided by the controller from the workloads' health, which
+//! the plugin does not read: for those the set's record is authoritative. A set without waves prints
+//! exactly as it did before waves existed.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cmset_api::{WorkloadState, labels};
+use cmset_api::{RolloutPhase, RolloutStatus, WorkloadState, WorkloadStatus, labels};
+use cmset_core::health::Wave;
 use cmset_core::naming::refers_to_set;
 use cmset_core::observe::{WorkloadKind, WorkloadView};
 use cmset_core::refs::{Referenced, find_refs_to};
 use cmset_core::rollout::workload_status;
 use cmset_core::set::{SetKind, SetRef};
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Serialize;
 
 use crate::address::resource;
+use crate::age::human_duration;
 use crate::revisions::{ObjectName, Revision, column, current_name, serialize_kind};
 use crate::style::{Palette, Role, visible};
 use crate::table::{Cell, render};
@@ -49,14 +60,44 @@ pub enum State {
     Pending,
     /// Lacks the opt-in label: cmset leaves it alone.
     NotOptedIn,
+    /// Held on its revision: an earlier wave has not yet rolled out, or the rollout failed.
+    Waiting,
+    /// Moved back by cmset to the revision it ran before, because its rollout failed.
+    RolledBack,
 }
 
 impl State {
     fn role(self) -> Role {
         match self {
             State::Current => Role::Good,
-            State::Pinned | State::Pending => Role::Attention,
+            State::Pinned | State::Pending | State::Waiting => Role::Attention,
+            State::RolledBack => Role::Bad,
             State::NotOptedIn => Role::Muted,
+        }
+    }
+}
+
+/// A workload's rollout wave, from its `cmset.dev/wave` label (absent is 0): a number, or the label's
+/// text when it is not a valid wave (serialized as that string).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum WaveLabel {
+    Number(i32),
+    Invalid(String),
+}
+
+impl WaveLabel {
+    fn of(wave: &Wave) -> Self {
+        match wave {
+            Wave::Number(n) => Self::Number(*n),
+            Wave::Invalid(text) => Self::Invalid(text.clone()),
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Self::Number(n) => n.to_string(),
+            Self::Invalid(text) => format!("{text:?}"),
         }
     }
 }
@@ -68,6 +109,10 @@ pub struct WorkloadReport {
     pub kind: String,
     pub name: String,
     pub opted_in: bool,
+    /// Its rollout wave. Only for opted-in workloads of a set that rolls out in waves (its status has a
+    /// rollout, or a workload has a wave other than 0); left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave: Option<WaveLabel>,
     /// The ConfigMap (of a ConfigMapSet) or Secret (of a SecretSet) its pod template names for this set:
     /// the revision it runs, or the bare set name. Serialized as `configMap` or `secret`.
     #[serde(flatten)]
@@ -113,8 +158,65 @@ pub struct StatusReport {
     pub current_revision: Option<CurrentRevision>,
     /// The `Ready` condition, if the set has one.
     pub ready: Option<ConditionReport>,
+    /// The rollout of the current revision, when the set's status records one; left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutReport>,
     /// Workloads referencing the set: opted-in ones and the others, by kind and name.
     pub workloads: Vec<WorkloadReport>,
+}
+
+/// How a rollout stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Phase {
+    Progressing,
+    Complete,
+    Failed,
+}
+
+impl Phase {
+    fn of(phase: RolloutPhase) -> Self {
+        match phase {
+            RolloutPhase::Progressing => Self::Progressing,
+            RolloutPhase::Complete => Self::Complete,
+            RolloutPhase::Failed => Self::Failed,
+        }
+    }
+}
+
+/// The rollout of the set's current revision, wave by wave (`status.rollout`, with the spec's
+/// `rollout` settings that explain it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutReport {
+    /// The revision rolled out. Serialized as `configMap` or `secret`.
+    #[serde(flatten)]
+    pub object: ObjectName,
+    pub revision: Option<i64>,
+    pub phase: Phase,
+    /// The wave in progress; when the rollout failed, the wave it failed in.
+    pub wave: i32,
+    /// The waves of this rollout, lowest first.
+    pub waves: Vec<i32>,
+    /// `spec.rollout.stabilizationSeconds` (0 when left out).
+    pub stabilization_seconds: i32,
+    /// `spec.rollout.autoRollback`.
+    pub auto_rollback: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// Since when every workload of the wave in progress is complete and healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave_healthy_since: Option<Time>,
+    /// For how many seconds, as of when the plugin ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave_healthy_seconds: Option<i64>,
+    /// Seconds until the stabilization window ends and the next wave moves (or the rollout completes),
+    /// while the rollout progresses and its wave is healthy; 0 when due.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stabilization_left_seconds: Option<i64>,
+    /// Why it failed, naming the workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// What the plugin knows about the set's revision names and numbers.
@@ -178,6 +280,94 @@ fn revision_phrase(number: Option<i64>, name: &str) -> String {
     }
 }
 
+
+/// The rollout the set's status records.
+fn rollout_status(set: SetRef<'_>) -> Option<&RolloutStatus> {
+    set.status()?.rollout.as_ref()
+}
+
+/// `message` without `prefix`, which would repeat what the plugin already says around it.
+fn without_prefix<'m>(message: &'m str, prefix: &str) -> &'m str {
+    message.strip_prefix(prefix).unwrap_or(message)
+}
+
+/// "wave 1", "waves 1 and 2", "waves 1, 2 and 3".
+fn waves_phrase(waves: &[i32]) -> String {
+    match waves {
+        [] => "no wave".to_string(),
+        [one] => format!("wave {one}"),
+        [init @ .., last] => {
+            let init: Vec<String> = init.iter().map(i32::to_string).collect();
+            format!("waves {} and {last}", init.join(", "))
+        }
+    }
+}
+
+/// What a `Waiting` workload waits for. A failed rollout holds it for good (until the content changes);
+/// otherwise it waits for the waves before its own, as far as the status's rollout says, else for what
+/// the set's record says.
+fn waiting_why(set: SetRef<'_>, known: &Known, entry: Option<&WorkloadStatus>, wave: &Wave) -> String {
+    let rollout = rollout_status(set);
+    if let Some(r) = rollout.filter(|r| r.phase == RolloutPhase::Failed) {
+        return format!(
+            "held: the rollout of {} failed in wave {}",
+            revision_phrase(known.number(&r.revision), &r.revision),
+            r.wave
+        );
+    }
+    if let (Some(r), Some(own)) = (rollout, wave.number())
+        && r.phase == RolloutPhase::Progressing
+    {
+        let before: Vec<i32> = r
+            .waves
+            .iter()
+            .copied()
+            .filter(|w| (r.wave..own).contains(w))
+            .collect();
+        if !before.is_empty() {
+            return format!(
+                "waiting: {} must complete and stay healthy first",
+                waves_phrase(&before)
+            );
+        }
+    }
+    match entry.and_then(|e| e.message.as_deref()).filter(|m| !m.is_empty()) {
+        Some(m) if m.starts_with("waiting") || m.starts_with("held") => m.to_string(),
+        Some(m) => format!("waiting: {m}"),
+        None => match wave.problem() {
+            Some(problem) => format!("waiting: {problem}"),
+            None => "waiting: held until the earlier waves have rolled out".to_string(),
+        },
+    }
+}
+
+/// Why cmset moved a workload back to the revision it ran before, its record's `previousRevision`
+/// (else `now`, the reference it names now). Until the workload names it, it is being moved there.
+fn rolled_back_why(set: SetRef<'_>, known: &Known, entry: Option<&WorkloadStatus>, now: &str) -> String {
+    let to = entry.and_then(|e| e.previous_revision.as_deref()).unwrap_or(now);
+    let head = format!(
+        "{} {} by cmset",
+        if to == now {
+            "rolled back to"
+        } else {
+            "rolling back to"
+        },
+        revision_phrase(known.number(to), to)
+    );
+    match entry.and_then(|e| e.message.as_deref()).filter(|m| !m.is_empty()) {
+        // The controller's message starts by saying where it went, as the head does.
+        Some(m) => format!("{head}: {}", without_prefix(m, &format!("rolled back to {to}: "))),
+        None => match rollout_status(set).filter(|r| r.phase == RolloutPhase::Failed) {
+            Some(r) => format!(
+                "{head}: the rollout of {} failed in wave {}",
+                revision_phrase(known.number(&r.revision), &r.revision),
+                r.wave
+            ),
+            None => format!("{head}: its rollout failed"),
+        },
+    }
+}
+
 /// The explanation of one workload, or `None` when it does not reference the set.
 pub fn explain(
     set: SetRef<'_>,
@@ -185,7 +375,19 @@ pub fn explain(
     workload: &Workload,
 ) -> Option<WorkloadReport> {
     let known = Known::new(set, known_revisions);
-    explain_with(set, &known, workload)
+    let mut report = explain_with(set, &known, workload)?;
+    if !uses_waves(set, std::slice::from_ref(&report)) {
+        report.wave = None;
+    }
+    Some(report)
+}
+
+/// Whether waves are worth showing: the status records a rollout, or a workload has a wave other than 0.
+fn uses_waves(set: SetRef<'_>, reports: &[WorkloadReport]) -> bool {
+    rollout_status(set).is_some()
+        || reports
+            .iter()
+            .any(|r| r.wave.as_ref().is_some_and(|w| *w != WaveLabel::Number(0)))
 }
 
 fn explain_with(set: SetRef<'_>, known: &Known, workload: &Workload) -> Option<WorkloadReport> {
@@ -197,10 +399,12 @@ fn explain_with(set: SetRef<'_>, known: &Known, workload: &Workload) -> Option<W
         .find(|n| Some(n.as_str()) != current)
         .or(refs.first())?
         .clone();
+    let wave = Wave::parse(workload.labels.get(labels::WAVE).map(String::as_str));
     let report = |state: State, explanation: String| WorkloadReport {
         kind: workload.kind.to_string(),
         name: workload.name.clone(),
         opted_in: state != State::NotOptedIn,
+        wave: (state != State::NotOptedIn).then(|| WaveLabel::of(&wave)),
         revision: known.number(&shown),
         object: ObjectName::new(known.kind, &shown),
         state,
@@ -224,12 +428,23 @@ fn explain_with(set: SetRef<'_>, known: &Known, workload: &Workload) -> Option<W
         return Some(report(State::NotOptedIn, why));
     }
 
+    let entry = recorded(set, workload, &refs);
+    // During a rollout in waves, what the record says of a workload that runs (or is about to run) the
+    // current revision: "rolling out", "healthy", or why it failed.
+    let rollout_note = || {
+        entry
+            .filter(|_| rollout_status(set).is_some())
+            .and_then(|e| e.message.as_deref())
+            .filter(|m| !m.is_empty())
+            .map_or(String::new(), |m| format!("; {m}"))
+    };
     let current_number = current.and_then(|c| known.number(c));
     let pending = || {
         let why = match current {
             Some(c) => format!(
-                "pending: cmset is moving it to {}",
-                revision_phrase(current_number, c)
+                "pending: cmset is moving it to {}{}",
+                revision_phrase(current_number, c),
+                rollout_note()
             ),
             None => "pending: the set has no current revision yet".to_string(),
         };
@@ -242,27 +457,33 @@ fn explain_with(set: SetRef<'_>, known: &Known, workload: &Workload) -> Option<W
         );
         report(State::Pinned, why)
     };
+    let waiting = || report(State::Waiting, waiting_why(set, known, entry, &wave));
+    let rolled_back = || report(State::RolledBack, rolled_back_why(set, known, entry, &shown));
 
     let Some(current) = current else {
         // The set's controller has not made a revision yet: cmset has nothing to decide with.
-        return Some(match recorded_state(set, workload, &refs) {
+        return Some(match entry.map(|e| e.state) {
             Some(WorkloadState::Pinned) => pinned(),
+            Some(WorkloadState::Waiting) => waiting(),
+            Some(WorkloadState::RolledBack) => rolled_back(),
             _ => pending(),
         });
     };
     match decided_state(set, known, workload, current, &refs)? {
-        WorkloadState::Current => Some(report(State::Current, "current (updated by cmset)".to_string())),
+        WorkloadState::Current => Some(report(
+            State::Current,
+            format!("current (updated by cmset){}", rollout_note()),
+        )),
         WorkloadState::Pinned => Some(pinned()),
         WorkloadState::Pending => Some(pending()),
-        // Until the plugin shows waves, a held workload reads as pending and a rolled-back one as pinned.
-        WorkloadState::Waiting => Some(pending()),
-        WorkloadState::RolledBack => Some(pinned()),
+        WorkloadState::Waiting => Some(waiting()),
+        WorkloadState::RolledBack => Some(rolled_back()),
     }
 }
 
-/// The state the set's status records for this workload, when the record describes what the workload
-/// references now (an older record was about another template).
-fn recorded_state(set: SetRef<'_>, workload: &Workload, refs: &[String]) -> Option<WorkloadState> {
+/// The set's status entry for this workload, when it describes what the workload references now (an
+/// older record was about another template).
+fn recorded<'s>(set: SetRef<'s>, workload: &Workload, refs: &[String]) -> Option<&'s WorkloadStatus> {
     set.status()
         .into_iter()
         .flat_map(|s| s.workloads.iter())
@@ -270,13 +491,14 @@ fn recorded_state(set: SetRef<'_>, workload: &Workload, refs: &[String]) -> Opti
             (w.uid == workload.uid || (w.kind == workload.kind.as_str() && w.name == workload.name))
                 && refs.contains(&w.revision)
         })
-        .map(|w| w.state)
 }
 
-/// cmset's decision for an opted-in workload. On the current revision it is current. Otherwise the set's
-/// record, when it describes what the workload references now, is the decision (the controller made it
-/// knowing the workload's ReplicaSets, which the plugin does not read); failing that, cmset's rule
-/// decides from the rollout record the status keeps.
+/// cmset's decision for an opted-in workload. The set's record, when it describes what the workload
+/// references now, says whether it waits for its wave or was rolled back: the controller decides those
+/// from the workloads' health, which the plugin does not read. Otherwise, on the current revision it is
+/// current; off it, the record is the decision (the controller made it knowing the workload's
+/// ReplicaSets, which the plugin does not read either); failing that, cmset's rule decides from the
+/// rollout record the status keeps.
 fn decided_state(
     set: SetRef<'_>,
     known: &Known,
@@ -307,22 +529,69 @@ fn decided_state(
         .flat_map(|s| s.workloads.iter())
         .find(|w| w.uid == workload.uid);
     let decided = workload_status(&view, known.kind, &known.set, current, &revisions, previous, &[])?.state;
-    Some(match (decided, recorded_state(set, workload, refs)) {
+    Some(match (decided, recorded(set, workload, refs).map(|w| w.state)) {
+        // Decided from health: a rollback may be recorded before the workload has moved back.
+        (_, Some(recorded @ (WorkloadState::Waiting | WorkloadState::RolledBack))) => recorded,
         (WorkloadState::Current, _) => WorkloadState::Current,
         (_, Some(recorded @ (WorkloadState::Pinned | WorkloadState::Pending))) => recorded,
         (decided, _) => decided,
     })
 }
 
-/// The whole report: the set, and every workload among `workloads` that references it, by kind and
-/// name.
+/// The rollout the set's status records, with the spec's settings and the times as of `now`.
+fn rollout_report(set: SetRef<'_>, known: &Known, now: Timestamp) -> Option<RolloutReport> {
+    let r = rollout_status(set)?;
+    let spec = set.rollout();
+    let stabilization_seconds = spec.map_or(0, |s| s.stabilization_seconds);
+    let healthy = r
+        .wave_healthy_since
+        .as_ref()
+        .map(|since| (now.as_second() - since.0.as_second()).max(0));
+    let phase = Phase::of(r.phase);
+    let left = healthy
+        .filter(|_| phase == Phase::Progressing)
+        .map(|h| (i64::from(stabilization_seconds) - h).max(0));
+    Some(RolloutReport {
+        object: ObjectName::new(known.kind, &r.revision),
+        revision: known.number(&r.revision),
+        phase,
+        wave: r.wave,
+        waves: r.waves.clone(),
+        stabilization_seconds,
+        auto_rollback: spec.is_some_and(|s| s.auto_rollback),
+        started_at: r.started_at.clone(),
+        wave_healthy_since: r.wave_healthy_since.clone(),
+        wave_healthy_seconds: healthy,
+        stabilization_left_seconds: left,
+        message: r.message.clone(),
+    })
+}
+
+/// The whole report as of the current time: see [`status_report_at`].
 pub fn status_report(set: SetRef<'_>, revisions: &[Revision<'_>], workloads: &[Workload]) -> StatusReport {
+    status_report_at(set, revisions, workloads, Timestamp::now())
+}
+
+/// The whole report: the set, and every workload among `workloads` that references it, by kind and
+/// name. `now` is when the rollout's stabilization window is measured.
+pub fn status_report_at(
+    set: SetRef<'_>,
+    revisions: &[Revision<'_>],
+    workloads: &[Workload],
+    now: Timestamp,
+) -> StatusReport {
     let known = Known::new(set, revisions);
     let mut reports: Vec<(WorkloadKind, WorkloadReport)> = workloads
         .iter()
         .filter_map(|w| explain_with(set, &known, w).map(|r| (w.kind, r)))
         .collect();
     reports.sort_by(|(ka, a), (kb, b)| ka.cmp(kb).then_with(|| a.name.cmp(&b.name)));
+    let mut reports: Vec<WorkloadReport> = reports.into_iter().map(|(_, r)| r).collect();
+    if !uses_waves(set, &reports) {
+        for r in &mut reports {
+            r.wave = None;
+        }
+    }
     let generation = set.generation();
     let observed_generation = set.status().and_then(|s| s.observed_generation);
     StatusReport {
@@ -341,7 +610,8 @@ pub fn status_report(set: SetRef<'_>, revisions: &[Revision<'_>], workloads: &[W
             reason: c.reason.clone(),
             message: c.message.clone(),
         }),
-        workloads: reports.into_iter().map(|(_, r)| r).collect(),
+        rollout: rollout_report(set, &known, now),
+        workloads: reports,
     }
 }
 
@@ -381,12 +651,14 @@ pub fn select(report: &mut StatusReport, selector: &str) -> Result<(), String> {
 /// The report as text: a few lines about the set, then a table of workloads.
 pub fn render_text(report: &StatusReport, palette: Palette) -> String {
     let mut out = String::new();
+    // A field without a name continues the one before it.
     let mut field = |name: &str, value: String, role: Option<Role>| {
-        out.push_str(&format!(
-            "{:<14}{}\n",
-            format!("{name}:"),
-            palette.paint(role, &visible(&value))
-        ));
+        let label = if name.is_empty() {
+            String::new()
+        } else {
+            format!("{name}:")
+        };
+        out.push_str(&format!("{label:<14}{}\n", palette.paint(role, &visible(&value))));
     };
     let revision_kind = report.kind.revision_kind();
     field(
@@ -425,6 +697,11 @@ pub fn render_text(report: &StatusReport, palette: Palette) -> String {
             Some(Role::Attention),
         ),
     }
+    if let Some(rollout) = &report.rollout {
+        for (i, (text, role)) in rollout_lines(rollout).into_iter().enumerate() {
+            field(if i == 0 { "Rollout" } else { "" }, text, role);
+        }
+    }
     let number = |g: Option<i64>| g.map_or("none".to_string(), |g| g.to_string());
     if report.status_behind_spec {
         field(
@@ -457,24 +734,109 @@ pub fn render_text(report: &StatusReport, palette: Palette) -> String {
         ));
         return out;
     }
+    // The WAVE column only for a set rolled out in waves: other sets print as they always did.
+    let waves = report.rollout.is_some() || report.workloads.iter().any(|w| w.wave.is_some());
     let rows: Vec<Vec<Cell>> = report
         .workloads
         .iter()
         .map(|w| {
-            vec![
-                Cell::new(format!("{}/{}", w.kind, w.name)),
+            let mut row = vec![Cell::new(format!("{}/{}", w.kind, w.name))];
+            if waves {
+                row.push(Cell::new(
+                    w.wave.as_ref().map_or("-".to_string(), WaveLabel::text),
+                ));
+            }
+            row.extend([
                 Cell::new(w.revision.map_or("-".to_string(), |n| n.to_string())),
                 Cell::new(w.object.name()),
                 Cell::styled(&w.explanation, Some(w.state.role())),
-            ]
+            ]);
+            row
         })
         .collect();
-    out.push_str(&render(
-        &["WORKLOAD", "REVISION", column(revision_kind), "WHY"],
-        &rows,
-        palette,
-    ));
+    let headers: &[&str] = if waves {
+        &["WORKLOAD", "WAVE", "REVISION", column(revision_kind), "WHY"]
+    } else {
+        &["WORKLOAD", "REVISION", column(revision_kind), "WHY"]
+    };
+    out.push_str(&render(headers, &rows, palette));
     out
+}
+
+/// The rollout's lines of text, each with its role: what stands, then what follows from it.
+fn rollout_lines(r: &RolloutReport) -> Vec<(String, Option<Role>)> {
+    let name = r.object.name();
+    let revision = match r.revision {
+        Some(n) => format!("revision {n} ({name})"),
+        None => name.to_string(),
+    };
+    let mut lines = Vec::new();
+    match r.phase {
+        Phase::Progressing => {
+            let of = if r.waves.is_empty() {
+                String::new()
+            } else {
+                format!(" of {:?}", r.waves)
+            };
+            lines.push((
+                format!("{revision}: wave {}{of} in progress", r.wave),
+                Some(Role::Attention),
+            ));
+            if let (Some(healthy), Some(left)) = (r.wave_healthy_seconds, r.stabilization_left_seconds) {
+                let next = match r.waves.iter().find(|&&w| w > r.wave) {
+                    Some(next) => format!("wave {next} moves"),
+                    None => "the rollout completes".to_string(),
+                };
+                let when = if left > 0 {
+                    format!("{} left", human_duration(left))
+                } else {
+                    "due now".to_string()
+                };
+                lines.push((
+                    format!(
+                        "wave {} healthy for {}; {next} after stabilizationSeconds {} ({when})",
+                        r.wave,
+                        human_duration(healthy),
+                        r.stabilization_seconds
+                    ),
+                    None,
+                ));
+            }
+        }
+        Phase::Complete => {
+            let waves = if r.waves.len() > 1 {
+                format!(" in {}", waves_phrase(&r.waves))
+            } else {
+                String::new()
+            };
+            lines.push((format!("{revision}: complete{waves}"), Some(Role::Good)));
+        }
+        Phase::Failed => {
+            // The controller's message starts by saying what failed where, as the line does.
+            let why = r
+                .message
+                .as_deref()
+                .map(|m| without_prefix(m, &format!("the rollout of {name} failed in wave {}: ", r.wave)))
+                .filter(|m| !m.is_empty())
+                .map_or(String::new(), |m| format!(": {m}"));
+            lines.push((
+                format!("{revision}: failed in wave {}{why}", r.wave),
+                Some(Role::Bad),
+            ));
+            let later: Vec<i32> = r.waves.iter().copied().filter(|&w| w > r.wave).collect();
+            let mut then = Vec::new();
+            if !later.is_empty() {
+                then.push(format!("{} will not receive it", waves_phrase(&later)));
+            }
+            then.push(if r.auto_rollback {
+                "failed workloads are moved back to the revision they ran before (autoRollback)".to_string()
+            } else {
+                "autoRollback is off: failed workloads stay on it".to_string()
+            });
+            lines.push((then.join("; "), None));
+        }
+    }
+    lines
 }
 
 #[cfg(test)]
@@ -993,5 +1355,582 @@ Deployment/web      3          app-cccccccccc   current (updated by cmset)
         let mut report = secret_report(&[secret_deployment("web", true, "envFrom", "app-cccccccccc")]);
         select(&mut report, "deploy/web").unwrap();
         assert_eq!(report.workloads.len(), 1);
+    }
+
+    // Rollouts in waves. The set moves from revision 3 (app-cccccccccc) to revision 4 (app-dddddddddd):
+    // `web` (no wave label, so wave 0), `api` (wave 1) and `db` (wave 2) take part; `legacy` is not
+    // opted in.
+
+    const NOW: &str = "2026-01-01T00:10:00Z";
+    const NEW: &str = "app-dddddddddd";
+    const OLD: &str = "app-cccccccccc";
+
+    fn now() -> Timestamp {
+        NOW.parse().unwrap()
+    }
+
+    /// `seconds` before [`NOW`].
+    fn ago(seconds: i64) -> Time {
+        Time(now() - jiff::SignedDuration::from_secs(seconds))
+    }
+
+    fn cms4() -> Vec<ConfigMap> {
+        let mut cms = cms();
+        cms.push(revision(NEW, Some(4), T, &[]));
+        cms
+    }
+
+    fn waved(mut w: Workload, wave: &str) -> Workload {
+        w.labels.insert(labels::WAVE.to_string(), wave.to_string());
+        w
+    }
+
+    fn entry(
+        kind: &str,
+        name: &str,
+        revision: &str,
+        state: WorkloadState,
+        wave: i32,
+        message: Option<&str>,
+    ) -> cmset_api::WorkloadStatus {
+        cmset_api::WorkloadStatus {
+            wave,
+            message: message.map(str::to_string),
+            ..workload(kind, name, revision, state)
+        }
+    }
+
+    fn condition(status: &str, reason: &str, message: &str) -> Condition {
+        Condition {
+            type_: "Ready".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            observed_generation: Some(3),
+            last_transition_time: Time(T.parse().unwrap()),
+        }
+    }
+
+    /// ConfigMapSet `app` on revision 4, with `spec.rollout` and the status given.
+    fn rollout_set(
+        rollout: cmset_api::RolloutStatus,
+        ready: Condition,
+        workloads: Vec<cmset_api::WorkloadStatus>,
+    ) -> ConfigMapSet {
+        let mut s = set(Some(NEW), Some(4), workloads);
+        s.spec.rollout = Some(cmset_api::RolloutSpec {
+            stabilization_seconds: 30,
+            auto_rollback: true,
+            ..Default::default()
+        });
+        let status = s.status.as_mut().unwrap();
+        status.conditions = vec![ready];
+        status.rollout = Some(rollout);
+        status.history = vec![
+            cmset_api::RevisionStatus {
+                name: NEW.into(),
+                revision: 4,
+                in_use: true,
+                failed: rollout_failed(status),
+            },
+            cmset_api::RevisionStatus {
+                name: OLD.into(),
+                revision: 3,
+                in_use: true,
+                failed: false,
+            },
+        ];
+        s
+    }
+
+    fn rollout_failed(status: &cmset_api::ConfigMapSetStatus) -> bool {
+        status
+            .rollout
+            .as_ref()
+            .is_some_and(|r| r.phase == RolloutPhase::Failed)
+    }
+
+    fn rollout(phase: RolloutPhase, wave: i32, healthy_since: Option<Time>) -> cmset_api::RolloutStatus {
+        cmset_api::RolloutStatus {
+            revision: NEW.into(),
+            phase,
+            wave,
+            waves: vec![0, 1, 2],
+            wave_healthy_since: healthy_since,
+            started_at: Some(ago(120)),
+            message: None,
+        }
+    }
+
+    fn sts(mut w: Workload) -> Workload {
+        w.kind = WorkloadKind::StatefulSet;
+        w
+    }
+
+    fn rollout_workloads(web: &str, api: &str, db: &str) -> Vec<Workload> {
+        let on = Some("true");
+        vec![
+            deployment("web", on, &[web]),
+            waved(deployment("api", on, &[api]), "1"),
+            waved(sts(deployment("db", on, &[db])), "2"),
+            deployment("legacy", None, &["app"]),
+        ]
+    }
+
+    fn rollout_report_of(set: &ConfigMapSet, workloads: &[Workload]) -> StatusReport {
+        let cms = cms4();
+        let set = SetRef::from(set);
+        status_report_at(set, &revisions_of(set, &cms), workloads, now())
+    }
+
+    /// Wave 0 is done and has been healthy for 12 of its 30 stabilization seconds; waves 1 and 2 wait.
+    fn mid_rollout() -> ConfigMapSet {
+        rollout_set(
+            rollout(RolloutPhase::Progressing, 0, Some(ago(12))),
+            condition("False", "RollingOut", "revision 4 is rolling out in wave 0"),
+            vec![
+                entry(
+                    "Deployment",
+                    "web",
+                    NEW,
+                    WorkloadState::Current,
+                    0,
+                    Some("healthy"),
+                ),
+                entry(
+                    "Deployment",
+                    "api",
+                    OLD,
+                    WorkloadState::Waiting,
+                    1,
+                    Some("waiting for wave 0 to complete"),
+                ),
+                entry(
+                    "StatefulSet",
+                    "db",
+                    OLD,
+                    WorkloadState::Waiting,
+                    2,
+                    Some("waiting for wave 0 to complete"),
+                ),
+            ],
+        )
+    }
+
+    #[test]
+    fn a_set_mid_rollout() {
+        let report = rollout_report_of(&mid_rollout(), &rollout_workloads(NEW, OLD, OLD));
+        let text = render_text(&report, Palette::PLAIN);
+        assert_eq!(
+            text,
+            "\
+ConfigMapSet: app (namespace demo)
+Current:      revision 4, ConfigMap app-dddddddddd
+Ready:        False (RollingOut): revision 4 is rolling out in wave 0
+Rollout:      revision 4 (app-dddddddddd): wave 0 of [0, 1, 2] in progress
+              wave 0 healthy for 12s; wave 1 moves after stabilizationSeconds 30 (18s left)
+Generation:   3, observed 3
+
+WORKLOAD            WAVE   REVISION   CONFIGMAP        WHY
+Deployment/api      1      3          app-cccccccccc   waiting: wave 0 must complete and stay healthy first
+Deployment/legacy   -      -          app              not opted in: label cmset.dev/enabled=true is missing; cmset does not manage it
+Deployment/web      0      4          app-dddddddddd   current (updated by cmset); healthy
+StatefulSet/db      2      3          app-cccccccccc   waiting: waves 0 and 1 must complete and stay healthy first
+"
+        );
+        let coloured = render_text(&report, Palette::COLOR);
+        assert!(
+            coloured
+                .contains("\u{1b}[33mrevision 4 (app-dddddddddd): wave 0 of [0, 1, 2] in progress\u{1b}[0m")
+        );
+        assert!(coloured.contains("\u{1b}[33mwaiting: wave 0 must complete"));
+
+        let value = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            value["rollout"],
+            json!({
+                "configMap": NEW,
+                "revision": 4,
+                "phase": "progressing",
+                "wave": 0,
+                "waves": [0, 1, 2],
+                "stabilizationSeconds": 30,
+                "autoRollback": true,
+                "startedAt": "2026-01-01T00:08:00Z",
+                "waveHealthySince": "2026-01-01T00:09:48Z",
+                "waveHealthySeconds": 12,
+                "stabilizationLeftSeconds": 18,
+            })
+        );
+        assert_eq!(
+            value["workloads"][0],
+            json!({
+                "kind": "Deployment",
+                "name": "api",
+                "optedIn": true,
+                "wave": 1,
+                "configMap": OLD,
+                "revision": 3,
+                "state": "waiting",
+                "explanation": "waiting: wave 0 must complete and stay healthy first",
+            })
+        );
+        // Not opted in: no wave.
+        assert_eq!(value["workloads"][1].get("wave"), None);
+        let yaml = crate::output::structured(&report, crate::cli::Output::Yaml)
+            .unwrap()
+            .unwrap();
+        assert!(
+            yaml.contains("rollout:\n  configMap: app-dddddddddd\n  revision: 4\n  phase: progressing\n")
+        );
+        assert!(yaml.contains("  state: waiting\n"), "{yaml}");
+    }
+
+    #[test]
+    fn the_stabilization_window_of_the_last_wave_and_when_it_is_due() {
+        let mut set = mid_rollout();
+        let status = set.status.as_mut().unwrap();
+        let r = status.rollout.as_mut().unwrap();
+        r.wave = 2;
+        r.wave_healthy_since = Some(ago(45));
+        let report = rollout_report_of(&set, &rollout_workloads(NEW, NEW, NEW));
+        let text = render_text(&report, Palette::PLAIN);
+        assert!(
+            text.contains(
+                "Rollout:      revision 4 (app-dddddddddd): wave 2 of [0, 1, 2] in progress\n              \
+                 wave 2 healthy for 45s; the rollout completes after stabilizationSeconds 30 (due now)\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(report.rollout.unwrap().stabilization_left_seconds, Some(0));
+        // Without spec.rollout, the window is 0 seconds; without a healthy wave, there is no window yet.
+        set.spec.rollout = None;
+        set.status
+            .as_mut()
+            .unwrap()
+            .rollout
+            .as_mut()
+            .unwrap()
+            .wave_healthy_since = None;
+        let report = rollout_report_of(&set, &rollout_workloads(NEW, NEW, NEW));
+        let r = report.rollout.as_ref().unwrap();
+        assert_eq!(
+            (
+                r.stabilization_seconds,
+                r.auto_rollback,
+                r.stabilization_left_seconds
+            ),
+            (0, false, None)
+        );
+        let text = render_text(&report, Palette::PLAIN);
+        assert!(!text.contains("healthy for"), "{text}");
+    }
+
+    /// Wave 0 failed: `web` did not become healthy on revision 4 and cmset moved it back to revision 3;
+    /// `worker` (wave 0 too) is fine on revision 4; waves 1 and 2 never receive it.
+    fn failed_rollout(web_refers_to: &str) -> (ConfigMapSet, Vec<Workload>) {
+        let mut r = rollout(RolloutPhase::Failed, 0, None);
+        r.message = Some(format!(
+            "the rollout of {NEW} failed in wave 0: Deployment web reported ProgressDeadlineExceeded (its \
+             Progressing condition)"
+        ));
+        let held = format!("held: the rollout of {NEW} failed in wave 0");
+        let mut web = entry(
+            "Deployment",
+            "web",
+            web_refers_to,
+            WorkloadState::RolledBack,
+            0,
+            Some(&format!(
+                "rolled back to {OLD}: it reported ProgressDeadlineExceeded (its Progressing condition)"
+            )),
+        );
+        web.previous_revision = Some(OLD.into());
+        web.moved_at = Some(ago(700));
+        let set = rollout_set(
+            r,
+            condition(
+                "False",
+                "RolloutFailed",
+                "the rollout of revision 4 failed in wave 0",
+            ),
+            vec![
+                web,
+                entry("Deployment", "worker", NEW, WorkloadState::Current, 0, None),
+                entry("Deployment", "api", OLD, WorkloadState::Waiting, 1, Some(&held)),
+                entry("StatefulSet", "db", OLD, WorkloadState::Waiting, 2, Some(&held)),
+            ],
+        );
+        let mut workloads = rollout_workloads(web_refers_to, OLD, OLD);
+        workloads.push(deployment("worker", Some("true"), &[NEW]));
+        (set, workloads)
+    }
+
+    #[test]
+    fn a_failed_rollout_with_a_rolled_back_workload() {
+        let (set, workloads) = failed_rollout(OLD);
+        let report = rollout_report_of(&set, &workloads);
+        let text = render_text(&report, Palette::PLAIN);
+        assert_eq!(
+            text,
+            "\
+ConfigMapSet: app (namespace demo)
+Current:      revision 4, ConfigMap app-dddddddddd
+Ready:        False (RolloutFailed): the rollout of revision 4 failed in wave 0
+Rollout:      revision 4 (app-dddddddddd): failed in wave 0: Deployment web reported ProgressDeadlineExceeded (its Progressing condition)
+              waves 1 and 2 will not receive it; failed workloads are moved back to the revision they ran before (autoRollback)
+Generation:   3, observed 3
+
+WORKLOAD            WAVE   REVISION   CONFIGMAP        WHY
+Deployment/api      1      3          app-cccccccccc   held: the rollout of revision 4 failed in wave 0
+Deployment/legacy   -      -          app              not opted in: label cmset.dev/enabled=true is missing; cmset does not manage it
+Deployment/web      0      3          app-cccccccccc   rolled back to revision 3 by cmset: it reported ProgressDeadlineExceeded (its Progressing condition)
+Deployment/worker   0      4          app-dddddddddd   current (updated by cmset)
+StatefulSet/db      2      3          app-cccccccccc   held: the rollout of revision 4 failed in wave 0
+"
+        );
+        let coloured = render_text(&report, Palette::COLOR);
+        assert!(coloured.contains("\u{1b}[1m\u{1b}[31mrevision 4 (app-dddddddddd): failed in wave 0"));
+        assert!(coloured.contains("\u{1b}[1m\u{1b}[31mrolled back to revision 3 by cmset"));
+
+        let value = serde_json::to_value(&report).unwrap();
+        assert_eq!(value["rollout"]["phase"], "failed");
+        assert_eq!(value["rollout"]["wave"], 0);
+        assert_eq!(
+            value["rollout"]["message"],
+            format!(
+                "the rollout of {NEW} failed in wave 0: Deployment web reported ProgressDeadlineExceeded (its \
+                 Progressing condition)"
+            )
+        );
+        assert_eq!(value["rollout"].get("stabilizationLeftSeconds"), None);
+        let web = &value["workloads"][2];
+        assert_eq!(
+            (&web["name"], &web["state"], &web["wave"], &web["revision"]),
+            (&json!("web"), &json!("rolledBack"), &json!(0), &json!(3))
+        );
+    }
+
+    #[test]
+    fn a_rollback_recorded_before_the_workload_moved_back() {
+        // The controller decided the rollback; the workload still names revision 4 for a moment.
+        let (set, workloads) = failed_rollout(NEW);
+        let report = rollout_report_of(&set, &workloads);
+        let web = report.workloads.iter().find(|w| w.name == "web").unwrap();
+        assert_eq!((web.state, web.revision), (State::RolledBack, Some(4)));
+        assert_eq!(
+            web.explanation,
+            "rolling back to revision 3 by cmset: it reported ProgressDeadlineExceeded (its Progressing \
+             condition)"
+        );
+    }
+
+    #[test]
+    fn waiting_and_rolled_back_without_a_message() {
+        let (mut set, workloads) = failed_rollout(OLD);
+        let status = set.status.as_mut().unwrap();
+        for w in &mut status.workloads {
+            w.message = None;
+        }
+        status.rollout.as_mut().unwrap().message = None;
+        set.spec.rollout.as_mut().unwrap().auto_rollback = false;
+        let report = rollout_report_of(&set, &workloads);
+        let why = |name: &str| {
+            report
+                .workloads
+                .iter()
+                .find(|w| w.name == name)
+                .unwrap()
+                .explanation
+                .clone()
+        };
+        assert_eq!(
+            why("web"),
+            "rolled back to revision 3 by cmset: the rollout of revision 4 failed in wave 0"
+        );
+        assert_eq!(why("db"), "held: the rollout of revision 4 failed in wave 0");
+        let text = render_text(&report, Palette::PLAIN);
+        assert!(
+            text.contains(
+                "Rollout:      revision 4 (app-dddddddddd): failed in wave 0\n              \
+                 waves 1 and 2 will not receive it; autoRollback is off: failed workloads stay on it\n"
+            ),
+            "{text}"
+        );
+
+        // While progressing, with no rollout wave before its own, the record says what it waits for.
+        let mut set = mid_rollout();
+        let status = set.status.as_mut().unwrap();
+        status.rollout.as_mut().unwrap().wave = 1;
+        status.workloads[1].message = Some("label cmset.dev/wave is being fixed".into());
+        let report = rollout_report_of(&set, &rollout_workloads(NEW, OLD, OLD));
+        let api = report.workloads.iter().find(|w| w.name == "api").unwrap();
+        assert_eq!(api.explanation, "waiting: label cmset.dev/wave is being fixed");
+        let db = report.workloads.iter().find(|w| w.name == "db").unwrap();
+        assert_eq!(
+            db.explanation,
+            "waiting: wave 1 must complete and stay healthy first"
+        );
+    }
+
+    #[test]
+    fn an_invalid_wave_label() {
+        let set = mid_rollout();
+        let mut workloads = rollout_workloads(NEW, OLD, OLD);
+        workloads[1] = waved(deployment("api", Some("true"), &[OLD]), "one");
+        let mut set = set;
+        set.status.as_mut().unwrap().workloads[1].message = None;
+        let report = rollout_report_of(&set, &workloads);
+        let api = &report.workloads[0];
+        assert_eq!(api.wave, Some(WaveLabel::Invalid("one".into())));
+        assert_eq!(
+            api.explanation,
+            "waiting: label cmset.dev/wave is \"one\", not a whole number from 0 to 1000; held where it is \
+             until it is fixed"
+        );
+        let text = render_text(&report, Palette::PLAIN);
+        assert!(text.contains("\nDeployment/api      \"one\"   3 "), "{text}");
+        assert_eq!(
+            serde_json::to_value(&report).unwrap()["workloads"][0]["wave"],
+            "one"
+        );
+    }
+
+    #[test]
+    fn a_complete_rollout() {
+        let set = rollout_set(
+            rollout(RolloutPhase::Complete, 2, None),
+            condition(
+                "True",
+                "RolledOut",
+                "every opted-in workload runs revision 4 or is pinned",
+            ),
+            vec![
+                entry("Deployment", "web", NEW, WorkloadState::Current, 0, None),
+                entry("Deployment", "api", NEW, WorkloadState::Current, 1, None),
+                entry("StatefulSet", "db", NEW, WorkloadState::Current, 2, None),
+            ],
+        );
+        let report = rollout_report_of(&set, &rollout_workloads(NEW, NEW, NEW));
+        assert_eq!(
+            render_text(&report, Palette::PLAIN),
+            "\
+ConfigMapSet: app (namespace demo)
+Current:      revision 4, ConfigMap app-dddddddddd
+Ready:        True (RolledOut): every opted-in workload runs revision 4 or is pinned
+Rollout:      revision 4 (app-dddddddddd): complete in waves 0, 1 and 2
+Generation:   3, observed 3
+
+WORKLOAD            WAVE   REVISION   CONFIGMAP        WHY
+Deployment/api      1      4          app-dddddddddd   current (updated by cmset)
+Deployment/legacy   -      -          app              not opted in: label cmset.dev/enabled=true is missing; cmset does not manage it
+Deployment/web      0      4          app-dddddddddd   current (updated by cmset)
+StatefulSet/db      2      4          app-dddddddddd   current (updated by cmset)
+"
+        );
+        let value = serde_json::to_value(&report).unwrap();
+        assert_eq!(value["rollout"]["phase"], "complete");
+        assert_eq!(value["rollout"].get("waveHealthySince"), None);
+        let coloured = render_text(&report, Palette::COLOR);
+        assert!(coloured.contains("\u{1b}[32mrevision 4 (app-dddddddddd): complete in waves 0, 1 and 2"));
+    }
+
+    #[test]
+    fn a_set_without_waves_prints_as_before() {
+        // An explicit wave 0 is no wave at all: no rollout line, no WAVE column, no `wave` or `rollout`
+        // in JSON, and the same output at any time.
+        let mut set = ready_set(vec![
+            workload("Deployment", "web", "app-cccccccccc", WorkloadState::Current),
+            workload("StatefulSet", "db", "app-ffffffffff", WorkloadState::Pinned),
+        ]);
+        let mut db = waved(sts(deployment("db", Some("true"), &["app-ffffffffff"])), "0");
+        db.uid = "db-uid".into();
+        let workloads = [
+            db,
+            waved(deployment("web", Some("true"), &["app-cccccccccc"]), "0"),
+            deployment("legacy", None, &["app"]),
+        ];
+        let cms = cms();
+        let report = |set: &ConfigMapSet| {
+            let set = SetRef::from(set);
+            status_report_at(set, &revisions_of(set, &cms), &workloads, now())
+        };
+        let before = "\
+ConfigMapSet: app (namespace demo)
+Current:      revision 3, ConfigMap app-cccccccccc
+Ready:        True (RolledOut): every opted-in workload runs revision 3 or is pinned
+Generation:   3, observed 3
+
+WORKLOAD            REVISION   CONFIGMAP        WHY
+Deployment/legacy   -          app              not opted in: label cmset.dev/enabled=true is missing; cmset does not manage it
+Deployment/web      3          app-cccccccccc   current (updated by cmset)
+StatefulSet/db      1          app-ffffffffff   pinned to revision 1 by a rollback; moves again when the set's content changes
+";
+        let r = report(&set);
+        assert_eq!(render_text(&r, Palette::PLAIN), before);
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(!json.contains("wave") && !json.contains("rollout"), "{json}");
+        assert_eq!(r, full_report());
+        // A spec.rollout alone changes nothing until the status records a rollout.
+        set.spec.rollout = Some(Default::default());
+        assert_eq!(render_text(&report(&set), Palette::PLAIN), before);
+        // A workload in a later wave shows the column, even before a rollout is recorded.
+        set.spec.rollout = None;
+        let mut workloads = workloads.clone();
+        workloads[1] = waved(deployment("web", Some("true"), &["app-cccccccccc"]), "3");
+        let set = SetRef::from(&set);
+        let r = status_report_at(set, &revisions_of(set, &cms), &workloads, now());
+        let text = render_text(&r, Palette::PLAIN);
+        assert!(
+            text.contains("\nWORKLOAD            WAVE   REVISION   CONFIGMAP        WHY\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nDeployment/web      3      3          app-cccccccccc   current"),
+            "{text}"
+        );
+        assert!(text.contains("\nStatefulSet/db      0      1 "), "{text}");
+        assert!(text.contains("\nDeployment/legacy   -      - "), "{text}");
+    }
+
+    #[test]
+    fn a_secret_set_s_rollout_shows_no_secret_value() {
+        let set = mid_rollout();
+        let mut s = secret_set(None, None, vec![]);
+        s.spec.rollout = set.spec.rollout;
+        s.status = set.status;
+        let mut secrets = secrets();
+        secrets.push(secret_revision(
+            NEW,
+            Some(4),
+            T,
+            None,
+            &[("password", SECRET_TEXT)],
+        ));
+        let workloads = [
+            secret_deployment("web", true, "envFrom", NEW),
+            waved(secret_deployment("api", true, "volume", OLD), "1"),
+            waved(secret_deployment("db", true, "secretKeyRef", OLD), "2"),
+        ];
+        let set = SetRef::from(&s);
+        let report = status_report_at(set, &revisions_of(set, &secrets), &workloads, now());
+        let text = render_text(&report, Palette::PLAIN);
+        assert!(
+            text.contains("Rollout:      revision 4 (app-dddddddddd): wave 0 of [0, 1, 2] in progress\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nWORKLOAD         WAVE   REVISION   SECRET           WHY\n"),
+            "{text}"
+        );
+        let value = serde_json::to_value(&report).unwrap();
+        assert_eq!(value["rollout"]["secret"], NEW);
+        let yaml = crate::output::structured(&report, crate::cli::Output::Yaml)
+            .unwrap()
+            .unwrap();
+        for out in [text, value.to_string(), yaml] {
+            assert!(!out.contains("configMap") && !out.contains("ConfigMap "), "{out}");
+            assert_no_secret_values(&out);
+        }
     }
 }

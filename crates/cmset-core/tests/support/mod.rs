@@ -1,5 +1,7 @@
 //! What the planner's test files share: planning at a fixed time, and revisions as the set controller
 //! makes them.
+// Each test file uses part of it.
+#![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
 
