@@ -250,6 +250,35 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_re_applied_workload_of_a_later_wave_keeps_the_revision_it_runs() {
+        // GitOps re-applies `second` (wave 1) naming the bare set while wave 0 rolls out revision 2.
+        let entry = WorkloadStatus {
+            kind: "Deployment".into(),
+            name: "web".into(),
+            uid: "uid-web".into(),
+            revision: "app-hhhhhhhhhh".into(),
+            state: WorkloadState::Waiting,
+            wave: 1,
+            ..Default::default()
+        };
+        let mut rolling = set(1, 1, vec![entry]);
+        rolling.status.as_mut().unwrap().rollout = Some(cmset_api::RolloutStatus {
+            revision: "app-2222222222".into(),
+            wave: 0,
+            waves: vec![0, 1],
+            ..Default::default()
+        });
+        let mut object = deployment("app", Some("uid-web"), true);
+        object["metadata"]["labels"]["cmset.dev/wave"] = json!("1");
+        let patch = mutated(&object, std::slice::from_ref(&rolling)).unwrap();
+        assert_eq!(patch[1], json!({"op": "replace", "path": PATH, "value": "app-hhhhhhhhhh"}));
+        // Its wave open, the same apply goes to the new revision.
+        rolling.status.as_mut().unwrap().rollout.as_mut().unwrap().wave = 1;
+        let patch = mutated(&object, &[rolling]).unwrap();
+        assert_eq!(patch[1], json!({"op": "replace", "path": PATH, "value": "app-2222222222"}));
+    }
+
     /// Found by `admission_copes_with_any_object`: a template without labels, or without metadata at all,
     /// gets the label added with its parent, so that the patch applies to the object it was made for.
     #[test]
