@@ -12,6 +12,20 @@ There is no kubelet and no scheduler in the local cluster. This process plays bo
   - deletes pods on the node that are being deleted (deletionTimestamp set) with gracePeriodSeconds=0, since no
     kubelet will ever confirm their termination.
 
+The "bad config" switch, CMSET_FAKE_NODE_FAIL: a pod that reads a ConfigMap or Secret holding the key
+CMSET_FAKE_NODE_FAIL (whatever its value) is never made ready; it is marked Running with its containers started but
+not ready, and its ContainersReady and Ready conditions False with reason CMSET_FAKE_NODE_FAIL and a message naming
+the object, as a pod whose readiness probe keeps failing would be. This is how the e2e tests make a configuration
+revision "bad" (a Deployment reading it never completes its rollout). The key counts in a ConfigMap's `data` or
+`binaryData` and in a Secret's `data` (where `stringData` ends up), and every way a pod can read the object counts,
+in containers, initContainers and ephemeralContainers alike: env[].valueFrom.configMapKeyRef/secretKeyRef (whatever
+key it names), envFrom[].configMapRef/secretRef, and volumes[].configMap/secret and
+volumes[].projected.sources[].configMap/secret. A referenced object that does not exist (or that the node may not read)
+does not hold the pod back. Only a pod about to be marked is checked, so a pod already Ready stays Ready whatever its config
+becomes. The referenced objects are read with one GET each, only for pods that reference any; an immutable object
+(every cmset revision is one) is remembered for a minute by name, so the pods of one revision cost one GET. Secret
+values are never logged: only the object's name.
+
 It relists and rewatches when a watch ends or expires, exits 0 on SIGTERM/SIGINT and exits 2 when the API server
 has been unreachable for --give-up-after seconds.
 """
@@ -40,6 +54,11 @@ NOT_READY_TAINT_KEYS = {
     "node.cloudprovider.kubernetes.io/uninitialized",
 }
 POD_CONDITIONS = ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+# A ConfigMap or Secret holding this key makes the pods that read it never ready (see the module's doc).
+FAIL_KEY = "CMSET_FAKE_NODE_FAIL"
+# How long the verdict on an immutable ConfigMap/Secret is reused without reading it again. Its content cannot
+# change; only deleting it and creating another under the same name could, hence the limit.
+IMMUTABLE_CACHE_SECONDS = 60
 
 
 def now_rfc3339():
@@ -124,6 +143,8 @@ class FakeNode:
         self.last_contact = time.monotonic()
         self.ready_since = now_rfc3339()
         self.deleting = {}  # pod uid -> monotonic time of our last force delete
+        # (kind, namespace, name) of an immutable ConfigMap/Secret -> (monotonic expiry, holds FAIL_KEY)
+        self.immutable_verdicts = {}
         self.ip = "10.244.0.1"
 
     # ----------------------------------------------------------------------------------------------------- contact --
@@ -288,9 +309,84 @@ class FakeNode:
         if node != self.name:
             return
         phase = (pod.get("status") or {}).get("phase")
-        if phase in ("Succeeded", "Failed") or self.is_running_ready(pod):
+        if phase in ("Succeeded", "Failed") or self.is_running_ready(pod) or self.is_marked_failing(pod):
             return
-        self.mark_running(pod)
+        bad = self.bad_reference(pod)
+        if bad is None:
+            self.mark_running(pod)
+        else:
+            self.mark_running(pod, failing=bad)
+
+    # ------------------------------------------------------------------------------- the bad config switch --
+
+    @staticmethod
+    def config_references(pod):
+        """Every (kind, name) of a ConfigMap or Secret the pod reads, in order, without duplicates."""
+        spec = pod.get("spec") or {}
+        refs = []
+
+        def add(kind, name):
+            if name and (kind, name) not in refs:
+                refs.append((kind, name))
+
+        for field in ("initContainers", "containers", "ephemeralContainers"):
+            for c in spec.get(field) or []:
+                for e in c.get("env") or []:
+                    value_from = e.get("valueFrom") or {}
+                    add("ConfigMap", (value_from.get("configMapKeyRef") or {}).get("name"))
+                    add("Secret", (value_from.get("secretKeyRef") or {}).get("name"))
+                for e in c.get("envFrom") or []:
+                    add("ConfigMap", (e.get("configMapRef") or {}).get("name"))
+                    add("Secret", (e.get("secretRef") or {}).get("name"))
+        for v in spec.get("volumes") or []:
+            add("ConfigMap", (v.get("configMap") or {}).get("name"))
+            add("Secret", (v.get("secret") or {}).get("secretName"))
+            for source in (v.get("projected") or {}).get("sources") or []:
+                add("ConfigMap", (source.get("configMap") or {}).get("name"))
+                add("Secret", (source.get("secret") or {}).get("name"))
+        return refs
+
+    def holds_fail_key(self, kind, ns, name):
+        """Whether ConfigMap/Secret ns/name exists and holds FAIL_KEY. Reads only key names, never values."""
+        key = (kind, ns, name)
+        cached = self.immutable_verdicts.get(key)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        resource = "configmaps" if kind == "ConfigMap" else "secrets"
+        try:
+            obj = self.call("GET", "/api/v1/namespaces/%s/%s/%s" % (ns, resource, name))
+        except ApiError as e:
+            # Missing (or forbidden): it holds nothing back, as before the switch existed. Other errors propagate,
+            # and the pod is tried again after a relist.
+            if e.status in (403, 404):
+                self.immutable_verdicts.pop(key, None)
+                return False
+            raise
+        fields = ("data", "binaryData") if kind == "ConfigMap" else ("data",)
+        bad = any(FAIL_KEY in (obj.get(f) or {}) for f in fields)
+        if obj.get("immutable"):
+            if len(self.immutable_verdicts) > 20000:
+                self.immutable_verdicts.clear()
+            self.immutable_verdicts[key] = (time.monotonic() + IMMUTABLE_CACHE_SECONDS, bad)
+        else:
+            self.immutable_verdicts.pop(key, None)
+        return bad
+
+    def bad_reference(self, pod):
+        """A message naming the first ConfigMap/Secret the pod reads that holds FAIL_KEY, or None."""
+        ns = pod["metadata"]["namespace"]
+        for kind, name in self.config_references(pod):
+            if self.holds_fail_key(kind, ns, name):
+                return "%s %s/%s holds key %s (cmset fake node: never ready)" % (kind, ns, name, FAIL_KEY)
+        return None
+
+    @staticmethod
+    def is_marked_failing(pod):
+        status = pod.get("status") or {}
+        if status.get("phase") != "Running":
+            return False
+        return any(c.get("type") == "Ready" and c.get("status") == "False" and c.get("reason") == FAIL_KEY
+                   for c in status.get("conditions") or [])
 
     def bind(self, ns, name, uid):
         body = {
@@ -308,7 +404,8 @@ class FakeNode:
             else:
                 raise
 
-    def mark_running(self, pod):
+    def mark_running(self, pod, failing=None):
+        """Running and Ready; or, with `failing` (why), Running with started containers that are not ready."""
         meta, spec = pod["metadata"], pod["spec"]
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
         ts = now_rfc3339()
@@ -321,7 +418,7 @@ class FakeNode:
         container_statuses = [
             {
                 "name": c["name"],
-                "ready": True,
+                "ready": failing is None,
                 "started": True,
                 "restartCount": 0,
                 "image": c.get("image", ""),
@@ -344,12 +441,17 @@ class FakeNode:
             }
             for c in spec.get("initContainers") or []
         ]
+        conditions = [
+            {"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": ts}
+            for t in POD_CONDITIONS
+        ]
+        if failing is not None:
+            for c in conditions:
+                if c["type"] in ("ContainersReady", "Ready"):
+                    c.update(status="False", reason=FAIL_KEY, message=failing)
         status = {
             "phase": "Running",
-            "conditions": [
-                {"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": ts}
-                for t in POD_CONDITIONS
-            ],
+            "conditions": conditions,
             "containerStatuses": container_statuses,
             "hostIP": self.ip,
             "podIP": ip,
@@ -361,7 +463,10 @@ class FakeNode:
         try:
             self.call("PATCH", "/api/v1/namespaces/%s/pods/%s/status" % (ns, name), body={"status": status},
                       content_type="application/merge-patch+json")
-            LOG.info("running %s/%s", ns, name)
+            if failing is None:
+                LOG.info("running %s/%s", ns, name)
+            else:
+                LOG.info("running %s/%s, not ready: %s", ns, name, failing)
         except ApiError as e:
             if e.status == 404:
                 return

@@ -149,7 +149,7 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
             wave: waves.first().copied().unwrap_or(0),
             waves: Vec::new(),
             wave_healthy_since: None,
-            started_at: Some(now.clone()),
+            started_at: Some(whole_second_after(now)),
             message: None,
         },
     };
@@ -198,7 +198,7 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
         if !in_wave.is_empty() {
             let since = rollout
                 .wave_healthy_since
-                .get_or_insert_with(|| now.clone())
+                .get_or_insert_with(|| whole_second_after(now))
                 .clone();
             if let Some(left) = time_left(&since, i64::from(spec.stabilization_seconds), now) {
                 recheck.push(left);
@@ -253,6 +253,13 @@ fn wave_list(waves: &[i32]) -> String {
     format!("waves {}", list.join(", "))
 }
 
+/// `now`, rounded up to a whole second. The API keeps timestamps to the second; rounding down would
+/// end a window or a deadline up to a second early.
+fn whole_second_after(now: &Time) -> Time {
+    let second = now.0.as_second() + i64::from(now.0.subsec_nanosecond() > 0);
+    Time(k8s_openapi::jiff::Timestamp::from_second(second).unwrap_or(now.0))
+}
+
 /// Time left from `now` until `seconds` after `since`, if any.
 fn time_left(since: &Time, seconds: i64, now: &Time) -> Option<Duration> {
     let due = since.0.checked_add(SignedDuration::from_secs(seconds)).ok()?;
@@ -280,7 +287,7 @@ fn carry_forward<'a>(mut m: Member<'a>, input: &WaveInput<'_>, fresh: bool) -> M
         WorkloadState::Current if !rolled_back => {
             m.entry.moved_at = this_rollout
                 .and_then(|p| p.moved_at.clone())
-                .or_else(|| Some(input.now.clone()));
+                .or_else(|| Some(whole_second_after(input.now)));
             m.entry.previous_revision = before;
         }
         // Decided already: it stays rolled back (the workload controller may not have moved it yet).
@@ -433,5 +440,19 @@ pub fn transitions(old: &ConfigMapSetStatus, new: &ConfigMapSetStatus) -> Transi
         completed: rollout.phase == RolloutPhase::Complete && !was(RolloutPhase::Complete),
         failed: rollout.phase == RolloutPhase::Failed && !was(RolloutPhase::Failed),
         rolled_back: any_rolled_back(new) && !(same.is_some() && any_rolled_back(old)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    #[test]
+    fn timestamps_are_rounded_up_to_the_second_the_api_keeps() {
+        let exact = Time(Timestamp::from_second(100).unwrap());
+        assert_eq!(whole_second_after(&exact), exact);
+        let later = Time(Timestamp::new(100, 1).unwrap());
+        assert_eq!(whole_second_after(&later), Time(Timestamp::from_second(101).unwrap()));
     }
 }
