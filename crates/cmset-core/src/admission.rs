@@ -272,11 +272,17 @@ mod tests {
         let mut object = deployment("app", Some("uid-web"), true);
         object["metadata"]["labels"]["cmset.dev/wave"] = json!("1");
         let patch = mutated(&object, std::slice::from_ref(&rolling)).unwrap();
-        assert_eq!(patch[1], json!({"op": "replace", "path": PATH, "value": "app-hhhhhhhhhh"}));
+        assert_eq!(
+            patch[1],
+            json!({"op": "replace", "path": PATH, "value": "app-hhhhhhhhhh"})
+        );
         // Its wave open, the same apply goes to the new revision.
         rolling.status.as_mut().unwrap().rollout.as_mut().unwrap().wave = 1;
         let patch = mutated(&object, &[rolling]).unwrap();
-        assert_eq!(patch[1], json!({"op": "replace", "path": PATH, "value": "app-2222222222"}));
+        assert_eq!(
+            patch[1],
+            json!({"op": "replace", "path": PATH, "value": "app-2222222222"})
+        );
     }
 
     /// Found by `admission_copes_with_any_object`: a template without labels, or without metadata at all,

@@ -453,6 +453,9 @@ mod tests {
         let exact = Time(Timestamp::from_second(100).unwrap());
         assert_eq!(whole_second_after(&exact), exact);
         let later = Time(Timestamp::new(100, 1).unwrap());
-        assert_eq!(whole_second_after(&later), Time(Timestamp::from_second(101).unwrap()));
+        assert_eq!(
+            whole_second_after(&later),
+            Time(Timestamp::from_second(101).unwrap())
+        );
     }
 }

@@ -410,7 +410,10 @@ fn a_bad_change_fails_in_wave_0_is_rolled_back_and_wave_1_never_receives_it() {
         "{message}"
     );
     let stalled = world.set.status.as_ref().unwrap().condition("Stalled").unwrap();
-    assert_eq!((stalled.status.as_str(), stalled.reason.as_str()), ("True", "RolloutFailed"));
+    assert_eq!(
+        (stalled.status.as_str(), stalled.reason.as_str()),
+        ("True", "RolloutFailed")
+    );
     let history = &world.set.status.as_ref().unwrap().history;
     assert!(history.iter().find(|h| h.name == bad).unwrap().failed);
     assert!(!history.iter().find(|h| h.name == old).unwrap().failed);
@@ -443,7 +446,10 @@ fn a_bad_change_fails_in_wave_0_is_rolled_back_and_wave_1_never_receives_it() {
     world.settle();
     assert_eq!(world.reads("second"), good);
     assert_eq!(world.rollout().phase, RolloutPhase::Complete);
-    assert!(world.set.status.as_ref().unwrap().condition("Stalled").is_none(), "no longer stalled");
+    assert!(
+        world.set.status.as_ref().unwrap().condition("Stalled").is_none(),
+        "no longer stalled"
+    );
     let history = &world.set.status.as_ref().unwrap().history;
     assert!(history.iter().find(|h| h.name == bad).unwrap().failed);
 }

@@ -280,7 +280,6 @@ fn revision_phrase(number: Option<i64>, name: &str) -> String {
     }
 }
 
-
 /// The rollout the set's status records.
 fn rollout_status(set: SetRef<'_>) -> Option<&RolloutStatus> {
     set.status()?.rollout.as_ref()
