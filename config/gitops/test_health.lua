@@ -31,7 +31,13 @@ check("invalid spec", { metadata = { generation = 4 }, status = { observedGenera
 check("collision being resolved", { metadata = { generation = 1 }, status = { observedGeneration = 1,
   conditions = { cond("Ready", "False", "RevisionCollision", "taken") } } },
   "Progressing", "taken")
+check("rollout failed in a wave", { metadata = { generation = 5 }, status = { observedGeneration = 5,
+  conditions = { cond("Ready", "False", "RolloutFailed", "failed in wave 0"), cond("Stalled", "True", "RolloutFailed", "Revision 5 (app-x): the rollout of app-x failed in wave 0: Deployment web was not healthy") } } },
+  "Degraded", "Deployment web")
+check("a later wave waiting", { metadata = { generation = 5 }, status = { observedGeneration = 5,
+  conditions = { cond("Ready", "False", "RolloutProgressing", "wave 0 of [0, 1] in progress") } } },
+  "Progressing", "wave 0")
 if failures > 0 then
   os.exit(1)
 end
-print("health check: " .. "6 passed, 0 failed")
+print("health check: " .. "8 passed, 0 failed")

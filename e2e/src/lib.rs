@@ -639,3 +639,65 @@ pub async fn warning_event(
     })
     .await
 }
+
+/// Every Secret a pod spec names: `envFrom`, `env` `valueFrom`, `secret` volumes and projected sources.
+pub fn secret_names(spec: &k8s_openapi::api::core::v1::PodSpec) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for c in spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+    {
+        names.extend(
+            c.env_from
+                .iter()
+                .flatten()
+                .filter_map(|e| Some(e.secret_ref.as_ref()?.name.clone())),
+        );
+        names.extend(
+            c.env
+                .iter()
+                .flatten()
+                .filter_map(|e| Some(e.value_from.as_ref()?.secret_key_ref.as_ref()?.name.clone())),
+        );
+    }
+    for v in spec.volumes.iter().flatten() {
+        names.extend(v.secret.iter().filter_map(|s| s.secret_name.clone()));
+        names.extend(
+            v.projected
+                .iter()
+                .flat_map(|p| p.sources.iter().flatten())
+                .filter_map(|s| Some(s.secret.as_ref()?.name.clone())),
+        );
+    }
+    names
+}
+
+/// Creates or replaces Secret `name` through the API, as a secrets manager would (and without the
+/// `last-applied-configuration` annotation `kubectl apply` adds, which holds the values in plain text).
+pub async fn put_secret(ns: &TestNamespace, name: &str, type_: &str, data: &[(&str, &str)]) {
+    let api = ns.api::<k8s_openapi::api::core::v1::Secret>();
+    let existing = api.get_opt(name).await.expect("read the source");
+    let secret = k8s_openapi::api::core::v1::Secret {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(name.to_string()),
+            resource_version: existing
+                .as_ref()
+                .and_then(|s| s.metadata.resource_version.clone()),
+            ..Default::default()
+        },
+        type_: Some(type_.to_string()),
+        data: Some(
+            data.iter()
+                .map(|(k, v)| (k.to_string(), k8s_openapi::ByteString(v.as_bytes().to_vec())))
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    let params = PostParams::default();
+    match existing {
+        Some(_) => api.replace(name, &params, &secret).await,
+        None => api.create(&params, &secret).await,
+    }
+    .expect("write the source Secret");
+}

@@ -11,15 +11,13 @@ use cmset_e2e::cmset_api::{SecretSet, WorkloadState};
 use cmset_e2e::fixtures::{
     DeploymentYaml, app_config_revision, app_config_yaml, configmap_names, rollout_status,
 };
-use cmset_e2e::k8s_openapi::ByteString;
 use cmset_e2e::k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use cmset_e2e::k8s_openapi::api::core::v1::{ConfigMap, PodSpec, Secret};
-use cmset_e2e::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use cmset_e2e::kube::ResourceExt;
-use cmset_e2e::kube::api::{ListParams, PostParams};
+use cmset_e2e::kube::api::ListParams;
 use cmset_e2e::{
     Operator, TestNamespace, base64_encode, eventually, http_get, kustomize_name, kustomize_secret_name,
-    stays, warning_event,
+    put_secret, secret_names, stays, warning_event,
 };
 
 /// The SecretSet most scenarios use, and the source Secret it versions.
@@ -48,35 +46,6 @@ spec:
   secretName: {source}{limit}
 "#
     )
-}
-
-/// Creates or replaces Secret `name` through the API, as a secrets manager would (and without the
-/// `last-applied-configuration` annotation `kubectl apply` adds, which holds the values in plain text).
-async fn put_source(ns: &TestNamespace, name: &str, type_: &str, data: &[(&str, &str)]) {
-    let api = ns.api::<Secret>();
-    let existing = api.get_opt(name).await.expect("read the source");
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            resource_version: existing
-                .as_ref()
-                .and_then(|s| s.metadata.resource_version.clone()),
-            ..Default::default()
-        },
-        type_: Some(type_.to_string()),
-        data: Some(
-            data.iter()
-                .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
-                .collect(),
-        ),
-        ..Default::default()
-    };
-    let params = PostParams::default();
-    match existing {
-        Some(_) => api.replace(name, &params, &secret).await,
-        None => api.create(&params, &secret).await,
-    }
-    .expect("write the source Secret");
 }
 
 fn data_of(secret: &Secret) -> Vec<(String, String)> {
@@ -130,39 +99,6 @@ fn file_reader_spec(set: &str, key: &str) -> String {
           secret: {{secretName: {set}}}
 "#
     )
-}
-
-/// Every Secret a pod spec names: `envFrom`, `env` `valueFrom`, `secret` volumes and projected sources.
-fn secret_names(spec: &PodSpec) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
-    for c in spec
-        .containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten())
-    {
-        names.extend(
-            c.env_from
-                .iter()
-                .flatten()
-                .filter_map(|e| Some(e.secret_ref.as_ref()?.name.clone())),
-        );
-        names.extend(
-            c.env
-                .iter()
-                .flatten()
-                .filter_map(|e| Some(e.value_from.as_ref()?.secret_key_ref.as_ref()?.name.clone())),
-        );
-    }
-    for v in spec.volumes.iter().flatten() {
-        names.extend(v.secret.iter().filter_map(|s| s.secret_name.clone()));
-        names.extend(
-            v.projected
-                .iter()
-                .flat_map(|p| p.sources.iter().flatten())
-                .filter_map(|s| Some(s.secret.as_ref()?.name.clone())),
-        );
-    }
-    names
 }
 
 fn pod_spec(d: &Deployment) -> &PodSpec {
@@ -277,7 +213,7 @@ async fn secret_revisions_roll_out_and_roll_back_with_their_workloads() {
     let v2 = kustomize_secret_name(SET, OPAQUE, &v2_data);
 
     ns.apply(SAME_NAME_CONFIGMAP);
-    put_source(&ns, SOURCE, OPAQUE, &EXAMPLE).await;
+    put_secret(&ns, SOURCE, OPAQUE, &EXAMPLE).await;
     ns.apply(&secret_set_yaml(SET, SOURCE, None));
     let set = ns.secret_set(SET).await;
     let revision = eventually("revision 1", || async {
@@ -335,7 +271,7 @@ async fn secret_revisions_roll_out_and_roll_back_with_their_workloads() {
     wait_ready_on(&ns, SET, &v1).await;
 
     // The source changes: revision 2, and one rollout of each workload.
-    put_source(&ns, SOURCE, OPAQUE, &v2_data).await;
+    put_secret(&ns, SOURCE, OPAQUE, &v2_data).await;
     wait_secrets(&ns, "env-reader", &[&v2]).await;
     wait_secrets(&ns, "file-reader", &[&v2]).await;
     assert_eq!(rolled_out(&ns, "env-reader").await, env_before.next());
@@ -425,7 +361,7 @@ fn version_name(v: u32) -> String {
 
 /// Writes version `v` into the source and waits until file-reader has rolled out onto it.
 async fn roll_to(ns: &TestNamespace, v: u32) {
-    put_source(ns, SOURCE, OPAQUE, &[("password", &password(v))]).await;
+    put_secret(ns, SOURCE, OPAQUE, &[("password", &password(v))]).await;
     wait_secrets(ns, "file-reader", &[&version_name(v)]).await;
     rollout_status(ns, "deployment/file-reader").await;
 }
@@ -435,7 +371,7 @@ async fn reverted_content_reuses_its_revision_and_pruning_spares_what_a_replica_
     let ns = TestNamespace::new("sechist").await;
     let _operator = Operator::start(&ns.name).await;
     // The set keeps one unused revision, the Deployment one old ReplicaSet.
-    put_source(&ns, SOURCE, OPAQUE, &[("password", &password(1))]).await;
+    put_secret(&ns, SOURCE, OPAQUE, &[("password", &password(1))]).await;
     ns.apply(&secret_set_yaml(SET, SOURCE, Some(1)));
     ns.apply(&deployment_yaml(
         "file-reader",
@@ -493,7 +429,7 @@ async fn a_missing_source_stops_nothing_that_runs() {
     let ns = TestNamespace::new("secmissing").await;
     let _operator = Operator::start(&ns.name).await;
     let v1 = kustomize_secret_name(SET, OPAQUE, &EXAMPLE);
-    put_source(&ns, SOURCE, OPAQUE, &EXAMPLE).await;
+    put_secret(&ns, SOURCE, OPAQUE, &EXAMPLE).await;
     ns.apply(&secret_set_yaml(SET, SOURCE, None));
     ns.apply(&deployment_yaml(
         "file-reader",
@@ -537,7 +473,7 @@ async fn a_missing_source_stops_nothing_that_runs() {
     );
 
     // The source comes back with the same content: Ready again, nothing rolls.
-    put_source(&ns, SOURCE, OPAQUE, &EXAMPLE).await;
+    put_secret(&ns, SOURCE, OPAQUE, &EXAMPLE).await;
     wait_ready_on(&ns, SET, &v1).await;
     assert_eq!(rolls(&ns, "file-reader").await, before, "no rollout");
     assert_eq!(ns.secret_set(SET).await.status.unwrap().revision, Some(1));
@@ -545,7 +481,7 @@ async fn a_missing_source_stops_nothing_that_runs() {
     // ... and the set follows it again.
     let v2_data = [("password", "s3cret-2"), ("user", "app")];
     let v2 = kustomize_secret_name(SET, OPAQUE, &v2_data);
-    put_source(&ns, SOURCE, OPAQUE, &v2_data).await;
+    put_secret(&ns, SOURCE, OPAQUE, &v2_data).await;
     wait_secrets(&ns, "file-reader", &[&v2]).await;
     assert_eq!(rolled_out(&ns, "file-reader").await, before.next());
     wait_ready_on(&ns, SET, &v2).await;
@@ -558,10 +494,10 @@ async fn deleting_a_secret_set_keeps_the_revisions_still_in_use() {
     // Revision 1 is never used by any workload; revision 2 is rolled out.
     let v1 = version_name(1);
     let v2 = version_name(2);
-    put_source(&ns, SOURCE, OPAQUE, &[("password", &password(1))]).await;
+    put_secret(&ns, SOURCE, OPAQUE, &[("password", &password(1))]).await;
     ns.apply(&secret_set_yaml(SET, SOURCE, None));
     wait_ready_on(&ns, SET, &v1).await;
-    put_source(&ns, SOURCE, OPAQUE, &[("password", &password(2))]).await;
+    put_secret(&ns, SOURCE, OPAQUE, &[("password", &password(2))]).await;
     wait_ready_on(&ns, SET, &v2).await;
     ns.apply(&deployment_yaml(
         "file-reader",
@@ -705,7 +641,7 @@ async fn a_tls_source_keeps_its_type_on_every_revision() {
         kustomize_secret_name("tls", OPAQUE, &one),
         "the type enters the hash"
     );
-    put_source(&ns, "tls-source", TLS, &one).await;
+    put_secret(&ns, "tls-source", TLS, &one).await;
     ns.apply(&secret_set_yaml("tls", "tls-source", None));
     // Read through a projected volume.
     let spec = r#"
@@ -729,7 +665,7 @@ async fn a_tls_source_keeps_its_type_on_every_revision() {
     );
     let before = rolled_out(&ns, "proxy").await;
 
-    put_source(&ns, "tls-source", TLS, &two).await;
+    put_secret(&ns, "tls-source", TLS, &two).await;
     wait_secrets(&ns, "proxy", &[&v2]).await;
     let second = ns.api::<Secret>().get(&v2).await.unwrap();
     assert_eq!(
@@ -780,7 +716,7 @@ async fn no_secret_value_reaches_the_log_events_status_or_metrics() {
     let v1 = kustomize_secret_name(SET, OPAQUE, &one);
     let taken = kustomize_secret_name(SET, OPAQUE, &two);
 
-    put_source(&ns, SOURCE, OPAQUE, &one).await;
+    put_secret(&ns, SOURCE, OPAQUE, &one).await;
     ns.apply(&secret_set_yaml(SET, SOURCE, None));
     ns.apply(&deployment_yaml(
         "file-reader",
@@ -792,8 +728,8 @@ async fn no_secret_value_reaches_the_log_events_status_or_metrics() {
 
     // The next revision's name is taken by a Secret with other content: cmset reads it to compare, and
     // reports a collision.
-    put_source(&ns, &taken, OPAQUE, &[("password", COLLIDING)]).await;
-    put_source(&ns, SOURCE, OPAQUE, &two).await;
+    put_secret(&ns, &taken, OPAQUE, &[("password", COLLIDING)]).await;
+    put_secret(&ns, SOURCE, OPAQUE, &two).await;
     let v2 = eventually("a revision under another name after the collision", || async {
         let status = ns.secret_set(SET).await.status?;
         let current = status.current_revision?;
@@ -826,7 +762,7 @@ async fn no_secret_value_reaches_the_log_events_status_or_metrics() {
         (status == "False" && reason == "SourceNotFound").then_some(())
     })
     .await;
-    put_source(&ns, SOURCE, OPAQUE, &two).await;
+    put_secret(&ns, SOURCE, OPAQUE, &two).await;
     wait_ready_on(&ns, SET, &v2).await;
 
     // Everything cmset publishes, gathered before and after a restart (which reads it all again).
@@ -900,7 +836,7 @@ async fn replacing_a_secret_generator_by_a_secret_set_rolls_no_pod() {
     );
 
     // The SecretSet replaces the generator; its source has the same content.
-    put_source(&ns, SOURCE, OPAQUE, &EXAMPLE).await;
+    put_secret(&ns, SOURCE, OPAQUE, &EXAMPLE).await;
     ns.apply(&secret_set_yaml(SET, SOURCE, None));
     wait_ready_on(&ns, SET, EXAMPLE_NAME).await;
     let set = ns.secret_set(SET).await;
@@ -929,7 +865,7 @@ async fn replacing_a_secret_generator_by_a_secret_set_rolls_no_pod() {
 async fn with_secret_sets_off_a_secret_set_is_left_alone() {
     let ns = TestNamespace::new("secoff").await;
     let _operator = Operator::start_with(&ns.name, &["--secret-sets=false"]).await;
-    put_source(&ns, SOURCE, OPAQUE, &EXAMPLE).await;
+    put_secret(&ns, SOURCE, OPAQUE, &EXAMPLE).await;
     ns.apply(&secret_set_yaml(SET, SOURCE, None));
     ns.apply(&app_config_yaml("1", None));
     let spec = r#"

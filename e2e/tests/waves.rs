@@ -23,14 +23,14 @@ use cmset_e2e::cmset_api::{
     ConfigMapSet, ConfigMapSetStatus, RolloutPhase, RolloutStatus, SecretSet, WorkloadState, WorkloadStatus,
 };
 use cmset_e2e::fixtures::{replica_set_names, rollout_status, template_names};
-use cmset_e2e::k8s_openapi::ByteString;
 use cmset_e2e::k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use cmset_e2e::k8s_openapi::api::core::v1::{Node, PodSpec, Secret};
-use cmset_e2e::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use cmset_e2e::k8s_openapi::api::core::v1::Node;
 use cmset_e2e::k8s_openapi::jiff::{SignedDuration, Timestamp};
-use cmset_e2e::kube::api::PostParams;
 use cmset_e2e::kube::{Api, ResourceExt};
-use cmset_e2e::{Operator, TestNamespace, kustomize_name, kustomize_secret_name, stays, warning_event};
+use cmset_e2e::{
+    Operator, TestNamespace, kustomize_name, kustomize_secret_name, put_secret, secret_names, stays,
+    warning_event,
+};
 
 /// How long any one wait lasts at most: rollouts of several waves on a slow local cluster.
 const WAIT: Duration = Duration::from_secs(90);
@@ -194,66 +194,9 @@ spec:
     }
 }
 
-/// Creates or replaces the source Secret through the API (so that no `last-applied-configuration`
-/// annotation holds its values), as a secrets manager would.
+/// Creates or replaces the source Secret, as a secrets manager would.
 async fn put_source(ns: &TestNamespace, data: &[(&str, &str)]) {
-    let api = ns.api::<Secret>();
-    let existing = api.get_opt(SOURCE).await.expect("read the source");
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(SOURCE.to_string()),
-            resource_version: existing
-                .as_ref()
-                .and_then(|s| s.metadata.resource_version.clone()),
-            ..Default::default()
-        },
-        type_: Some(OPAQUE.to_string()),
-        data: Some(
-            data.iter()
-                .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
-                .collect(),
-        ),
-        ..Default::default()
-    };
-    let params = PostParams::default();
-    match existing {
-        Some(_) => api.replace(SOURCE, &params, &secret).await,
-        None => api.create(&params, &secret).await,
-    }
-    .expect("write the source Secret");
-}
-
-/// Every Secret a pod spec names: `envFrom`, `env` `valueFrom`, `secret` volumes and projected sources.
-fn secret_names(spec: &PodSpec) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
-    for c in spec
-        .containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten())
-    {
-        names.extend(
-            c.env_from
-                .iter()
-                .flatten()
-                .filter_map(|e| Some(e.secret_ref.as_ref()?.name.clone())),
-        );
-        names.extend(
-            c.env
-                .iter()
-                .flatten()
-                .filter_map(|e| Some(e.value_from.as_ref()?.secret_key_ref.as_ref()?.name.clone())),
-        );
-    }
-    for v in spec.volumes.iter().flatten() {
-        names.extend(v.secret.iter().filter_map(|s| s.secret_name.clone()));
-        names.extend(
-            v.projected
-                .iter()
-                .flat_map(|p| p.sources.iter().flatten())
-                .filter_map(|s| Some(s.secret.as_ref()?.name.clone())),
-        );
-    }
-    names
+    put_secret(ns, SOURCE, OPAQUE, data).await;
 }
 
 // ----------------------------------------------------------------------------------- workloads --

@@ -1,6 +1,7 @@
 -- Argo CD health check for configmapsets.cmset.dev: follows cmset's kstatus-style status.
 -- Healthy when Ready=True for the current generation; Degraded when the spec cannot be rolled out
--- (Stalled=True: an invalid key, or a rollout that failed in its waves); Progressing otherwise (a revision being made, workloads moving).
+-- (Stalled=True: an invalid key, or a rollout that failed in its waves); Progressing otherwise (a revision
+-- being made, workloads moving, a later wave waiting).
 local hs = { status = "Progressing", message = "Waiting for cmset to observe the ConfigMapSet" }
 if obj.status == nil then
   return hs
