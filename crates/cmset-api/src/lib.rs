@@ -55,8 +55,6 @@ pub const DNS_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0
     printcolumn = r#"{"name":"ConfigMap","type":"string","description":"Name of the current revision's ConfigMap","jsonPath":".status.currentRevision"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
-    printcolumn = r#"{"name":"Rollout","type":"string","priority":1,"description":"Phase of the current revision's rollout","jsonPath":".status.rollout.phase"}"#,
-    printcolumn = r#"{"name":"Wave","type":"integer","priority":1,"description":"Wave in progress (or the one that failed)","jsonPath":".status.rollout.wave"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new("self.metadata.name.size() <= 242").message("metadata.name must be at most 242 characters so that '-<hash>' fits in a ConfigMap name (253)"),
     validation = Rule::new("!has(self.spec.configMapName) || !has(self.spec.template) || (!has(self.spec.template.data) && !has(self.spec.template.binaryData))").message("spec.configMapName names the source of the content: spec.template.data and spec.template.binaryData must then be left out"),

@@ -33,8 +33,6 @@ use crate::{
     printcolumn = r#"{"name":"Secret","type":"string","description":"Name of the current revision's Secret","jsonPath":".status.currentRevision"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
-    printcolumn = r#"{"name":"Rollout","type":"string","priority":1,"description":"Phase of the current revision's rollout","jsonPath":".status.rollout.phase"}"#,
-    printcolumn = r#"{"name":"Wave","type":"integer","priority":1,"description":"Wave in progress (or the one that failed)","jsonPath":".status.rollout.wave"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new("self.metadata.name.size() <= 242").message("metadata.name must be at most 242 characters so that '-<hash>' fits in a Secret name (253)"),
 )]
