@@ -849,8 +849,9 @@ impl Index {
         readers
     }
 
-    /// The opted-in workloads that name set `set` or one of its revisions.
-    pub fn workload_readers(&self, set: &SetId) -> Vec<(WorkloadKind, String)> {
+    /// The lowest valid wave among the opted-in workloads that name set `set` or one of its revisions
+    /// (0 when none has one).
+    pub fn lowest_wave(&self, set: &SetId) -> i32 {
         let state = self.read();
         state
             .readers
@@ -858,10 +859,12 @@ impl Index {
             .into_iter()
             .flatten()
             .filter_map(|(kind, name)| match kind {
-                ReaderKind::Workload(kind) => Some((*kind, name.clone())),
+                ReaderKind::Workload(kind) => state.progress.get(&(*kind, Key::new(&set.1.namespace, name))),
                 ReaderKind::History(_) => None,
             })
-            .collect()
+            .filter_map(|(wave, _)| wave.number())
+            .min()
+            .unwrap_or(0)
     }
 
     /// The existing sets that the ConfigMap and Secret names `names` refer to, with their facts.
@@ -1061,6 +1064,77 @@ mod tests {
             out.sets.is_empty(),
             "the set's own controller sees its own change"
         );
+    }
+
+    fn with_wave(mut deployment: Deployment, wave: &str) -> Deployment {
+        if let Some(labels) = deployment.metadata.labels.as_mut() {
+            labels.insert(labels::WAVE.into(), wave.into());
+        }
+        deployment
+    }
+
+    fn available(mut deployment: Deployment) -> Deployment {
+        deployment.metadata.generation = Some(1);
+        deployment.status = Some(k8s_openapi::api::apps::v1::DeploymentStatus {
+            observed_generation: Some(1),
+            replicas: Some(1),
+            updated_replicas: Some(1),
+            available_replicas: Some(1),
+            ..Default::default()
+        });
+        deployment
+    }
+
+    #[test]
+    fn health_wakes_only_tracked_sets_and_a_new_wave_wakes_every_set_read() {
+        let index = index();
+        let mut tracked = set("app", 1);
+        tracked.spec.rollout = Some(cmset_api::RolloutSpec::default());
+        index.handle(&watcher::Event::Apply(tracked));
+        index.handle(&watcher::Event::Apply(set("plain", 1)));
+        index.handle(&watcher::Event::Apply(deployment("web", &["app", "plain"])));
+        // A status update that makes it healthy matters to the tracked set only.
+        let out = index.handle(&watcher::Event::Apply(available(deployment(
+            "web",
+            &["app", "plain"],
+        ))));
+        assert_eq!(out.sets, BTreeSet::from([cms("app")]));
+        assert!(out.workloads.is_empty());
+        // The same health again: nothing.
+        let out = index.handle(&watcher::Event::Apply(available(deployment(
+            "web",
+            &["app", "plain"],
+        ))));
+        assert_eq!(out, Triggers::default());
+        // A wave label matters to both: the plain set starts tracking a rollout.
+        let waved = with_wave(available(deployment("web", &["app", "plain"])), "2");
+        let out = index.handle(&watcher::Event::Apply(waved));
+        assert_eq!(out.sets, BTreeSet::from([cms("app"), cms("plain")]));
+    }
+
+    #[test]
+    fn the_lowest_wave_of_a_set_s_readers_comes_from_the_index() {
+        let index = index();
+        index.handle(&watcher::Event::Apply(set("app", 1)));
+        assert_eq!(index.lowest_wave(&cms("app")), 0, "no readers");
+        index.handle(&watcher::Event::Apply(with_wave(deployment("b", &["app"]), "3")));
+        index.handle(&watcher::Event::Apply(with_wave(
+            deployment("c", &["app"]),
+            "later",
+        )));
+        index.handle(&watcher::Event::Apply(with_wave(
+            deployment("d", &["other"]),
+            "1",
+        )));
+        assert_eq!(
+            index.lowest_wave(&cms("app")),
+            3,
+            "invalid labels and other sets' readers do not count"
+        );
+        index.handle(&watcher::Event::Apply(with_wave(deployment("a", &["app"]), "2")));
+        assert_eq!(index.lowest_wave(&cms("app")), 2);
+        index.handle(&watcher::Event::Delete(with_wave(deployment("a", &["app"]), "2")));
+        assert_eq!(index.lowest_wave(&cms("app")), 3);
     }
 
     #[test]

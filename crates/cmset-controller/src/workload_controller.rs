@@ -31,7 +31,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::context::{Context, Reconciled};
 use crate::error::{Error, Result};
-use crate::index::{Key, SetId, SourceLookup};
+use crate::index::{Key, SourceLookup};
 use crate::views::{self, Workload};
 
 pub const NAME: &str = "workload";
@@ -101,7 +101,7 @@ fn targets(
         // Without a wave of its own a workload is in the lowest one: no need to look at the others.
         let lowest = match view.wave {
             Wave::Number(0) => 0,
-            _ => lowest_wave(ctx, id),
+            _ => ctx.index.lowest_wave(id),
         };
         let gate = waves::gate(set, &target.current, view, lowest);
         targets.push(target.gated(gate));
@@ -116,17 +116,6 @@ fn targets(
         }
     }
     Ok(targets)
-}
-
-/// The lowest wave among the opted-in workloads that read set `id` (0 when none has a valid one).
-fn lowest_wave(ctx: &Context, id: &SetId) -> i32 {
-    ctx.index
-        .workload_readers(id)
-        .iter()
-        .filter_map(|(kind, name)| ctx.stores.workload(*kind, &id.1.namespace, name))
-        .filter_map(|w| w.wave.number())
-        .min()
-        .unwrap_or(0)
 }
 
 async fn reconcile_inner<K: Workload>(workload: &K, ctx: &Context) -> Result<Action> {

@@ -107,6 +107,7 @@ pub fn validate(set_name: &str, spec: &ConfigMapSetSpec) -> Result<(), Vec<Probl
     }
 
     check_history_limit(spec.revision_history_limit, &mut problems);
+    check_rollout(spec.rollout.as_ref(), &mut problems);
     into_result(problems)
 }
 
@@ -117,6 +118,7 @@ pub fn validate_secret_set(set_name: &str, spec: &SecretSetSpec) -> Result<(), V
     check_source_name("spec.secretName", &spec.secret_name, &mut problems);
     check_template_metadata(&spec.template.metadata, &mut problems);
     check_history_limit(spec.revision_history_limit, &mut problems);
+    check_rollout(spec.rollout.as_ref(), &mut problems);
     into_result(problems)
 }
 
@@ -145,6 +147,24 @@ fn check_history_limit(limit: i32, problems: &mut Vec<Problem>) {
         problems.push(Problem::new(
             "spec.revisionHistoryLimit",
             format!("must be 0 or more, not {limit}"),
+        ));
+    }
+}
+
+/// The schema bounds of `spec.rollout`, checked again for servers (or clients) that skip them: a
+/// negative window or a deadline of 0 would fail or advance every wave at once.
+fn check_rollout(rollout: Option<&cmset_api::RolloutSpec>, problems: &mut Vec<Problem>) {
+    let Some(rollout) = rollout else { return };
+    if rollout.stabilization_seconds < 0 {
+        problems.push(Problem::new(
+            "spec.rollout.stabilizationSeconds",
+            format!("must be 0 or more, not {}", rollout.stabilization_seconds),
+        ));
+    }
+    if rollout.progress_deadline_seconds < 1 {
+        problems.push(Problem::new(
+            "spec.rollout.progressDeadlineSeconds",
+            format!("must be 1 or more, not {}", rollout.progress_deadline_seconds),
         ));
     }
 }

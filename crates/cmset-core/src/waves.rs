@@ -275,30 +275,24 @@ fn carry_forward<'a>(mut m: Member<'a>, input: &WaveInput<'_>, fresh: bool) -> M
         .get(&m.entry.uid)
         .filter(|p| p.kind == m.entry.kind);
     let this_rollout = previous.filter(|_| !fresh);
-    let rolled_back = this_rollout.is_some_and(|p| p.state == WorkloadState::RolledBack);
-    let before = this_rollout
-        .and_then(|p| p.previous_revision.clone())
-        .or_else(|| {
-            previous
-                .map(|p| p.revision.clone())
-                .filter(|r| r != input.current && input.revisions.contains(r))
-        });
-    match m.entry.state {
-        WorkloadState::Current if !rolled_back => {
-            m.entry.moved_at = this_rollout
-                .and_then(|p| p.moved_at.clone())
-                .or_else(|| Some(whole_second_after(input.now)));
-            m.entry.previous_revision = before;
-        }
+    let rolled_back = this_rollout.filter(|p| p.state == WorkloadState::RolledBack);
+    if let Some(p) = rolled_back {
         // Decided already: it stays rolled back (the workload controller may not have moved it yet).
-        _ if rolled_back => {
-            let p = this_rollout.expect("a rollback is recorded in this rollout");
-            m.entry.state = WorkloadState::RolledBack;
-            m.entry.previous_revision = p.previous_revision.clone();
-            m.entry.moved_at = p.moved_at.clone();
-            m.entry.message = p.message.clone();
-        }
-        _ => {}
+        m.entry.state = WorkloadState::RolledBack;
+        m.entry.previous_revision = p.previous_revision.clone();
+        m.entry.moved_at = p.moved_at.clone();
+        m.entry.message = p.message.clone();
+    } else if m.entry.state == WorkloadState::Current {
+        m.entry.moved_at = this_rollout
+            .and_then(|p| p.moved_at.clone())
+            .or_else(|| Some(whole_second_after(input.now)));
+        m.entry.previous_revision = this_rollout
+            .and_then(|p| p.previous_revision.clone())
+            .or_else(|| {
+                previous
+                    .map(|p| p.revision.clone())
+                    .filter(|r| r != input.current && input.revisions.contains(r))
+            });
     }
     m
 }

@@ -57,6 +57,14 @@ impl Spec {
         self.0.revision_history_limit = limit;
         self
     }
+    fn rollout(mut self, stabilization: i32, deadline: i32) -> Self {
+        self.0.rollout = Some(cmset_api::RolloutSpec {
+            stabilization_seconds: stabilization,
+            progress_deadline_seconds: deadline,
+            auto_rollback: true,
+        });
+        self
+    }
 }
 
 struct Case {
@@ -326,6 +334,17 @@ fn cases() -> Vec<Case> {
             "app",
             spec().limit(-1),
             &[("spec.revisionHistoryLimit", "must be 0 or more, not -1")],
+        ),
+        // Rollout.
+        case("a rollout policy within bounds", "app", spec().rollout(0, 1), &[]),
+        case(
+            "a negative stabilization window and a zero deadline",
+            "app",
+            spec().rollout(-1, 0),
+            &[
+                ("spec.rollout.stabilizationSeconds", "must be 0 or more, not -1"),
+                ("spec.rollout.progressDeadlineSeconds", "must be 1 or more, not 0"),
+            ],
         ),
         // Labels.
         case(

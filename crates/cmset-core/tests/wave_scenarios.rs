@@ -623,3 +623,17 @@ fn transitions_count_each_rollout_event_once() {
     count(&mut world);
     assert_eq!(counted, (1, 0, 1, 1));
 }
+
+#[test]
+fn a_set_that_no_workload_reads_completes_its_rollout_at_once() {
+    let mut world = World::new(Some(rollout(30, 60, true)), Vec::new());
+    world.settle();
+    let rollout = world.rollout();
+    assert_eq!((rollout.phase, rollout.waves), (RolloutPhase::Complete, vec![]));
+    assert_eq!(world.ready(), ("True".into(), "RolledOut".into()));
+    world.change_content("v2");
+    let plan = world.settle();
+    assert_eq!(world.rollout().revision, world.current());
+    assert_eq!(world.rollout().phase, RolloutPhase::Complete);
+    assert_eq!(plan.recheck_in, None, "nothing to look at again");
+}
