@@ -309,12 +309,22 @@ fn leader_election_default(extra: &[String]) -> Vec<&'static str> {
     }
 }
 
+/// A loopback port nothing listens on, for an operator to bind a moment later. Taken from a counter below
+/// the kernel's ephemeral range (32768 and up), so that neither another test of this process nor the
+/// kernel (for a `bind(0)` or an outgoing connection) is handed the same port in that moment.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 10_000;
+    const COUNT: u32 = 22_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    // Test binaries run one after another; each starts elsewhere in the range.
+    let start = std::process::id().wrapping_mul(7919) % COUNT;
+    loop {
+        let port = (FIRST + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % COUNT) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 impl Operator {
@@ -387,17 +397,35 @@ impl Operator {
 
     async fn spawn(&mut self) {
         self.spawn_process();
-        // Ready once its caches are synced.
-        let port = self.metrics_port;
-        eventually("the operator to report ready", || async move {
-            http_get(port, "/readyz")
-                .filter(|(code, _)| *code == 200)
-                .map(|_| ())
-        })
-        .await;
+        // Ready once its caches are synced; an operator that exits first is reported with its log at once.
+        let deadline = Instant::now() + CONVERGE;
+        loop {
+            if http_get(self.metrics_port, "/readyz").is_some_and(|(code, _)| code == 200) {
+                break;
+            }
+            if let Some(status) = self.exited() {
+                panic!(
+                    "the operator exited ({status}) before it reported ready; its log ends:\n{}",
+                    self.log_tail()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {CONVERGE:?} waiting for the operator to report ready; its log ends:\n{}",
+                self.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
         if let Some(webhook) = &self.webhook {
             webhook.wait_ready().await;
         }
+    }
+
+    /// The last lines of its log, for a failure message.
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
     fn spawn_process(&mut self) {

@@ -9,7 +9,7 @@ use cmset_controller::context::system_clock;
 use cmset_controller::leader::{Elector, LeaseConfig};
 use cmset_controller::metrics::Metrics;
 use cmset_controller::runtime::{Settings, run_scope};
-use cmset_controller::server::{Health, serve};
+use cmset_controller::server::{Health, bind, serve};
 use cmset_controller::webhook::{self, ServingCert};
 use futures::FutureExt;
 use prometheus_client::registry::Registry;
@@ -49,6 +49,7 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+    let endpoints = bind(cli.metrics_address).await?;
     let client = kube::Client::try_default().await?;
     let metrics = Arc::new(Metrics::default());
     let mut registry = Registry::default();
@@ -60,7 +61,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         ready: ready.clone(),
         registry: Arc::new(registry),
     };
-    let server = tokio::spawn(serve(cli.metrics_address, health, shutdown.clone()));
+    let server = tokio::spawn(serve(endpoints, health, shutdown.clone()));
     // Every replica serves admission, leader or not: the webhook reads the API, not the caches.
     let webhook = match cli.webhook_address {
         Some(address) => {

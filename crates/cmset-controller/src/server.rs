@@ -53,13 +53,25 @@ pub fn router(health: Health) -> Router {
         .with_state(health)
 }
 
+/// Binds the endpoints' address. Done before anything else starts, so that a taken port stops the
+/// process with a clear error instead of leaving a replica that runs with no probe to answer.
+pub async fn bind(address: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(address).await.map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("cannot serve /metrics, /healthz and /readyz on {address}: {e}"),
+        )
+    })
+}
+
 pub async fn serve(
-    address: SocketAddr,
+    listener: tokio::net::TcpListener,
     health: Health,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(address).await?;
-    tracing::info!(%address, "serving /metrics, /healthz and /readyz");
+) {
+    if let Ok(address) = listener.local_addr() {
+        tracing::info!(%address, "serving /metrics, /healthz and /readyz");
+    }
     crate::http::serve(
         listener,
         None,
@@ -68,5 +80,4 @@ pub async fn serve(
         shutdown,
     )
     .await;
-    Ok(())
 }
