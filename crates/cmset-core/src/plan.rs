@@ -620,8 +620,8 @@ fn set_status(
     }
 }
 
-/// Ready while no workload waits to be moved, by cmset or by a later wave, and the rollout has not
-/// failed; pinned workloads count as done.
+/// Ready once no workload waits to be moved and a rollout in waves, if any, is complete; pinned
+/// workloads count as done.
 fn ready_condition(
     current: &CurrentRevision,
     workloads: &[WorkloadStatus],
@@ -656,13 +656,19 @@ fn ready_condition(
             reason: "RolloutPending",
             message: format!("{pending} of {total} workloads are being moved to revision {number} ({name})"),
         }
-    } else if let Some(rollout) = rollout.filter(|_| waiting > 0) {
+    } else if let Some(rollout) = rollout.filter(|r| r.phase == RolloutPhase::Progressing) {
+        // Not ready before the last wave has proven healthy: a failure there still rolls it back, and
+        // a GitOps tool waiting on Ready must not report success first.
+        let rest = match waiting {
+            0 => " (the last); complete once it is healthy for stabilizationSeconds".to_string(),
+            n => format!("; {n} of {total} workloads wait for a later wave"),
+        };
         Desired {
             type_: READY,
             status: false,
             reason: "RolloutProgressing",
             message: format!(
-                "Revision {number} ({name}) is rolling out in waves: wave {} of {:?} in progress; {waiting} of {total} workloads wait for a later wave",
+                "Revision {number} ({name}) is rolling out in waves: wave {} of {:?} in progress{rest}",
                 rollout.wave, rollout.waves
             ),
         }

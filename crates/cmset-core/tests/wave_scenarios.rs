@@ -219,6 +219,11 @@ impl World {
         (ready.status.clone(), ready.reason.clone())
     }
 
+    fn ready_message(&self) -> String {
+        let ready = self.set.status.as_ref().unwrap().condition("Ready").unwrap();
+        ready.message.clone()
+    }
+
     fn reads(&self, name: &str) -> String {
         reads(self.workloads.iter().find(|w| w.name == name).unwrap())
     }
@@ -335,9 +340,22 @@ fn a_good_change_moves_wave_0_then_after_the_stabilization_window_wave_1() {
     assert_eq!(world.rollout().wave, 1);
     assert!(world.reasons().contains(&"WaveStarted"));
 
+    // Every workload is on the new revision, but the last wave has not proven itself: not Ready yet.
+    assert_eq!(world.ready(), ("False".into(), "RolloutProgressing".into()));
     world.workload("second").health = Health::Healthy;
     world.settle();
-    world.now += 30;
+    world.now += 29;
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::Progressing);
+    assert_eq!(world.ready(), ("False".into(), "RolloutProgressing".into()));
+    assert!(
+        world
+            .ready_message()
+            .contains("wave 1 of [0, 1] in progress (the last)"),
+        "{}",
+        world.ready_message()
+    );
+    world.now += 1;
     world.settle();
     assert_eq!(world.rollout().phase, RolloutPhase::Complete);
     assert_eq!(world.ready(), ("True".into(), "RolledOut".into()));
