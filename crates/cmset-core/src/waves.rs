@@ -383,11 +383,14 @@ pub fn gate(set: SetRef<'_>, current: &str, workload: &WorkloadView, lowest_wave
     let rollout = status
         .and_then(|s| s.rollout.as_ref())
         .filter(|r| r.revision == current);
+    // A held workload keeps what it ran; one that runs nothing of the set yet (it just opted in) gets
+    // the newest revision that did not fail, never the one still on trial or the one that failed.
     let keep = || {
         entry
             .filter(|e| e.state != WorkloadState::Current)
             .map(|e| e.revision.clone())
             .filter(|r| r != set.name() && r != current)
+            .or_else(|| status.and_then(|s| last_good(s, current)))
     };
     let wave = workload.wave.number();
     let Some(rollout) = rollout else {
@@ -407,6 +410,16 @@ pub fn gate(set: SetRef<'_>, current: &str, workload: &WorkloadView, lowest_wave
         (RolloutPhase::Progressing, Some(w)) if w <= rollout.wave => Gate::Open,
         _ => Gate::Held { keep: keep() },
     }
+}
+
+/// The newest revision in the history other than `current` that no rollout failed with.
+fn last_good(status: &ConfigMapSetStatus, current: &str) -> Option<String> {
+    status
+        .history
+        .iter()
+        .filter(|h| h.name != current && !h.failed)
+        .max_by_key(|h| h.revision)
+        .map(|h| h.name.clone())
 }
 
 /// What a status write tells of the rollout, for the metrics: counted once, when the status that

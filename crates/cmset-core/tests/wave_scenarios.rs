@@ -591,6 +591,67 @@ fn every_phase_replans_to_the_same_status_as_after_a_restart() {
 }
 
 #[test]
+fn a_workload_that_opts_in_mid_rollout_gets_the_last_good_revision_until_its_wave_moves() {
+    let (mut world, old) = two_waves(Some(rollout(0, 60, true)));
+    world.change_content("v2");
+    world.settle();
+    let new = world.current();
+    // A workload of wave 1 appears while wave 0 is on trial: it starts on what the others run.
+    world.workloads.push(deployment("late", Some(1), "app"));
+    world.settle();
+    assert_eq!(world.reads("late"), old, "not the revision still on trial");
+    assert_eq!(world.entry("late").state, WorkloadState::Waiting);
+    world.workload("first").health = Health::Healthy;
+    world.settle();
+    world.workload("late").health = Health::Healthy;
+    world.workload("second").health = Health::Healthy;
+    world.settle();
+    assert_eq!(world.reads("late"), new, "its wave moves it");
+    assert_eq!(world.rollout().phase, RolloutPhase::Complete);
+}
+
+#[test]
+fn a_workload_that_opts_in_after_a_failure_never_receives_the_failed_revision() {
+    let (mut world, old) = two_waves(Some(rollout(0, 60, true)));
+    world.change_content("bad");
+    world.settle();
+    let bad = world.current();
+    world.now += 60;
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::Failed);
+    // Of wave 0, where the failure was, and of wave 1: both start on the last good revision.
+    world.workloads.push(deployment("late0", None, "app"));
+    world.workloads.push(deployment("late1", Some(1), "app"));
+    world.settle();
+    assert_eq!(
+        (world.reads("late0"), world.reads("late1")),
+        (old.clone(), old.clone())
+    );
+    assert!(
+        world
+            .moves
+            .iter()
+            .all(|(w, _, to)| !(w.starts_with("late") && *to == bad))
+    );
+    assert_eq!(world.entry("late0").state, WorkloadState::Waiting);
+    assert_eq!(world.ready(), ("False".into(), "RolloutFailed".into()));
+
+    // The next content rolls out to them like to everyone else.
+    world.change_content("v3");
+    world.settle();
+    let good = world.current();
+    for w in &mut world.workloads {
+        w.health = Health::Healthy;
+    }
+    world.settle();
+    for w in &mut world.workloads {
+        w.health = Health::Healthy;
+    }
+    world.settle();
+    assert_eq!((world.reads("late0"), world.reads("late1")), (good.clone(), good));
+}
+
+#[test]
 fn gates_by_what_the_status_records() {
     let (mut world, old) = two_waves(Some(rollout(0, 60, true)));
     world.change_content("v2");
