@@ -26,6 +26,9 @@ pub struct HistoryRow {
     pub age: String,
     /// Whether it is the set's `status.currentRevision`.
     pub current: bool,
+    /// A rollout of it failed (`failed` in the set's `status.history`): cmset does not try it again.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
     /// What references it: the set's workloads that run it (`Deployment/web`), then the ReplicaSets and
     /// ControllerRevisions that own it because their pod templates name it (`ReplicaSet/web-5d8f7`).
     pub used_by: Vec<String>,
@@ -38,6 +41,10 @@ pub fn history_rows(set: SetRef<'_>, revisions: &[Revision<'_>], now: Timestamp)
     let set_uid = set.uid();
     let kind = set.kind().revision_kind();
     let workloads = set.status().into_iter().flat_map(|s| s.workloads.iter());
+    let failed = |name: &str| {
+        set.status()
+            .is_some_and(|s| s.history.iter().any(|h| h.name == name && h.failed))
+    };
     revisions
         .iter()
         .map(|r| {
@@ -60,6 +67,7 @@ pub fn history_rows(set: SetRef<'_>, revisions: &[Revision<'_>], now: Timestamp)
             HistoryRow {
                 revision: r.number,
                 current: current == Some(r.name.as_str()),
+                failed: failed(&r.name),
                 object: ObjectName::new(kind, &r.name),
                 created: created.map(|t| t.to_string()),
                 age: age(created, now),
@@ -71,28 +79,40 @@ pub fn history_rows(set: SetRef<'_>, revisions: &[Revision<'_>], now: Timestamp)
 
 /// The history as a kubectl-style table; the second column is named for the revisions' `kind`
 /// (CONFIGMAP, SECRET).
+/// The history as a kubectl-style table; the second column is named for the revisions' `kind`
+/// (CONFIGMAP, SECRET). A ROLLOUT column appears only when a revision's rollout failed, so the table of
+/// a set without one reads as it always did.
 pub fn render_table(rows: &[HistoryRow], kind: Referenced, palette: Palette) -> String {
+    let any_failed = rows.iter().any(|r| r.failed);
     let cells: Vec<Vec<Cell>> = rows
         .iter()
         .map(|r| {
-            vec![
+            let mut row = vec![
                 Cell::new(r.revision.map_or("?".to_string(), |n| n.to_string())),
                 Cell::styled(r.object.name(), r.current.then_some(Role::Good)),
                 Cell::new(&r.age),
                 Cell::styled(if r.current { "*" } else { "" }, Some(Role::Good)),
-                if r.used_by.is_empty() {
-                    Cell::styled("-", Some(Role::Muted))
-                } else {
-                    Cell::new(r.used_by.join(", "))
-                },
-            ]
+            ];
+            if any_failed {
+                row.push(Cell::styled(
+                    if r.failed { "failed" } else { "" },
+                    Some(Role::Bad),
+                ));
+            }
+            row.push(if r.used_by.is_empty() {
+                Cell::styled("-", Some(Role::Muted))
+            } else {
+                Cell::new(r.used_by.join(", "))
+            });
+            row
         })
         .collect();
-    render(
-        &["REVISION", column(kind), "AGE", "CURRENT", "USED BY"],
-        &cells,
-        palette,
-    )
+    let mut headers = vec!["REVISION", column(kind), "AGE", "CURRENT"];
+    if any_failed {
+        headers.push("ROLLOUT");
+    }
+    headers.push("USED BY");
+    render(&headers, &cells, palette)
 }
 
 #[cfg(test)]
@@ -147,6 +167,7 @@ mod tests {
                 created: Some(created.into()),
                 age: age.into(),
                 current,
+                failed: false,
                 used_by: used_by.iter().map(|u| u.to_string()).collect(),
             };
         assert_eq!(
@@ -198,6 +219,30 @@ REVISION   CONFIGMAP   AGE   CURRENT   USED BY
             Palette::COLOR,
         );
         assert!(coloured.contains("\u{1b}[32m*\u{1b}[0m"), "{coloured}");
+    }
+
+    #[test]
+    fn a_revision_whose_rollout_failed_is_marked() {
+        let (mut set, cms) = example();
+        let status = set.status.as_mut().unwrap();
+        status.history = vec![cmset_api::RevisionStatus {
+            name: "app-bbb".into(),
+            revision: 2,
+            in_use: false,
+            failed: true,
+        }];
+        let rows = rows(SetRef::from(&set), &cms);
+        let out = render_table(&rows, Referenced::ConfigMap, Palette::PLAIN);
+        let want = "\
+REVISION   CONFIGMAP   AGE   CURRENT   ROLLOUT   USED BY
+3          app-ccc     5m    *                   Deployment/web, ReplicaSet/web-7b9c
+2          app-bbb     24h             failed    -
+1          app-aaa     2d                        StatefulSet/db, ControllerRevision/db-6c4f9, ReplicaSet/web-5d8f7
+";
+        assert_eq!(out, want);
+        let value = serde_json::to_value(&rows).unwrap();
+        assert_eq!(value[1]["failed"], json!(true));
+        assert_eq!(value[0].get("failed"), None, "only a failed revision says so");
     }
 
     #[test]
