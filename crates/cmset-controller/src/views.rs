@@ -83,16 +83,18 @@ impl Workload for StatefulSet {
     fn progress(&self) -> Progress {
         let status = self.status.clone().unwrap_or_default();
         let spec = self.spec.as_ref();
-        let partition = spec
-            .and_then(|s| s.update_strategy.as_ref())
+        let strategy = spec.and_then(|s| s.update_strategy.as_ref());
+        let partition = strategy
             .and_then(|u| u.rolling_update.as_ref())
             .and_then(|r| r.partition)
             .unwrap_or(0);
+        let on_delete = strategy.and_then(|u| u.type_.as_deref()) == Some("OnDelete");
         Progress::StatefulSet {
             generation: generation(self),
             observed_generation: status.observed_generation.unwrap_or(0),
             replicas: spec.and_then(|s| s.replicas).unwrap_or(1),
             partition,
+            on_delete,
             updated: status.updated_replicas.unwrap_or(0),
             ready: status.ready_replicas.unwrap_or(0),
             current_revision: status.current_revision,
@@ -112,6 +114,12 @@ impl Workload for DaemonSet {
             generation: generation(self),
             observed_generation: status.observed_generation.unwrap_or(0),
             desired: status.desired_number_scheduled,
+            on_delete: self
+                .spec
+                .as_ref()
+                .and_then(|s| s.update_strategy.as_ref())
+                .and_then(|u| u.type_.as_deref())
+                == Some("OnDelete"),
             updated: status.updated_number_scheduled.unwrap_or(0),
             available: status.number_available.unwrap_or(0),
         }
@@ -195,4 +203,49 @@ pub fn pod_refs(pods: &[Pod], kind: refs::Referenced) -> BTreeSet<String> {
         .filter_map(|p| p.spec.as_ref())
         .flat_map(|spec| refs::find_refs_to(spec, kind).into_iter().map(|r| r.name))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn progress_reads_the_update_strategy() {
+        let sts = |strategy: serde_json::Value| -> StatefulSet {
+            serde_json::from_value(json!({
+                "metadata": {"name": "db", "generation": 3},
+                "spec": {"selector": {}, "serviceName": "db", "template": {}, "replicas": 2,
+                         "updateStrategy": strategy},
+                "status": {"replicas": 2, "observedGeneration": 3, "readyReplicas": 2, "updatedReplicas": 1},
+            }))
+            .unwrap()
+        };
+        let Progress::StatefulSet {
+            on_delete, partition, ..
+        } = sts(json!({"type": "OnDelete"})).progress()
+        else {
+            panic!("a StatefulSet's progress")
+        };
+        assert_eq!((on_delete, partition), (true, 0));
+        let rolling = json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 1}});
+        let Progress::StatefulSet {
+            on_delete, partition, ..
+        } = sts(rolling).progress()
+        else {
+            panic!("a StatefulSet's progress")
+        };
+        assert_eq!((on_delete, partition), (false, 1));
+
+        let ds: DaemonSet = serde_json::from_value(json!({
+            "metadata": {"name": "agent", "generation": 1},
+            "spec": {"selector": {}, "template": {}, "updateStrategy": {"type": "OnDelete"}},
+        }))
+        .unwrap();
+        assert!(matches!(
+            ds.progress(),
+            Progress::DaemonSet { on_delete: true, .. }
+        ));
+    }
 }

@@ -28,6 +28,8 @@ pub enum Progress {
         replicas: i32,
         /// The rolling update's partition: ordinals below it keep the old revision.
         partition: i32,
+        /// `updateStrategy: OnDelete`: pods take a new template only when someone deletes them.
+        on_delete: bool,
         updated: i32,
         ready: i32,
         current_revision: Option<String>,
@@ -37,6 +39,8 @@ pub enum Progress {
         generation: i64,
         observed_generation: i64,
         desired: i32,
+        /// `updateStrategy: OnDelete`.
+        on_delete: bool,
         updated: i32,
         available: i32,
     },
@@ -61,6 +65,11 @@ impl Health {
 }
 
 /// The health of a workload with this status, by the rules of `kubectl rollout status` for its kind.
+///
+/// `kubectl rollout status` refuses an `OnDelete` StatefulSet or DaemonSet: its pods take a new
+/// template only when deleted by hand, which cmset does not wait for. Such a workload counts as healthy
+/// once its controller has seen the change and its pods are ready, so that it neither holds later waves
+/// nor fails every rollout at the deadline.
 pub fn health(progress: &Progress) -> Health {
     let complete = match *progress {
         Progress::Deployment {
@@ -88,6 +97,7 @@ pub fn health(progress: &Progress) -> Health {
             observed_generation,
             replicas,
             partition,
+            on_delete,
             updated,
             ready,
             ref current_revision,
@@ -97,7 +107,9 @@ pub fn health(progress: &Progress) -> Health {
                 return Health::Progressing;
             }
             let all_ready = ready >= replicas;
-            if partition > 0 {
+            if on_delete {
+                all_ready
+            } else if partition > 0 {
                 // A partitioned update is complete once the ordinals above the partition run it.
                 all_ready && updated >= (replicas - partition).max(0)
             } else {
@@ -108,9 +120,10 @@ pub fn health(progress: &Progress) -> Health {
             generation,
             observed_generation,
             desired,
+            on_delete,
             updated,
             available,
-        } => observed_generation >= generation && updated >= desired && available >= desired,
+        } => observed_generation >= generation && (on_delete || updated >= desired) && available >= desired,
     };
     if complete {
         Health::Healthy
@@ -250,6 +263,7 @@ mod tests {
             observed_generation: 4,
             replicas: 3,
             partition,
+            on_delete: false,
             updated,
             ready,
             current_revision: Some(current.to_string()),
@@ -282,6 +296,7 @@ mod tests {
             observed_generation: 0,
             replicas: 0,
             partition: 0,
+            on_delete: false,
             updated: 0,
             ready: 0,
             current_revision: None,
@@ -291,11 +306,41 @@ mod tests {
     }
 
     #[test]
+    fn on_delete_workloads_are_healthy_once_seen_and_ready_since_nothing_updates_their_pods() {
+        let sts = |observed, ready| Progress::StatefulSet {
+            generation: 4,
+            observed_generation: observed,
+            replicas: 3,
+            partition: 0,
+            on_delete: true,
+            updated: 0,
+            ready,
+            current_revision: Some("db-1".into()),
+            update_revision: Some("db-2".into()),
+        };
+        assert_eq!(health(&sts(4, 3)), Health::Healthy);
+        assert_eq!(health(&sts(3, 3)), Health::Progressing, "change not seen yet");
+        assert_eq!(health(&sts(4, 2)), Health::Progressing, "a pod not ready");
+        let ds = |observed, available| Progress::DaemonSet {
+            generation: 2,
+            observed_generation: observed,
+            desired: 2,
+            on_delete: true,
+            updated: 0,
+            available,
+        };
+        assert_eq!(health(&ds(2, 2)), Health::Healthy);
+        assert_eq!(health(&ds(1, 2)), Health::Progressing);
+        assert_eq!(health(&ds(2, 1)), Health::Progressing);
+    }
+
+    #[test]
     fn daemon_set_health_needs_every_scheduled_pod_updated_and_available() {
         let ds = |observed, desired, updated, available| Progress::DaemonSet {
             generation: 2,
             observed_generation: observed,
             desired,
+            on_delete: false,
             updated,
             available,
         };
