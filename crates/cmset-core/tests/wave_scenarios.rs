@@ -179,6 +179,14 @@ impl World {
         panic!("the world did not settle");
     }
 
+    /// Every workload's rollout completes and is healthy; then everything settles.
+    fn heal_all(&mut self) -> SetPlan {
+        for w in &mut self.workloads {
+            w.health = Health::Healthy;
+        }
+        self.settle()
+    }
+
     fn change_content(&mut self, value: &str) {
         let data = self.set.spec.template.data.as_mut().unwrap();
         data.insert("mode".into(), value.into());
@@ -252,10 +260,7 @@ fn two_waves(spec: Option<RolloutSpec>) -> (World, String) {
     );
     for _ in 0..3 {
         world.settle();
-        for w in &mut world.workloads {
-            w.health = Health::Healthy;
-        }
-        world.settle();
+        world.heal_all();
         world.now += 100;
     }
     world.settle();
@@ -640,14 +645,8 @@ fn a_workload_that_opts_in_after_a_failure_never_receives_the_failed_revision() 
     world.change_content("v3");
     world.settle();
     let good = world.current();
-    for w in &mut world.workloads {
-        w.health = Health::Healthy;
-    }
-    world.settle();
-    for w in &mut world.workloads {
-        w.health = Health::Healthy;
-    }
-    world.settle();
+    world.heal_all(); // wave 0
+    world.heal_all(); // wave 1
     assert_eq!((world.reads("late0"), world.reads("late1")), (good.clone(), good));
 }
 
