@@ -52,6 +52,8 @@ const FAKE_NODE: &str = "cmset-fake-node";
 /// The Deployment of wave 0 (no label) and the one of wave 1.
 const FIRST: &str = "first";
 const SECOND: &str = "second";
+/// A Deployment of wave 0 that opts in after the rollout failed.
+const LATE: &str = "late";
 
 /// The source Secret of the SecretSet variant.
 const SOURCE: &str = "db-credentials";
@@ -684,6 +686,21 @@ async fn a_bad_change_fails_in_wave_0_is_rolled_back_and_wave_1_never_sees_it() 
     assert!(
         first_sets.iter().any(names_bad),
         "a ReplicaSet of {FIRST} names the bad revision"
+    );
+
+    // A workload that opts in now, in the wave that failed, starts on the good revision: a newcomer
+    // never receives what failed (the webhook writes it at creation; the controller agrees).
+    ns.apply(&deployment_yaml(kind, LATE, None));
+    rollout_status(&ns, &format!("deployment/{LATE}")).await;
+    let late = ns.deployment(LATE).await;
+    assert_eq!(
+        kind.reads(&late),
+        only(&good),
+        "{LATE} starts on the good revision"
+    );
+    assert!(
+        !replica_sets_of(&ns, &late).await.iter().any(names_bad),
+        "a ReplicaSet of {LATE} names the failed revision"
     );
 
     // A new good change (the bad key gone, a value changed) starts a fresh rollout, which completes.

@@ -88,7 +88,7 @@ impl Workload for StatefulSet {
             .and_then(|u| u.rolling_update.as_ref())
             .and_then(|r| r.partition)
             .unwrap_or(0);
-        let on_delete = strategy.and_then(|u| u.type_.as_deref()) == Some("OnDelete");
+        let on_delete = is_on_delete(strategy.and_then(|u| u.type_.as_deref()));
         Progress::StatefulSet {
             generation: generation(self),
             observed_generation: status.observed_generation.unwrap_or(0),
@@ -114,16 +114,21 @@ impl Workload for DaemonSet {
             generation: generation(self),
             observed_generation: status.observed_generation.unwrap_or(0),
             desired: status.desired_number_scheduled,
-            on_delete: self
-                .spec
-                .as_ref()
-                .and_then(|s| s.update_strategy.as_ref())
-                .and_then(|u| u.type_.as_deref())
-                == Some("OnDelete"),
+            on_delete: is_on_delete(
+                self.spec
+                    .as_ref()
+                    .and_then(|s| s.update_strategy.as_ref())
+                    .and_then(|u| u.type_.as_deref()),
+            ),
             updated: status.updated_number_scheduled.unwrap_or(0),
             available: status.number_available.unwrap_or(0),
         }
     }
+}
+
+/// An `updateStrategy.type` of `OnDelete` (StatefulSets and DaemonSets spell it alike).
+fn is_on_delete(strategy_type: Option<&str>) -> bool {
+    strategy_type == Some("OnDelete")
 }
 
 /// Whether the workload carries the opt-in label.
