@@ -44,6 +44,14 @@ pub struct RolloutLabel {
     pub event: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// get, list, watch, create, patch, update or delete.
+    pub verb: &'static str,
+    /// The resource's plural (configmaps, secrets, ...).
+    pub resource: &'static str,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
     pub reconciles: Family<ControllerLabel, Counter>,
@@ -57,6 +65,10 @@ pub struct Metrics {
     pub rollouts: Family<RolloutLabel, Counter>,
     pub leader: Gauge,
     pub admissions: Family<ResultLabel, Counter>,
+    /// Time from an AdmissionReview's arrival to its answer, as the handler sees it.
+    pub admission_duration: Histogram,
+    /// Requests the admission handler itself sent to the API server, by verb and resource.
+    pub admission_requests: Family<RequestLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -73,6 +85,9 @@ impl Default for Metrics {
             rollouts: Family::default(),
             leader: Gauge::default(),
             admissions: Family::default(),
+            // 50 µs to about 1.6 s: an answer from memory takes well under a millisecond.
+            admission_duration: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+            admission_requests: Family::default(),
         }
     }
 }
@@ -130,6 +145,16 @@ impl Metrics {
             "admissions",
             "Workloads seen by the admission webhook, by result",
             self.admissions.clone(),
+        );
+        r.register(
+            "admission_duration_seconds",
+            "Time the admission webhook took to answer one AdmissionReview",
+            self.admission_duration.clone(),
+        );
+        r.register(
+            "admission_api_requests",
+            "Requests the admission webhook sent to the API server while answering, by verb and resource",
+            self.admission_requests.clone(),
         );
     }
 

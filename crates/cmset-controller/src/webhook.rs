@@ -97,6 +97,16 @@ struct Handler {
     secret_sets: bool,
 }
 
+impl Handler {
+    /// Counts one request the handler sends to the API server.
+    fn requested(&self, verb: &'static str, resource: &'static str) {
+        self.metrics
+            .admission_requests
+            .get_or_create(&crate::metrics::RequestLabels { verb, resource })
+            .inc();
+    }
+}
+
 /// The AdmissionReview response: allowed, with the patch when there is one.
 fn review_response(uid: &str, patch: Option<&json_patch::Patch>) -> Value {
     let mut response = json!({ "uid": uid, "allowed": true });
@@ -126,6 +136,16 @@ enum Undecided {
 }
 
 async fn mutate(State(handler): State<Handler>, axum::Json(review): axum::Json<Value>) -> axum::Json<Value> {
+    let started = std::time::Instant::now();
+    let answer = answer(&handler, &review).await;
+    handler
+        .metrics
+        .admission_duration
+        .observe(started.elapsed().as_secs_f64());
+    answer
+}
+
+async fn answer(handler: &Handler, review: &Value) -> axum::Json<Value> {
     let request = &review["request"];
     let uid = request["uid"].as_str().unwrap_or_default();
     let (Some(kind), Some(namespace)) = (
@@ -139,10 +159,7 @@ async fn mutate(State(handler): State<Handler>, axum::Json(review): axum::Json<V
     };
     let object = &request["object"];
     // The API server gives up after the registration's timeout (5 s); so does cmset, a little later.
-    let decided = tokio::time::timeout(
-        DECISION_TIMEOUT,
-        decide(&handler.client, handler.secret_sets, kind, namespace, request),
-    );
+    let decided = tokio::time::timeout(DECISION_TIMEOUT, decide(handler, kind, namespace, request));
     let outcome = match decided.await.unwrap_or(Err(Undecided::Timeout)) {
         Ok(outcome) => outcome,
         Err(e) => {
@@ -173,19 +190,19 @@ async fn mutate(State(handler): State<Handler>, axum::Json(review): axum::Json<V
 /// Reads what the decision needs (the namespace's sets, and whether unclaimed names exist as
 /// ConfigMaps) and asks the core.
 async fn decide(
-    client: &Client,
-    secret_sets: bool,
+    handler: &Handler,
     kind: WorkloadKind,
     namespace: &str,
     request: &Value,
 ) -> Result<Option<json_patch::Patch>, Undecided> {
+    let (client, secret_sets) = (&handler.client, handler.secret_sets);
     let object = &request["object"];
-    let mut sets = NamespaceSets::list(client, namespace, secret_sets).await?;
+    let mut sets = NamespaceSets::list(handler, namespace).await?;
     // Applied together, a set may be moments older than the workload: wait briefly for its revision.
     let deadline = tokio::time::Instant::now() + SET_WAIT;
     while admission::awaits_sets(kind, object, &sets.refs()) && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(SET_POLL).await;
-        sets = NamespaceSets::list(client, namespace, secret_sets).await?;
+        sets = NamespaceSets::list(handler, namespace).await?;
     }
     let sets = sets.refs();
     let creating = request["operation"].as_str() == Some("CREATE");
@@ -201,6 +218,11 @@ async fn decide(
         for (of, name) in admission::unclaimed_names(kind, object, &sets, kinds, LOOKUPS) {
             // Metadata only: a Secret's values are never read here. A failed lookup counts as
             // present: never hold on a guess.
+            let resource = match of {
+                Referenced::ConfigMap => "configmaps",
+                Referenced::Secret => "secrets",
+            };
+            handler.requested("get", resource);
             let found = match of {
                 Referenced::ConfigMap => configmaps.get_metadata_opt(&name).await.map(|o| o.is_some()),
                 Referenced::Secret => secrets.get_metadata_opt(&name).await.map(|o| o.is_some()),
@@ -234,12 +256,15 @@ struct NamespaceSets {
 }
 
 impl NamespaceSets {
-    async fn list(client: &Client, namespace: &str, secret_sets: bool) -> Result<Self, kube::Error> {
+    async fn list(handler: &Handler, namespace: &str) -> Result<Self, kube::Error> {
+        let client = &handler.client;
+        handler.requested("list", "configmapsets");
         let config_map_sets = Api::<ConfigMapSet>::namespaced(client.clone(), namespace)
             .list(&ListParams::default())
             .await?
             .items;
-        let secret_sets = if secret_sets {
+        let secret_sets = if handler.secret_sets {
+            handler.requested("list", "secretsets");
             Api::<SecretSet>::namespaced(client.clone(), namespace)
                 .list(&ListParams::default())
                 .await?
