@@ -106,6 +106,11 @@ pub struct Cli {
     #[arg(long, env = "CMSET_IDENTITY")]
     pub identity: Option<String>,
 
+    /// On SIGTERM, how long the reconciles in flight may take to finish before the process stops them
+    /// and releases its lease (keep it below the pod's terminationGracePeriodSeconds).
+    #[arg(long, env = "CMSET_SHUTDOWN_GRACE_SECONDS", default_value_t = 20)]
+    pub shutdown_grace_seconds: u64,
+
     /// Serve SecretSets (`secretsets.cmset.dev`): watch SecretSets and Secrets (metadata only), read
     /// source Secrets, write revision Secrets. `false` for clusters that give cmset no access to
     /// Secrets at all (`config/no-secrets`); ConfigMapSets work either way.

@@ -18,6 +18,7 @@
 //! all: the index keeps the few names a decision reads and drops the rest of the object.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
@@ -683,6 +684,7 @@ fn send_to<K: Resource<DynamicType = ()>>(queue: &UnboundedSender<ObjectRef<K>>,
 }
 
 /// Where triggered reconciles go: one queue per controller.
+#[derive(Clone)]
 pub struct TriggerSenders {
     pub sets: UnboundedSender<ObjectRef<ConfigMapSet>>,
     pub secret_sets: UnboundedSender<ObjectRef<SecretSet>>,
@@ -724,11 +726,18 @@ pub fn trigger_channels() -> (TriggerSenders, TriggerReceivers) {
     )
 }
 
-/// The index of one scope, shared by its watches (writers) and reconcilers (readers).
+/// The index of one scope, shared by its watches (writers) and its readers: the reconcilers on the
+/// leader, and the admission webhook on every replica.
 pub struct Index {
     state: RwLock<State>,
     senders: Option<TriggerSenders>,
     kinds: usize,
+    /// Whether triggered reconciles are sent: only once this replica leads. A standby keeps its index
+    /// warm and sends nothing.
+    leading: AtomicBool,
+    /// Counts every change applied, so that a reader can wait for the next one (admission waiting for
+    /// a set created moments before to get its revision).
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl Index {
@@ -739,7 +748,27 @@ impl Index {
             state: RwLock::new(State::default()),
             senders,
             kinds,
+            leading: AtomicBool::new(false),
+            changes: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// From now on the reconciles that changes trigger are sent (this replica leads).
+    pub fn lead(&self) {
+        self.leading.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_leading(&self) -> bool {
+        self.leading.load(Ordering::SeqCst)
+    }
+
+    /// A receiver that is told of every change applied to the index from now on.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
@@ -787,12 +816,15 @@ impl Index {
                 }
             }
         }
+        self.changed();
         self.send(&out);
         out
     }
 
     fn send(&self, out: &Triggers) {
-        let Some(senders) = &self.senders else { return };
+        let Some(senders) = self.senders.as_ref().filter(|_| self.is_leading()) else {
+            return;
+        };
         for (kind, key) in &out.sets {
             match kind {
                 SetKind::ConfigMapSet => send_to(&senders.sets, key),
@@ -879,6 +911,14 @@ impl Index {
             .collect()
     }
 
+    /// Whether a set of `namespace` claims `name`, a name of objects of kind `of`: its bare name or a
+    /// name of its revisions' form (see [`naming::set_candidates`]).
+    pub fn claims(&self, namespace: &str, of: Referenced, name: &str) -> bool {
+        let state = self.read();
+        let kind = SetKind::of_revisions(of);
+        naming::set_candidates(name).any(|set| state.sets.contains_key(&(kind, Key::new(namespace, set))))
+    }
+
     /// What is known of the content of source `name` of the sets of `kind` in `namespace`.
     pub fn source(&self, kind: SetKind, namespace: &str, name: &str) -> SourceLookup {
         self.read()
@@ -919,6 +959,7 @@ impl Index {
                 state.trigger_readers(&id, &mut out);
             }
         }
+        self.changed();
         self.send(&out);
         out
     }

@@ -7,6 +7,7 @@ pub mod cert_keeper;
 pub mod cli;
 pub mod context;
 pub mod crash_points;
+pub mod decisions;
 pub mod error;
 pub mod http;
 pub mod index;

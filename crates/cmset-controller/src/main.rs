@@ -8,12 +8,12 @@ use cmset_controller::cli::{Cli, LogFormat};
 use cmset_controller::context::system_clock;
 use cmset_controller::leader::{Elector, LeaseConfig};
 use cmset_controller::metrics::Metrics;
-use cmset_controller::runtime::{Settings, run_scope};
+use cmset_controller::runtime::{Scope, Scopes, Settings};
 use cmset_controller::server::{Health, bind, serve};
 use cmset_controller::webhook::{self, ServingCert};
 use futures::FutureExt;
 use prometheus_client::registry::Registry;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
 fn init_logging(cli: &Cli) {
@@ -62,7 +62,38 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         registry: Arc::new(registry),
     };
     let server = tokio::spawn(serve(endpoints, health, shutdown.clone()));
-    // Every replica serves admission, leader or not: the webhook reads the API, not the caches.
+
+    // Every replica watches and keeps its index warm, leader or not: admission answers from it, and a
+    // replica that takes the lease reconciles from it at once, with no relist.
+    let namespaces: Vec<Option<String>> = if cli.namespaces.is_empty() {
+        vec![None]
+    } else {
+        cli.namespaces.iter().cloned().map(Some).collect()
+    };
+    info!(namespaces = ?cli.namespaces, "watching");
+    let mut scopes = Scopes {
+        scopes: Vec::new(),
+        multi_set_window: cli.multi_set_window(),
+    };
+    let mut watches = Vec::new();
+    for namespace in namespaces {
+        let (scope, watch) = Scope::watch(&client, namespace, cli.secret_sets);
+        scopes.scopes.push(scope);
+        watches.push(watch);
+    }
+    let watches = tokio::spawn(futures::future::join_all(watches));
+    // Ready once every index is filled: a standby is ready too, since it serves admission.
+    let readiness = tokio::spawn({
+        let (scopes, ready) = (scopes.clone(), ready.clone());
+        async move {
+            while !scopes.are_ready() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            info!("caches synced; ready");
+            ready.store(true, Ordering::Relaxed);
+        }
+    });
+
     let webhook = match cli.webhook_address {
         Some(address) => {
             let cert = Arc::new(ServingCert::default());
@@ -76,6 +107,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             let bound = webhook::bind(address, cert).await?;
             Some(tokio::spawn(webhook::serve(
                 bound,
+                scopes.clone(),
                 client.clone(),
                 metrics.clone(),
                 cli.secret_sets,
@@ -83,6 +115,11 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             )))
         }
         None => None,
+    };
+    let stop_serving = |outcome| {
+        readiness.abort();
+        watches.abort();
+        outcome
     };
 
     let elector = cli.leader_election.then(|| {
@@ -97,15 +134,18 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         )
     });
     if let Some(elector) = &elector {
-        // A standby is ready: it serves its purpose by waiting.
-        ready.store(true, Ordering::Relaxed);
         tokio::select! {
             _ = elector.acquire() => {}
-            _ = shutdown.clone() => return Ok(()),
+            _ = shutdown.clone() => {
+                let _ = server.await;
+                if let Some(webhook) = webhook {
+                    let _ = webhook.await;
+                }
+                return stop_serving(Ok(()));
+            }
         }
-        ready.store(false, Ordering::Relaxed);
-        metrics.leader.set(1);
     }
+    metrics.leader.set(1);
 
     let settings = Settings {
         concurrency: cli.concurrency.max(1),
@@ -113,44 +153,39 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         instance: Some(cli.identity()),
         secret_sets: cli.secret_sets,
     };
-    let scopes: Vec<Option<String>> = if cli.namespaces.is_empty() {
-        vec![None]
-    } else {
-        cli.namespaces.iter().cloned().map(Some).collect()
-    };
-    info!(namespaces = ?cli.namespaces, "starting controllers");
-    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel(scopes.len());
-    let scope_count = scopes.len();
-    let controllers = futures::future::join_all(scopes.into_iter().map(|ns| {
-        run_scope(
+    info!("leading: reconciling");
+    let leading = futures::future::join_all(scopes.scopes.iter().map(|scope| {
+        scope.lead(
             client.clone(),
-            ns,
             settings.clone(),
             metrics.clone(),
             system_clock(),
             shutdown.clone(),
-            ready_tx.clone(),
         )
     }));
-    let readiness = async {
-        for _ in 0..scope_count {
-            ready_rx.recv().await;
-        }
-        info!("caches synced; ready");
-        ready.store(true, Ordering::Relaxed);
-        futures::future::pending::<()>().await
-    };
     let lost = async {
         match &elector {
             Some(e) => e.hold().await,
             None => futures::future::pending().await,
         }
     };
-    // Losing the lease drops the controllers at once (no further write), then the process exits.
-    let outcome = tokio::select! {
-        _ = controllers => Ok(()),
-        _ = readiness => Ok(()),
-        _ = lost => Err("lost the leader lease; exiting so that only one replica acts".into()),
+    tokio::pin!(leading, lost);
+    let grace = Duration::from_secs(cli.shutdown_grace_seconds);
+    // On SIGTERM the controllers take no new work and finish the reconciles in flight (kube's graceful
+    // shutdown), within the grace period; losing the lease drops them at once (no further write).
+    let outcome: Result<(), Box<dyn std::error::Error>> = tokio::select! {
+        _ = &mut leading => Ok(()),
+        _ = &mut lost => Err("lost the leader lease; exiting so that only one replica acts".into()),
+        _ = shutdown.clone() => tokio::select! {
+            finished = tokio::time::timeout(grace, &mut leading) => {
+                match finished {
+                    Ok(_) => info!("reconciles in flight finished"),
+                    Err(_) => warn!(?grace, "reconciles in flight did not finish within the grace period; stopping them"),
+                }
+                Ok(())
+            }
+            _ = &mut lost => Err("lost the leader lease while shutting down".into()),
+        },
     };
     metrics.leader.set(0);
     if let Some(e) = &elector {
@@ -162,11 +197,11 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         if let Some(webhook) = &webhook {
             webhook.abort();
         }
-        return outcome;
+        return stop_serving(outcome);
     }
     let _ = server.await;
     if let Some(webhook) = webhook {
         let _ = webhook.await;
     }
-    outcome
+    stop_serving(outcome)
 }

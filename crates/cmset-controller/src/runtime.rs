@@ -20,11 +20,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cmset_api::{ConfigMapSet, SecretSet};
+use futures::channel::mpsc::UnboundedSender;
 use futures::{FutureExt, Stream, StreamExt, future::BoxFuture};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::utils::ResetTimerBackoff;
 use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
 use kube::{Api, Client};
@@ -33,7 +34,7 @@ use tracing::{debug, warn};
 use crate::backoff::{ExpiryGate, WatchBackoff};
 use crate::context::{Clock, Context, Stores};
 use crate::error::Error;
-use crate::index::{Index, Indexed, trigger_channels};
+use crate::index::{Index, Indexed, TriggerReceivers, TriggerSenders, trigger_channels};
 use crate::metrics::Metrics;
 use crate::views::Object;
 use crate::{set_controller, workload_controller};
@@ -54,8 +55,6 @@ pub struct Settings {
 /// DaemonSet, ReplicaSet, ControllerRevision; with SecretSets, also SecretSet and Secret.
 const WATCHED_KINDS: usize = 7;
 const SECRET_KINDS: usize = 2;
-
-const BUFFER: usize = 1024;
 
 fn api<K: Indexed>(client: &Client, namespace: Option<&str>) -> Api<K> {
     match namespace {
@@ -121,29 +120,36 @@ fn indexed_watch<K: Indexed>(
         .boxed()
 }
 
-/// A watch that fills a shared store a controller is keyed by, and feeds the index.
+/// A watch that fills a store a controller is keyed by, and feeds the index. While this replica leads,
+/// each object applied is also sent to its own controller's queue (`own`): the controller reconciles
+/// what changed, as kube's own store subscription would make it, but a standby queues nothing.
 fn stored_watch<K: Indexed>(
     client: &Client,
     namespace: Option<&str>,
     index: Arc<Index>,
-) -> (Store<K>, ReflectHandle<K>, BoxFuture<'static, ()>) {
-    let (reader, writer) = reflector::store_shared(BUFFER);
-    let subscriber = writer.subscribe().expect("a shared store can be subscribed to");
+    own: UnboundedSender<ObjectRef<K>>,
+) -> (Store<K>, BoxFuture<'static, ()>) {
+    let (reader, writer) = reflector::store();
     let driver = relist_at_once_on_expiry::<K, _>(watcher(api::<K>(client, namespace), watch_config::<K>()))
         .backoff(watch_backoff())
         .modify(K::slim)
-        .reflect_shared(writer)
+        .reflect(writer)
         .for_each(move |event| {
             match event {
                 Ok(event) => {
                     index.handle(&event);
+                    if let watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) = &event
+                        && index.is_leading()
+                    {
+                        let _ = own.unbounded_send(ObjectRef::from_obj(obj));
+                    }
                 }
                 Err(e) => log_watch_errors::<K>(&e),
             }
             futures::future::ready(())
         })
         .boxed();
-    (reader, subscriber, driver)
+    (reader, driver)
 }
 
 fn log_results<S, T, E>(stream: S, controller: &'static str) -> BoxFuture<'static, ()>
@@ -162,126 +168,180 @@ where
         .boxed()
 }
 
-/// Runs every watch and controller of one scope until `shutdown` resolves.
-pub async fn run_scope(
-    client: Client,
+/// One scope (one namespace, or all of them): its watches, index and stores. Every replica runs one
+/// per scope and keeps it warm; admission answers from it, and the leader reconciles from it.
+pub struct Scope {
     namespace: Option<String>,
-    settings: Settings,
-    metrics: Arc<Metrics>,
-    clock: Clock,
-    shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
-    ready: tokio::sync::mpsc::Sender<()>,
-) {
-    let ns = namespace.as_deref();
-    let (senders, triggers) = trigger_channels();
-    let kinds = WATCHED_KINDS + if settings.secret_sets { SECRET_KINDS } else { 0 };
-    let index = Arc::new(Index::new(kinds, Some(senders)));
+    pub index: Arc<Index>,
+    pub stores: Stores,
+    senders: TriggerSenders,
+    receivers: std::sync::Mutex<Option<TriggerReceivers>>,
+}
 
-    let (sets, sets_sub, sets_watch) = stored_watch::<ConfigMapSet>(&client, ns, index.clone());
-    let (deployments, deploy_sub, deploy_watch) = stored_watch::<Deployment>(&client, ns, index.clone());
-    let (statefulsets, sts_sub, sts_watch) = stored_watch::<StatefulSet>(&client, ns, index.clone());
-    let (daemonsets, ds_sub, ds_watch) = stored_watch::<DaemonSet>(&client, ns, index.clone());
-    let mut watches = vec![
-        sets_watch,
-        deploy_watch,
-        sts_watch,
-        ds_watch,
-        indexed_watch::<PartialObjectMeta<ConfigMap>>(&client, ns, index.clone()),
-        indexed_watch::<ReplicaSet>(&client, ns, index.clone()),
-        indexed_watch::<ControllerRevision>(&client, ns, index.clone()),
-    ];
-    let secret_sets = settings.secret_sets.then(|| {
-        let (store, subscription, watch) = stored_watch::<SecretSet>(&client, ns, index.clone());
-        watches.push(watch);
-        watches.push(indexed_watch::<PartialObjectMeta<Secret>>(
-            &client,
-            ns,
-            index.clone(),
-        ));
-        (store, subscription)
-    });
-    let watches = futures::future::join_all(watches);
+impl Scope {
+    /// Starts watching: the returned future drives every watch of the scope (forever; drop it to stop).
+    pub fn watch(client: &Client, namespace: Option<String>, secret_sets: bool) -> (Arc<Self>, BoxFuture<'static, ()>) {
+        let ns = namespace.as_deref();
+        let (senders, receivers) = trigger_channels();
+        let kinds = WATCHED_KINDS + if secret_sets { SECRET_KINDS } else { 0 };
+        let index = Arc::new(Index::new(kinds, Some(senders.clone())));
 
-    let stores = Stores {
-        sets: sets.clone(),
-        secret_sets: secret_sets.as_ref().map(|(store, _)| store.clone()),
-        deployments: deployments.clone(),
-        statefulsets: statefulsets.clone(),
-        daemonsets: daemonsets.clone(),
-    };
-    let mut context = Context::new(
-        client.clone(),
-        index.clone(),
-        stores,
-        metrics,
-        clock,
-        settings.instance.clone(),
-    );
-    context.multi_set_window = settings.multi_set_window;
-    let ctx = Arc::new(context);
-    let wiring = Wiring {
-        config: controller::Config::default().concurrency(settings.concurrency),
-        ctx: ctx.clone(),
-        shutdown: shutdown.clone(),
-    };
-    let (sets_ctl, workload_ctl) = (set_controller::NAME, workload_controller::NAME);
-    let mut controllers = vec![
-        wiring.controller(
-            (sets_sub, sets),
-            triggers.sets,
-            sets_ctl,
-            set_controller::reconcile::<ConfigMapSet>,
-            set_controller::error_policy::<ConfigMapSet>,
-        ),
-        wiring.controller(
-            (deploy_sub, deployments),
-            triggers.deployments,
-            workload_ctl,
-            workload_controller::reconcile::<Deployment>,
-            workload_controller::error_policy::<Deployment>,
-        ),
-        wiring.controller(
-            (sts_sub, statefulsets),
-            triggers.statefulsets,
-            workload_ctl,
-            workload_controller::reconcile::<StatefulSet>,
-            workload_controller::error_policy::<StatefulSet>,
-        ),
-        wiring.controller(
-            (ds_sub, daemonsets),
-            triggers.daemonsets,
-            workload_ctl,
-            workload_controller::reconcile::<DaemonSet>,
-            workload_controller::error_policy::<DaemonSet>,
-        ),
-    ];
-    if let Some((store, subscription)) = secret_sets {
-        controllers.push(wiring.controller(
-            (subscription, store),
-            triggers.secret_sets,
-            sets_ctl,
-            set_controller::reconcile::<SecretSet>,
-            set_controller::error_policy::<SecretSet>,
-        ));
+        let (sets, sets_watch) = stored_watch::<ConfigMapSet>(client, ns, index.clone(), senders.sets.clone());
+        let (deployments, deploy_watch) =
+            stored_watch::<Deployment>(client, ns, index.clone(), senders.deployments.clone());
+        let (statefulsets, sts_watch) =
+            stored_watch::<StatefulSet>(client, ns, index.clone(), senders.statefulsets.clone());
+        let (daemonsets, ds_watch) = stored_watch::<DaemonSet>(client, ns, index.clone(), senders.daemonsets.clone());
+        let mut watches = vec![
+            sets_watch,
+            deploy_watch,
+            sts_watch,
+            ds_watch,
+            indexed_watch::<PartialObjectMeta<ConfigMap>>(client, ns, index.clone()),
+            indexed_watch::<ReplicaSet>(client, ns, index.clone()),
+            indexed_watch::<ControllerRevision>(client, ns, index.clone()),
+        ];
+        let secret_sets = secret_sets.then(|| {
+            let (store, watch) = stored_watch::<SecretSet>(client, ns, index.clone(), senders.secret_sets.clone());
+            watches.push(watch);
+            watches.push(indexed_watch::<PartialObjectMeta<Secret>>(client, ns, index.clone()));
+            store
+        });
+        let stores = Stores {
+            sets,
+            secret_sets,
+            deployments,
+            statefulsets,
+            daemonsets,
+        };
+        let scope = Arc::new(Self {
+            namespace,
+            index,
+            stores,
+            senders,
+            receivers: std::sync::Mutex::new(Some(receivers)),
+        });
+        (scope, futures::future::join_all(watches).map(drop).boxed())
     }
-    let controllers = futures::future::join_all(controllers);
 
-    // Readiness: once every watch has listed everything (the index counts them).
-    let readiness = async move {
-        while !index.is_ready() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+    /// Whether this scope serves objects of `namespace`.
+    pub fn serves(&self, namespace: &str) -> bool {
+        self.namespace.as_deref().is_none_or(|ns| ns == namespace)
+    }
+
+    /// Whether every watch has listed everything once.
+    pub fn is_ready(&self) -> bool {
+        self.index.is_ready()
+    }
+
+    /// Reconciles from the warm index, from now until `shutdown` resolves and the reconciles in flight
+    /// have finished: no relist, every object already observed is queued at once. Called once, when
+    /// this replica takes the lease.
+    pub async fn lead(
+        &self,
+        client: Client,
+        settings: Settings,
+        metrics: Arc<Metrics>,
+        clock: Clock,
+        shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
+    ) {
+        let Some(triggers) = self.receivers.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            warn!("a scope can only be led once");
+            return;
+        };
+        let mut context = Context::new(
+            client,
+            self.index.clone(),
+            self.stores.clone(),
+            metrics,
+            clock,
+            settings.instance.clone(),
+        );
+        context.multi_set_window = settings.multi_set_window;
+        let wiring = Wiring {
+            config: controller::Config::default().concurrency(settings.concurrency),
+            ctx: Arc::new(context),
+            shutdown,
+        };
+        let (sets_ctl, workload_ctl) = (set_controller::NAME, workload_controller::NAME);
+        let stores = &self.stores;
+        let mut controllers = vec![
+            wiring.controller(
+                stores.sets.clone(),
+                triggers.sets,
+                sets_ctl,
+                set_controller::reconcile::<ConfigMapSet>,
+                set_controller::error_policy::<ConfigMapSet>,
+            ),
+            wiring.controller(
+                stores.deployments.clone(),
+                triggers.deployments,
+                workload_ctl,
+                workload_controller::reconcile::<Deployment>,
+                workload_controller::error_policy::<Deployment>,
+            ),
+            wiring.controller(
+                stores.statefulsets.clone(),
+                triggers.statefulsets,
+                workload_ctl,
+                workload_controller::reconcile::<StatefulSet>,
+                workload_controller::error_policy::<StatefulSet>,
+            ),
+            wiring.controller(
+                stores.daemonsets.clone(),
+                triggers.daemonsets,
+                workload_ctl,
+                workload_controller::reconcile::<DaemonSet>,
+                workload_controller::error_policy::<DaemonSet>,
+            ),
+        ];
+        if let Some(store) = &stores.secret_sets {
+            controllers.push(wiring.controller(
+                store.clone(),
+                triggers.secret_sets,
+                sets_ctl,
+                set_controller::reconcile::<SecretSet>,
+                set_controller::error_policy::<SecretSet>,
+            ));
         }
-        debug!(sizes = ?index.sizes(), "index filled");
-        let _ = ready.send(()).await;
-    };
+        // From here on changes trigger reconciles; then everything observed so far is queued once (an
+        // object changed in between is queued twice, and reconciled once).
+        self.index.lead();
+        queue_all(&stores.sets, &self.senders.sets);
+        queue_all(&stores.deployments, &self.senders.deployments);
+        queue_all(&stores.statefulsets, &self.senders.statefulsets);
+        queue_all(&stores.daemonsets, &self.senders.daemonsets);
+        if let Some(store) = &stores.secret_sets {
+            queue_all(store, &self.senders.secret_sets);
+        }
+        debug!(sizes = ?self.index.sizes(), "leading from the warm index");
+        futures::future::join_all(controllers).await;
+    }
+}
 
-    tokio::select! {
-        _ = controllers => {}
-        _ = watches => {}
-        _ = readiness.then(|_| futures::future::pending::<()>()) => {}
-        // The controllers only see the shutdown signal once their caches are ready; a SIGTERM before
-        // that (an API server that refuses us, say) must still stop the process at once.
-        _ = shutdown => {}
+/// Queues a reconcile of every object `store` holds.
+fn queue_all<K: Indexed>(store: &Store<K>, queue: &UnboundedSender<ObjectRef<K>>) {
+    for obj in store.state() {
+        let _ = queue.unbounded_send(ObjectRef::from_obj(obj.as_ref()));
+    }
+}
+
+/// Every scope this process serves.
+#[derive(Clone, Default)]
+pub struct Scopes {
+    pub scopes: Vec<Arc<Scope>>,
+    /// The window in which a workload reading several sets gathers their changes (`Settings`).
+    pub multi_set_window: Duration,
+}
+
+impl Scopes {
+    /// The scope that serves `namespace`, if any.
+    pub fn serving(&self, namespace: &str) -> Option<&Arc<Scope>> {
+        self.scopes.iter().find(|s| s.serves(namespace))
+    }
+
+    pub fn are_ready(&self) -> bool {
+        self.scopes.iter().all(|s| s.is_ready())
     }
 }
 
@@ -299,7 +359,7 @@ where
     /// One controller keyed by `K`, reconciling what its store holds and what the index triggers.
     fn controller<K, Reconcile, Fut>(
         &self,
-        (subscription, store): (ReflectHandle<K>, Store<K>),
+        store: Store<K>,
         triggers: impl Stream<Item = ObjectRef<K>> + Send + 'static,
         name: &'static str,
         reconcile: Reconcile,
@@ -310,7 +370,9 @@ where
         Reconcile: FnMut(Arc<K>, Arc<Context>) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = Result<controller::Action, Error>> + Send + 'static,
     {
-        let stream = Controller::for_shared_stream(subscription, store)
+        // Every reconcile comes through `triggers`: the index's, and each object's own changes (see
+        // `stored_watch`), which flow only while this replica leads.
+        let stream = Controller::for_shared_stream(futures::stream::pending(), store)
             .with_config(self.config.clone())
             .reconcile_on(triggers)
             .graceful_shutdown_on(self.shutdown.clone())

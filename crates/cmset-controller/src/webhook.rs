@@ -1,10 +1,13 @@
 //! The mutating admission webhook (`POST /mutate` over HTTPS): opted-in workloads are stored already
 //! pointing at their sets' current revisions (see `cmset_core::admission` for why).
 //!
-//! Every replica answers, leader or not: the handler lists the namespace's ConfigMapSets per request
-//! instead of reading the leader's caches. Admission requests come only for opted-in workloads (the
-//! webhook's objectSelector), so that is one small LIST per deploy; and it fails open: if anything goes
-//! wrong the object is admitted unchanged and the workload controller converges it afterwards.
+//! Every replica answers, leader or not, from its own warm index (every replica watches; see
+//! [`crate::runtime::Scope`]) and with the decision the workload controller makes
+//! ([`crate::decisions`]), so admission and the controller cannot disagree. In steady state an
+//! admission sends no request to the API server: a set created moments before is awaited on the index.
+//! The one lookup left is for a Deployment being created that names something no set claims (does that
+//! ConfigMap exist?). It fails open: if anything goes wrong (the index still filling, say) the object is
+//! admitted unchanged and the workload controller converges it afterwards.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -16,13 +19,12 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
 use base64::Engine;
-use cmset_api::{ConfigMapSet, SecretSet};
 use cmset_core::admission::{self, Circumstances};
-use cmset_core::observe::WorkloadKind;
+use cmset_core::decide::Undecided;
+use cmset_core::observe::{WorkloadKind, WorkloadView};
 use cmset_core::refs::Referenced;
-use cmset_core::set::SetRef;
+use cmset_core::rollout::SetTarget;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::ListParams;
 use kube::{Api, Client};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
@@ -31,8 +33,10 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
+use crate::decisions::Gathered;
 use crate::http::Limits;
 use crate::metrics::Metrics;
+use crate::runtime::{Scope, Scopes};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
@@ -91,6 +95,8 @@ impl ResolvesServerCert for ServingCert {
 
 #[derive(Clone)]
 struct Handler {
+    /// The warm indexes admission decides from: the same observations the controllers plan from.
+    scopes: Scopes,
     client: Client,
     metrics: Arc<Metrics>,
     /// Whether SecretSets are served (and cmset may read Secrets).
@@ -103,6 +109,13 @@ impl Handler {
         self.metrics
             .admission_requests
             .get_or_create(&crate::metrics::RequestLabels { verb, resource })
+            .inc();
+    }
+
+    fn count(&self, result: &'static str) {
+        self.metrics
+            .admissions
+            .get_or_create(&crate::metrics::ResultLabel { result })
             .inc();
     }
 }
@@ -119,21 +132,13 @@ fn review_response(uid: &str, patch: Option<&json_patch::Patch>) -> Value {
     json!({ "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response })
 }
 
-/// How long an admission waits for a set created moments ago to record its first revision (its
-/// controller does so within milliseconds); well inside the webhook's 5 s timeout.
-const SET_WAIT: Duration = Duration::from_secs(2);
-const SET_POLL: Duration = Duration::from_millis(100);
-/// Referenced names looked up as ConfigMaps per admission, at most.
+/// How long an admission waits for a set it reads to be decided (created moments before, its revision
+/// not made yet; or changed together with another set it reads): the index tells it of every change,
+/// and the leader makes a revision within milliseconds. Well inside the webhook's 5 s timeout.
+const DECISION_WAIT: Duration = Duration::from_secs(2);
+/// Referenced names looked up as ConfigMaps or Secrets per admission, at most.
 const LOOKUPS: usize = 8;
-const DECISION_TIMEOUT: Duration = Duration::from_secs(8);
-
-#[derive(Debug, thiserror::Error)]
-enum Undecided {
-    #[error(transparent)]
-    Api(#[from] kube::Error),
-    #[error("no decision within {DECISION_TIMEOUT:?}")]
-    Timeout,
-}
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 
 async fn mutate(State(handler): State<Handler>, axum::Json(review): axum::Json<Value>) -> axum::Json<Value> {
     let started = std::time::Instant::now();
@@ -142,10 +147,10 @@ async fn mutate(State(handler): State<Handler>, axum::Json(review): axum::Json<V
         .metrics
         .admission_duration
         .observe(started.elapsed().as_secs_f64());
-    answer
+    axum::Json(answer)
 }
 
-async fn answer(handler: &Handler, review: &Value) -> axum::Json<Value> {
+async fn answer(handler: &Handler, review: &Value) -> Value {
     let request = &review["request"];
     let uid = request["uid"].as_str().unwrap_or_default();
     let (Some(kind), Some(namespace)) = (
@@ -155,135 +160,126 @@ async fn answer(handler: &Handler, review: &Value) -> axum::Json<Value> {
             .and_then(WorkloadKind::parse),
         request["namespace"].as_str(),
     ) else {
-        return axum::Json(review_response(uid, None));
+        return review_response(uid, None);
     };
     let object = &request["object"];
-    // The API server gives up after the registration's timeout (5 s); so does cmset, a little later.
-    let decided = tokio::time::timeout(DECISION_TIMEOUT, decide(handler, kind, namespace, request));
-    let outcome = match decided.await.unwrap_or(Err(Undecided::Timeout)) {
-        Ok(outcome) => outcome,
-        Err(e) => {
-            // Fail open: the workload controller converges it afterwards.
-            warn!(%namespace, error = %e, "admission: could not read the namespace's sets; admitting unchanged");
-            handler
-                .metrics
-                .admissions
-                .get_or_create(&crate::metrics::ResultLabel { result: "error" })
-                .inc();
-            return axum::Json(review_response(uid, None));
-        }
+    let Some(workload) = admission::admitted_workload(kind, object) else {
+        handler.count("unchanged");
+        return review_response(uid, None);
     };
-    let name = object
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let result = if outcome.is_some() { "patched" } else { "unchanged" };
-    handler
-        .metrics
-        .admissions
-        .get_or_create(&crate::metrics::ResultLabel { result })
-        .inc();
-    debug!(%kind, %namespace, %name, result, "admission");
-    axum::Json(review_response(uid, outcome.as_ref()))
-}
-
-/// Reads what the decision needs (the namespace's sets, and whether unclaimed names exist as
-/// ConfigMaps) and asks the core.
-async fn decide(
-    handler: &Handler,
-    kind: WorkloadKind,
-    namespace: &str,
-    request: &Value,
-) -> Result<Option<json_patch::Patch>, Undecided> {
-    let (client, secret_sets) = (&handler.client, handler.secret_sets);
-    let object = &request["object"];
-    let mut sets = NamespaceSets::list(handler, namespace).await?;
-    // Applied together, a set may be moments older than the workload: wait briefly for its revision.
-    let deadline = tokio::time::Instant::now() + SET_WAIT;
-    while admission::awaits_sets(kind, object, &sets.refs()) && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(SET_POLL).await;
-        sets = NamespaceSets::list(handler, namespace).await?;
-    }
-    let sets = sets.refs();
+    let Some(scope) = handler.scopes.serving(namespace).filter(|s| s.is_ready()) else {
+        // Not served here, or the index is still filling: fail open, the controller converges it.
+        debug!(%namespace, "admission: namespace not served or index not ready; admitting unchanged");
+        handler.count("error");
+        return review_response(uid, None);
+    };
+    let decided = decide(scope, handler.scopes.multi_set_window, namespace, &workload).await;
     let creating = request["operation"].as_str() == Some("CREATE");
-    let mut missing = BTreeSet::new();
-    if creating && kind == WorkloadKind::Deployment {
-        let kinds: &[Referenced] = if secret_sets {
-            &[Referenced::ConfigMap, Referenced::Secret]
-        } else {
-            &[Referenced::ConfigMap]
-        };
-        let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-        let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-        for (of, name) in admission::unclaimed_names(kind, object, &sets, kinds, LOOKUPS) {
-            // Metadata only: a Secret's values are never read here. A failed lookup counts as
-            // present: never hold on a guess.
-            let resource = match of {
-                Referenced::ConfigMap => "configmaps",
-                Referenced::Secret => "secrets",
-            };
-            handler.requested("get", resource);
-            let found = match of {
-                Referenced::ConfigMap => configmaps.get_metadata_opt(&name).await.map(|o| o.is_some()),
-                Referenced::Secret => secrets.get_metadata_opt(&name).await.map(|o| o.is_some()),
-            };
-            if let Ok(false) = found {
-                missing.insert((of, name));
-            }
-        }
-    }
+    let missing = if creating && kind == WorkloadKind::Deployment {
+        missing_names(handler, scope, namespace, &workload).await
+    } else {
+        BTreeSet::new()
+    };
     let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap_or_default();
     let circumstances = Circumstances {
         creating,
         missing,
         now: now.to_string(),
     };
-    Ok(admission::mutate(kind, object, &sets, &circumstances))
+    let patch = admission::mutate(kind, object, &workload, &decided, &circumstances);
+    let result = if patch.is_some() { "patched" } else { "unchanged" };
+    handler.count(result);
+    debug!(%kind, %namespace, name = %workload.name, result, undecided = ?decided.as_ref().err(), "admission");
+    review_response(uid, patch.as_ref())
 }
 
-pub fn router(client: Client, metrics: Arc<Metrics>, secret_sets: bool) -> Router {
+/// The one decision (see [`crate::decisions`]) from the warm index, waiting up to [`DECISION_WAIT`]
+/// for a set to be decided or for the changes of one apply to gather, as the controller would. Sends
+/// no request: each change of the index wakes it.
+async fn decide(
+    scope: &Scope,
+    window: Duration,
+    namespace: &str,
+    workload: &WorkloadView,
+) -> Result<Vec<SetTarget>, Undecided> {
+    let deadline = tokio::time::Instant::now() + DECISION_WAIT;
+    let mut changes = scope.index.changes();
+    loop {
+        changes.mark_unchanged();
+        let gathered = Gathered::of(&scope.index, &scope.stores, namespace, workload);
+        let decided = gathered.as_ref().map_err(Clone::clone).and_then(|g| g.decide(workload));
+        let now = tokio::time::Instant::now();
+        match (&decided, &gathered) {
+            (Ok(_), Ok(gathered)) => {
+                // Sets changed moments ago may be joined by more of the same apply: wait it out.
+                match gathered.gathering_left(window) {
+                    Some(left) if now + left < deadline => tokio::time::sleep(left).await,
+                    _ => return decided,
+                }
+            }
+            _ if now >= deadline => return decided,
+            _ => {
+                // Woken by the next change of the index (or the deadline): decide again.
+                let _ = tokio::time::timeout_at(deadline, changes.changed()).await;
+            }
+        }
+    }
+}
+
+/// Names the workload references that no set claims and that do not exist: a new Deployment naming one
+/// is held (see [`admission::Circumstances`]). The index knows every set; whether a plain ConfigMap or
+/// Secret exists is asked of the API server (metadata only: a Secret's values are never read here),
+/// only for a Deployment being created that names something no set claims. A failed lookup counts as
+/// present: never hold on a guess.
+async fn missing_names(
+    handler: &Handler,
+    scope: &Scope,
+    namespace: &str,
+    workload: &WorkloadView,
+) -> BTreeSet<(Referenced, String)> {
+    let kinds: &[Referenced] = if handler.secret_sets {
+        &[Referenced::ConfigMap, Referenced::Secret]
+    } else {
+        &[Referenced::ConfigMap]
+    };
+    let claimed = |of: Referenced, name: &str| scope.index.claims(namespace, of, name);
+    let mut missing = BTreeSet::new();
+    for (of, name) in admission::unclaimed_names(workload, kinds, LOOKUPS, claimed) {
+        let found = match of {
+            Referenced::ConfigMap => {
+                handler.requested("get", "configmaps");
+                let api: Api<ConfigMap> = Api::namespaced(handler.client.clone(), namespace);
+                tokio::time::timeout(LOOKUP_TIMEOUT, api.get_metadata_opt(&name))
+                    .await
+                    .map(|r| r.map(|o| o.is_some()))
+            }
+            Referenced::Secret => {
+                handler.requested("get", "secrets");
+                let api: Api<Secret> = Api::namespaced(handler.client.clone(), namespace);
+                tokio::time::timeout(LOOKUP_TIMEOUT, api.get_metadata_opt(&name))
+                    .await
+                    .map(|r| r.map(|o| o.is_some()))
+            }
+        };
+        match found {
+            Ok(Ok(false)) => {
+                missing.insert((of, name));
+            }
+            Ok(Ok(true)) => {}
+            Ok(Err(e)) => warn!(%namespace, %of, error = %e, "admission: could not look a name up; taking it as present"),
+            Err(_) => warn!(%namespace, %of, "admission: looking a name up timed out; taking it as present"),
+        }
+    }
+    missing
+}
+
+pub fn router(scopes: Scopes, client: Client, metrics: Arc<Metrics>, secret_sets: bool) -> Router {
     Router::new().route("/mutate", post(mutate)).with_state(Handler {
+        scopes,
         client,
         metrics,
         secret_sets,
     })
-}
-
-/// The sets of one namespace, of every kind served, as admission reads them.
-struct NamespaceSets {
-    config_map_sets: Vec<ConfigMapSet>,
-    secret_sets: Vec<SecretSet>,
-}
-
-impl NamespaceSets {
-    async fn list(handler: &Handler, namespace: &str) -> Result<Self, kube::Error> {
-        let client = &handler.client;
-        handler.requested("list", "configmapsets");
-        let config_map_sets = Api::<ConfigMapSet>::namespaced(client.clone(), namespace)
-            .list(&ListParams::default())
-            .await?
-            .items;
-        let secret_sets = if handler.secret_sets {
-            handler.requested("list", "secretsets");
-            Api::<SecretSet>::namespaced(client.clone(), namespace)
-                .list(&ListParams::default())
-                .await?
-                .items
-        } else {
-            Vec::new()
-        };
-        Ok(Self {
-            config_map_sets,
-            secret_sets,
-        })
-    }
-
-    fn refs(&self) -> Vec<SetRef<'_>> {
-        let config_map_sets = self.config_map_sets.iter().map(SetRef::from);
-        config_map_sets
-            .chain(self.secret_sets.iter().map(SetRef::from))
-            .collect()
-    }
 }
 
 /// A webhook listener with its TLS configuration, ready to serve.
@@ -314,6 +310,7 @@ pub async fn bind(address: SocketAddr, cert: Arc<ServingCert>) -> Result<Bound, 
 /// Serves the webhook over HTTPS until `shutdown` resolves, within [`Limits::WEBHOOK`].
 pub async fn serve(
     bound: Bound,
+    scopes: Scopes,
     client: Client,
     metrics: Arc<Metrics>,
     secret_sets: bool,
@@ -328,7 +325,7 @@ pub async fn serve(
     crate::http::serve(
         listener,
         Some(acceptor),
-        router(client, metrics, secret_sets),
+        router(scopes, client, metrics, secret_sets),
         Limits::WEBHOOK,
         shutdown,
     )

@@ -18,11 +18,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cmset_api::labels;
-use cmset_core::health::Wave;
+use cmset_core::decide::Undecided;
 use cmset_core::hold;
 use cmset_core::refs::{self, TEMPLATE_POD_SPEC_POINTER};
 use cmset_core::rollout::{SetTarget, plan_workload};
-use cmset_core::waves::{self, Gate};
+use cmset_core::waves::Gate;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
@@ -31,7 +31,8 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::context::{Context, Reconciled};
 use crate::error::{Error, Result};
-use crate::index::{Key, SourceLookup};
+use crate::decisions::Gathered;
+use crate::index::Key;
 use crate::views::{self, Workload};
 
 pub const NAME: &str = "workload";
@@ -70,52 +71,20 @@ enum Wait {
     Window(Duration),
 }
 
-/// The targets of every set `view` reads, or why it must wait.
+/// The targets of every set `view` reads, or why it must wait: the decision admission makes too (see
+/// [`crate::decisions`]).
 fn targets(
     ctx: &Context,
     namespace: &str,
     view: &cmset_core::observe::WorkloadView,
 ) -> Result<Vec<SetTarget>, Wait> {
-    let sets = ctx.index.sets_read(namespace, &view.referenced());
-    let mut targets = Vec::with_capacity(sets.len());
-    for (id, facts) in &sets {
-        let wait = || Wait::ForSet(format!("{} {}", id.0, id.1.name));
-        let set = ctx.stores.set(id).ok_or_else(wait)?;
-        let set = set.as_set();
-        // The index computed its facts from the same event the store holds; a mismatch means the
-        // index is a moment behind, and it triggers this workload when it catches up.
-        if set.generation() != facts.generation {
-            return Err(wait());
-        }
-        // In source mode the content's identity is the source's, once the set controller has read
-        // its current version; until then the workload waits (that read triggers it).
-        let identity = match (&facts.source, facts.valid) {
-            (Some(source), true) => match ctx.index.source(id.0, namespace, source) {
-                SourceLookup::Fresh(identity) => identity,
-                SourceLookup::Stale => return Err(wait()),
-            },
-            _ => facts.identity.clone(),
-        };
-        let revisions = ctx.index.revisions(id.0, namespace, &facts.label);
-        let target = SetTarget::observed(set, identity.as_deref(), &revisions, &view.uid).ok_or_else(wait)?;
-        // Without a wave of its own a workload is in the lowest one: no need to look at the others.
-        let lowest = match view.wave {
-            Wave::Number(0) => 0,
-            _ => ctx.index.lowest_wave(id),
-        };
-        let gate = waves::gate(set, &target.current, view, lowest);
-        targets.push(target.gated(gate));
+    let undecided = |u: Undecided| Wait::ForSet(u.to_string());
+    let gathered = Gathered::of(&ctx.index, &ctx.stores, namespace, view).map_err(undecided)?;
+    let targets = gathered.decide(view).map_err(undecided)?;
+    match gathered.gathering_left(ctx.multi_set_window) {
+        Some(left) => Err(Wait::Window(left)),
+        None => Ok(targets),
     }
-    if sets.len() > 1 {
-        let last_change = sets.iter().map(|(_, f)| f.changed_at).max();
-        if let Some(wait) = last_change
-            .and_then(|at| ctx.multi_set_window.checked_sub(at.elapsed()))
-            .filter(|w| !w.is_zero())
-        {
-            return Err(Wait::Window(wait));
-        }
-    }
-    Ok(targets)
 }
 
 async fn reconcile_inner<K: Workload>(workload: &K, ctx: &Context) -> Result<Action> {

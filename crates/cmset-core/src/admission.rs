@@ -14,16 +14,14 @@ use k8s_openapi::api::core::v1::PodSpec;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::decide::Undecided;
 use crate::health::Wave;
 use crate::hold;
-use crate::naming::refers_to_set;
 use crate::observe::{WorkloadKind, WorkloadView};
 use crate::refs::Referenced;
-use crate::rollout::{SetTarget, TemplateLabels, plan_workload};
-use crate::set::SetRef;
-use crate::waves::gate;
+use crate::rollout::{SetTarget, TemplateLabels, WorkloadPlan, plan_workload};
 
-/// What the webhook knows about one admission request besides the object and the namespace's sets.
+/// What the webhook knows about one admission request besides the object and the decision.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Circumstances {
     /// The object is being created (not updated).
@@ -35,11 +33,9 @@ pub struct Circumstances {
     pub now: String,
 }
 
-/// The opted-in workload being admitted, as the planner sees it, and its pod template's labels.
-fn opted_in_view(
-    kind: WorkloadKind,
-    object: &Value,
-) -> Option<(WorkloadView, Option<BTreeMap<String, String>>)> {
+/// The opted-in workload being admitted, as the planner sees it; `None` when it is not opted in or has
+/// no pod template.
+pub fn admitted_workload(kind: WorkloadKind, object: &Value) -> Option<WorkloadView> {
     let enabled = object.pointer(&format!(
         "/metadata/labels/{}",
         crate::refs::escape_pointer_token(labels::ENABLED)
@@ -51,7 +47,7 @@ fn opted_in_view(
     let template_labels: Option<BTreeMap<String, String>> = object
         .pointer("/spec/template/metadata/labels")
         .and_then(|l| serde_json::from_value(l.clone()).ok());
-    let workload = WorkloadView {
+    Some(WorkloadView {
         kind,
         name: object
             .pointer("/metadata/name")
@@ -64,7 +60,7 @@ fn opted_in_view(
             .unwrap_or_default()
             .to_string(),
         pod_spec,
-        template_labels: template_labels.clone().unwrap_or_default(),
+        template_labels: template_labels.unwrap_or_default(),
         wave: Wave::parse(
             object
                 .pointer(&format!(
@@ -74,28 +70,19 @@ fn opted_in_view(
                 .and_then(Value::as_str),
         ),
         health: Default::default(),
-    };
-    Some((workload, template_labels))
+    })
 }
 
-/// The names of objects of the `kinds` given that an opted-in workload references and no set of the
-/// namespace claims (its bare name or a name of its revisions' form, among sets of the matching kind):
-/// the webhook looks them up, at most `limit` of them.
+/// The names of objects of the `kinds` given that `workload` references and that no set of the
+/// namespace claims (by `claimed`: its bare name or a name of its revisions' form, among sets of the
+/// matching kind): the webhook looks them up, at most `limit` of them.
 pub fn unclaimed_names(
-    kind: WorkloadKind,
-    object: &Value,
-    sets: &[SetRef<'_>],
+    workload: &WorkloadView,
     kinds: &[Referenced],
     limit: usize,
+    claimed: impl Fn(Referenced, &str) -> bool,
 ) -> Vec<(Referenced, String)> {
-    let Some((workload, _)) = opted_in_view(kind, object) else {
-        return Vec::new();
-    };
     let names = workload.referenced();
-    let claimed = |of: Referenced, name: &str| {
-        sets.iter()
-            .any(|s| s.kind().revision_kind() == of && refers_to_set(s.name(), name))
-    };
     names
         .iter()
         .filter(|(of, name)| kinds.contains(of) && !claimed(*of, name))
@@ -104,44 +91,25 @@ pub fn unclaimed_names(
         .collect()
 }
 
-/// Whether a set the workload reads has no recorded revision yet (just created, or its spec changed
-/// moments ago): the rewrite would leave its name as it is. The webhook waits a little for it.
-pub fn awaits_sets(kind: WorkloadKind, object: &Value, sets: &[SetRef<'_>]) -> bool {
-    opted_in_view(kind, object).is_some_and(|(workload, _)| {
-        let names = workload.referenced();
-        sets.iter().any(|&set| {
-            names.contains(set.kind().revision_kind(), set.name())
-                && SetTarget::as_recorded(set, &workload.uid).is_none()
-        })
-    })
-}
-
-/// The JSON patch (RFC 6902) for an opted-in Deployment, StatefulSet or DaemonSet being admitted, or
-/// `None` when nothing changes (not opted in, no reference to a set, or everything already current or
-/// pinned by a rollback).
+/// The JSON patch (RFC 6902) for an opted-in workload being admitted, or `None` when nothing changes.
 ///
-/// A new Deployment that reads a set without a revision yet, or a name nothing has yet, is also held:
-/// created paused (see [`crate::hold`]), unless it is paused already.
+/// `decided` is [`crate::decide::targets`] for the sets it reads, as the workload controller would
+/// decide them now: the object is stored exactly as the controller would rewrite it (waves, pins and
+/// rollbacks included). While a set it reads is undecided (it has no revision yet), nothing is
+/// rewritten: the controller moves every reference at once when it is, so the workload rolls once. A
+/// new Deployment in that case, or naming a name nothing has yet, is also held: created paused (see
+/// [`crate::hold`]), unless it is paused already.
 pub fn mutate(
     kind: WorkloadKind,
     object: &Value,
-    sets: &[SetRef<'_>],
+    workload: &WorkloadView,
+    decided: &Result<Vec<SetTarget>, Undecided>,
     circumstances: &Circumstances,
 ) -> Option<Patch> {
-    let (workload, _) = opted_in_view(kind, object)?;
-    // A rollout in waves gates admission as it gates the controller: a re-applied workload of a later
-    // wave keeps the revision it runs. (The lowest wave is not known here; until the status records a
-    // rollout of the revision, admission keeps today's behaviour.)
-    let own_wave = workload.wave.number().unwrap_or(0);
-    let targets: Vec<SetTarget> = sets
-        .iter()
-        .filter_map(|&s| {
-            let target = SetTarget::as_recorded(s, &workload.uid)?;
-            let gate = gate(s, &target.current, &workload, own_wave);
-            Some(target.gated(gate))
-        })
-        .collect();
-    let plan = plan_workload(&workload, &targets);
+    let plan = match decided {
+        Ok(targets) => plan_workload(workload, targets),
+        Err(_) => WorkloadPlan::default(),
+    };
     // Objects from the API server always have template metadata; any other input still gets a patch
     // that applies to it.
     let template = match object.pointer("/spec/template/metadata") {
@@ -153,7 +121,7 @@ pub fn mutate(
     let hold = circumstances.creating
         && kind == WorkloadKind::Deployment
         && !hold::is_paused(object)
-        && (!circumstances.missing.is_empty() || awaits_sets(kind, object, sets));
+        && (!circumstances.missing.is_empty() || decided.is_err());
     let mut patch = (!plan.is_empty()).then(|| plan.admission_patch(template));
     if hold {
         patch
@@ -167,6 +135,8 @@ pub fn mutate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decide::{Identity, Observed, targets};
+    use crate::set::SetRef;
     use cmset_api::{
         ConfigMapSet, ConfigMapSetSpec, ConfigMapSetStatus, RevisionStatus, WorkloadState, WorkloadStatus,
     };
@@ -223,18 +193,51 @@ mod tests {
         found.into_iter().map(|(_, name)| name).collect()
     }
 
-    fn s(sets: &[ConfigMapSet]) -> Vec<SetRef<'_>> {
-        sets.iter().map(SetRef::from).collect()
+    /// The patch for `object` against `sets` decided as the controller decides (from each set's
+    /// status, as for a set whose spec is invalid: the decision itself is tested in `decide`).
+    fn mutate_with(
+        kind: WorkloadKind,
+        object: &Value,
+        sets: &[ConfigMapSet],
+        circumstances: &Circumstances,
+    ) -> Option<Patch> {
+        let Some(workload) = admitted_workload(kind, object) else {
+            return None;
+        };
+        let observed: Vec<Observed<'_>> = sets
+            .iter()
+            .filter(|set| {
+                workload
+                    .referenced()
+                    .iter()
+                    .any(|(_, n)| crate::naming::refers_to_set(&set.metadata.name.clone().unwrap_or_default(), n))
+            })
+            .map(|set| Observed {
+                set: SetRef::from(set),
+                identity_generation: set.metadata.generation,
+                identity: Identity::Invalid,
+                revisions: &[],
+                lowest_wave: workload.wave.number().unwrap_or(0),
+            })
+            .collect();
+        let decided = targets(&observed, &workload);
+        mutate(kind, object, &workload, &decided, circumstances)
     }
 
     fn mutated(object: &Value, sets: &[ConfigMapSet]) -> Option<Value> {
-        mutate(
-            WorkloadKind::Deployment,
-            object,
-            &s(sets),
-            &Circumstances::default(),
-        )
-        .map(|p| serde_json::to_value(p).unwrap())
+        mutate_with(WorkloadKind::Deployment, object, sets, &Circumstances::default())
+            .map(|p| serde_json::to_value(p).unwrap())
+    }
+
+    fn unclaimed(object: &Value, sets: &[ConfigMapSet], limit: usize) -> Vec<String> {
+        let Some(workload) = admitted_workload(WorkloadKind::Deployment, object) else {
+            return Vec::new();
+        };
+        let claimed = |_: Referenced, name: &str| {
+            sets.iter()
+                .any(|s| crate::naming::refers_to_set(&s.metadata.name.clone().unwrap_or_default(), name))
+        };
+        names(unclaimed_names(&workload, &[Referenced::ConfigMap], limit, claimed))
     }
 
     #[test]
@@ -304,10 +307,10 @@ mod tests {
                 None => template.remove("metadata"),
                 Some(value) => template.insert("metadata".into(), value),
             };
-            let patch = mutate(
+            let patch = mutate_with(
                 WorkloadKind::Deployment,
                 &no_metadata,
-                &s(&sets),
+                &sets,
                 &Circumstances::default(),
             )
             .unwrap();
@@ -320,9 +323,17 @@ mod tests {
     }
 
     #[test]
-    fn a_set_whose_controller_lags_still_yields_its_recorded_current_revision() {
-        let patch = mutated(&deployment("app", None, true), &[set(2, 1, vec![])]).unwrap();
-        assert_eq!(patch[1]["value"], "app-2222222222");
+    fn a_set_not_yet_decided_rewrites_nothing_and_holds_a_new_deployment() {
+        // The set's spec moved on and nothing says where it is yet: the controller would wait, so
+        // admission rewrites nothing (the controller moves every reference at once, one rollout).
+        let lagging = [set(2, 1, vec![])];
+        let kind = WorkloadKind::Deployment;
+        let object = deployment("app", None, true);
+        assert_eq!(
+            mutate_with(kind, &object, &lagging, &Circumstances::default()),
+            None
+        );
+        assert_eq!(paths(&mutate_with(kind, &object, &lagging, &creating(&[]))), HOLD);
     }
 
     #[test]
@@ -342,40 +353,40 @@ mod tests {
         )];
         let kind = WorkloadKind::Deployment;
         assert_eq!(
-            mutate(
+            mutate_with(
                 kind,
                 &deployment("app-2222222222", Some("u1"), true),
-                &s(&sets),
+                &sets,
                 &Circumstances::default()
             ),
             None,
             "current"
         );
         assert_eq!(
-            mutate(
+            mutate_with(
                 kind,
                 &deployment("app-hhhhhhhhhh", Some("u1"), true),
-                &s(&sets),
+                &sets,
                 &Circumstances::default()
             ),
             None,
             "pinned by undo"
         );
         assert_eq!(
-            mutate(
+            mutate_with(
                 kind,
                 &deployment("other", Some("u1"), true),
-                &s(&sets),
+                &sets,
                 &Circumstances::default()
             ),
             None,
             "unrelated"
         );
         assert_eq!(
-            mutate(
+            mutate_with(
                 kind,
                 &deployment("app", Some("u1"), false),
-                &s(&sets),
+                &sets,
                 &Circumstances::default()
             ),
             None,
@@ -383,10 +394,10 @@ mod tests {
         );
         // The same old revision on a workload cmset never moved is a missed update: it moves.
         assert!(
-            mutate(
+            mutate_with(
                 kind,
                 &deployment("app-hhhhhhhhhh", Some("u2"), true),
-                &s(&sets),
+                &sets,
                 &Circumstances::default()
             )
             .is_some()
@@ -428,50 +439,46 @@ mod tests {
     fn a_new_deployment_whose_set_has_no_revision_yet_or_does_not_exist_yet_is_held() {
         let kind = WorkloadKind::Deployment;
         let object = deployment("app", None, true);
-        assert!(awaits_sets(kind, &object, &s(&[new_set()])));
         assert_eq!(
-            paths(&mutate(kind, &object, &s(&[new_set()]), &creating(&[]))),
+            paths(&mutate_with(kind, &object, &[new_set()], &creating(&[]))),
             HOLD
         );
         // The set arrives after the Deployment: the name is missing altogether.
-        assert_eq!(
-            names(unclaimed_names(kind, &object, &[], &[Referenced::ConfigMap], 8)),
-            ["app"]
-        );
-        assert_eq!(paths(&mutate(kind, &object, &[], &creating(&["app"]))), HOLD);
+        assert_eq!(unclaimed(&object, &[], 8), ["app"]);
+        assert_eq!(paths(&mutate_with(kind, &object, &[], &creating(&["app"]))), HOLD);
     }
 
     #[test]
     fn nothing_is_held_that_can_be_rewritten_is_updated_is_paused_or_cannot_pause() {
         let kind = WorkloadKind::Deployment;
         let object = deployment("app", None, true);
-        let rewritten = mutate(kind, &object, &s(&[set(1, 1, vec![])]), &creating(&[]));
+        let rewritten = mutate_with(kind, &object, &[set(1, 1, vec![])], &creating(&[]));
         assert_eq!(paths(&rewritten).len(), 3, "rewritten, not held: {rewritten:?}");
         let updating = Circumstances {
             creating: false,
             ..creating(&["app"])
         };
         assert_eq!(
-            mutate(kind, &object, &[], &updating),
+            mutate_with(kind, &object, &[], &updating),
             None,
             "a running Deployment is never paused"
         );
         let mut paused = object.clone();
         paused["spec"]["paused"] = json!(true);
         assert_eq!(
-            mutate(kind, &paused, &[], &creating(&["app"])),
+            mutate_with(kind, &paused, &[], &creating(&["app"])),
             None,
             "its own pause"
         );
         for kind in [WorkloadKind::StatefulSet, WorkloadKind::DaemonSet] {
             assert_eq!(
-                mutate(kind, &object, &[], &creating(&["app"])),
+                mutate_with(kind, &object, &[], &creating(&["app"])),
                 None,
                 "{kind} has no pause"
             );
         }
         assert_eq!(
-            mutate(kind, &deployment("app", None, false), &[], &creating(&["app"])),
+            mutate_with(kind, &deployment("app", None, false), &[], &creating(&["app"])),
             None,
             "not opted in"
         );
@@ -479,51 +486,12 @@ mod tests {
 
     #[test]
     fn only_names_no_set_claims_are_looked_up() {
-        let kind = WorkloadKind::Deployment;
         let sets = [set(1, 1, vec![])];
         for claimed in ["app", "app-2222222222", "app-hhhhhhhhhh"] {
-            assert!(
-                names(unclaimed_names(
-                    kind,
-                    &deployment(claimed, None, true),
-                    &s(&sets),
-                    &[Referenced::ConfigMap],
-                    8
-                ))
-                .is_empty(),
-                "{claimed}"
-            );
+            assert!(unclaimed(&deployment(claimed, None, true), &sets, 8).is_empty(), "{claimed}");
         }
-        assert_eq!(
-            names(unclaimed_names(
-                kind,
-                &deployment("plain", None, true),
-                &s(&sets),
-                &[Referenced::ConfigMap],
-                8
-            )),
-            ["plain"]
-        );
-        assert!(
-            names(unclaimed_names(
-                kind,
-                &deployment("plain", None, true),
-                &s(&sets),
-                &[Referenced::ConfigMap],
-                0
-            ))
-            .is_empty(),
-            "bounded"
-        );
-        assert!(
-            names(unclaimed_names(
-                kind,
-                &deployment("plain", None, false),
-                &s(&sets),
-                &[Referenced::ConfigMap],
-                8
-            ))
-            .is_empty()
-        );
+        assert_eq!(unclaimed(&deployment("plain", None, true), &sets, 8), ["plain"]);
+        assert!(unclaimed(&deployment("plain", None, true), &sets, 0).is_empty(), "bounded");
+        assert!(unclaimed(&deployment("plain", None, false), &sets, 8).is_empty(), "not opted in");
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod admission;
 pub mod conditions;
+pub mod decide;
 pub mod hash;
 pub mod health;
 pub mod history;

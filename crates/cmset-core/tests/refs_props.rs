@@ -10,6 +10,8 @@ use cmset_api::{
     ConfigMapSet, ConfigMapSetSpec, ConfigMapSetStatus, RevisionStatus, WorkloadState, WorkloadStatus,
 };
 use cmset_core::admission;
+use cmset_core::decide::{self, Identity, Observed, Undecided};
+use cmset_core::waves::Gate;
 use cmset_core::observe::{WorkloadKind, WorkloadView};
 use cmset_core::refs::{
     NameChange, Referenced, TEMPLATE_POD_SPEC_POINTER, apply_changes, escape_pointer_token, find_refs,
@@ -602,20 +604,48 @@ proptest! {
         }
     }
 
-    /// Admission gives the same move as the controller (for the sets as their status records them), its
-    /// patch applies to the object being admitted, and admitting the result again changes nothing: a
-    /// re-applied manifest and the stored object agree.
+    /// For a set whose spec cannot be decided from (invalid), the one decision every caller asks gives
+    /// back what the set's status records: its current revision, its revisions and the rollout record.
+    #[test]
+    fn the_decision_for_an_invalid_spec_is_what_the_status_records(
+        target in targets().prop_filter("a set", |t| !t.is_empty()).prop_map(|t| t[0].clone())
+    ) {
+        let set = recorded_set(&target);
+        let view = workload(PodSpec::default(), false);
+        let observed = Observed {
+            set: SetRef::from(&set),
+            identity_generation: set.metadata.generation,
+            identity: Identity::Invalid,
+            revisions: &[],
+            lowest_wave: 0,
+        };
+        let decided = decide::target(&observed, &view).expect("a settled status decides");
+        prop_assert_eq!(&decided.current, &target.current);
+        prop_assert_eq!(&decided.revisions, &target.revisions);
+        prop_assert_eq!(&decided.rolled_out, &target.rolled_out);
+        prop_assert_eq!(decided.gate, Gate::Open);
+        // The same set seen before its spec's identity caught up: undecided, never a guess.
+        let behind = Observed { identity_generation: Some(0), ..observed };
+        prop_assert!(decide::target(&behind, &view).is_err());
+    }
+
+    /// Given the controller's decision, admission makes the same move, its patch applies to the object
+    /// being admitted, and admitting the result again changes nothing: a re-applied manifest and the
+    /// stored object agree.
     #[test]
     fn admission_moves_what_the_controller_moves_and_then_nothing(
         spec in pod_spec_naming(&planner_name()),
         targets in targets(),
     ) {
-        let sets: Vec<ConfigMapSet> = targets.iter().map(recorded_set).collect();
-        let sets: Vec<SetRef<'_>> = sets.iter().map(SetRef::from).collect();
         let object = opted_in(&spec);
         let plan = plan_workload(&workload(spec.clone(), false), &targets);
         let updating = admission::Circumstances::default();
-        let patch = admission::mutate(WorkloadKind::Deployment, &object, &sets, &updating);
+        let decided = Ok(targets.clone());
+        let admit = |object: &Value| {
+            let view = admission::admitted_workload(WorkloadKind::Deployment, object).expect("opted in");
+            admission::mutate(WorkloadKind::Deployment, object, &view, &decided, &updating)
+        };
+        let patch = admit(&object);
         prop_assert_eq!(patch.is_some(), !plan.is_empty());
         let Some(patch) = patch else { return Ok(()) };
         let mut admitted = object.clone();
@@ -626,23 +656,23 @@ proptest! {
             &admitted["spec"]["template"]["metadata"]["labels"][cmset_api::labels::MANAGED_TEMPLATE],
             &json!("true")
         );
-        prop_assert!(admission::mutate(WorkloadKind::Deployment, &admitted, &sets, &updating).is_none());
+        prop_assert!(admit(&admitted).is_none());
     }
 
     /// Admission never panics, whatever object it is sent: any JSON at all, or a workload with parts
     /// replaced by values of the wrong type.
     #[test]
     fn admission_copes_with_any_object(object in any_object(), targets in targets(), creating: bool) {
-        let sets: Vec<ConfigMapSet> = targets.iter().map(recorded_set).collect();
-        let sets: Vec<SetRef<'_>> = sets.iter().map(SetRef::from).collect();
         // Created with a name nothing has yet: held, when it is a Deployment.
         let circumstances = admission::Circumstances {
             creating,
             missing: [(Referenced::ConfigMap, "later".to_string())].into(),
             now: "2026-11-23T10:00:00Z".into(),
         };
-        for kind in WorkloadKind::ALL {
-            if let Some(patch) = admission::mutate(kind, &object, &sets, &circumstances) {
+        let decisions = [Ok(targets), Err(Undecided::Set("ConfigMapSet later".into()))];
+        for (kind, decided) in WorkloadKind::ALL.into_iter().flat_map(|k| decisions.iter().map(move |d| (k, d))) {
+            let Some(view) = admission::admitted_workload(kind, &object) else { continue };
+            if let Some(patch) = admission::mutate(kind, &object, &view, decided, &circumstances) {
                 // What it does return applies to the object.
                 let mut patched = object.clone();
                 apply_patch(&mut patched, &patch).map_err(TestCaseError::fail)?;

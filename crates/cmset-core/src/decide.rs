@@ -1,0 +1,112 @@
+//! Which revision a workload should name now, for every set it reads: the one decision that the
+//! workload controller, the admission webhook and `kubectl cmset` make, asked in one place so that they
+//! cannot disagree (waves, pins, rollbacks and holds included).
+//!
+//! The inputs are what an observer knows of each set: the set itself (its spec and status), the content
+//! identity of its spec (computed once per spec change by the caller, or the identity of its source's
+//! content in source mode), the revision objects labelled for it, and the lowest wave among the
+//! workloads that read it. Where that is not enough to decide (the revision for the spec does not exist
+//! yet, the source was not read yet, the observer is a moment behind the set), the answer is
+//! [`Undecided`]: the caller waits for its observations to catch up rather than guess.
+
+use std::time::Duration;
+
+use crate::observe::{RevisionView, WorkloadView};
+use crate::rollout::SetTarget;
+use crate::set::SetRef;
+use crate::waves;
+
+/// What is known of the content of a set's spec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Identity<'a> {
+    /// The content identity of a valid spec (or of its source's content).
+    Known(&'a str),
+    /// The spec is invalid: workloads stay on the last good revision its status records.
+    Invalid,
+    /// In source mode, the source has not been read at its current version yet.
+    Unread,
+}
+
+/// One set a workload reads, as observed.
+#[derive(Clone, Copy, Debug)]
+pub struct Observed<'a> {
+    pub set: SetRef<'a>,
+    /// The generation of the set the identity was computed from: an identity computed from another
+    /// generation than the set's is stale.
+    pub identity_generation: Option<i64>,
+    pub identity: Identity<'a>,
+    /// The revision objects labelled for the set (of any owner; the decision filters them).
+    pub revisions: &'a [RevisionView],
+    /// The lowest wave among the workloads that read the set (0 without waves).
+    pub lowest_wave: i32,
+}
+
+/// Why a decision cannot be made yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Undecided {
+    /// This set (kind and name) has no revision for its spec yet, or is not fully observed.
+    Set(String),
+}
+
+impl std::fmt::Display for Undecided {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Set(set) => write!(f, "{set} has no revision for its current spec yet"),
+        }
+    }
+}
+
+/// Where `workload`'s references to `observed.set` should point: the set's current revision and what
+/// the rollout of that revision lets this workload do.
+pub fn target(observed: &Observed<'_>, workload: &WorkloadView) -> Result<SetTarget, Undecided> {
+    let set = observed.set;
+    let undecided = || Undecided::Set(format!("{} {}", set.kind(), set.name()));
+    if observed.identity_generation != set.generation() {
+        return Err(undecided());
+    }
+    let identity = match observed.identity {
+        Identity::Known(identity) => Some(identity),
+        Identity::Invalid => None,
+        Identity::Unread => return Err(undecided()),
+    };
+    let target = SetTarget::observed(set, identity, observed.revisions, &workload.uid).ok_or_else(undecided)?;
+    let gate = waves::gate(set, &target.current, workload, observed.lowest_wave);
+    Ok(target.gated(gate))
+}
+
+/// The targets of every set `workload` reads, or the first set it must wait for.
+pub fn targets(observed: &[Observed<'_>], workload: &WorkloadView) -> Result<Vec<SetTarget>, Undecided> {
+    observed.iter().map(|o| target(o, workload)).collect()
+}
+
+/// How long a workload that reads several sets still waits after the last change to one of them, so
+/// that sets changed by one apply land in one rollout: `None` when it need not wait. `changed_ago` is,
+/// for each set it reads, how long ago its content last changed.
+pub fn gathering_left(changed_ago: &[Duration], window: Duration) -> Option<Duration> {
+    if changed_ago.len() < 2 {
+        return None;
+    }
+    let latest = changed_ago.iter().min()?;
+    window.checked_sub(*latest).filter(|left| !left.is_zero())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_set_never_waits_for_the_window() {
+        let window = Duration::from_millis(500);
+        assert_eq!(gathering_left(&[Duration::ZERO], window), None);
+        assert_eq!(gathering_left(&[], window), None);
+    }
+
+    #[test]
+    fn several_sets_wait_out_the_window_after_the_latest_change() {
+        let window = Duration::from_millis(500);
+        let ago = [Duration::from_millis(100), Duration::from_secs(60)];
+        assert_eq!(gathering_left(&ago, window), Some(Duration::from_millis(400)));
+        let ago = [Duration::from_millis(500), Duration::from_secs(60)];
+        assert_eq!(gathering_left(&ago, window), None);
+    }
+}
