@@ -40,7 +40,12 @@ impl Gathered {
     /// Looks up every set `workload`'s names can refer to in `namespace`. A set the index knows but the
     /// store does not hold yet (the two are fed by the same event, one a moment after the other) makes
     /// the decision wait.
-    pub fn of(index: &Index, stores: &Stores, namespace: &str, workload: &WorkloadView) -> Result<Self, Undecided> {
+    pub fn of(
+        index: &Index,
+        stores: &Stores,
+        namespace: &str,
+        workload: &WorkloadView,
+    ) -> Result<Self, Undecided> {
         let sets = index.sets_read(namespace, &workload.referenced());
         let mut entries = Vec::with_capacity(sets.len());
         for (id, facts) in sets {

@@ -31,7 +31,8 @@ use cmset_core::set::{SetKind, SetRef};
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -72,6 +73,9 @@ pub type SetId = (SetKind, Key);
 pub enum ReaderKind {
     Workload(WorkloadKind),
     History(HistoryKind),
+    /// A Pod made from a template cmset rewrote: it keeps the revisions it names in use (a Pod can
+    /// outlive its ReplicaSet), but takes no part in any decision, so it triggers nothing.
+    Pod,
 }
 
 /// What the index knows of a set beyond its object, computed once per change of its spec.
@@ -191,8 +195,10 @@ impl State {
                 .or_default()
                 .insert((kind, key.name.clone()));
         }
-        self.trigger_sets_named(&key.namespace, &previous, out);
-        self.trigger_sets_named(&key.namespace, &names, out);
+        if kind != ReaderKind::Pod {
+            self.trigger_sets_named(&key.namespace, &previous, out);
+            self.trigger_sets_named(&key.namespace, &names, out);
+        }
         if !names.is_empty() {
             self.reader_names.insert((kind, key.clone()), names);
         }
@@ -677,6 +683,47 @@ impl Indexed for ControllerRevision {
     }
 }
 
+/// Pods of rewritten templates: reduced to the names they reference, so that a revision a running Pod
+/// names is never pruned (answered here instead of by listing the namespace's Pods at each prune).
+impl Indexed for Pod {
+    const NAME: &'static str = "Pod";
+
+    fn selector() -> Option<String> {
+        managed_selector()
+    }
+
+    fn slim(&mut self) {
+        let spec = self.spec.as_ref().map(cmset_core::slim::references_only);
+        *self = Pod {
+            metadata: ObjectMeta {
+                name: self.metadata.name.take(),
+                namespace: self.metadata.namespace.take(),
+                ..ObjectMeta::default()
+            },
+            spec,
+            status: None,
+        };
+    }
+
+    fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
+        let names = self.spec.as_ref().map(RefNames::of).unwrap_or_default();
+        state.link_reader(ReaderKind::Pod, key, names, out);
+    }
+
+    fn unindex(key: &Key, state: &mut State, out: &mut Triggers) {
+        state.unlink_reader(ReaderKind::Pod, key, out);
+    }
+
+    fn indexed_keys(state: &State) -> Vec<Key> {
+        state
+            .reader_names
+            .keys()
+            .filter(|(k, _)| *k == ReaderKind::Pod)
+            .map(|(_, key)| key.clone())
+            .collect()
+    }
+}
+
 fn send_to<K: Resource<DynamicType = ()>>(queue: &UnboundedSender<ObjectRef<K>>, key: &Key) -> bool {
     queue
         .unbounded_send(ObjectRef::new(&key.name).within(&key.namespace))
@@ -870,6 +917,7 @@ impl Index {
         for (kind, name) in state.readers.get(set).into_iter().flatten() {
             match kind {
                 ReaderKind::Workload(kind) => readers.workloads.push((*kind, name.clone())),
+                ReaderKind::Pod => {}
                 ReaderKind::History(kind) => {
                     let key = (*kind, Key::new(&set.1.namespace, name));
                     if let Some(h) = state.history.get(&key) {
@@ -879,6 +927,25 @@ impl Index {
             }
         }
         readers
+    }
+
+    /// The names of objects of `kind` that the Pods listed under set `set` reference: a revision among
+    /// them is in use.
+    pub fn pod_refs(&self, set: &SetId, kind: Referenced) -> BTreeSet<String> {
+        let state = self.read();
+        state
+            .readers
+            .get(set)
+            .into_iter()
+            .flatten()
+            .filter(|(reader, _)| *reader == ReaderKind::Pod)
+            .filter_map(|(_, name)| {
+                state
+                    .reader_names
+                    .get(&(ReaderKind::Pod, Key::new(&set.1.namespace, name)))
+            })
+            .flat_map(|names| names.get(kind).iter().cloned())
+            .collect()
     }
 
     /// The lowest valid wave among the opted-in workloads that name set `set` or one of its revisions
@@ -892,7 +959,7 @@ impl Index {
             .flatten()
             .filter_map(|(kind, name)| match kind {
                 ReaderKind::Workload(kind) => state.progress.get(&(*kind, Key::new(&set.1.namespace, name))),
-                ReaderKind::History(_) => None,
+                ReaderKind::History(_) | ReaderKind::Pod => None,
             })
             .filter_map(|(wave, _)| wave.number())
             .min()

@@ -11,7 +11,8 @@
 //! - Deployments, StatefulSets, DaemonSets: label `cmset.dev/enabled=true`; stored slim.
 //! - ReplicaSets, ControllerRevisions: label `cmset.dev/managed=true` (which cmset puts on the pod
 //!   templates it rewrites); reduced to the names they reference, not stored.
-//! - Pods: never watched; listed by label only when a prune is about to happen.
+//! - Pods: label `cmset.dev/managed=true`, reduced to the names they reference (a revision a running
+//!   Pod names is in use), not stored.
 //!
 //! Every watch event passes through the [`Index`], which sends the reconciles it triggers to the
 //! controllers (`reconcile_on`): no mapper ever walks a cache.
@@ -23,7 +24,7 @@ use cmset_api::{ConfigMapSet, SecretSet};
 use futures::channel::mpsc::UnboundedSender;
 use futures::{FutureExt, Stream, StreamExt, future::BoxFuture};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::utils::ResetTimerBackoff;
@@ -52,8 +53,8 @@ pub struct Settings {
 }
 
 /// Every kind watched, each feeding the index once: ConfigMapSet, ConfigMap, Deployment, StatefulSet,
-/// DaemonSet, ReplicaSet, ControllerRevision; with SecretSets, also SecretSet and Secret.
-const WATCHED_KINDS: usize = 7;
+/// DaemonSet, ReplicaSet, ControllerRevision, Pod; with SecretSets, also SecretSet and Secret.
+const WATCHED_KINDS: usize = 8;
 const SECRET_KINDS: usize = 2;
 
 fn api<K: Indexed>(client: &Client, namespace: Option<&str>) -> Api<K> {
@@ -180,18 +181,24 @@ pub struct Scope {
 
 impl Scope {
     /// Starts watching: the returned future drives every watch of the scope (forever; drop it to stop).
-    pub fn watch(client: &Client, namespace: Option<String>, secret_sets: bool) -> (Arc<Self>, BoxFuture<'static, ()>) {
+    pub fn watch(
+        client: &Client,
+        namespace: Option<String>,
+        secret_sets: bool,
+    ) -> (Arc<Self>, BoxFuture<'static, ()>) {
         let ns = namespace.as_deref();
         let (senders, receivers) = trigger_channels();
         let kinds = WATCHED_KINDS + if secret_sets { SECRET_KINDS } else { 0 };
         let index = Arc::new(Index::new(kinds, Some(senders.clone())));
 
-        let (sets, sets_watch) = stored_watch::<ConfigMapSet>(client, ns, index.clone(), senders.sets.clone());
+        let (sets, sets_watch) =
+            stored_watch::<ConfigMapSet>(client, ns, index.clone(), senders.sets.clone());
         let (deployments, deploy_watch) =
             stored_watch::<Deployment>(client, ns, index.clone(), senders.deployments.clone());
         let (statefulsets, sts_watch) =
             stored_watch::<StatefulSet>(client, ns, index.clone(), senders.statefulsets.clone());
-        let (daemonsets, ds_watch) = stored_watch::<DaemonSet>(client, ns, index.clone(), senders.daemonsets.clone());
+        let (daemonsets, ds_watch) =
+            stored_watch::<DaemonSet>(client, ns, index.clone(), senders.daemonsets.clone());
         let mut watches = vec![
             sets_watch,
             deploy_watch,
@@ -200,11 +207,17 @@ impl Scope {
             indexed_watch::<PartialObjectMeta<ConfigMap>>(client, ns, index.clone()),
             indexed_watch::<ReplicaSet>(client, ns, index.clone()),
             indexed_watch::<ControllerRevision>(client, ns, index.clone()),
+            indexed_watch::<Pod>(client, ns, index.clone()),
         ];
         let secret_sets = secret_sets.then(|| {
-            let (store, watch) = stored_watch::<SecretSet>(client, ns, index.clone(), senders.secret_sets.clone());
+            let (store, watch) =
+                stored_watch::<SecretSet>(client, ns, index.clone(), senders.secret_sets.clone());
             watches.push(watch);
-            watches.push(indexed_watch::<PartialObjectMeta<Secret>>(client, ns, index.clone()));
+            watches.push(indexed_watch::<PartialObjectMeta<Secret>>(
+                client,
+                ns,
+                index.clone(),
+            ));
             store
         });
         let stores = Stores {

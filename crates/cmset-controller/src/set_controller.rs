@@ -19,8 +19,8 @@ use cmset_core::refs::Referenced;
 use cmset_core::revision::{Existing, ExistingName, NewRevision, claim_patch, classify_existing};
 use cmset_core::set::{Content, SetKind, SetRef, SourceState};
 use cmset_core::waves;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Api, ResourceExt};
@@ -242,16 +242,12 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
         return Ok(Action::await_change());
     }
     let (revisions, workloads, history) = observe(ctx, &id);
+    let pod_refs = ctx.index.pod_refs(&id, S::KIND.revision_kind());
     let mut held = hold_source(ctx, set, &namespace, false).await?;
-    let pod_refs;
-    let mut plan = plan_once(ctx, set, &held, &revisions, &workloads, &history, None);
+    let mut plan = plan_once(ctx, set, &held, &revisions, &workloads, &history, Some(&pod_refs));
     if plan.needs_content {
         // A new revision is to be made of the source: read its content now.
         held = hold_source(ctx, set, &namespace, true).await?;
-        plan = plan_once(ctx, set, &held, &revisions, &workloads, &history, None);
-    }
-    if plan.needs_pods {
-        pod_refs = list_pod_refs(ctx, &namespace, S::KIND.revision_kind()).await?;
         plan = plan_once(ctx, set, &held, &revisions, &workloads, &history, Some(&pod_refs));
     }
     if plan.is_quiet(set) {
@@ -282,7 +278,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
             Created::Adopted => return Ok(Action::requeue(SOON)),
             Created::Collision(taken) => {
                 // Record the bumped collision count first: the next reconcile picks the next name.
-                let input = input(ctx, set, &held, &revisions, &workloads, &history, None);
+                let input = input(ctx, set, &held, &revisions, &workloads, &history, Some(&pod_refs));
                 let previous = set.status().cloned().unwrap_or_default();
                 plan = plan_collision(&input, &previous, &taken);
                 write_status::<S>(ctx, object, &plan).await?;
@@ -529,21 +525,6 @@ async fn create_revision(
         })?;
     }
     Ok(Created::Adopted)
-}
-
-/// Names of objects of `kind` referenced by the Pods cmset's rewritten templates made: listed only when
-/// something is about to be pruned, so Pods are never watched or cached.
-async fn list_pod_refs(ctx: &Context, namespace: &str, kind: Referenced) -> Result<BTreeSet<String>> {
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
-    let selector = format!("{}=true", labels::MANAGED_TEMPLATE);
-    let list = pods
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(|source| Error::ListPods {
-            namespace: namespace.to_string(),
-            source,
-        })?;
-    Ok(views::pod_refs(&list.items, kind))
 }
 
 /// Writes the planned status with a server-side apply of the whole status, forcing ownership: cmset

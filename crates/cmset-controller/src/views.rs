@@ -1,13 +1,12 @@
 //! Turns API objects into the plain views `cmset-core` plans from.
 
-use std::collections::BTreeSet;
 
 use cmset_core::health::{Progress, Wave, health};
 use cmset_core::observe::{HistoryKind, HistoryObject, RefNames, RevisionView, WorkloadKind, WorkloadView};
 use cmset_core::refs;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube::core::PartialObjectMeta;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
@@ -200,14 +199,6 @@ where
         owner_references: cm.owner_references().to_vec(),
         being_deleted: cm.metadata.deletion_timestamp.is_some(),
     }
-}
-
-/// The names of objects of `kind` the Pods reference.
-pub fn pod_refs(pods: &[Pod], kind: refs::Referenced) -> BTreeSet<String> {
-    pods.iter()
-        .filter_map(|p| p.spec.as_ref())
-        .flat_map(|spec| refs::find_refs_to(spec, kind).into_iter().map(|r| r.name))
-        .collect()
 }
 
 #[cfg(test)]

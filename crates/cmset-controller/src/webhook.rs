@@ -207,7 +207,10 @@ async fn decide(
     loop {
         changes.mark_unchanged();
         let gathered = Gathered::of(&scope.index, &scope.stores, namespace, workload);
-        let decided = gathered.as_ref().map_err(Clone::clone).and_then(|g| g.decide(workload));
+        let decided = gathered
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|g| g.decide(workload));
         let now = tokio::time::Instant::now();
         match (&decided, &gathered) {
             (Ok(_), Ok(gathered)) => {
@@ -266,7 +269,9 @@ async fn missing_names(
                 missing.insert((of, name));
             }
             Ok(Ok(true)) => {}
-            Ok(Err(e)) => warn!(%namespace, %of, error = %e, "admission: could not look a name up; taking it as present"),
+            Ok(Err(e)) => {
+                warn!(%namespace, %of, error = %e, "admission: could not look a name up; taking it as present")
+            }
             Err(_) => warn!(%namespace, %of, "admission: looking a name up timed out; taking it as present"),
         }
     }

@@ -30,8 +30,8 @@ use kube::{Api, ResourceExt};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::context::{Context, Reconciled};
-use crate::error::{Error, Result};
 use crate::decisions::Gathered;
+use crate::error::{Error, Result};
 use crate::index::Key;
 use crate::views::{self, Workload};
 

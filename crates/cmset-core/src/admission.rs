@@ -207,10 +207,9 @@ mod tests {
         let observed: Vec<Observed<'_>> = sets
             .iter()
             .filter(|set| {
-                workload
-                    .referenced()
-                    .iter()
-                    .any(|(_, n)| crate::naming::refers_to_set(&set.metadata.name.clone().unwrap_or_default(), n))
+                workload.referenced().iter().any(|(_, n)| {
+                    crate::naming::refers_to_set(&set.metadata.name.clone().unwrap_or_default(), n)
+                })
             })
             .map(|set| Observed {
                 set: SetRef::from(set),
@@ -237,7 +236,12 @@ mod tests {
             sets.iter()
                 .any(|s| crate::naming::refers_to_set(&s.metadata.name.clone().unwrap_or_default(), name))
         };
-        names(unclaimed_names(&workload, &[Referenced::ConfigMap], limit, claimed))
+        names(unclaimed_names(
+            &workload,
+            &[Referenced::ConfigMap],
+            limit,
+            claimed,
+        ))
     }
 
     #[test]
@@ -488,10 +492,19 @@ mod tests {
     fn only_names_no_set_claims_are_looked_up() {
         let sets = [set(1, 1, vec![])];
         for claimed in ["app", "app-2222222222", "app-hhhhhhhhhh"] {
-            assert!(unclaimed(&deployment(claimed, None, true), &sets, 8).is_empty(), "{claimed}");
+            assert!(
+                unclaimed(&deployment(claimed, None, true), &sets, 8).is_empty(),
+                "{claimed}"
+            );
         }
         assert_eq!(unclaimed(&deployment("plain", None, true), &sets, 8), ["plain"]);
-        assert!(unclaimed(&deployment("plain", None, true), &sets, 0).is_empty(), "bounded");
-        assert!(unclaimed(&deployment("plain", None, false), &sets, 8).is_empty(), "not opted in");
+        assert!(
+            unclaimed(&deployment("plain", None, true), &sets, 0).is_empty(),
+            "bounded"
+        );
+        assert!(
+            unclaimed(&deployment("plain", None, false), &sets, 8).is_empty(),
+            "not opted in"
+        );
     }
 }

@@ -69,7 +69,8 @@ pub fn target(observed: &Observed<'_>, workload: &WorkloadView) -> Result<SetTar
         Identity::Invalid => None,
         Identity::Unread => return Err(undecided()),
     };
-    let target = SetTarget::observed(set, identity, observed.revisions, &workload.uid).ok_or_else(undecided)?;
+    let target =
+        SetTarget::observed(set, identity, observed.revisions, &workload.uid).ok_or_else(undecided)?;
     let gate = waves::gate(set, &target.current, workload, observed.lowest_wave);
     Ok(target.gated(gate))
 }

@@ -11,7 +11,6 @@ use cmset_api::{
 };
 use cmset_core::admission;
 use cmset_core::decide::{self, Identity, Observed, Undecided};
-use cmset_core::waves::Gate;
 use cmset_core::observe::{WorkloadKind, WorkloadView};
 use cmset_core::refs::{
     NameChange, Referenced, TEMPLATE_POD_SPEC_POINTER, apply_changes, escape_pointer_token, find_refs,
@@ -19,6 +18,7 @@ use cmset_core::refs::{
 };
 use cmset_core::rollout::{SetTarget, WorkloadPlan, plan_workload};
 use cmset_core::set::SetRef;
+use cmset_core::waves::Gate;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
 use k8s_openapi::api::core::v1::{
