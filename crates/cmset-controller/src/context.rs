@@ -1,8 +1,7 @@
 //! What every reconciliation shares: the client, the informer caches, the event recorder, metrics and
 //! the clock (passed in, so tests can fix it).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cmset_api::{ConfigMapSet, ConfigMapSetStatus, SecretSet};
@@ -17,6 +16,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::backoff::{self, Failure, Failures};
 use crate::index::{Index, Key, SetId};
+use crate::memory::SetMemory;
 use crate::metrics::Metrics;
 use crate::views;
 
@@ -92,11 +92,8 @@ pub struct Context {
     /// How long a workload that reads several sets waits after the last change to any of them, so
     /// that sets changed by one apply land in one rollout (see `workload_controller`).
     pub multi_set_window: Duration,
-    /// Since when each set has had only deferrable writes planned (see `set_controller`): batched
-    /// until [`BATCH_WINDOW`] has passed or an urgent write comes along.
-    pub deferred: Mutex<HashMap<SetId, Instant>>,
-    /// The last status written for each set, with the resourceVersion it was planned from.
-    written: Mutex<HashMap<SetId, (Option<String>, ConfigMapSetStatus)>>,
+    /// The set controller's memory of its own writes and deferrals (bounded; see [`SetMemory`]).
+    memory: SetMemory,
     /// Consecutive reconcile failures per object, for the backoff of `error_policy`.
     pub failures: Failures<Reconciled>,
 }
@@ -132,8 +129,7 @@ impl Context {
             metrics,
             clock,
             multi_set_window: Duration::from_millis(500),
-            deferred: Mutex::new(HashMap::new()),
-            written: Mutex::new(HashMap::new()),
+            memory: SetMemory::default(),
             failures: Failures::default(),
         }
     }
@@ -174,12 +170,14 @@ impl Context {
         self.index.is_ready()
     }
 
-    /// Marks `set`'s pending writes as deferred: `Some(wait)` while the batch window since the first
-    /// deferral is still open, `None` once it has passed (write now).
+    /// Marks `set`'s pending writes as deferred (batched until [`BATCH_WINDOW`] has passed or an
+    /// urgent write comes along): `Some(wait)` while the window since the first deferral is still open,
+    /// `None` once it has passed (write now).
     pub fn defer(&self, set: &SetId) -> Option<Duration> {
         let now = Instant::now();
-        let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
-        let since = *deferred.entry(set.clone()).or_insert(now);
+        let since = self
+            .memory
+            .deferred_since(set, now, |s| self.stores.set(s).is_some());
         BATCH_WINDOW
             .checked_sub(now.duration_since(since))
             .filter(|w| !w.is_zero())
@@ -187,27 +185,34 @@ impl Context {
 
     /// Forgets a deferral: the writes were made, or are no longer wanted.
     pub fn forget_deferred(&self, set: &SetId) {
-        self.deferred
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(set);
+        self.memory.forget_deferred(set);
+    }
+
+    /// Forgets everything remembered of a set being deleted.
+    pub fn forget_set(&self, set: &SetId) {
+        self.memory.forget(set);
     }
 
     /// Whether `status` is what this process already wrote for `set` as the store still shows it: the
     /// store has not caught up with that write yet, and writing it again would change nothing. A set
     /// changed by anyone since (another resourceVersion) is planned against as usual.
     pub fn wrote_already(&self, key: &SetId, set: SetRef<'_>, status: &ConfigMapSetStatus) -> bool {
-        let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
-        written
-            .get(key)
-            .is_some_and(|(from, wrote)| *from == set.metadata().resource_version && wrote == status)
+        self.memory
+            .wrote_already(key, &set.metadata().resource_version, status)
     }
 
     pub fn remember_written(&self, key: &SetId, set: SetRef<'_>, status: &ConfigMapSetStatus) {
-        self.written.lock().unwrap_or_else(|e| e.into_inner()).insert(
-            key.clone(),
-            (set.metadata().resource_version.clone(), status.clone()),
+        self.memory.remember_written(
+            key,
+            set.metadata().resource_version.clone(),
+            status.clone(),
+            |s| self.stores.set(s).is_some(),
         );
+    }
+
+    /// The set controller's memory of its writes (tests read and prime it).
+    pub fn memory(&self) -> &SetMemory {
+        &self.memory
     }
 
     /// Sends one write of state to the API server: every write goes through here, counted by operation

@@ -12,6 +12,7 @@ pub mod error;
 pub mod http;
 pub mod index;
 pub mod leader;
+pub mod memory;
 pub mod metrics;
 pub mod runtime;
 pub mod server;

@@ -238,7 +238,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     if object.meta().deletion_timestamp.is_some() {
         // The garbage collector deletes the revisions only the set owns; the ones a ReplicaSet or
         // ControllerRevision also owns stay until those go. Nothing to do here.
-        ctx.forget_deferred(&id);
+        ctx.forget_set(&id);
         return Ok(Action::await_change());
     }
     let (revisions, workloads, history) = observe(ctx, &id);

@@ -1,6 +1,5 @@
 //! Turns API objects into the plain views `cmset-core` plans from.
 
-
 use cmset_core::health::{Progress, Wave, health};
 use cmset_core::observe::{HistoryKind, HistoryObject, RefNames, RevisionView, WorkloadKind, WorkloadView};
 use cmset_core::refs;

@@ -853,10 +853,8 @@ async fn owners_for_new_replica_sets_are_batched() {
     // Once the batch window has passed since the first deferral, one patch carries the owner.
     let deferred_long_ago = |ctx: &Context| {
         let since = std::time::Instant::now() - cmset_controller::context::BATCH_WINDOW * 2;
-        ctx.deferred
-            .lock()
-            .unwrap()
-            .insert((SetKind::ConfigMapSet, Key::new(NS, "nginx-config")), since);
+        let id = (SetKind::ConfigMapSet, Key::new(NS, "nginx-config"));
+        ctx.memory().deferred_since(&id, since, |_| true);
     };
     let (result, seen) = scenario_after(&world, ok_responder(set.clone()), deferred_long_ago, |ctx| {
         set_controller::reconcile(Arc::new(set.clone()), ctx)

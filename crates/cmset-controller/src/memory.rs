@@ -1,0 +1,187 @@
+//! What the set controller remembers between two reconciles of a set: the status it last wrote (until
+//! its store shows that write) and since when the set's deferrable writes have waited.
+//!
+//! Both are per set and bounded: an entry goes when it has served (the write is seen, the deferral
+//! ends), and entries of sets that no longer exist are swept whenever a map has doubled since its last
+//! sweep, so a cluster that creates and deletes sets all day (CI namespaces) does not grow the process.
+//! The sweep costs O(entries) once per doubling: O(1) per insert, amortised.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use cmset_api::ConfigMapSetStatus;
+
+use crate::index::SetId;
+
+/// Below this many entries a map is never swept.
+const SWEEP_FLOOR: usize = 64;
+
+/// A map whose entries for keys that no longer exist are dropped as it grows.
+#[derive(Debug)]
+pub struct Swept<K, V> {
+    map: HashMap<K, V>,
+    sweep_at: usize,
+}
+
+impl<K: Hash + Eq, V> Default for Swept<K, V> {
+    fn default() -> Self {
+        Self {
+            map: HashMap::new(),
+            sweep_at: SWEEP_FLOOR,
+        }
+    }
+}
+
+impl<K: Hash + Eq, V> Swept<K, V> {
+    /// Inserts, then sweeps out every entry whose key `exists` denies if the map has reached the size
+    /// for its next sweep.
+    pub fn insert(&mut self, key: K, value: V, exists: impl Fn(&K) -> bool) {
+        self.map.insert(key, value);
+        if self.map.len() >= self.sweep_at {
+            self.map.retain(|k, _| exists(k));
+            self.sweep_at = (self.map.len() * 2).max(SWEEP_FLOOR);
+        }
+    }
+
+    pub fn get(&self, key: &K) -> Option<&V> {
+        self.map.get(key)
+    }
+
+    pub fn remove(&mut self, key: &K) -> Option<V> {
+        self.map.remove(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+/// The set controller's memory of its own writes (see the module's doc).
+#[derive(Default)]
+pub struct SetMemory {
+    /// The last status written for each set, with the resourceVersion it was planned from.
+    written: Mutex<Swept<SetId, (Option<String>, ConfigMapSetStatus)>>,
+    /// Since when each set has had only deferrable writes planned.
+    deferred: Mutex<Swept<SetId, Instant>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl SetMemory {
+    /// Whether `status` is what was written for `set` planned from `version`, the version the store
+    /// still shows. An entry for another version has served (the store moved on) and is dropped.
+    pub fn wrote_already(&self, set: &SetId, version: &Option<String>, status: &ConfigMapSetStatus) -> bool {
+        let mut written = lock(&self.written);
+        match written.get(set) {
+            Some((from, wrote)) if from == version => wrote == status,
+            Some(_) => {
+                written.remove(set);
+                false
+            }
+            None => false,
+        }
+    }
+
+    pub fn remember_written(
+        &self,
+        set: &SetId,
+        version: Option<String>,
+        status: ConfigMapSetStatus,
+        exists: impl Fn(&SetId) -> bool,
+    ) {
+        lock(&self.written).insert(set.clone(), (version, status), exists);
+    }
+
+    /// Since when `set`'s writes have been deferred, starting now if they were not.
+    pub fn deferred_since(&self, set: &SetId, now: Instant, exists: impl Fn(&SetId) -> bool) -> Instant {
+        let mut deferred = lock(&self.deferred);
+        if let Some(since) = deferred.get(set) {
+            return *since;
+        }
+        deferred.insert(set.clone(), now, exists);
+        now
+    }
+
+    pub fn forget_deferred(&self, set: &SetId) {
+        lock(&self.deferred).remove(set);
+    }
+
+    /// Forgets everything about `set` (it is being deleted).
+    pub fn forget(&self, set: &SetId) {
+        lock(&self.written).remove(set);
+        lock(&self.deferred).remove(set);
+    }
+
+    /// Entries held, for tests and the debug log: (written, deferred).
+    pub fn sizes(&self) -> (usize, usize) {
+        (lock(&self.written).len(), lock(&self.deferred).len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cmset_core::set::SetKind;
+
+    use super::*;
+    use crate::index::Key;
+
+    fn id(n: usize) -> SetId {
+        (SetKind::ConfigMapSet, Key::new("ci", &format!("set-{n}")))
+    }
+
+    #[test]
+    fn sets_created_and_deleted_all_day_leave_no_trace_beyond_a_bound() {
+        let memory = SetMemory::default();
+        let live = |set: &SetId| set.1.name == "set-0";
+        let start = Instant::now();
+        for n in 0..100_000 {
+            memory.remember_written(&id(n), Some("1".into()), ConfigMapSetStatus::default(), live);
+            memory.deferred_since(&id(n), start, live);
+        }
+        let (written, deferred) = memory.sizes();
+        assert!(
+            written <= SWEEP_FLOOR && deferred <= SWEEP_FLOOR,
+            "{written} {deferred}"
+        );
+        // The live set survives every sweep.
+        assert!(memory.wrote_already(&id(0), &Some("1".into()), &ConfigMapSetStatus::default()));
+    }
+
+    #[test]
+    fn a_write_is_remembered_until_the_store_shows_another_version() {
+        let memory = SetMemory::default();
+        let status = ConfigMapSetStatus {
+            revision: Some(2),
+            ..Default::default()
+        };
+        memory.remember_written(&id(1), Some("5".into()), status.clone(), |_| true);
+        assert!(memory.wrote_already(&id(1), &Some("5".into()), &status));
+        assert!(!memory.wrote_already(&id(1), &Some("5".into()), &ConfigMapSetStatus::default()));
+        assert!(
+            !memory.wrote_already(&id(1), &Some("6".into()), &status),
+            "moved on"
+        );
+        assert_eq!(memory.sizes().0, 0, "an entry that served is dropped");
+    }
+
+    #[test]
+    fn a_deferral_keeps_its_start_until_forgotten() {
+        let memory = SetMemory::default();
+        let t0 = Instant::now();
+        let t1 = t0 + std::time::Duration::from_millis(300);
+        assert_eq!(memory.deferred_since(&id(1), t0, |_| true), t0);
+        assert_eq!(memory.deferred_since(&id(1), t1, |_| true), t0);
+        memory.forget_deferred(&id(1));
+        assert_eq!(memory.deferred_since(&id(1), t1, |_| true), t1);
+        memory.forget(&id(1));
+        assert_eq!(memory.sizes(), (0, 0));
+    }
+}
