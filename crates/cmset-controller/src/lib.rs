@@ -12,6 +12,7 @@ pub mod http;
 pub mod index;
 pub mod leader;
 pub mod metrics;
+pub mod redact;
 pub mod runtime;
 pub mod server;
 pub mod set_controller;
