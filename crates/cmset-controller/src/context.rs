@@ -238,7 +238,7 @@ impl Context {
         self.metrics.wrote("publish_event");
         let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
         if let Err(e) = recorder.publish(event, regarding).await {
-            tracing::warn!(reason = %event.reason, error = %e, "could not publish event");
+            tracing::warn!(reason = %event.reason, error = %crate::redact::api_error(&e), "could not publish event");
         }
     }
 }

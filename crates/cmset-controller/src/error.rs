@@ -1,36 +1,54 @@
 //! One error variant per operation that can fail, each naming the object, with a bounded `category()`
 //! for metric labels and event reasons.
+//!
+//! Display and Debug print a kube error through [`redact::api_error`]: its own texts can quote what
+//! the API server sent back (a Secret's values among them). The error itself stays the `source`, for
+//! code that asks what failed ([`Error::is_conflict`], [`api_code`]).
+
+use std::fmt;
 
 use kube::runtime::reflector::ObjectRef;
 
-#[derive(Debug, thiserror::Error)]
+use crate::redact;
+
+#[derive(thiserror::Error)]
 pub enum Error {
     #[error("ConfigMapSet {0} has no namespace")]
     MissingNamespace(String),
 
-    #[error("creating revision {name}: {source}")]
+    #[error("creating revision {name}: {}", redact::api_error(.source))]
     CreateRevision { name: String, source: kube::Error },
 
-    #[error("reading {name}, whose name a new revision needs: {source}")]
+    #[error("reading {name}, whose name a new revision needs: {}", redact::api_error(.source))]
     ReadExisting { name: String, source: kube::Error },
 
-    #[error("patching metadata of revision {name}: {source}")]
+    #[error("patching metadata of revision {name}: {}", redact::api_error(.source))]
     PatchRevision { name: String, source: kube::Error },
 
-    #[error("deleting revision {name}: {source}")]
+    #[error("deleting revision {name}: {}", redact::api_error(.source))]
     DeleteRevision { name: String, source: kube::Error },
 
-    #[error("reading source {name}: {source}")]
+    #[error("reading source {name}: {}", redact::api_error(.source))]
     ReadSource { name: String, source: kube::Error },
 
-    #[error("listing Pods of namespace {namespace}: {source}")]
+    #[error("listing Pods of namespace {namespace}: {}", redact::api_error(.source))]
     ListPods { namespace: String, source: kube::Error },
 
-    #[error("writing status of ConfigMapSet {name}: {source}")]
+    #[error("writing status of ConfigMapSet {name}: {}", redact::api_error(.source))]
     WriteStatus { name: String, source: kube::Error },
 
-    #[error("patching {workload}: {source}")]
+    #[error("patching {workload}: {}", redact::api_error(.source))]
     PatchWorkload { workload: String, source: kube::Error },
+}
+
+/// The category and the redacted text: the derived form would print the kube error's own Debug
+/// (the whole `Status`, or the body's bytes).
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple(self.category())
+            .field(&format_args!("{self}"))
+            .finish()
+    }
 }
 
 impl Error {

@@ -14,6 +14,7 @@ pub mod index;
 pub mod leader;
 pub mod memory;
 pub mod metrics;
+pub mod redact;
 pub mod runtime;
 pub mod server;
 pub mod set_controller;

@@ -14,15 +14,23 @@ use cmset_controller::webhook::{self, ServingCert};
 use futures::FutureExt;
 use prometheus_client::registry::Registry;
 use tracing::{error, info, warn};
-use tracing_subscriber::EnvFilter;
 
+/// Logs to stdout, filtered by `CMSET_LOG` and, whatever it says, without kube's events that print
+/// response bodies (`redact::log_filter`).
 fn init_logging(cli: &Cli) {
-    let filter = EnvFilter::try_new(&cli.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    match cli.log_format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
-    }
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{Layer, fmt};
+    let filter = cmset_controller::redact::log_filter(&cli.log_level);
+    let logs = match cli.log_format {
+        LogFormat::Json => fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_filter(filter)
+            .boxed(),
+        LogFormat::Text => fmt::layer().with_filter(filter).boxed(),
+    };
+    tracing_subscriber::registry().with(logs).init();
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -50,7 +58,9 @@ async fn main() -> std::process::ExitCode {
 
 async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     let endpoints = bind(cli.metrics_address).await?;
-    let client = kube::Client::try_default().await?;
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| cmset_controller::redact::api_error(&e).to_string())?;
     let metrics = Arc::new(Metrics::default());
     let mut registry = Registry::default();
     metrics.register(&mut registry);

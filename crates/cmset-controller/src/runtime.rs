@@ -97,7 +97,7 @@ fn relist_at_once_on_expiry<K: Indexed, T>(
 }
 
 fn log_watch_errors<K: Indexed>(e: &watcher::Error) {
-    warn!(kind = K::NAME, error = %e, "watch error; retrying with backoff");
+    warn!(kind = K::NAME, error = %crate::redact::watcher_error(e), "watch error; retrying with backoff");
 }
 
 /// A watch that only feeds the index (revisions, history objects): nothing is cached whole.
@@ -389,7 +389,8 @@ where
             .with_config(self.config.clone())
             .reconcile_on(triggers)
             .graceful_shutdown_on(self.shutdown.clone())
-            .run(reconcile, error_policy, self.ctx.clone());
+            .run(reconcile, error_policy, self.ctx.clone())
+            .map(|r| r.map_err(|e| crate::redact::controller_error(&e).to_string()));
         log_results(stream, name)
     }
 }

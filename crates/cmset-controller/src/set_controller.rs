@@ -474,7 +474,7 @@ async fn create_revision(
         Err(e) if api_code(&e) == Some(409) => e,
         Err(source) => return Err(Error::CreateRevision { name, source }),
     };
-    debug!(revision = %name, error = %error, "revision name exists");
+    debug!(revision = %name, error = %crate::redact::api_error(&error), "revision name exists");
     let read_existing = |source| Error::ReadExisting {
         name: name.clone(),
         source,

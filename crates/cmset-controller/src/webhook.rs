@@ -270,7 +270,7 @@ async fn missing_names(
             }
             Ok(Ok(true)) => {}
             Ok(Err(e)) => {
-                warn!(%namespace, %of, error = %e, "admission: could not look a name up; taking it as present")
+                warn!(%namespace, %of, error = %crate::redact::api_error(&e), "admission: could not look a name up; taking it as present")
             }
             Err(_) => warn!(%namespace, %of, "admission: looking a name up timed out; taking it as present"),
         }
