@@ -8,6 +8,8 @@
 //! back, watches included. A test can:
 //! - answer the next N (or every) request matching a method and a path substring with an error and
 //!   a proper `Status` body ([`Rule`], [`Fault`]);
+//! - or forward such a request at once but hold the API server's answer back for a while
+//!   ([`Rule::delay_answer`]): the server has acted, the client learns of it late;
 //! - drop every open watch connection mid-stream, as a network cut would ([`FaultProxy::drop_watches`]);
 //! - end every open watch with a `410 Gone` `ERROR` event, as the server does when the resourceVersion
 //!   a watch resumes from is compacted away ([`FaultProxy::expire_watches`]);
@@ -19,7 +21,7 @@ use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
@@ -161,29 +163,50 @@ impl Fault {
     }
 }
 
-/// Answer the requests `matcher` matches with `fault`: the next `times` of them, or all while the rule
-/// is in place (`times: None`).
+/// What a rule does to a request it matches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Answer with this error; the API server never sees the request.
+    Fail(Fault),
+    /// Forward the request at once, and pass the API server's answer on this much later: a slow
+    /// network on the way back, where the server has acted long before the client knows.
+    DelayAnswer(Duration),
+}
+
+/// Do `action` to the requests `matcher` matches: the next `times` of them, or all while the rule is
+/// in place (`times: None`).
 #[derive(Clone, Debug)]
 pub struct Rule {
     pub matcher: Match,
-    pub fault: Fault,
+    pub action: Action,
     pub times: Option<usize>,
 }
 
 impl Rule {
+    /// Answer the next `times` matching requests with `fault`.
     pub fn next(times: usize, matcher: Match, fault: Fault) -> Self {
         Self {
             matcher,
-            fault,
+            action: Action::Fail(fault),
             times: Some(times),
         }
     }
 
+    /// Answer every matching request with `fault` while the rule is in place.
     pub fn always(matcher: Match, fault: Fault) -> Self {
         Self {
             matcher,
-            fault,
+            action: Action::Fail(fault),
             times: None,
+        }
+    }
+
+    /// Forward the next `times` matching requests, and pass each answer on `by` later.
+    pub fn delay_answer(times: usize, matcher: Match, by: Duration) -> Self {
+        Self {
+            matcher,
+            action: Action::DelayAnswer(by),
+            times: Some(times),
         }
     }
 }
@@ -378,7 +401,7 @@ impl FaultProxy {
             .count()
     }
 
-    /// Requests answered by a rule so far.
+    /// Requests a rule acted on so far (answered with a fault, or delayed).
     pub fn injected(&self) -> usize {
         self.state.injected.load(Ordering::SeqCst)
     }
@@ -415,20 +438,20 @@ fn is_watch(path_and_query: &str) -> bool {
         .is_some_and(|(_, q)| q.split('&').any(|p| p == "watch=true" || p == "watch=1"))
 }
 
-/// The rule that answers this request, if any, counting it down.
-fn take_fault(state: &State, method: &Method, path_and_query: &str) -> Option<Fault> {
+/// What the first rule matching this request does to it, if any rule does, counting that rule down.
+fn take_action(state: &State, method: &Method, path_and_query: &str) -> Option<Action> {
     let mut rules = state.rules.lock().unwrap();
     let at = rules
         .iter()
         .position(|r| r.matcher.matches(method, path_and_query))?;
-    let fault = rules[at].fault;
+    let action = rules[at].action;
     if let Some(times) = rules[at].times.as_mut() {
         *times -= 1;
         if *times == 0 {
             rules.remove(at);
         }
     }
-    Some(fault)
+    Some(action)
 }
 
 async fn handle(state: Arc<State>, request: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
@@ -443,16 +466,27 @@ async fn handle(state: Arc<State>, request: Request<Incoming>) -> Result<Respons
         method: method.clone(),
         path_and_query: path_and_query.clone(),
     });
-    if let Some(fault) = take_fault(&state, &method, &path_and_query) {
+    let action = take_action(&state, &method, &path_and_query);
+    if action.is_some() {
         state.injected.fetch_add(1, Ordering::SeqCst);
-        // Read the body, so the client's connection stays usable for its next request.
-        let _ = request.into_body().collect().await;
-        return Ok(fault.response());
     }
+    let answer_delay = match action {
+        Some(Action::Fail(fault)) => {
+            // Read the body, so the client's connection stays usable for its next request.
+            let _ = request.into_body().collect().await;
+            return Ok(fault.response());
+        }
+        Some(Action::DelayAnswer(by)) => by,
+        None => Duration::ZERO,
+    };
     let watch = is_watch(&path_and_query);
     // Subscribed before the request goes out: a command given while it is under way still reaches it.
     let commands = state.watches.subscribe();
-    match forward(&state.upstream, request, &path_and_query).await {
+    let forwarded = forward(&state.upstream, request, &path_and_query).await;
+    if !answer_delay.is_zero() {
+        tokio::time::sleep(answer_delay).await;
+    }
+    match forwarded {
         Ok(response) if watch && response.status().is_success() => {
             Ok(watch_response(state, response, commands))
         }

@@ -36,12 +36,40 @@ fn the_defaults_are_client_go_s() {
     );
 }
 
+/// The lease as the API server returns it: held by this test's elector.
+fn our_lease() -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "cmset-controller", "namespace": "cmset-system", "resourceVersion": "1"},
+        "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15},
+    })
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_leader_whose_api_server_freezes_steps_down_within_its_renew_deadline() {
-    let (client, _handle) = frozen_client();
+    let (client, mut handle) = frozen_client();
+    // The API server answers the two requests that take the lease (read, write), then freezes.
+    let server = tokio::spawn(async move {
+        let mut unanswered = Vec::new();
+        for answered in 0.. {
+            let Some((_, send)) = handle.next_request().await else {
+                break;
+            };
+            if answered < 2 {
+                send.send_response(Response::new(Body::from(
+                    serde_json::to_vec(&our_lease()).unwrap(),
+                )));
+            } else {
+                unanswered.push(send);
+            }
+        }
+    });
     let elector = Elector::new(client, config());
     let started = tokio::time::Instant::now();
+    elector.acquire().await;
     elector.hold().await;
+    drop(elector);
+    server.abort();
     let held = started.elapsed();
     assert!(
         held >= config().renew_deadline,
@@ -73,11 +101,7 @@ async fn a_leader_whose_renewals_succeed_keeps_leading() {
     let server = tokio::spawn(async move {
         let mut renewals = 0;
         while let Some((request, send)) = handle.next_request().await {
-            let lease = serde_json::json!({
-                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": "cmset-controller", "namespace": "cmset-system", "resourceVersion": "1"},
-                "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15},
-            });
+            let lease = our_lease();
             if request.method() == http::Method::PUT {
                 renewals += 1;
             }
@@ -86,6 +110,7 @@ async fn a_leader_whose_renewals_succeed_keeps_leading() {
         renewals
     });
     let elector = Elector::new(client, config());
+    elector.acquire().await;
     let held = tokio::time::timeout(Duration::from_secs(60), elector.hold()).await;
     assert!(
         held.is_err(),
