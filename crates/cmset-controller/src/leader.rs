@@ -242,7 +242,7 @@ impl Elector {
                     logged = true;
                 }
                 Ok(false) => {}
-                Err(e) => warn!(error = %e, "could not read or take the lease"),
+                Err(e) => warn!(error = %crate::redact::api_error(&e), "could not read or take the lease"),
             }
             tokio::time::sleep(self.config.retry_period).await;
         }
@@ -275,7 +275,7 @@ impl Elector {
                     *lock(&self.renewed_at) = None;
                     return;
                 }
-                Ok(Err(e)) => warn!(error = %e, "could not renew the lease"),
+                Ok(Err(e)) => warn!(error = %crate::redact::api_error(&e), "could not renew the lease"),
                 Err(_) => warn!(lease = %self.config.name, "renewing the lease did not finish in time"),
             }
         }
@@ -311,7 +311,7 @@ impl Elector {
             .replace(&self.config.name, &PostParams::default(), &lease)
             .await
         {
-            warn!(error = %e, "could not release the lease");
+            warn!(error = %crate::redact::api_error(&e), "could not release the lease");
         }
     }
 }
