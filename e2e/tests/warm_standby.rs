@@ -1,0 +1,174 @@
+//! Every replica keeps the index warm: a standby answers admission from memory without asking the API
+//! server, a standby that takes the lease reconciles from its index without listing anything again,
+//! and a leader stopped by SIGTERM in the middle of a burst finishes its work, hands over, and the next
+//! leader converges.
+
+use std::time::{Duration, Instant};
+
+use cmset_e2e::fault_proxy::{FaultProxy, Match};
+use cmset_e2e::fixtures::{
+    Reads, app_config_revision, app_config_yaml, deployment_yaml, set_yaml, wait_names,
+};
+use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name};
+use http::Method;
+
+fn operator_kubeconfig() -> std::path::PathBuf {
+    std::env::var_os("CMSET_OPERATOR_KUBECONFIG")
+        .or_else(|| std::env::var_os("KUBECONFIG"))
+        .map(std::path::PathBuf::from)
+        .expect("a kubeconfig for the operator")
+}
+
+fn replica_args(identity: &str) -> Vec<String> {
+    [
+        "--leader-election=true",
+        "--lease-duration-seconds",
+        "6",
+        "--identity",
+        identity,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+async fn leading(op: &Operator, what: &str) {
+    eventually(what, || async {
+        (op.metric("cmset_leader") == 1.0).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_standby_answers_admission_from_its_index_without_asking_the_api_server() {
+    let ns = TestNamespace::new("standby-admits").await;
+    let a_args = replica_args(&format!("{}-a", ns.name));
+    let a_args: Vec<&str> = a_args.iter().map(String::as_str).collect();
+    let a = Operator::start_without_webhook(&ns.name, &a_args).await;
+    leading(&a, "replica a to lead").await;
+    // The API server calls only b's webhook; b stands by.
+    let b_args = replica_args(&format!("{}-b", ns.name));
+    let b_args: Vec<&str> = b_args.iter().map(String::as_str).collect();
+    let b = Operator::start_with(&ns.name, &b_args).await;
+    assert_eq!(b.metric("cmset_leader"), 0.0);
+
+    ns.apply(&app_config_yaml("1", None));
+    let v1 = app_config_revision("1");
+    eventually("the revision", || async {
+        ns.revision_names("app-config").await.contains(&v1).then_some(())
+    })
+    .await;
+    // Created naming the bare set: stored already naming the revision, by the standby's webhook.
+    let created = ns.apply(&deployment_yaml("web", &[Reads::EnvFrom("app-config")]));
+    assert!(created.contains("created"), "{created}");
+    let stored = ns.deployment("web").await;
+    assert_eq!(
+        cmset_e2e::fixtures::template_names(&stored),
+        [v1.clone()].into(),
+        "admitted already rewritten"
+    );
+    // Re-applied (a GitOps sync): unchanged, and still no request.
+    ns.apply(&deployment_yaml("web", &[Reads::EnvFrom("app-config")]));
+    assert!(b.metric("cmset_admissions_total") >= 2.0);
+    assert!(b.metric("cmset_admission_duration_seconds_count") >= 2.0);
+    assert_eq!(
+        b.metric("cmset_admission_api_requests_total"),
+        0.0,
+        "admission read nothing from the API server"
+    );
+    assert_eq!(b.writes(), 0.0, "the standby wrote nothing");
+}
+
+#[tokio::test]
+async fn a_standby_takes_over_from_its_warm_index_without_listing_again() {
+    let ns = TestNamespace::new("warm-takeover").await;
+    let a_args = replica_args(&format!("{}-a", ns.name));
+    let a_args: Vec<&str> = a_args.iter().map(String::as_str).collect();
+    let mut a = Operator::start_without_webhook(&ns.name, &a_args).await;
+    leading(&a, "replica a to lead").await;
+    ns.apply(&app_config_yaml("1", None));
+    ns.apply(&deployment_yaml("web", &[Reads::EnvFrom("app-config")]));
+    wait_names(&ns, "web", &[&app_config_revision("1")]).await;
+
+    // b watches through a proxy that counts its requests.
+    let proxy = FaultProxy::start(&operator_kubeconfig()).await;
+    let b_args = replica_args(&format!("{}-b", ns.name));
+    let b_args: Vec<&str> = b_args.iter().map(String::as_str).collect();
+    let b = Operator::start_via(&ns.name, &b_args, proxy.kubeconfig("b")).await;
+    // kube's lists page with `limit=`; watches do not.
+    let lists = Match::new(Method::GET, "limit=");
+    let listed_at_start = proxy.count(&lists);
+    assert!(
+        listed_at_start >= 8,
+        "b listed every kind once: {listed_at_start}"
+    );
+
+    let killed = Instant::now();
+    a.kill().await;
+    leading(&b, "replica b to take over").await;
+    let took_over = killed.elapsed();
+    ns.apply(&app_config_yaml("2", None));
+    wait_names(&ns, "web", &[&app_config_revision("2")]).await;
+    assert_eq!(
+        proxy.count(&lists),
+        listed_at_start,
+        "the new leader worked from its warm index: no list since it started"
+    );
+    assert!(took_over < Duration::from_secs(20), "took over in {took_over:?}");
+}
+
+#[tokio::test]
+async fn sigterm_in_the_middle_of_a_burst_hands_over_and_the_next_leader_converges() {
+    const SETS: usize = 12;
+    let ns = TestNamespace::new("sigterm-burst").await;
+    let a_args = replica_args(&format!("{}-a", ns.name));
+    let a_args: Vec<&str> = a_args.iter().map(String::as_str).collect();
+    let mut a = Operator::start_without_webhook(&ns.name, &a_args).await;
+    leading(&a, "replica a to lead").await;
+    let b_args = replica_args(&format!("{}-b", ns.name));
+    let b_args: Vec<&str> = b_args.iter().map(String::as_str).collect();
+    let b = Operator::start_without_webhook(&ns.name, &b_args).await;
+
+    let names: Vec<String> = (0..SETS).map(|i| format!("conf-{i}")).collect();
+    let revision = |name: &str, v: &str| kustomize_name(name, &[("v", v)]);
+    for name in &names {
+        ns.apply(&set_yaml(name, &[("v", "1")], None));
+        ns.apply(&deployment_yaml(&format!("{name}-web"), &[Reads::EnvFrom(name)]));
+    }
+    for name in &names {
+        wait_names(&ns, &format!("{name}-web"), &[&revision(name, "1")]).await;
+    }
+    // Every set changes at once; the leader is told to stop while it works through them.
+    let burst: String = names
+        .iter()
+        .map(|name| set_yaml(name, &[("v", "2")], None))
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    ns.apply(&burst);
+    let stopping = Instant::now();
+    let status = a.stop().await.expect("the leader exits within its grace period");
+    assert!(status.success(), "exit status {status:?}");
+    assert!(
+        stopping.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        stopping.elapsed()
+    );
+    // The lease was released on the way out: b leads at once rather than after expiry.
+    leading(&b, "replica b to take over").await;
+    for name in &names {
+        wait_names(&ns, &format!("{name}-web"), &[&revision(name, "2")]).await;
+    }
+    // Every revision a workload names exists, and each set's status names the workload's revision.
+    for name in &names {
+        let current = revision(name, "2");
+        assert!(ns.revision_names(name).await.contains(&current), "{name}");
+        eventually("the set's status to record the move", || async {
+            let set = ns.set(name).await;
+            let status = set.status?;
+            (status.current_revision.as_deref() == Some(current.as_str())
+                && status.workloads.iter().all(|w| w.revision == current))
+            .then_some(())
+        })
+        .await;
+    }
+}
