@@ -5,7 +5,8 @@
 //!   CA and a serving certificate (`webhook_certs`), a replica that finds it due renews it, and a
 //!   conflict means another replica got there first, whose pair is then used. Before serving a pair,
 //!   each replica makes sure the MutatingWebhookConfiguration's `caBundle` trusts its CA, so the API
-//!   server never meets a certificate it cannot verify.
+//!   server never meets a certificate it cannot verify. That patch is made on the version read, and
+//!   merged again on a conflict, so that replicas adding different CAs at once keep both.
 //! - files in a directory (cert-manager's mounted Secret, or a self-signed pair generated there for a
 //!   local run), read again when they change.
 
@@ -20,7 +21,7 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use serde_json::json;
+use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use crate::webhook::{ServingCert, WebhookError};
@@ -51,6 +52,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 /// How often the files of a directory source are read again.
 const DIR_INTERVAL: Duration = Duration::from_secs(30);
 const FIELD_MANAGER: &str = "cmset-controller";
+/// Reads and merges of the webhook configuration before giving up for this pass (each conflict means
+/// another writer succeeded in between, so more than a few means something rewrites it in a loop).
+const TRUST_ATTEMPTS: u32 = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeepError {
@@ -68,6 +72,9 @@ pub enum KeepError {
     /// Another replica wrote the Secret between our read and our write: read it again.
     #[error("the Secret changed under us")]
     Raced,
+    /// The webhook configuration changed between each read and patch: retried with a backoff.
+    #[error("{operation}: the object changed between read and write {attempts} times in a row")]
+    Contended { operation: &'static str, attempts: u32 },
 }
 
 async fn call<T>(
@@ -304,10 +311,28 @@ impl Keeper {
         Ok(())
     }
 
-    /// Adds the CAs to every webhook of the configuration that lacks them (nothing is written when they
-    /// all trust them already). A missing configuration is only warned about: the API server then
-    /// calls no webhook, and serving costs nothing.
+    /// Adds the CA to every webhook of the configuration that lacks it (nothing is written when they
+    /// all trust it already). The patch is made on the version read; when another writer changed the
+    /// configuration in between (another replica adding its CA), it is read and merged again. A
+    /// missing configuration is only warned about: the API server then calls no webhook, and serving
+    /// costs nothing.
     async fn trust(&self, ca: &str) -> Result<(), KeepError> {
+        let name = &self.source.configuration;
+        for attempt in 1..=TRUST_ATTEMPTS {
+            match self.trust_once(ca).await {
+                Err(KeepError::Raced) => {
+                    debug!(configuration = %name, attempt, "the webhook configuration changed since it was read; merging again")
+                }
+                done => return done,
+            }
+        }
+        Err(KeepError::Contended {
+            operation: PATCH_BUNDLE,
+            attempts: TRUST_ATTEMPTS,
+        })
+    }
+
+    async fn trust_once(&self, ca: &str) -> Result<(), KeepError> {
         let name = &self.source.configuration;
         let Some(config) = call(
             "reading the MutatingWebhookConfiguration",
@@ -318,29 +343,12 @@ impl Keeper {
             warn!(configuration = %name, "no such MutatingWebhookConfiguration: the API server will not call this webhook");
             return Ok(());
         };
-        let now = Timestamp::now();
-        let changed: Vec<_> = config
-            .webhooks
-            .iter()
-            .flatten()
-            .filter_map(|webhook| {
-                let bundle = webhook
-                    .client_config
-                    .ca_bundle
-                    .as_ref()
-                    .map_or(&[][..], |b| &b.0[..]);
-                let merged = webhook_certs::merged_bundle(ca, bundle, now)?;
-                Some(json!({"name": webhook.name, "clientConfig": {"caBundle": ByteString(merged)}}))
-            })
-            .collect();
-        if changed.is_empty() {
+        let Some((patch, changed)) = trust_patch(&config, ca, Timestamp::now()) else {
             debug!(configuration = %name, "the webhook configuration trusts the CA already");
             return Ok(());
-        }
-        // Strategic merge: webhooks merge by name, so only their caBundle changes.
-        let patch = json!({ "webhooks": changed });
+        };
         call(
-            "patching the webhook configuration's caBundle",
+            PATCH_BUNDLE,
             self.configurations.patch(
                 name,
                 &PatchParams {
@@ -351,9 +359,45 @@ impl Keeper {
             ),
         )
         .await?;
-        info!(configuration = %name, webhooks = changed.len(), "updated the webhook configuration's caBundle");
+        info!(configuration = %name, webhooks = changed, "updated the webhook configuration's caBundle");
         Ok(())
     }
+}
+
+const PATCH_BUNDLE: &str = "patching the webhook configuration's caBundle";
+
+/// The patch that makes every webhook of `config` trust `ca`, and how many webhooks it changes; `None`
+/// when they all trust it already.
+///
+/// A strategic merge: webhooks merge by name, so only their caBundle changes. It carries the
+/// `resourceVersion` read, which the API server checks as a precondition (409 Conflict if the
+/// configuration changed since), so a bundle merged from a stale read never replaces one that another
+/// replica extended in between. (A real API server always sends the version; without one the patch
+/// goes unguarded, as it did before.)
+fn trust_patch(config: &MutatingWebhookConfiguration, ca: &str, now: Timestamp) -> Option<(Value, usize)> {
+    let changed: Vec<_> = config
+        .webhooks
+        .iter()
+        .flatten()
+        .filter_map(|webhook| {
+            let bundle = webhook
+                .client_config
+                .ca_bundle
+                .as_ref()
+                .map_or(&[][..], |b| &b.0[..]);
+            let merged = webhook_certs::merged_bundle(ca, bundle, now)?;
+            Some(json!({"name": webhook.name, "clientConfig": {"caBundle": ByteString(merged)}}))
+        })
+        .collect();
+    if changed.is_empty() {
+        return None;
+    }
+    let count = changed.len();
+    let mut patch = json!({ "webhooks": changed });
+    if let Some(version) = &config.metadata.resource_version {
+        patch["metadata"] = json!({ "resourceVersion": version });
+    }
+    Some((patch, count))
 }
 
 fn post_params() -> PostParams {
@@ -387,5 +431,73 @@ mod tests {
         assert_eq!(first, second, "the written pair is reused");
         assert!(cert.is_loaded());
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    fn ca() -> String {
+        let policy = Policy {
+            validity: Duration::from_secs(90 * 86_400),
+            names: vec!["cmset-webhook.cmset-system.svc".to_string()],
+        };
+        webhook_certs::issue(&policy, Timestamp::now(), None).unwrap().ca
+    }
+
+    fn configuration(version: &str, bundles: &[&[u8]]) -> MutatingWebhookConfiguration {
+        let webhooks: Vec<Value> = bundles
+            .iter()
+            .enumerate()
+            .map(|(i, bundle)| {
+                json!({"name": format!("hook{i}.cmset.dev"), "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                    "clientConfig": {"url": "https://127.0.0.1:9443/mutate", "caBundle": ByteString(bundle.to_vec())}})
+            })
+            .collect();
+        serde_json::from_value(
+            json!({"metadata": {"name": "cmset", "resourceVersion": version}, "webhooks": webhooks}),
+        )
+        .unwrap()
+    }
+
+    /// Whether `bundle` trusts `ca` (merging it would add nothing).
+    fn trusts(bundle: &Value, ca: &str) -> bool {
+        let bytes: ByteString = serde_json::from_value(bundle.clone()).unwrap();
+        webhook_certs::merged_bundle(ca, &bytes.0, Timestamp::now()).is_none()
+    }
+
+    #[test]
+    fn the_bundle_patch_adds_the_ca_where_it_lacks_on_the_version_read() {
+        let (ours, theirs) = (ca(), ca());
+        let now = Timestamp::now();
+        let trusting = webhook_certs::merged_bundle(&ours, b"", now).unwrap();
+        let other = webhook_certs::merged_bundle(&theirs, b"", now).unwrap();
+        let config = configuration("42", &[&trusting, &other]);
+        let (patch, changed) = trust_patch(&config, &ours, now).expect("one webhook lacks the CA");
+        assert_eq!(changed, 1);
+        assert_eq!(
+            patch["metadata"],
+            json!({"resourceVersion": "42"}),
+            "a precondition, and no other metadata"
+        );
+        let hooks = patch["webhooks"].as_array().unwrap();
+        assert_eq!(hooks.len(), 1, "the trusting webhook is left alone");
+        assert_eq!(hooks[0]["name"], "hook1.cmset.dev");
+        assert_eq!(
+            hooks[0].as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["clientConfig", "name"]
+        );
+        let bundle = &hooks[0]["clientConfig"]["caBundle"];
+        assert!(
+            trusts(bundle, &ours) && trusts(bundle, &theirs),
+            "the CA already there is kept"
+        );
+    }
+
+    #[test]
+    fn nothing_is_patched_when_every_webhook_trusts_the_ca() {
+        let ours = ca();
+        let now = Timestamp::now();
+        let trusting = webhook_certs::merged_bundle(&ours, b"", now).unwrap();
+        let both = webhook_certs::merged_bundle(&ca(), &trusting, now).unwrap();
+        let config = configuration("42", &[&trusting, &both]);
+        assert_eq!(trust_patch(&config, &ours, now), None);
     }
 }

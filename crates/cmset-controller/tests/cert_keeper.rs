@@ -1,8 +1,9 @@
 //! The webhook certificate keeper against a mocked API server: the exact requests of a first start, of
-//! a replica that finds everything in place (reads only), of a lost race to create the Secret, and of a
-//! cluster without the webhook registration.
+//! a replica that finds everything in place (reads only), of a lost race to create the Secret, of a
+//! cluster without the webhook registration, and of replicas patching the caBundle at once.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine;
@@ -46,13 +47,17 @@ fn secret_of(pair: &Pair) -> Value {
 }
 
 fn configuration(bundle: Option<&[u8]>) -> Value {
+    configuration_at("7", bundle)
+}
+
+fn configuration_at(version: &str, bundle: Option<&[u8]>) -> Value {
     let mut hook = json!({"name": "workloads.cmset.dev", "clientConfig": {"url": "https://127.0.0.1:9443/mutate"},
         "sideEffects": "None", "admissionReviewVersions": ["v1"]});
     if let Some(b) = bundle {
         hook["clientConfig"]["caBundle"] = json!(base64::engine::general_purpose::STANDARD.encode(b));
     }
     json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": "cmset"}, "webhooks": [hook]})
+        "metadata": {"name": "cmset", "resourceVersion": version}, "webhooks": [hook]})
 }
 
 async fn run(respond: Responder) -> (Result<Timestamp, KeepError>, Vec<Seen>, Arc<ServingCert>) {
@@ -115,6 +120,7 @@ async fn the_first_replica_issues_the_pair_trusts_its_ca_then_serves_it() {
     // Strategic merge of the one webhook, by name: only its caBundle, never a key.
     let patch = &seen[3].body;
     assert_eq!(patch["webhooks"][0]["name"], "workloads.cmset.dev");
+    assert_eq!(patch["metadata"]["resourceVersion"], "7", "on the version read");
     assert!(patch["webhooks"][0]["clientConfig"]["caBundle"].is_string());
     assert!(!patch.to_string().contains("PRIVATE KEY"));
     assert!(cert.is_loaded(), "served once trusted");
@@ -210,4 +216,122 @@ async fn an_unusable_secret_is_replaced_on_the_version_read() {
     );
     assert!(replaced["data"]["tls.crt"].is_string());
     assert!(cert.is_loaded());
+}
+
+fn conflict() -> (u16, Value) {
+    (
+        409,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409}),
+    )
+}
+
+/// An API server whose Secret holds `pair` and whose webhook configuration is `first`, then changed
+/// by another writer right after each of our reads, to each of `then` in turn. A patch on any version
+/// but the current one is refused, as the API server does with a resourceVersion precondition.
+fn contended(pair: &Pair, first: Value, then: Vec<Value>) -> Responder {
+    let secret = secret_of(pair);
+    let state = Mutex::new((first, VecDeque::from(then)));
+    Arc::new(move |s: &Seen| {
+        let mut state = state.lock().unwrap();
+        let (current, changes) = &mut *state;
+        match (s.method.as_str(), s.path.as_str()) {
+            ("GET", p) if p.starts_with(SECRET) => (200, secret.clone()),
+            ("GET", _) => {
+                let read = current.clone();
+                if let Some(next) = changes.pop_front() {
+                    *current = next;
+                }
+                (200, read)
+            }
+            ("PATCH", _)
+                if s.body["metadata"]["resourceVersion"] == current["metadata"]["resourceVersion"] =>
+            {
+                (200, current.clone())
+            }
+            ("PATCH", _) => conflict(),
+            _ => (500, json!({})),
+        }
+    })
+}
+
+/// Whether the caBundle of a patch's first webhook trusts `ca` (merging it would add nothing).
+fn trusts(patch: &Value, ca: &str) -> bool {
+    let encoded = patch["webhooks"][0]["clientConfig"]["caBundle"].as_str().unwrap();
+    let bundle = base64::engine::general_purpose::STANDARD.decode(encoded).unwrap();
+    webhook_certs::merged_bundle(ca, &bundle, Timestamp::now()).is_none()
+}
+
+#[tokio::test]
+async fn a_conflict_on_the_ca_bundle_reads_again_and_keeps_both_cas() {
+    let ours = webhook_certs::issue(&source().policy, Timestamp::now(), None).unwrap();
+    let theirs = webhook_certs::issue(&source().policy, Timestamp::now(), None).unwrap();
+    // Between our read and our patch, another replica adds its CA.
+    let their_bundle = webhook_certs::merged_bundle(&theirs.ca, b"", Timestamp::now()).unwrap();
+    let respond = contended(
+        &ours,
+        configuration_at("10", None),
+        vec![configuration_at("11", Some(&their_bundle))],
+    );
+    let (result, seen, cert) = run(respond).await;
+    result.unwrap();
+    assert_eq!(
+        lines(&seen),
+        [
+            format!("GET {SECRET}/cmset-webhook-tls"),
+            format!("GET {CONFIGURATION}"),
+            format!("PATCH {CONFIGURATION}"),
+            format!("GET {CONFIGURATION}"),
+            format!("PATCH {CONFIGURATION}"),
+        ]
+    );
+    let (stale, fresh) = (&seen[2].body, &seen[4].body);
+    assert_eq!(stale["metadata"]["resourceVersion"], "10");
+    assert_eq!(fresh["metadata"]["resourceVersion"], "11");
+    assert!(
+        trusts(stale, &ours.ca) && !trusts(stale, &theirs.ca),
+        "what the refused patch would have written"
+    );
+    assert!(trusts(fresh, &ours.ca), "ours added");
+    assert!(trusts(fresh, &theirs.ca), "theirs kept");
+    assert!(cert.is_loaded());
+}
+
+#[tokio::test]
+async fn a_conflict_after_which_the_ca_is_trusted_already_writes_nothing_more() {
+    let ours = webhook_certs::issue(&source().policy, Timestamp::now(), None).unwrap();
+    // Another replica serving the same pair added its CA first.
+    let bundle = webhook_certs::merged_bundle(&ours.ca, b"", Timestamp::now()).unwrap();
+    let respond = contended(
+        &ours,
+        configuration_at("10", None),
+        vec![configuration_at("11", Some(&bundle))],
+    );
+    let (result, seen, cert) = run(respond).await;
+    result.unwrap();
+    assert_eq!(
+        lines(&seen),
+        [
+            format!("GET {SECRET}/cmset-webhook-tls"),
+            format!("GET {CONFIGURATION}"),
+            format!("PATCH {CONFIGURATION}"),
+            format!("GET {CONFIGURATION}"),
+        ],
+        "no second patch"
+    );
+    assert!(cert.is_loaded());
+}
+
+#[tokio::test]
+async fn a_configuration_that_changes_under_every_patch_is_given_up_on_after_a_few_attempts() {
+    let ours = webhook_certs::issue(&source().policy, Timestamp::now(), None).unwrap();
+    let versions = (11..30).map(|v| configuration_at(&v.to_string(), None)).collect();
+    let respond = contended(&ours, configuration_at("10", None), versions);
+    let (result, seen, cert) = run(respond).await;
+    assert!(
+        matches!(result, Err(KeepError::Contended { attempts: 5, .. })),
+        "an error the keeper backs off on, not Raced (retried at once): {result:?}"
+    );
+    let patches = seen.iter().filter(|s| s.method == "PATCH").count();
+    assert_eq!((seen.len(), patches), (11, 5), "{:?}", lines(&seen));
+    assert!(!cert.is_loaded(), "nothing served before its CA is trusted");
 }
