@@ -58,7 +58,7 @@ const TRUST_ATTEMPTS: u32 = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeepError {
-    #[error("{operation}: {source}")]
+    #[error("{operation}: {}", crate::redact::api_error(.source))]
     Api {
         operation: &'static str,
         source: kube::Error,

@@ -201,9 +201,7 @@ mod tests {
         sets: &[ConfigMapSet],
         circumstances: &Circumstances,
     ) -> Option<Patch> {
-        let Some(workload) = admitted_workload(kind, object) else {
-            return None;
-        };
+        let workload = admitted_workload(kind, object)?;
         let observed: Vec<Observed<'_>> = sets
             .iter()
             .filter(|set| {
