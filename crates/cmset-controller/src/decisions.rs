@@ -29,6 +29,8 @@ enum Held {
     Known(String),
     Invalid,
     Unread,
+    /// Only the leader reads sources: a standby decides a source-mode set by what its status records.
+    Recorded,
 }
 
 /// The observations one decision is made from.
@@ -78,7 +80,8 @@ impl Gathered {
                 identity_generation: e.facts.generation,
                 identity: match &e.identity {
                     Held::Known(identity) => Identity::Known(identity),
-                    Held::Invalid => Identity::Invalid,
+                    // Decided by what the status records, as for an invalid spec.
+                    Held::Invalid | Held::Recorded => Identity::Invalid,
                     Held::Unread => Identity::Unread,
                 },
                 revisions: &e.revisions,
@@ -105,7 +108,7 @@ impl Gathered {
 }
 
 /// The content identity the decision reads: the spec's own, or in source mode the source's as last
-/// read at the version the watch last saw.
+/// read at the version the watch last saw (on the leader; see [`Held::Recorded`]).
 fn identity(index: &Index, id: &SetId, facts: &SetFacts) -> Held {
     if !facts.valid {
         return Held::Invalid;
@@ -115,6 +118,10 @@ fn identity(index: &Index, id: &SetId, facts: &SetFacts) -> Held {
             SourceLookup::Fresh(Some(identity)) => Held::Known(identity),
             // A missing source leaves workloads where they are, as an invalid spec does.
             SourceLookup::Fresh(None) => Held::Invalid,
+            // The leader reads it (and its read wakes whoever waits); a standby never does. Its
+            // admissions follow the status, which the leader updates moments after a source edit: an
+            // admission in between keeps the previous revision and the leader moves it once.
+            SourceLookup::Stale if !index.is_leading() => Held::Recorded,
             SourceLookup::Stale => Held::Unread,
         },
         None => facts.identity.clone().map_or(Held::Invalid, Held::Known),

@@ -1263,3 +1263,52 @@ async fn a_workload_whose_rollout_failed_is_moved_back_in_one_guarded_patch_with
     result.unwrap();
     assert_no_requests(&seen);
 }
+
+// ---------------------------------------------------------------------------- one decision, any replica --
+
+/// A Deployment `name` reading Secret `secret` (the bare SecretSet name, say) through `envFrom`.
+fn reading_secret(name: &str, secret: &str) -> Deployment {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"),
+                     "labels": {"cmset.dev/enabled": "true"}},
+        "spec": {"selector": {}, "template": {"spec": {"containers": [
+            {"name": "app", "envFrom": [{"secretRef": {"name": secret}}]}
+        ]}}}
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_standby_decides_a_source_mode_set_by_its_status_and_the_leader_waits_for_its_read() {
+    let mut world = World::new();
+    let mut set = db_set();
+    set.status = Some(cmset_api::ConfigMapSetStatus {
+        observed_generation: Some(1),
+        revision: Some(1),
+        current_revision: Some(DB_V1.into()),
+        history: vec![cmset_api::RevisionStatus {
+            name: DB_V1.into(),
+            revision: 1,
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    world.add_secret_set(&set);
+    // The watch saw the source's version; nobody on this replica read its content.
+    world.see_secret(&db_source("7"));
+    let view = cmset_controller::views::workload_view(&reading_secret("web", "db")).unwrap();
+    let decide = |world: &World| {
+        cmset_controller::decisions::Gathered::of(&world.index, &world.stores, NS, &view)
+            .and_then(|g| g.decide(&view))
+    };
+    // A standby (every replica serves admission) decides by what the leader recorded.
+    let targets = decide(&world).expect("decided from the status");
+    assert_eq!(targets.len(), 1);
+    assert_eq!(targets[0].current, DB_V1);
+    // The leader itself waits for its own read of the source's current version.
+    world.index.lead();
+    assert!(
+        decide(&world).is_err(),
+        "undecided until the leader reads the source"
+    );
+}
