@@ -249,20 +249,8 @@ async fn missing_names(
     let mut missing = BTreeSet::new();
     for (of, name) in admission::unclaimed_names(workload, kinds, LOOKUPS, claimed) {
         let found = match of {
-            Referenced::ConfigMap => {
-                handler.requested("get", "configmaps");
-                let api: Api<ConfigMap> = Api::namespaced(handler.client.clone(), namespace);
-                tokio::time::timeout(LOOKUP_TIMEOUT, api.get_metadata_opt(&name))
-                    .await
-                    .map(|r| r.map(|o| o.is_some()))
-            }
-            Referenced::Secret => {
-                handler.requested("get", "secrets");
-                let api: Api<Secret> = Api::namespaced(handler.client.clone(), namespace);
-                tokio::time::timeout(LOOKUP_TIMEOUT, api.get_metadata_opt(&name))
-                    .await
-                    .map(|r| r.map(|o| o.is_some()))
-            }
+            Referenced::ConfigMap => exists::<ConfigMap>(handler, "configmaps", namespace, &name).await,
+            Referenced::Secret => exists::<Secret>(handler, "secrets", namespace, &name).await,
         };
         match found {
             Ok(Ok(false)) => {
@@ -276,6 +264,27 @@ async fn missing_names(
         }
     }
     missing
+}
+
+/// Whether an object of kind `K` (the resource `plural`) named `name` exists, within [`LOOKUP_TIMEOUT`].
+/// Only its metadata is read.
+async fn exists<K>(
+    handler: &Handler,
+    plural: &'static str,
+    namespace: &str,
+    name: &str,
+) -> Result<kube::Result<bool>, tokio::time::error::Elapsed>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    handler.requested("get", plural);
+    let api: Api<K> = Api::namespaced(handler.client.clone(), namespace);
+    tokio::time::timeout(LOOKUP_TIMEOUT, api.get_metadata_opt(name))
+        .await
+        .map(|r| r.map(|o| o.is_some()))
 }
 
 pub fn router(scopes: Scopes, client: Client, metrics: Arc<Metrics>, secret_sets: bool) -> Router {
