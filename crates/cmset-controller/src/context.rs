@@ -1,80 +1,23 @@
-//! What every reconciliation shares: the client, the informer caches, the event recorder, metrics and
-//! the clock (passed in, so tests can fix it).
+//! What every reconciliation shares: the client, the index and the reflector stores (see
+//! [`crate::stores`]), the event recorder, metrics, the clock (passed in, so tests can fix it), the
+//! one wrapper every write goes through, and the backoff of failed reconciles.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cmset_api::{ConfigMapSet, ConfigMapSetStatus, SecretSet};
-use cmset_core::observe::{WorkloadKind, WorkloadView};
-use cmset_core::set::{SetKind, SetRef};
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use cmset_api::ConfigMapSetStatus;
+use cmset_core::observe::WorkloadKind;
+use cmset_core::set::SetRef;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::runtime::events::{Event, Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::backoff::{self, Failure, Failures};
 use crate::index::{Index, Key, SetId};
 use crate::memory::SetMemory;
 use crate::metrics::Metrics;
-use crate::views;
-
-/// The reflector stores the controllers are keyed by: sets (whole, since revisions are stamped from
-/// them) and opted-in workloads (slimmed to their references, see [`crate::index::Indexed::slim`]).
-/// Everything else lives in the [`Index`].
-#[derive(Clone)]
-pub struct Stores {
-    pub sets: Store<ConfigMapSet>,
-    /// `None` when SecretSets are not served (`--secret-sets=false`).
-    pub secret_sets: Option<Store<SecretSet>>,
-    pub deployments: Store<Deployment>,
-    pub statefulsets: Store<StatefulSet>,
-    pub daemonsets: Store<DaemonSet>,
-}
-
-impl Stores {
-    pub fn set(&self, (kind, key): &SetId) -> Option<AnySet> {
-        fn get<K: kube::Resource<DynamicType = ()> + Clone>(store: &Store<K>, key: &Key) -> Option<Arc<K>> {
-            store.get(&ObjectRef::new(&key.name).within(&key.namespace))
-        }
-        match kind {
-            SetKind::ConfigMapSet => get(&self.sets, key).map(AnySet::ConfigMap),
-            SetKind::SecretSet => get(self.secret_sets.as_ref()?, key).map(AnySet::Secret),
-        }
-    }
-
-    /// The view of one opted-in workload, looked up by key.
-    pub fn workload(&self, kind: WorkloadKind, namespace: &str, name: &str) -> Option<WorkloadView> {
-        fn view<K: views::Workload>(store: &Store<K>, namespace: &str, name: &str) -> Option<WorkloadView> {
-            let obj = store.get(&ObjectRef::new(name).within(namespace))?;
-            views::opted_in(obj.as_ref())
-                .then(|| views::workload_view(obj.as_ref()))
-                .flatten()
-        }
-        match kind {
-            WorkloadKind::Deployment => view(&self.deployments, namespace, name),
-            WorkloadKind::StatefulSet => view(&self.statefulsets, namespace, name),
-            WorkloadKind::DaemonSet => view(&self.daemonsets, namespace, name),
-        }
-    }
-}
-
-/// A set of either kind, as its store holds it.
-#[derive(Clone, Debug)]
-pub enum AnySet {
-    ConfigMap(Arc<ConfigMapSet>),
-    Secret(Arc<SecretSet>),
-}
-
-impl AnySet {
-    pub fn as_set(&self) -> SetRef<'_> {
-        match self {
-            Self::ConfigMap(set) => SetRef::ConfigMap(set),
-            Self::Secret(set) => SetRef::Secret(set),
-        }
-    }
-}
+use crate::stores::Stores;
 
 pub type Clock = Arc<dyn Fn() -> Time + Send + Sync>;
 

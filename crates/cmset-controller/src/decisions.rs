@@ -12,8 +12,8 @@ use cmset_core::health::Wave;
 use cmset_core::observe::{RevisionView, WorkloadView};
 use cmset_core::rollout::SetTarget;
 
-use crate::context::{AnySet, Stores};
 use crate::index::{Index, SetFacts, SetId, SourceLookup};
+use crate::stores::{AnySet, Stores};
 
 /// What is known of one set a workload reads.
 struct Entry {

@@ -18,6 +18,7 @@ pub mod redact;
 pub mod runtime;
 pub mod server;
 pub mod set_controller;
+pub mod stores;
 pub mod views;
 pub mod webhook;
 pub mod webhook_certs;

@@ -33,10 +33,11 @@ use kube::{Api, Client};
 use tracing::{debug, warn};
 
 use crate::backoff::{ExpiryGate, WatchBackoff};
-use crate::context::{Clock, Context, Stores};
+use crate::context::{Clock, Context};
 use crate::error::Error;
 use crate::index::{Index, Indexed, TriggerReceivers, TriggerSenders, trigger_channels};
 use crate::metrics::Metrics;
+use crate::stores::Stores;
 use crate::views::Object;
 use crate::{set_controller, workload_controller};
 

@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, SecretSet, SecretSetSpec, labels};
-use cmset_controller::context::{Clock, Context, Stores};
+use cmset_controller::context::{Clock, Context};
 use cmset_controller::index::{Index, Indexed, Key};
 use cmset_controller::metrics::Metrics;
+use cmset_controller::stores::Stores;
 use cmset_controller::{set_controller, workload_controller};
 use cmset_core::plan::{SetInput, plan_set};
 use cmset_core::revision::NewRevision;

@@ -1,0 +1,214 @@
+//! The reader graph: which ConfigMap and Secret names each reader (opted-in workload, history object,
+//! Pod) names, the readers listed under every set those names can refer to, each workload's wave and
+//! health, and the history objects' views.
+//!
+//! Written only by the watches of the readers' kinds: every kind its own entries ([`Graph::link`] by
+//! all of them, [`Graph::progress`] by the workload watches, [`Graph::insert_history`] and
+//! [`Graph::remove_history`] by the ReplicaSet and ControllerRevision watches).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use cmset_core::health::{Health, Wave};
+use cmset_core::naming;
+use cmset_core::observe::{HistoryKind, HistoryObject, RefNames, WorkloadKind};
+use cmset_core::refs::Referenced;
+use cmset_core::set::SetKind;
+
+use super::sets::Sets;
+use super::{Key, Readers, SetId, Triggers};
+
+/// Something that names ConfigMaps or Secrets in its pod template: an opted-in workload or a history
+/// object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ReaderKind {
+    Workload(WorkloadKind),
+    History(HistoryKind),
+    /// A Pod made from a template cmset rewrote: it keeps the revisions it names in use (a Pod can
+    /// outlive its ReplicaSet), but takes no part in any decision, so it triggers nothing.
+    Pod,
+}
+
+/// The sets `names` can refer to, by [`naming::set_candidates`]: ConfigMap names to ConfigMapSets,
+/// Secret names to SecretSets.
+pub(super) fn candidates(namespace: &str, names: &RefNames) -> BTreeSet<SetId> {
+    names
+        .iter()
+        .flat_map(|(kind, name)| {
+            let set_kind = SetKind::of_revisions(kind);
+            naming::set_candidates(name).map(move |set| (set_kind, Key::new(namespace, set)))
+        })
+        .collect()
+}
+
+#[derive(Default)]
+pub(super) struct Graph {
+    /// The ConfigMap and Secret names each reader's template names.
+    names: HashMap<(ReaderKind, Key), RefNames>,
+    /// By (set kind, namespace, candidate set name): the readers naming it or one of its revisions.
+    readers: HashMap<SetId, BTreeSet<(ReaderKind, String)>>,
+    /// Each opted-in workload's rollout wave and health: a change matters to the rollouts of the
+    /// sets it reads.
+    progress: HashMap<(WorkloadKind, Key), (Wave, Health)>,
+    history: HashMap<(HistoryKind, Key), Arc<HistoryObject>>,
+}
+
+impl Graph {
+    /// Records which ConfigMaps and Secrets a reader names (none: it is gone), and asks the sets it
+    /// named before or names now to reconcile: their status and history protection depend on it.
+    pub(super) fn link(
+        &mut self,
+        kind: ReaderKind,
+        key: &Key,
+        names: RefNames,
+        sets: &Sets,
+        out: &mut Triggers,
+    ) {
+        let previous = self.names.remove(&(kind, key.clone())).unwrap_or_default();
+        if previous == names {
+            // A status update, a scale, a new image: nothing a set decides from changed.
+            if !names.is_empty() {
+                self.names.insert((kind, key.clone()), names);
+            }
+            return;
+        }
+        for set in candidates(&key.namespace, &previous) {
+            if let Some(readers) = self.readers.get_mut(&set) {
+                readers.remove(&(kind, key.name.clone()));
+                if readers.is_empty() {
+                    self.readers.remove(&set);
+                }
+            }
+        }
+        for set in candidates(&key.namespace, &names) {
+            self.readers
+                .entry(set)
+                .or_default()
+                .insert((kind, key.name.clone()));
+        }
+        if kind != ReaderKind::Pod {
+            sets.trigger_named(&key.namespace, &previous, out);
+            sets.trigger_named(&key.namespace, &names, out);
+        }
+        if !names.is_empty() {
+            self.names.insert((kind, key.clone()), names);
+        }
+    }
+
+    /// Records a workload's wave and health (none: it is gone or not opted in). A new wave concerns
+    /// every set it reads (it may begin to take part in waves); a new health only the sets whose
+    /// rollouts are tracked.
+    pub(super) fn progress(
+        &mut self,
+        kind: WorkloadKind,
+        key: &Key,
+        progress: Option<(Wave, Health)>,
+        sets: &Sets,
+        out: &mut Triggers,
+    ) {
+        let slot = (kind, key.clone());
+        let previous = match progress {
+            Some(progress) => self.progress.insert(slot.clone(), progress),
+            None => self.progress.remove(&slot),
+        };
+        let now = self.progress.get(&slot);
+        if previous.as_ref() == now {
+            return;
+        }
+        let wave_moved = previous.as_ref().map(|p| &p.0) != now.map(|p| &p.0);
+        let Some(names) = self.names.get(&(ReaderKind::Workload(kind), key.clone())) else {
+            return;
+        };
+        for set in candidates(&key.namespace, names) {
+            if sets.contains(&set) && (wave_moved || sets.is_tracked(&set)) {
+                out.sets.insert(set);
+            }
+        }
+    }
+
+    pub(super) fn insert_history(&mut self, kind: HistoryKind, key: &Key, view: HistoryObject) {
+        self.history.insert((kind, key.clone()), Arc::new(view));
+    }
+
+    pub(super) fn remove_history(&mut self, kind: HistoryKind, key: &Key) {
+        self.history.remove(&(kind, key.clone()));
+    }
+
+    /// Triggers the workloads that read set `set`.
+    pub(super) fn trigger_readers(&self, set: &SetId, out: &mut Triggers) {
+        for (kind, name) in self.readers.get(set).into_iter().flatten() {
+            if let ReaderKind::Workload(kind) = kind {
+                out.workloads.insert((*kind, Key::new(&set.1.namespace, name)));
+            }
+        }
+    }
+
+    fn readers_of<'a>(&'a self, set: &'a SetId) -> impl Iterator<Item = (ReaderKind, Key)> + 'a {
+        self.readers
+            .get(set)
+            .into_iter()
+            .flatten()
+            .map(|(kind, name)| (*kind, Key::new(&set.1.namespace, name)))
+    }
+
+    /// The workloads and history objects listed under set `set`.
+    pub(super) fn readers(&self, set: &SetId) -> Readers {
+        let mut readers = Readers::default();
+        for (kind, key) in self.readers_of(set) {
+            match kind {
+                ReaderKind::Workload(kind) => readers.workloads.push((kind, key.name)),
+                ReaderKind::Pod => {}
+                ReaderKind::History(kind) => {
+                    if let Some(h) = self.history.get(&(kind, key)) {
+                        readers.history.push(h.as_ref().clone());
+                    }
+                }
+            }
+        }
+        readers
+    }
+
+    /// The names of objects of `kind` that the Pods listed under set `set` reference.
+    pub(super) fn pod_refs(&self, set: &SetId, kind: Referenced) -> BTreeSet<String> {
+        self.readers_of(set)
+            .filter(|(reader, _)| *reader == ReaderKind::Pod)
+            .filter_map(|(reader, key)| self.names.get(&(reader, key)))
+            .flat_map(|names| names.get(kind).iter().cloned())
+            .collect()
+    }
+
+    /// The lowest valid wave among the workloads listed under set `set` (0 when none has one).
+    pub(super) fn lowest_wave(&self, set: &SetId) -> i32 {
+        self.readers_of(set)
+            .filter_map(|(kind, key)| match kind {
+                ReaderKind::Workload(kind) => self.progress.get(&(kind, key)),
+                ReaderKind::History(_) | ReaderKind::Pod => None,
+            })
+            .filter_map(|(wave, _)| wave.number())
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// The keys of every reader of `kind`.
+    pub(super) fn keys(&self, kind: ReaderKind) -> Vec<Key> {
+        self.names
+            .keys()
+            .filter(|(k, _)| *k == kind)
+            .map(|(_, key)| key.clone())
+            .collect()
+    }
+
+    /// The keys of every history object of `kind`.
+    pub(super) fn history_keys(&self, kind: HistoryKind) -> Vec<Key> {
+        self.history
+            .keys()
+            .filter(|(k, _)| *k == kind)
+            .map(|(_, key)| key.clone())
+            .collect()
+    }
+
+    /// How many readers and history objects are indexed.
+    pub(super) fn sizes(&self) -> (usize, usize) {
+        (self.names.len(), self.history.len())
+    }
+}

@@ -1,0 +1,308 @@
+//! The operator's index: what each reconcile needs, kept current by watch events, looked up by key.
+//!
+//! Every watched kind implements [`Indexed`] once (in `kinds/`): how one of its objects enters and
+//! leaves the index, and which reconciles that change must trigger. Reconcilers and mappers then
+//! answer their questions with map lookups whose cost grows with the objects that matter to one set or
+//! workload, never with everything in the namespace:
+//!
+//! - set → its revisions ([`Index::revisions`]);
+//! - set → the workloads and history objects (ReplicaSets, ControllerRevisions) that name it or one of
+//!   its revisions ([`Index::readers`]), through [`naming::set_candidates`], so a ConfigMap name maps to
+//!   its set in O(1);
+//! - workload → the sets it reads ([`Index::sets_read`]);
+//! - set → facts computed once per spec change ([`SetFacts`]: the content identity, whether the spec is
+//!   valid, when it last changed), so a workload reconcile never hashes a set's content.
+//!
+//! Only keys and small views live here. Sets and workloads themselves stay in kube's reflector stores
+//! (shared `Arc`s, which the controllers need anyway); revisions and history objects have no store at
+//! all: the index keeps the few names a decision reads and drops the rest of the object.
+//!
+//! The [`State`] behind the lock is made of parts, each in its own file with its own writer:
+//!
+//! | part | holds | written by |
+//! |---|---|---|
+//! | `sets.rs` | set facts, tracked rollouts | the set watches (and a source read, for `changed_at`) |
+//! | `revisions.rs` | revisions by label | the ConfigMap and Secret watches |
+//! | `graph.rs` | reader names, readers by set, waves and health, history views | the reader kinds' watches |
+//! | `sources.rs` | which sets version a source; versions seen; reads | set watches; ConfigMap/Secret watches; the set controller |
+//! | `relist.rs` | keys seen during a list; kinds listed | [`Index::handle`] |
+//!
+//! `triggers.rs` carries what a change asks to reconcile to the controllers. This file holds the
+//! handle: the lock, whether this replica leads, change notifications, and the queries.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use cmset_core::naming;
+use cmset_core::observe::{HistoryObject, RefNames, RevisionView, WorkloadKind};
+use cmset_core::refs::Referenced;
+use cmset_core::set::SetKind;
+use kube::Resource;
+use kube::runtime::watcher;
+
+mod graph;
+mod kinds;
+mod relist;
+mod revisions;
+mod sets;
+mod sources;
+#[cfg(test)]
+mod tests;
+mod triggers;
+
+pub use graph::ReaderKind;
+pub use kinds::Indexed;
+pub use sets::SetFacts;
+pub use sources::SourceLookup;
+pub use triggers::{TriggerReceivers, TriggerSenders, Triggers, trigger_channels};
+
+/// An object's namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Key {
+    pub fn new(namespace: &str, name: &str) -> Self {
+        Self {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+
+    fn of<K: Resource>(obj: &K) -> Option<Self> {
+        Some(Self {
+            namespace: obj.meta().namespace.clone()?,
+            name: obj.meta().name.clone()?,
+        })
+    }
+}
+
+/// A set of either kind, by key: a ConfigMapSet and a SecretSet may share a name.
+pub type SetId = (SetKind, Key);
+
+/// What reads one set.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Readers {
+    pub workloads: Vec<(WorkloadKind, String)>,
+    pub history: Vec<HistoryObject>,
+}
+
+/// Everything indexed, for all namespaces in scope: one part per seam (see the table above). A kind's
+/// [`Indexed`] impl writes its own parts through their methods and only reads the others.
+#[derive(Default)]
+pub struct State {
+    sets: sets::Sets,
+    revisions: revisions::Revisions,
+    graph: graph::Graph,
+    sources: sources::Sources,
+    relist: relist::Relist,
+}
+
+/// The index of one scope, shared by its watches (writers) and its readers: the reconcilers on the
+/// leader, and the admission webhook on every replica.
+pub struct Index {
+    state: RwLock<State>,
+    senders: Option<TriggerSenders>,
+    kinds: usize,
+    /// Whether triggered reconciles are sent: only once this replica leads. A standby keeps its index
+    /// warm and sends nothing.
+    leading: AtomicBool,
+    /// Counts every change applied, so that a reader can wait for the next one (admission waiting for
+    /// a set created moments before to get its revision).
+    changes: tokio::sync::watch::Sender<u64>,
+}
+
+impl Index {
+    /// An index fed by `kinds` watches, sending what they trigger to `senders` (none in tests that
+    /// drive reconciles by hand).
+    pub fn new(kinds: usize, senders: Option<TriggerSenders>) -> Self {
+        Self {
+            state: RwLock::new(State::default()),
+            senders,
+            kinds,
+            leading: AtomicBool::new(false),
+            changes: tokio::sync::watch::Sender::new(0),
+        }
+    }
+
+    /// From now on the reconciles that changes trigger are sent (this replica leads).
+    pub fn lead(&self) {
+        self.leading.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_leading(&self) -> bool {
+        self.leading.load(Ordering::SeqCst)
+    }
+
+    /// A receiver that is told of every change applied to the index from now on.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        // A panic while holding the lock leaves plain maps behind, still consistent per entry.
+        self.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies one watch event and sends the reconciles it triggers.
+    pub fn handle<K: Indexed>(&self, event: &watcher::Event<K>) -> Triggers {
+        let mut out = Triggers::default();
+        {
+            let mut guard = self.write();
+            let state = &mut *guard;
+            match event {
+                watcher::Event::Apply(obj) => {
+                    if let Some(key) = Key::of(obj) {
+                        obj.index(&key, state, &mut out);
+                    }
+                }
+                watcher::Event::Delete(obj) => {
+                    if let Some(key) = Key::of(obj) {
+                        K::unindex(&key, state, &mut out);
+                    }
+                }
+                watcher::Event::Init => state.relist.start(K::NAME),
+                watcher::Event::InitApply(obj) => {
+                    if let Some(key) = Key::of(obj) {
+                        obj.index(&key, state, &mut out);
+                        state.relist.seen(K::NAME, key);
+                    }
+                }
+                watcher::Event::InitDone => {
+                    let seen = state.relist.done(K::NAME);
+                    for key in K::indexed_keys(state) {
+                        if !seen.contains(&key) {
+                            K::unindex(&key, state, &mut out);
+                        }
+                    }
+                }
+            }
+        }
+        self.changed();
+        self.send(&out);
+        out
+    }
+
+    fn send(&self, out: &Triggers) {
+        if let Some(senders) = self.senders.as_ref().filter(|_| self.is_leading()) {
+            senders.send(out);
+        }
+    }
+
+    /// Whether every watch has delivered its first full list.
+    pub fn is_ready(&self) -> bool {
+        self.read().relist.listed() >= self.kinds
+    }
+
+    pub fn set_facts(&self, set: &SetId) -> Option<SetFacts> {
+        self.read().sets.get(set).cloned()
+    }
+
+    /// The revisions labelled for the set of `kind` whose label value is `label`.
+    pub fn revisions(&self, kind: SetKind, namespace: &str, label: &str) -> Vec<RevisionView> {
+        self.read().revisions.labelled(kind, namespace, label)
+    }
+
+    /// The workloads and history objects that name set `set` or one of its revisions. (A reader is
+    /// listed under every set its names could refer to; the planners look at the names themselves.)
+    pub fn readers(&self, set: &SetId) -> Readers {
+        self.read().graph.readers(set)
+    }
+
+    /// The names of objects of `kind` that the Pods listed under set `set` reference: a revision among
+    /// them is in use.
+    pub fn pod_refs(&self, set: &SetId, kind: Referenced) -> BTreeSet<String> {
+        self.read().graph.pod_refs(set, kind)
+    }
+
+    /// The lowest valid wave among the opted-in workloads that name set `set` or one of its revisions
+    /// (0 when none has one).
+    pub fn lowest_wave(&self, set: &SetId) -> i32 {
+        self.read().graph.lowest_wave(set)
+    }
+
+    /// The existing sets that the ConfigMap and Secret names `names` refer to, with their facts.
+    pub fn sets_read(&self, namespace: &str, names: &RefNames) -> Vec<(SetId, SetFacts)> {
+        let state = self.read();
+        graph::candidates(namespace, names)
+            .into_iter()
+            .filter_map(|set| {
+                let facts = state.sets.get(&set)?.clone();
+                Some((set, facts))
+            })
+            .collect()
+    }
+
+    /// Whether a set of `namespace` claims `name`, a name of objects of kind `of`: its bare name or a
+    /// name of its revisions' form (see [`naming::set_candidates`]).
+    pub fn claims(&self, namespace: &str, of: Referenced, name: &str) -> bool {
+        let state = self.read();
+        let kind = SetKind::of_revisions(of);
+        naming::set_candidates(name).any(|set| state.sets.contains(&(kind, Key::new(namespace, set))))
+    }
+
+    /// What is known of the content of source `name` of the sets of `kind` in `namespace`.
+    pub fn source(&self, kind: SetKind, namespace: &str, name: &str) -> SourceLookup {
+        self.read()
+            .sources
+            .lookup(kind.revision_kind(), &Key::new(namespace, name))
+    }
+
+    /// Records what the set controller read of a source: its version and content identity (`None`:
+    /// it does not exist). A read of a new version triggers the readers of the sets that version it: a
+    /// workload may have waited for it (see `workload_controller`), and the content may have changed,
+    /// in which case those sets also count as changed now.
+    pub fn record_source(
+        &self,
+        kind: SetKind,
+        namespace: &str,
+        name: &str,
+        version: Option<String>,
+        identity: Option<String>,
+    ) -> Triggers {
+        let mut out = Triggers::default();
+        {
+            let mut guard = self.write();
+            let state = &mut *guard;
+            let source = Key::new(namespace, name);
+            let Some(read) = state.sources.record(kind, &source, version, identity) else {
+                return out;
+            };
+            let now = Instant::now();
+            for id in read.sets {
+                if read.content_changed {
+                    state.sets.content_changed(&id, now);
+                }
+                state.graph.trigger_readers(&id, &mut out);
+            }
+        }
+        self.changed();
+        self.send(&out);
+        out
+    }
+
+    /// Sizes of the index, for tests and the debug log.
+    pub fn sizes(&self) -> BTreeMap<&'static str, usize> {
+        let state = self.read();
+        let (readers, history) = state.graph.sizes();
+        BTreeMap::from([
+            ("sets", state.sets.len()),
+            ("revisions", state.revisions.len()),
+            ("readers", readers),
+            ("history", history),
+            ("sources", state.sources.len()),
+        ])
+    }
+}

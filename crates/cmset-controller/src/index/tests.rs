@@ -1,0 +1,459 @@
+//! The index's tests: watch events in, triggered reconciles and query answers out.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, SecretSet, labels};
+use cmset_core::observe::WorkloadKind;
+use cmset_core::set::SetKind;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapEnvSource, Container, EnvFromSource, PodSpec, PodTemplateSpec, Secret,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::ResourceExt;
+use kube::core::PartialObjectMeta;
+use kube::runtime::watcher;
+
+use super::{Index, Indexed, Key, SetId, SourceLookup, Triggers};
+
+const NS: &str = "team";
+
+fn index() -> Index {
+    Index::new(7, None)
+}
+
+fn set(name: &str, generation: i64) -> ConfigMapSet {
+    let mut set = ConfigMapSet::new(
+        name,
+        ConfigMapSetSpec {
+            template: ConfigMapTemplate {
+                data: Some(BTreeMap::from([("K".to_string(), generation.to_string())])),
+                ..ConfigMapTemplate::default()
+            },
+            revision_history_limit: 10,
+            rollout: None,
+            config_map_name: None,
+        },
+    );
+    set.metadata.namespace = Some(NS.into());
+    set.metadata.uid = Some(format!("uid-{name}"));
+    set.metadata.generation = Some(generation);
+    set
+}
+
+fn deployment(name: &str, reads: &[&str]) -> Deployment {
+    Deployment {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            uid: Some(format!("uid-{name}")),
+            labels: Some(BTreeMap::from([(labels::ENABLED.into(), "true".into())])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(DeploymentSpec {
+            template: PodTemplateSpec {
+                metadata: None,
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: "app".into(),
+                        env_from: Some(
+                            reads
+                                .iter()
+                                .map(|r| EnvFromSource {
+                                    config_map_ref: Some(ConfigMapEnvSource {
+                                        name: r.to_string(),
+                                        optional: None,
+                                    }),
+                                    ..EnvFromSource::default()
+                                })
+                                .collect(),
+                        ),
+                        ..Container::default()
+                    }],
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        status: None,
+    }
+}
+
+fn revision(set: &str, name: &str) -> PartialObjectMeta<ConfigMap> {
+    PartialObjectMeta {
+        types: None,
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            labels: Some(BTreeMap::from([(labels::SET.into(), set.into())])),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "cmset.dev/v1alpha1".into(),
+                kind: "ConfigMapSet".into(),
+                name: set.into(),
+                uid: format!("uid-{set}"),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..ObjectMeta::default()
+        },
+        _phantom: Default::default(),
+    }
+}
+
+fn key(name: &str) -> Key {
+    Key::new(NS, name)
+}
+
+fn cms(name: &str) -> SetId {
+    (SetKind::ConfigMapSet, key(name))
+}
+
+fn workloads(keys: &[&str]) -> BTreeSet<(WorkloadKind, Key)> {
+    keys.iter().map(|k| (WorkloadKind::Deployment, key(k))).collect()
+}
+
+#[test]
+fn a_set_change_triggers_exactly_the_workloads_that_read_it() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    index.handle(&watcher::Event::Apply(set("other", 1)));
+    index.handle(&watcher::Event::Apply(deployment("web", &["app"])));
+    index.handle(&watcher::Event::Apply(deployment("api", &["app-d2c65kk9hm"])));
+    index.handle(&watcher::Event::Apply(deployment("unrelated", &["other"])));
+    let out = index.handle(&watcher::Event::Apply(set("app", 2)));
+    assert_eq!(out.workloads, workloads(&["api", "web"]));
+    assert!(
+        out.sets.is_empty(),
+        "the set's own controller sees its own change"
+    );
+}
+
+fn with_wave(mut deployment: Deployment, wave: &str) -> Deployment {
+    if let Some(labels) = deployment.metadata.labels.as_mut() {
+        labels.insert(labels::WAVE.into(), wave.into());
+    }
+    deployment
+}
+
+fn available(mut deployment: Deployment) -> Deployment {
+    deployment.metadata.generation = Some(1);
+    deployment.status = Some(k8s_openapi::api::apps::v1::DeploymentStatus {
+        observed_generation: Some(1),
+        replicas: Some(1),
+        updated_replicas: Some(1),
+        available_replicas: Some(1),
+        ..Default::default()
+    });
+    deployment
+}
+
+#[test]
+fn health_wakes_only_tracked_sets_and_a_new_wave_wakes_every_set_read() {
+    let index = index();
+    let mut tracked = set("app", 1);
+    tracked.spec.rollout = Some(cmset_api::RolloutSpec::default());
+    index.handle(&watcher::Event::Apply(tracked));
+    index.handle(&watcher::Event::Apply(set("plain", 1)));
+    index.handle(&watcher::Event::Apply(deployment("web", &["app", "plain"])));
+    // A status update that makes it healthy matters to the tracked set only.
+    let out = index.handle(&watcher::Event::Apply(available(deployment(
+        "web",
+        &["app", "plain"],
+    ))));
+    assert_eq!(out.sets, BTreeSet::from([cms("app")]));
+    assert!(out.workloads.is_empty());
+    // The same health again: nothing.
+    let out = index.handle(&watcher::Event::Apply(available(deployment(
+        "web",
+        &["app", "plain"],
+    ))));
+    assert_eq!(out, Triggers::default());
+    // A wave label matters to both: the plain set starts tracking a rollout.
+    let waved = with_wave(available(deployment("web", &["app", "plain"])), "2");
+    let out = index.handle(&watcher::Event::Apply(waved));
+    assert_eq!(out.sets, BTreeSet::from([cms("app"), cms("plain")]));
+}
+
+#[test]
+fn the_lowest_wave_of_a_set_s_readers_comes_from_the_index() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    assert_eq!(index.lowest_wave(&cms("app")), 0, "no readers");
+    index.handle(&watcher::Event::Apply(with_wave(deployment("b", &["app"]), "3")));
+    index.handle(&watcher::Event::Apply(with_wave(
+        deployment("c", &["app"]),
+        "later",
+    )));
+    index.handle(&watcher::Event::Apply(with_wave(
+        deployment("d", &["other"]),
+        "1",
+    )));
+    assert_eq!(
+        index.lowest_wave(&cms("app")),
+        3,
+        "invalid labels and other sets' readers do not count"
+    );
+    index.handle(&watcher::Event::Apply(with_wave(deployment("a", &["app"]), "2")));
+    assert_eq!(index.lowest_wave(&cms("app")), 2);
+    index.handle(&watcher::Event::Delete(with_wave(deployment("a", &["app"]), "2")));
+    assert_eq!(index.lowest_wave(&cms("app")), 3);
+}
+
+#[test]
+fn a_workload_that_switches_sets_triggers_the_old_and_the_new_one() {
+    let index = index();
+    for name in ["a", "b", "c"] {
+        index.handle(&watcher::Event::Apply(set(name, 1)));
+    }
+    let first = index.handle(&watcher::Event::Apply(deployment("web", &["a", "b"])));
+    assert_eq!(first.sets, [cms("a"), cms("b")].into());
+    let switched = index.handle(&watcher::Event::Apply(deployment("web", &["b-d2c65kk9hm", "c"])));
+    assert_eq!(switched.sets, [cms("a"), cms("b"), cms("c")].into());
+    assert_eq!(index.readers(&cms("a")).workloads, vec![]);
+    assert_eq!(
+        index.readers(&cms("c")).workloads,
+        vec![(WorkloadKind::Deployment, "web".to_string())]
+    );
+}
+
+#[test]
+fn a_workload_event_that_changes_no_reference_triggers_nothing() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    index.handle(&watcher::Event::Apply(deployment("web", &["app"])));
+    let mut scaled = deployment("web", &["app"]);
+    scaled.spec.as_mut().unwrap().replicas = Some(5);
+    assert_eq!(index.handle(&watcher::Event::Apply(scaled)), Triggers::default());
+}
+
+#[test]
+fn a_revision_triggers_its_set_and_the_set_s_readers() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    index.handle(&watcher::Event::Apply(deployment("web", &["app"])));
+    let out = index.handle(&watcher::Event::Apply(revision("app", "app-d2c65kk9hm")));
+    assert_eq!(out.sets, [cms("app")].into());
+    assert_eq!(out.workloads, workloads(&["web"]));
+    assert_eq!(index.revisions(SetKind::ConfigMapSet, NS, "app").len(), 1);
+    let gone = index.handle(&watcher::Event::Delete(revision("app", "app-d2c65kk9hm")));
+    assert_eq!(gone.sets, [cms("app")].into());
+    assert!(index.revisions(SetKind::ConfigMapSet, NS, "app").is_empty());
+}
+
+#[test]
+fn facts_are_computed_once_per_spec_change() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    let first = index.set_facts(&cms("app")).unwrap();
+    assert_eq!(first.identity.as_deref().map(str::len), Some(10));
+    let mut status_only = set("app", 1);
+    status_only.status = Some(Default::default());
+    index.handle(&watcher::Event::Apply(status_only));
+    assert_eq!(
+        index.set_facts(&cms("app")).unwrap(),
+        first,
+        "a status write changes no fact"
+    );
+    index.handle(&watcher::Event::Apply(set("app", 2)));
+    let second = index.set_facts(&cms("app")).unwrap();
+    assert_ne!(second.identity, first.identity);
+    assert!(second.changed_at >= first.changed_at);
+}
+
+#[test]
+fn a_relist_drops_what_it_did_not_see_and_counts_as_listed() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    index.handle(&watcher::Event::Apply(deployment("web", &["app"])));
+    index.handle(&watcher::Event::Apply(deployment("gone", &["app"])));
+    index.handle::<Deployment>(&watcher::Event::Init);
+    index.handle(&watcher::Event::InitApply(deployment("web", &["app"])));
+    let out = index.handle::<Deployment>(&watcher::Event::InitDone);
+    assert_eq!(out.sets, [cms("app")].into(), "the set learns that `gone` went");
+    assert_eq!(
+        index.readers(&cms("app")).workloads,
+        vec![(WorkloadKind::Deployment, "web".to_string())]
+    );
+    assert!(!index.is_ready(), "only one of seven kinds has listed");
+}
+
+#[test]
+fn a_workload_s_cached_template_keeps_only_its_references() {
+    let mut d = deployment("web", &["app"]);
+    d.spec
+        .as_mut()
+        .unwrap()
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers[0]
+        .image = Some("big".into());
+    d.metadata.annotations = Some(BTreeMap::from([("note".into(), "x".into())]));
+    let mut held = d.clone();
+    d.slim();
+    assert_eq!(d.metadata.annotations, None);
+    // cmset's hold is the one annotation a decision reads.
+    held.annotations_mut()
+        .insert(cmset_core::hold::HELD_SINCE.into(), "t".into());
+    held.slim();
+    assert_eq!(
+        held.metadata.annotations,
+        Some(BTreeMap::from([(
+            cmset_core::hold::HELD_SINCE.into(),
+            "t".into()
+        )]))
+    );
+    let container = &d.spec.unwrap().template.spec.unwrap().containers[0];
+    assert_eq!(container.image, None);
+    assert_eq!(container.env_from.as_ref().map(Vec::len), Some(1));
+}
+
+fn secret_set(name: &str, source: &str) -> SecretSet {
+    let mut set = SecretSet::new(
+        name,
+        cmset_api::SecretSetSpec {
+            secret_name: source.into(),
+            revision_history_limit: 10,
+            rollout: None,
+            ..cmset_api::SecretSetSpec::default()
+        },
+    );
+    set.metadata.namespace = Some(NS.into());
+    set.metadata.uid = Some(format!("uid-{name}"));
+    set.metadata.generation = Some(1);
+    set
+}
+
+fn secret_meta(name: &str, version: &str) -> PartialObjectMeta<Secret> {
+    PartialObjectMeta {
+        types: None,
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            resource_version: Some(version.into()),
+            ..ObjectMeta::default()
+        },
+        _phantom: Default::default(),
+    }
+}
+
+fn sec(name: &str) -> SetId {
+    (SetKind::SecretSet, key(name))
+}
+
+#[test]
+fn a_source_s_new_version_triggers_the_set_that_versions_it_and_nothing_else_does() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(secret_set("db", "db-credentials")));
+    let out = index.handle(&watcher::Event::Apply(secret_meta("db-credentials", "7")));
+    assert_eq!(out.sets, [sec("db")].into());
+    // The same version again (a relist), and an unrelated Secret: nothing.
+    assert_eq!(
+        index.handle(&watcher::Event::Apply(secret_meta("db-credentials", "7"))),
+        Triggers::default()
+    );
+    assert_eq!(
+        index.handle(&watcher::Event::Apply(secret_meta("unrelated", "1"))),
+        Triggers::default()
+    );
+    // A ConfigMap of the source's name is not the source.
+    let mut cm = revision("x", "db-credentials");
+    cm.metadata.labels = None;
+    cm.metadata.owner_references = None;
+    assert_eq!(index.handle(&watcher::Event::Apply(cm)).sets, BTreeSet::new());
+    // Deleted: the set learns it.
+    assert_eq!(
+        index
+            .handle(&watcher::Event::Delete(secret_meta("db-credentials", "7")))
+            .sets,
+        [sec("db")].into()
+    );
+}
+
+#[test]
+fn a_read_is_fresh_until_the_watch_sees_another_version() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(secret_set("db", "db-credentials")));
+    let lookup = || index.source(SetKind::SecretSet, NS, "db-credentials");
+    assert_eq!(lookup(), SourceLookup::Stale, "never read");
+    index.record_source(
+        SetKind::SecretSet,
+        NS,
+        "db-credentials",
+        Some("7".into()),
+        Some("9k5ddchd8d".into()),
+    );
+    assert_eq!(
+        lookup(),
+        SourceLookup::Fresh(Some("9k5ddchd8d".into())),
+        "read, the watch silent so far"
+    );
+    index.handle(&watcher::Event::Apply(secret_meta("db-credentials", "7")));
+    assert_eq!(
+        lookup(),
+        SourceLookup::Fresh(Some("9k5ddchd8d".into())),
+        "seen at the version read"
+    );
+    index.handle(&watcher::Event::Apply(secret_meta("db-credentials", "8")));
+    assert_eq!(lookup(), SourceLookup::Stale, "moved since the read");
+    index.record_source(SetKind::SecretSet, NS, "db-credentials", None, None);
+    index.handle(&watcher::Event::Delete(secret_meta("db-credentials", "8")));
+    assert_eq!(lookup(), SourceLookup::Fresh(None), "gone, and read as gone");
+}
+
+#[test]
+fn a_read_of_a_new_version_wakes_the_readers_even_when_the_content_is_the_same() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(secret_set("db", "db-credentials")));
+    let mut web = deployment("web", &[]);
+    let container = &mut web
+        .spec
+        .as_mut()
+        .unwrap()
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers[0];
+    container.env_from = Some(vec![k8s_openapi::api::core::v1::EnvFromSource {
+        secret_ref: Some(k8s_openapi::api::core::v1::SecretEnvSource {
+            name: "db".into(),
+            optional: None,
+        }),
+        ..Default::default()
+    }]);
+    index.handle(&watcher::Event::Apply(web));
+    let record = |version: &str, identity: &str| {
+        index.record_source(
+            SetKind::SecretSet,
+            NS,
+            "db-credentials",
+            Some(version.into()),
+            Some(identity.into()),
+        )
+    };
+    let first = record("7", "aaaaaaaaaa");
+    assert_eq!(first.workloads, workloads(&["web"]));
+    let changed_at = index.set_facts(&sec("db")).unwrap().changed_at;
+    // Rewritten with the same content (a refreshed annotation): the waiting workload moves on, and
+    // the set does not count as changed.
+    assert_eq!(record("8", "aaaaaaaaaa").workloads, workloads(&["web"]));
+    assert_eq!(index.set_facts(&sec("db")).unwrap().changed_at, changed_at);
+    // The same read again: nothing.
+    assert_eq!(record("8", "aaaaaaaaaa"), Triggers::default());
+    // A set switching to another source stops following the old one.
+    let mut moved = secret_set("db", "other");
+    moved.metadata.generation = Some(2);
+    index.handle(&watcher::Event::Apply(moved));
+    assert_eq!(
+        index.handle(&watcher::Event::Apply(secret_meta("db-credentials", "9"))),
+        Triggers::default()
+    );
+    assert_eq!(
+        index
+            .handle(&watcher::Event::Apply(secret_meta("other", "1")))
+            .sets,
+        [sec("db")].into()
+    );
+}
