@@ -283,7 +283,7 @@ impl Elector {
 
     /// Gives the lease up on shutdown so a standby takes over at once instead of after expiry. Best
     /// effort: it gives up after half the time between the renew deadline and the lease's expiry (at
-    /// most [`RELEASE_DEADLINE`]), so that a leader that stepped down has exited before a standby may
+    /// most `RELEASE_DEADLINE`), so that a leader that stepped down has exited before a standby may
     /// take over.
     pub async fn release(&self) {
         *lock(&self.renewed_at) = None;

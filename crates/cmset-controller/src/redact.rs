@@ -69,7 +69,7 @@ const HARMLESS: [(&str, u32); 4] = [
 
 /// Drops the events of kube that print a response body, a `Status` or a decode error quoting one:
 /// all of `kube_client::client` (the module of `Client::request*` and `handle_api_errors`) and of
-/// `kube_runtime::watcher` but the [`HARMLESS`] callsites. Spans, other kube modules (config,
+/// `kube_runtime::watcher` but the `HARMLESS` callsites. Spans, other kube modules (config,
 /// TLS, auth, the HTTP trace layer) and everything else pass.
 #[derive(Debug, Clone, Copy)]
 pub struct NoResponseText;
