@@ -538,11 +538,17 @@ async fn the_plugin_reads_a_secret_set_and_never_shows_a_value() {
         let uid = ns.kubectl(&["get", "deployment", name, "-o", "jsonpath={.metadata.uid}"]);
         uid.trim().to_string()
     };
-    let workload = |name: &str, revision: &str, state: &str| serde_json::json!({"kind": "Deployment", "name": name, "uid": uid(name), "revision": revision, "state": state});
+    // As cmset records it: both ran revision 2 (`old` was rolled back from it), and the history lists
+    // both revisions.
+    let workload = |name: &str, revision: &str, state: &str| serde_json::json!({"kind": "Deployment", "name": name, "uid": uid(name), "revision": revision, "state": state, "rolledOut": v2});
     let status = serde_json::json!({"status": {
         "observedGeneration": 1,
         "revision": 2,
         "currentRevision": v2,
+        "history": [
+            {"name": v2, "revision": 2, "inUse": true},
+            {"name": v1, "revision": 1, "inUse": true},
+        ],
         "conditions": [{
             "type": "Ready",
             "status": "True",

@@ -1,6 +1,7 @@
 //! Which revision a workload should name now, for every set it reads: the one decision that the
-//! workload controller, the admission webhook and `kubectl cmset` make, asked in one place so that they
-//! cannot disagree (waves, pins, rollbacks and holds included).
+//! workload controller, the admission webhook, the set planner (for the state it records of each
+//! workload) and `kubectl cmset` make, asked in one place so that they cannot disagree (waves, pins,
+//! rollbacks and holds included).
 //!
 //! The inputs are what an observer knows of each set: the set itself (its spec and status), the content
 //! identity of its spec (computed once per spec change by the caller, or the identity of its source's
@@ -11,7 +12,7 @@
 
 use std::time::Duration;
 
-use crate::observe::{RevisionView, WorkloadView};
+use crate::observe::{HistoryObject, RevisionView, WorkloadView};
 use crate::rollout::SetTarget;
 use crate::set::SetRef;
 use crate::waves;
@@ -25,6 +26,11 @@ pub enum Identity<'a> {
     Invalid,
     /// In source mode, the source has not been read at its current version yet.
     Unread,
+    /// The observer does not know the content (`kubectl cmset` does not read a set's source): the
+    /// current revision is the one the set's status records, once the status describes the spec, as
+    /// for an [invalid](Self::Invalid) spec. A change of the source's content shows once the set's
+    /// controller has recorded its revision.
+    Recorded,
 }
 
 /// One set a workload reads, as observed.
@@ -59,6 +65,18 @@ impl std::fmt::Display for Undecided {
 /// Where `workload`'s references to `observed.set` should point: the set's current revision and what
 /// the rollout of that revision lets this workload do.
 pub fn target(observed: &Observed<'_>, workload: &WorkloadView) -> Result<SetTarget, Undecided> {
+    target_seeing(observed, workload, &[])
+}
+
+/// [`target`], by an observer that also sees the retained ReplicaSets and ControllerRevisions of the
+/// namespace (`history`, of any owner): when the set's status has no rollout record for the workload
+/// (it was lost), they tell whether it ran the current revision, so that a rollback is not taken for a
+/// missed update (see [`crate::rollout::rollout_record`]). The set planner decides so.
+pub fn target_seeing(
+    observed: &Observed<'_>,
+    workload: &WorkloadView,
+    history: &[HistoryObject],
+) -> Result<SetTarget, Undecided> {
     let set = observed.set;
     let undecided = || Undecided::Set(format!("{} {}", set.kind(), set.name()));
     if observed.identity_generation != set.generation() {
@@ -66,11 +84,11 @@ pub fn target(observed: &Observed<'_>, workload: &WorkloadView) -> Result<SetTar
     }
     let identity = match observed.identity {
         Identity::Known(identity) => Some(identity),
-        Identity::Invalid => None,
+        Identity::Invalid | Identity::Recorded => None,
         Identity::Unread => return Err(undecided()),
     };
-    let target =
-        SetTarget::observed(set, identity, observed.revisions, &workload.uid).ok_or_else(undecided)?;
+    let target = SetTarget::observed_seeing(set, identity, observed.revisions, &workload.uid, history)
+        .ok_or_else(undecided)?;
     let gate = waves::gate(set, &target.current, workload, observed.lowest_wave);
     Ok(target.gated(gate))
 }

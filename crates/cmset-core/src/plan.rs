@@ -11,8 +11,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use serde_json::Value;
 
 use crate::conditions::{self, Desired, READY, STALLED};
+use crate::decide::{self, Identity, Observed};
 use crate::history::{Usage, select_prunable};
 use crate::message::join_capped;
+use crate::naming::refers_to_set;
 use crate::observe::{HistoryObject, RevisionView, WorkloadView};
 use crate::refs::Referenced;
 use crate::revision::{
@@ -139,7 +141,7 @@ pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
     let usage = Usage::new(set.kind().revision_kind(), input.workloads, input.history);
     let pruning = plan_pruning(set, &owned, &current.name, &usage, input.pod_refs);
     let history = revision_history(&owned, &current, &pruning.prune, &usage, &uid);
-    let entries = workload_entries(input, &current.name, &history);
+    let entries = workload_entries(input, &current);
     let waves = plan_rollout(input, &previous, &current.name, &history, entries.members);
     let history = mark_failed(history, &previous, waves.rollout.as_ref());
     let status = set_status(input, &previous, &current, history, waves.entries, waves.rollout);
@@ -308,6 +310,19 @@ pub(crate) fn revision_with_content<'a>(
         })
 }
 
+/// The revision the plan creates, as the workload controller will observe it once it is made.
+fn created_view(new: &NewRevision) -> RevisionView {
+    let metadata = new.metadata();
+    RevisionView {
+        name: new.name().to_string(),
+        uid: metadata.uid.clone().unwrap_or_default(),
+        labels: metadata.labels.clone().unwrap_or_default(),
+        annotations: metadata.annotations.clone().unwrap_or_default(),
+        owner_references: metadata.owner_references.clone().unwrap_or_default(),
+        being_deleted: false,
+    }
+}
+
 /// The current revision's number. Numbers only grow and the current revision is the newest: it keeps
 /// its number only when it alone holds the highest one; otherwise (a new revision, or content reverted
 /// to an older one) it gets the highest plus one. The previous status counts, so that a number is never
@@ -466,24 +481,47 @@ struct Entries<'a> {
     pin_events: Vec<PlannedEvent>,
 }
 
-fn workload_entries<'a>(input: &SetInput<'a>, current: &str, history: &[RevisionStatus]) -> Entries<'a> {
+/// Each workload's entry, from the one decision the workload controller makes ([`decide`]): with the
+/// set's content identity and its revisions as they stand once this plan is carried out (the new one
+/// included), and the status as it is, which the controller reads until the planned one is written. So
+/// a workload is `Pending` exactly when the controller's next plan for it moves a reference, `Pinned` when
+/// it moves none; waves are laid over that afterwards (see [`plan_rollout`]).
+fn workload_entries<'a>(input: &SetInput<'a>, current: &CurrentRevision) -> Entries<'a> {
     let set = input.set;
     let kind = set.kind().revision_kind();
-    let revision_names: BTreeSet<String> = history.iter().map(|h| h.name.clone()).collect();
+    let revisions: Vec<RevisionView> = input
+        .revisions
+        .iter()
+        .cloned()
+        .chain(current.create.as_ref().map(created_view))
+        .collect();
+    let reads_set = |w: &WorkloadView| {
+        w.referenced_names_of(kind)
+            .iter()
+            .any(|n| refers_to_set(set.name(), n))
+    };
+    let observed = Observed {
+        set,
+        identity_generation: set.generation(),
+        identity: Identity::Known(&current.content),
+        revisions: &revisions,
+        lowest_wave: input
+            .workloads
+            .iter()
+            .filter(|w| reads_set(w))
+            .filter_map(|w| w.wave.number())
+            .min()
+            .unwrap_or(0),
+    };
     let previous = previous_by_uid(set);
     let mut members: Vec<Member<'a>> = input
         .workloads
         .iter()
         .filter_map(|w| {
-            let entry = workload_status(
-                w,
-                kind,
-                set.name(),
-                current,
-                &revision_names,
-                previous.get(&w.uid),
-                input.history,
-            )?;
+            let decided = decide::target_seeing(&observed, w, input.history);
+            // Cannot fail: the identity is the spec's, and the revision holding it is among them.
+            debug_assert!(decided.is_ok(), "{decided:?}");
+            let entry = workload_status(w, &decided.ok()?)?;
             Some(Member::new(entry, w, kind, set.name()))
         })
         .collect();

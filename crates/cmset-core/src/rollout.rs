@@ -16,6 +16,8 @@
 //! If the status is lost (restored from a backup without status, say), the record is derived again from
 //! the workload's retained ReplicaSets/ControllerRevisions: one naming the current revision means the
 //! workload ran it. That can only err towards leaving a workload pinned, never towards fighting a rollback.
+//! [`rollout_record`] is that rule, for every target ([`SetTarget::observed`]) and so for every caller of
+//! [`crate::decide`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -50,39 +52,27 @@ impl SetTarget {
     /// The target for `workload_uid`, or `None` while the set's status does not yet describe its spec
     /// (its controller has not caught up). Acting on a half-updated set could roll a workload twice.
     pub fn from_set(set: SetRef<'_>, workload_uid: &str) -> Option<Self> {
+        Self::settled(set, workload_uid, &[])
+    }
+
+    /// [`Self::from_set`], with the workload's retained history for a lost rollout record.
+    fn settled(set: SetRef<'_>, workload_uid: &str, history: &[HistoryObject]) -> Option<Self> {
         let status = set.status()?;
         if status.observed_generation != set.generation() {
             return None;
         }
-        Self::recorded(set, workload_uid)
-    }
-
-    /// The target the status records, settled or not.
-    fn recorded(set: SetRef<'_>, workload_uid: &str) -> Option<Self> {
-        let status = set.status()?;
         let current = status.current_revision.clone()?;
-        let mut revisions: BTreeSet<String> = status.history.iter().map(|h| h.name.clone()).collect();
-        revisions.insert(current.clone());
-        let rolled_out = status
-            .workloads
-            .iter()
-            .find(|w| w.uid == workload_uid)
-            .and_then(|w| w.rolled_out.clone());
-        Some(Self {
-            kind: set.kind().revision_kind(),
-            name: set.name().to_string(),
-            current,
-            revisions,
-            rolled_out,
-            gate: Gate::Open,
-        })
+        let revisions = status.history.iter().map(|h| h.name.clone()).collect();
+        Some(Self::new(set, current, revisions, workload_uid, history))
     }
 
     /// The target for `workload_uid` from what was observed directly: the set's spec (through
-    /// `identity`, its [content identity](crate::revision::content_identity), `None` when the spec is
-    /// invalid) and the revision ConfigMaps labelled for it. The current revision is the one holding the
-    /// spec's content, found exactly as the set planner finds it; until its ConfigMap exists there is no
-    /// target (`None`), so a workload never names a revision that is not there yet.
+    /// `identity`, its [content identity](crate::set::Content::identity), `None` when the spec is
+    /// invalid or its identity is not known to the observer) and the revision objects labelled for it.
+    /// The current revision is the one holding the spec's content, found exactly as the set planner
+    /// finds it; until it exists there is no target (`None`), so a workload never names a revision that
+    /// is not there yet. Without an identity, the target is the one the status records once it
+    /// describes the spec ([`Self::from_set`]).
     ///
     /// This needs no status round trip: a workload moves as soon as its revision exists, and the set's
     /// status is written once, when the move is done. The status still supplies the rollout record, and,
@@ -93,8 +83,21 @@ impl SetTarget {
         revisions: &[RevisionView],
         workload_uid: &str,
     ) -> Option<Self> {
+        Self::observed_seeing(set, identity, revisions, workload_uid, &[])
+    }
+
+    /// [`Self::observed`], knowing the retained ReplicaSets and ControllerRevisions of the namespace
+    /// (`history`, of any owner): when the status has no rollout record for the workload, they tell
+    /// whether it ran the current revision (see [`rollout_record`]).
+    pub(crate) fn observed_seeing(
+        set: SetRef<'_>,
+        identity: Option<&str>,
+        revisions: &[RevisionView],
+        workload_uid: &str,
+        history: &[HistoryObject],
+    ) -> Option<Self> {
         let Some(identity) = identity else {
-            return Self::from_set(set, workload_uid);
+            return Self::settled(set, workload_uid, history);
         };
         let uid = set.uid();
         let owned: Vec<RevisionView> = revisions
@@ -106,32 +109,33 @@ impl SetTarget {
         let current = crate::plan::revision_with_content(set, &owned, identity)?
             .name
             .clone();
-        let status = set.status();
-        let mut names: BTreeSet<String> = owned.iter().map(|r| r.name.clone()).collect();
+        let mut names: BTreeSet<String> = owned.into_iter().map(|r| r.name).collect();
         names.extend(
-            status
+            set.status()
                 .iter()
                 .flat_map(|s| s.history.iter().map(|h| h.name.clone())),
         );
-        names.insert(current.clone());
-        let rolled_out = status
-            .and_then(|s| s.workloads.iter().find(|w| w.uid == workload_uid))
-            .and_then(|w| w.rolled_out.clone());
-        Some(Self {
+        Some(Self::new(set, current, names, workload_uid, history))
+    }
+
+    /// The target of `set` with `current` among `revisions`, its gate open.
+    fn new(
+        set: SetRef<'_>,
+        current: String,
+        mut revisions: BTreeSet<String>,
+        workload_uid: &str,
+        history: &[HistoryObject],
+    ) -> Self {
+        revisions.insert(current.clone());
+        let rolled_out = rollout_record(set, &current, workload_uid, history);
+        Self {
             kind: set.kind().revision_kind(),
             name: set.name().to_string(),
             current,
-            revisions: names,
+            revisions,
             rolled_out,
             gate: Gate::Open,
-        })
-    }
-
-    /// The target as the set's status records it, even while its controller has not caught up with a
-    /// new spec. Admission uses it: keeping a workload on the recorded current revision changes nothing,
-    /// and the controller moves it once when the set settles.
-    pub fn as_recorded(set: SetRef<'_>, workload_uid: &str) -> Option<Self> {
-        Self::recorded(set, workload_uid)
+        }
     }
 
     /// Whether `name` refers to this set at all: its bare name or a name of its revisions' form, by
@@ -143,7 +147,7 @@ impl SetTarget {
     /// Whether this set decides where a reference to `name` points: a name it claims that is its bare
     /// name or a revision it knows. A name merely of a revision's form is left alone: nothing says it
     /// ever was one of this set's revisions.
-    fn decides(&self, name: &str) -> bool {
+    pub fn decides(&self, name: &str) -> bool {
         self.claims(name) && (name == self.name || self.revisions.contains(name))
     }
 
@@ -175,18 +179,30 @@ impl SetTarget {
     }
 }
 
-/// Whether a set whose status is not settled is among the ones this workload references: then the
-/// workload must wait, so that a change to several sets in one apply becomes one rollout.
-///
-/// Any name that refers to the set counts, known revision or not: waiting on a set that settles soon is
-/// cheap, rolling twice is not.
-pub fn waits_for_unsettled(workload: &WorkloadView, sets: &[SetRef<'_>]) -> bool {
-    let names = workload.referenced();
-    sets.iter().any(|&set| {
-        let unsettled = SetTarget::from_set(set, &workload.uid).is_none();
-        let names = names.get(set.kind().revision_kind());
-        unsettled && names.iter().any(|n| refers_to_set(set.name(), n))
-    })
+/// The rollout record of the workload with `workload_uid` for `set`, whose current revision is
+/// `current`: the one the set's status keeps (see the [module](self) documentation). When the status
+/// keeps none (it was lost, or the workload is new to it), one of the workload's retained ReplicaSets or
+/// ControllerRevisions (among `history`, of any owner) naming `current` shows that it ran it: the record
+/// is `current`, and a reference to an older revision is a rollback to leave alone. An observer that
+/// passes no history goes by the status alone: after a loss of status it learns of such a rollback once
+/// the set planner (which reads history) has recorded it.
+pub fn rollout_record(
+    set: SetRef<'_>,
+    current: &str,
+    workload_uid: &str,
+    history: &[HistoryObject],
+) -> Option<String> {
+    let recorded = set
+        .status()
+        .and_then(|s| s.workloads.iter().find(|w| w.uid == workload_uid))
+        .and_then(|w| w.rolled_out.clone());
+    let kind = set.kind().revision_kind();
+    let ran_current = || {
+        history
+            .iter()
+            .any(|h| h.owner_uid.as_deref() == Some(workload_uid) && h.referenced.contains(kind, current))
+    };
+    recorded.or_else(|| ran_current().then(|| current.to_string()))
 }
 
 /// The changes to make to one workload, across every set it references, so that it rolls once.
@@ -292,54 +308,38 @@ fn retarget_among(targets: &[&SetTarget], name: &str) -> Option<String> {
         .and_then(|t| t.retarget(name))
 }
 
-/// The status entry of one workload for one set, with its rollout record carried forward, or `None`
-/// when the workload does not reference the set.
-pub fn workload_status(
-    workload: &WorkloadView,
-    kind: Referenced,
-    set_name: &str,
-    current: &str,
-    revisions: &BTreeSet<String>,
-    previous: Option<&WorkloadStatus>,
-    history: &[HistoryObject],
-) -> Option<WorkloadStatus> {
-    let mut target = SetTarget {
-        kind,
-        name: set_name.to_string(),
-        current: current.to_string(),
-        revisions: revisions.clone(),
-        rolled_out: None,
-        gate: Gate::Open,
-    };
-    let names: Vec<String> = refs::find_refs_to(&workload.pod_spec, kind)
+/// The status entry of `workload` for the set `target` was decided for (by [`crate::decide`]), or
+/// `None` when none of its references are the set's to decide (see [`SetTarget::decides`]).
+///
+/// Its state is the controller's plan with the rollout's gate open: `Current` when every reference
+/// names the current revision, `Pending` when [`plan_workload`] would move one, `Pinned` when it moves
+/// none (a rollback left it on an older revision). Waves, which hold workloads back or roll them back,
+/// are laid over it by [`crate::waves::plan_waves`]. The rollout record moves on to the current revision
+/// once the workload runs it, and is otherwise the one the target carries.
+pub fn workload_status(workload: &WorkloadView, target: &SetTarget) -> Option<WorkloadStatus> {
+    let current = &target.current;
+    let names: Vec<String> = refs::find_refs_to(&workload.pod_spec, target.kind)
         .into_iter()
         .map(|r| r.name)
         .filter(|n| target.decides(n))
         .collect();
     let first = names.first()?.clone();
     let on_current = names.iter().all(|n| n == current);
-    let previous = previous.filter(|p| p.uid == workload.uid);
-    let ran_current = || {
-        history.iter().any(|h| {
-            h.owner_uid.as_deref() == Some(workload.uid.as_str()) && h.referenced.contains(kind, current)
-        })
+    let open = SetTarget {
+        gate: Gate::Open,
+        ..target.clone()
     };
-    let rolled_out = if on_current {
-        Some(current.to_string())
-    } else if let Some(record) = previous.and_then(|p| p.rolled_out.clone()) {
-        Some(record)
-    } else if ran_current() {
-        Some(current.to_string())
-    } else {
-        None
-    };
-    target.rolled_out = rolled_out.clone();
     let state = if on_current {
         WorkloadState::Current
-    } else if names.iter().any(|n| target.retarget(n).is_some()) {
+    } else if !plan_workload(workload, &[open]).is_empty() {
         WorkloadState::Pending
     } else {
         WorkloadState::Pinned
+    };
+    let rolled_out = if on_current {
+        Some(current.clone())
+    } else {
+        target.rolled_out.clone()
     };
     // Show the reference that is not current, if any: that is the interesting one.
     let revision = names.iter().find(|n| *n != current).cloned().unwrap_or(first);

@@ -412,6 +412,19 @@ pub fn gate(set: SetRef<'_>, current: &str, workload: &WorkloadView, lowest_wave
     }
 }
 
+/// The state a workload has under `gate`, when the reference rules alone give it `state` (`Current`,
+/// `Pending` or `Pinned`, see [`crate::rollout::workload_status`]): the state [`plan_waves`] gave it
+/// when it wrote the rollout that the gate reads back. Marked for rollback, it is `RolledBack` (moved
+/// back already or not yet); held back, a workload that would move is `Waiting`, unless it names the
+/// bare set (`opting_in`: it moves whatever the waves say).
+pub fn gated_state(state: WorkloadState, gate: &Gate, opting_in: bool) -> WorkloadState {
+    match gate {
+        Gate::RollBack { .. } => WorkloadState::RolledBack,
+        Gate::Held { .. } if state == WorkloadState::Pending && !opting_in => WorkloadState::Waiting,
+        _ => state,
+    }
+}
+
 /// The newest revision in the history other than `current` that no rollout failed with.
 fn last_good(status: &ConfigMapSetStatus, current: &str) -> Option<String> {
     status

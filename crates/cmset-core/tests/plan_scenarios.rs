@@ -7,10 +7,11 @@ use cmset_api::{
     ConfigMapSet, ConfigMapSetSpec, ConfigMapSetStatus, ConfigMapTemplate, TemplateMetadata, WorkloadState,
     WorkloadStatus, labels,
 };
+use cmset_core::decide::{self, Identity, Observed, Undecided};
 use cmset_core::observe::{HistoryKind, HistoryObject, RefNames, RevisionView, WorkloadKind, WorkloadView};
 use cmset_core::plan::{EVENT_MESSAGE_MAX_LEN, EventKind, PlannedEvent, SetPlan};
 use cmset_core::revision::{NewRevision, inline_identity, set_owner_reference};
-use cmset_core::rollout::{SetTarget, plan_workload, waits_for_unsettled};
+use cmset_core::rollout::{SetTarget, plan_workload};
 use cmset_core::set::SetRef;
 use k8s_openapi::api::core::v1::{
     ConfigMapEnvSource, ConfigMapVolumeSource, Container, EnvFromSource, PodSpec, Volume,
@@ -554,24 +555,52 @@ fn a_workload_reading_two_sets_is_patched_once_with_both_changes() {
     );
 }
 
+/// Set `set` as the workload controller observes it: its spec's content identity, and its current
+/// revision (as the status records it) among its revisions.
+fn observed<'a>(set: &'a ConfigMapSet, identity: &'a str, revisions: &'a [RevisionView]) -> Observed<'a> {
+    Observed {
+        set: set.into(),
+        identity_generation: set.metadata.generation,
+        identity: Identity::Known(identity),
+        revisions,
+        lowest_wave: 0,
+    }
+}
+
 #[test]
-fn a_workload_waits_while_a_set_it_reads_is_not_settled() {
+fn a_workload_waits_while_a_set_it_reads_is_not_decided() {
+    // A change to several sets in one apply becomes one rollout: no set moves the workload while
+    // another it reads has no revision for its spec yet.
     let a = settled_set("a", &[("K", "1")]);
     let mut b = settled_set("b", &[("K", "2")]);
-    b.metadata.generation = Some(2); // spec changed, its controller has not caught up
+    let revision_of_status = |set: &ConfigMapSet| {
+        let current = set.status.as_ref().unwrap().current_revision.clone().unwrap();
+        vec![revision_of(set, &current, 1)]
+    };
+    let (a_revisions, b_revisions) = (revision_of_status(&a), revision_of_status(&b));
+    let a_identity = inline_identity((&a).into()).unwrap();
+    // b's content changed; its controller has not made the revision yet.
+    b.spec.template.data = Some(BTreeMap::from([("K".to_string(), "3".to_string())]));
+    b.metadata.generation = Some(2);
+    let b_identity = inline_identity((&b).into()).unwrap();
+    let sets = [
+        observed(&a, &a_identity, &a_revisions),
+        observed(&b, &b_identity, &b_revisions),
+    ];
     let web = deployment("web", &["a", "b"]);
-    assert!(waits_for_unsettled(
-        &web,
-        &[a.clone(), b.clone()]
-            .iter()
-            .map(SetRef::from)
-            .collect::<Vec<_>>()
-    ));
+    assert_eq!(
+        decide::targets(&sets, &web),
+        Err(Undecided::Set("ConfigMapSet b".into()))
+    );
     let other = deployment("other", &["a"]);
-    assert!(!waits_for_unsettled(
-        &other,
-        &[a, b].iter().map(SetRef::from).collect::<Vec<_>>()
-    ));
+    assert!(decide::targets(&sets[..1], &other).is_ok());
+    // An observer that goes by the status (an invalid spec, or the plugin in source mode) waits for the
+    // status to describe the spec.
+    let by_status = Observed {
+        identity: Identity::Recorded,
+        ..observed(&b, &b_identity, &b_revisions)
+    };
+    assert!(decide::target(&by_status, &web).is_err());
 }
 
 fn settled_set(name: &str, data: &[(&str, &str)]) -> ConfigMapSet {

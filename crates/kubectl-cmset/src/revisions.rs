@@ -116,17 +116,29 @@ pub(crate) mod fixtures {
         ConfigMapSet, ConfigMapSetSpec, ConfigMapSetStatus, SecretSet, SecretSetSpec, WorkloadState,
         WorkloadStatus,
     };
+    use cmset_core::set::SetRef;
     use k8s_openapi::ByteString;
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 
     pub const SET_UID: &str = "set-uid";
 
+    /// ConfigMapSet `app` (its spec holds no data), with the status given. A workload recorded as pinned
+    /// ran the current revision, as cmset records it.
     pub fn set(current: Option<&str>, revision: Option<i64>, workloads: Vec<WorkloadStatus>) -> ConfigMapSet {
         let mut set = ConfigMapSet::new("app", ConfigMapSetSpec::default());
         set.metadata.namespace = Some("demo".into());
         set.metadata.uid = Some(SET_UID.into());
         set.metadata.generation = Some(3);
+        let workloads = workloads
+            .into_iter()
+            .map(|mut w| {
+                if w.state == WorkloadState::Pinned && w.rolled_out.is_none() {
+                    w.rolled_out = current.map(str::to_string);
+                }
+                w
+            })
+            .collect();
         set.status = Some(ConfigMapSetStatus {
             observed_generation: Some(3),
             revision,
@@ -265,6 +277,18 @@ pub(crate) mod fixtures {
             immutable: Some(true),
             ..Default::default()
         }
+    }
+
+    /// `cm` marked as the revision holding the content of [`set`]'s spec: the revision cmset decides
+    /// workloads should name.
+    pub fn holding_the_spec(mut cm: ConfigMap) -> ConfigMap {
+        let identity = cmset_core::revision::inline_identity(SetRef::from(&set(None, None, vec![])))
+            .expect("the set holds its content");
+        cm.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(cmset_api::labels::CONTENT_HASH.to_string(), identity);
+        cm
     }
 
     pub fn with_binary(mut cm: ConfigMap, key: &str, bytes: &[u8]) -> ConfigMap {

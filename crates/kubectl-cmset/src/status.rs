@@ -3,29 +3,36 @@
 //! references only, a SecretSet through Secret references only (`secretRef`, `secretKeyRef`, secret
 //! volumes and projections): a `secretRef` to `app` says nothing about ConfigMapSet `app`.
 //!
-//! Opted-in workloads are explained from what they reference now and from the set's status, which
-//! records cmset's view of each (current, pinned by a rollback, pending, waiting for its wave, rolled
-//! back). When that record lags behind the workload (it changed a moment ago), cmset's own decision
-//! ([`cmset_core::rollout::workload_status`]) is asked instead, so the plugin and the controller cannot
-//! disagree. What only the plugin sees stays here: workloads without the opt-in label (the set's status
-//! never lists them, so their pod templates are read) and sets whose controller has not yet made a
-//! current revision.
+//! Opted-in workloads are explained by cmset's one decision ([`cmset_core::decide::target`]), asked
+//! from what the plugin lists (the set, its revisions, the workload's pod template and wave) exactly as
+//! the workload controller, the admission webhook and the set planner ask it, so that none of them can
+//! disagree: current, pending, pinned by a rollback, waiting for its wave or held by a failed rollout,
+//! rolled back. A set that holds its content is decided from that content's identity, as the
+//! controller decides it, so the plugin is not behind when the set's status is; in source mode (the
+//! plugin does not read the source) and for an invalid spec, from what the status records. The set's
+//! status entry for a workload supplies the messages (why it waits, why it was rolled back). What only
+//! the plugin sees stays here: workloads without the opt-in label (the set's status never lists them,
+//! so their pod templates are read) and sets whose controller has not yet made a revision for the spec.
 //!
 //! A set rolled out in waves (`status.rollout`, workloads labelled `cmset.dev/wave`) also gets a
 //! rollout line (the wave in progress, its stabilization window, or why the rollout failed) and a WAVE
 //! column. `Waiting` and `RolledBack` are decided by the controller from the workloads' health, which
-//! the plugin does not read: for those the set's record is authoritative. A set without waves prints
-//! exactly as it did before waves existed.
+//! the plugin does not read: the rollout the status records gates the decision
+//! ([`cmset_core::waves::gate`]), and the gate says who waits and who is rolled back. A set without
+//! waves prints exactly as it did before waves existed.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use cmset_api::{RolloutPhase, RolloutStatus, WorkloadState, WorkloadStatus, labels};
+use cmset_core::decide::{self, Identity, Observed};
 use cmset_core::health::Wave;
 use cmset_core::naming::refers_to_set;
-use cmset_core::observe::{WorkloadKind, WorkloadView};
+use cmset_core::observe::{RevisionView, WorkloadKind, WorkloadView};
 use cmset_core::refs::{Referenced, find_refs_to};
+use cmset_core::revision::inline_identity;
 use cmset_core::rollout::workload_status;
 use cmset_core::set::{SetKind, SetRef};
+use cmset_core::waves::gated_state;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -219,12 +226,21 @@ pub struct RolloutReport {
     pub message: Option<String>,
 }
 
-/// What the plugin knows about the set's revision names and numbers.
+/// What the plugin knows about the set: its revisions' names and numbers, and what cmset's decision
+/// ([`decide::target`]) is made from.
 struct Known {
     set: String,
     /// The kind of the set's revisions, so of the references that can be the set's.
     kind: Referenced,
     numbers: BTreeMap<String, Option<i64>>,
+    /// What is known of the content of the set's spec: its identity when the set holds its content,
+    /// what the status records in source mode (the plugin does not read the source).
+    identity: Option<String>,
+    valid: bool,
+    /// The revisions listed, as the controller observes them.
+    views: Vec<RevisionView>,
+    /// The lowest wave among the opted-in workloads that reference the set.
+    lowest_wave: i32,
 }
 
 impl Known {
@@ -242,10 +258,51 @@ impl Known {
         for r in revisions {
             numbers.insert(r.name.clone(), r.number);
         }
+        let views = revisions
+            .iter()
+            .map(|r| RevisionView {
+                name: r.name.clone(),
+                uid: r.meta.uid.clone().unwrap_or_default(),
+                labels: r.meta.labels.clone().unwrap_or_default(),
+                annotations: r.meta.annotations.clone().unwrap_or_default(),
+                owner_references: r.meta.owner_references.clone().unwrap_or_default(),
+                being_deleted: r.meta.deletion_timestamp.is_some(),
+            })
+            .collect();
         Self {
             set: set.name().to_string(),
             kind: set.kind().revision_kind(),
             numbers,
+            identity: inline_identity(set),
+            valid: set.validate().is_ok(),
+            views,
+            lowest_wave: 0,
+        }
+    }
+
+    /// With the lowest wave among `workloads` that reference the set and are opted in.
+    fn reading(mut self, workloads: &[Workload]) -> Self {
+        self.lowest_wave = workloads
+            .iter()
+            .filter(|w| opted_in(w) && !set_references(w.pod_spec.as_ref(), &self).is_empty())
+            .filter_map(|w| wave_of(w).number())
+            .min()
+            .unwrap_or(0);
+        self
+    }
+
+    /// The set as the workload controller observes it.
+    fn observed<'a>(&'a self, set: SetRef<'a>) -> Observed<'a> {
+        Observed {
+            set,
+            identity_generation: set.generation(),
+            identity: match &self.identity {
+                _ if !self.valid => Identity::Invalid,
+                Some(identity) => Identity::Known(identity),
+                None => Identity::Recorded,
+            },
+            revisions: &self.views,
+            lowest_wave: self.lowest_wave,
         }
     }
 
@@ -259,6 +316,14 @@ impl Known {
     fn number(&self, name: &str) -> Option<i64> {
         self.numbers.get(name).copied().flatten()
     }
+}
+
+fn opted_in(workload: &Workload) -> bool {
+    workload.labels.get(labels::ENABLED).map(String::as_str) == Some(labels::ENABLED_VALUE)
+}
+
+fn wave_of(workload: &Workload) -> Wave {
+    Wave::parse(workload.labels.get(labels::WAVE).map(String::as_str))
 }
 
 /// The names through which `spec` references the set, in [`find_refs_to`] order, without repeats: only
@@ -367,13 +432,14 @@ fn rolled_back_why(set: SetRef<'_>, known: &Known, entry: Option<&WorkloadStatus
     }
 }
 
-/// The explanation of one workload, or `None` when it does not reference the set.
+/// The explanation of one workload, or `None` when it does not reference the set. Without the other
+/// workloads that read the set, its own wave is taken for the lowest (see [`status_report_at`]).
 pub fn explain(
     set: SetRef<'_>,
     known_revisions: &[Revision<'_>],
     workload: &Workload,
 ) -> Option<WorkloadReport> {
-    let known = Known::new(set, known_revisions);
+    let known = Known::new(set, known_revisions).reading(std::slice::from_ref(workload));
     let mut report = explain_with(set, &known, workload)?;
     if !uses_waves(set, std::slice::from_ref(&report)) {
         report.wave = None;
@@ -391,14 +457,18 @@ fn uses_waves(set: SetRef<'_>, reports: &[WorkloadReport]) -> bool {
 
 fn explain_with(set: SetRef<'_>, known: &Known, workload: &Workload) -> Option<WorkloadReport> {
     let refs = set_references(workload.pod_spec.as_ref(), known);
-    let current = current_name(set);
+    let decision = opted_in(workload).then(|| decide_for(set, known, workload));
+    let current = match &decision {
+        Some(Decision::Decided { current, .. }) => Some(current.as_str()),
+        _ => current_name(set),
+    };
     // The interesting reference: one that is not the current revision, if any.
     let shown = refs
         .iter()
         .find(|n| Some(n.as_str()) != current)
         .or(refs.first())?
         .clone();
-    let wave = Wave::parse(workload.labels.get(labels::WAVE).map(String::as_str));
+    let wave = wave_of(workload);
     let report = |state: State, explanation: String| WorkloadReport {
         kind: workload.kind.to_string(),
         name: workload.name.clone(),
@@ -410,9 +480,8 @@ fn explain_with(set: SetRef<'_>, known: &Known, workload: &Workload) -> Option<W
         explanation,
     };
 
-    let opt_in = workload.labels.get(labels::ENABLED).map(String::as_str);
-    if opt_in != Some(labels::ENABLED_VALUE) {
-        let why = match opt_in {
+    let Some(decision) = &decision else {
+        let why = match workload.labels.get(labels::ENABLED) {
             None => format!(
                 "not opted in: label {}={} is missing; cmset does not manage it",
                 labels::ENABLED,
@@ -425,7 +494,7 @@ fn explain_with(set: SetRef<'_>, known: &Known, workload: &Workload) -> Option<W
             ),
         };
         return Some(report(State::NotOptedIn, why));
-    }
+    };
 
     let entry = recorded(set, workload, &refs);
     // During a rollout in waves, what the record says of a workload that runs (or is about to run) the
@@ -437,12 +506,11 @@ fn explain_with(set: SetRef<'_>, known: &Known, workload: &Workload) -> Option<W
             .filter(|m| !m.is_empty())
             .map_or(String::new(), |m| format!("; {m}"))
     };
-    let current_number = current.and_then(|c| known.number(c));
     let pending = || {
         let why = match current {
             Some(c) => format!(
                 "pending: cmset is moving it to {}{}",
-                revision_phrase(current_number, c),
+                revision_phrase(known.number(c), c),
                 rollout_note()
             ),
             None => "pending: the set has no current revision yet".to_string(),
@@ -459,25 +527,39 @@ fn explain_with(set: SetRef<'_>, known: &Known, workload: &Workload) -> Option<W
     let waiting = || report(State::Waiting, waiting_why(set, known, entry, &wave));
     let rolled_back = || report(State::RolledBack, rolled_back_why(set, known, entry, &shown));
 
-    let Some(current) = current else {
-        // The set's controller has not made a revision yet: cmset has nothing to decide with.
-        return Some(match entry.map(|e| e.state) {
-            Some(WorkloadState::Pinned) => pinned(),
-            Some(WorkloadState::Waiting) => waiting(),
-            Some(WorkloadState::RolledBack) => rolled_back(),
-            _ => pending(),
-        });
-    };
-    match decided_state(set, known, workload, current, &refs)? {
-        WorkloadState::Current => Some(report(
-            State::Current,
-            format!("current (updated by cmset){}", rollout_note()),
-        )),
-        WorkloadState::Pinned => Some(pinned()),
-        WorkloadState::Pending => Some(pending()),
-        WorkloadState::Waiting => Some(waiting()),
-        WorkloadState::RolledBack => Some(rolled_back()),
-    }
+    Some(match decision {
+        Decision::Undecided if current_name(set).is_none() => {
+            // The set's controller has not made a revision yet: what its status records, if anything.
+            match entry.map(|e| e.state) {
+                Some(WorkloadState::Pinned) => pinned(),
+                Some(WorkloadState::Waiting) => waiting(),
+                Some(WorkloadState::RolledBack) => rolled_back(),
+                _ => pending(),
+            }
+        }
+        Decision::Undecided => report(
+            State::Pending,
+            "pending: the set has no revision for its current spec yet; cmset moves nothing until it has"
+                .to_string(),
+        ),
+        Decision::Unknown => report(
+            State::Pinned,
+            format!(
+                "left on {shown}, which is no revision of the set that cmset knows (pruned, or never \
+                 one): cmset does not move it"
+            ),
+        ),
+        Decision::Decided { state, .. } => match *state {
+            WorkloadState::Current => report(
+                State::Current,
+                format!("current (updated by cmset){}", rollout_note()),
+            ),
+            WorkloadState::Pinned => pinned(),
+            WorkloadState::Pending => pending(),
+            WorkloadState::Waiting => waiting(),
+            WorkloadState::RolledBack => rolled_back(),
+        },
+    })
 }
 
 /// The set's status entry for this workload, when it describes what the workload references now (an
@@ -492,49 +574,47 @@ fn recorded<'s>(set: SetRef<'s>, workload: &Workload, refs: &[String]) -> Option
         })
 }
 
-/// cmset's decision for an opted-in workload. The set's record, when it describes what the workload
-/// references now, says whether it waits for its wave or was rolled back: the controller decides those
-/// from the workloads' health, which the plugin does not read. Otherwise, on the current revision it is
-/// current; off it, the record is the decision (the controller made it knowing the workload's
-/// ReplicaSets, which the plugin does not read either); failing that, cmset's rule decides from the
-/// rollout record the status keeps.
-fn decided_state(
-    set: SetRef<'_>,
-    known: &Known,
-    workload: &Workload,
-    current: &str,
-    refs: &[String],
-) -> Option<WorkloadState> {
+/// cmset's decision for an opted-in workload's references to the set.
+enum Decision {
+    /// The set has no revision for its spec yet, or (in source mode, or with an invalid spec) its status
+    /// does not describe the spec yet: cmset moves nothing until it has.
+    Undecided,
+    /// None of its references is the set's to move: they have the form of the set's revisions, but no
+    /// revision cmset knows has that name.
+    Unknown,
+    /// The state the set's status gives it, or will give it once the set's controller has caught up,
+    /// and the current revision.
+    Decided { state: WorkloadState, current: String },
+}
+
+/// cmset's decision, asked as the workload controller asks it ([`decide::target`]), from the set, its
+/// revisions as listed and the workload. The state is the one the set planner records: the reference
+/// rules ([`workload_status`]), then the rollout's gate ([`gated_state`]), which reads back the waits and
+/// rollbacks the controller decided from the workloads' health (which the plugin does not read).
+fn decide_for(set: SetRef<'_>, known: &Known, workload: &Workload) -> Decision {
+    let Some(pod_spec) = workload.pod_spec.clone() else {
+        return Decision::Unknown;
+    };
     let view = WorkloadView {
         kind: workload.kind,
         name: workload.name.clone(),
         uid: workload.uid.clone(),
-        pod_spec: workload.pod_spec.clone()?,
+        pod_spec,
         template_labels: BTreeMap::new(),
-        wave: Default::default(),
+        wave: wave_of(workload),
         health: Default::default(),
     };
-    // Every revision the plugin knows of, and every reference of a revision's form: one that no status
-    // or ConfigMap lists any more (pruned, or written by hand) still reads as a revision here.
-    let revisions: BTreeSet<String> = known
-        .numbers
-        .keys()
-        .chain(refs.iter().filter(|n| **n != known.set))
-        .cloned()
-        .collect();
-    let previous = set
-        .status()
-        .into_iter()
-        .flat_map(|s| s.workloads.iter())
-        .find(|w| w.uid == workload.uid);
-    let decided = workload_status(&view, known.kind, &known.set, current, &revisions, previous, &[])?.state;
-    Some(match (decided, recorded(set, workload, refs).map(|w| w.state)) {
-        // Decided from health: a rollback may be recorded before the workload has moved back.
-        (_, Some(recorded @ (WorkloadState::Waiting | WorkloadState::RolledBack))) => recorded,
-        (WorkloadState::Current, _) => WorkloadState::Current,
-        (_, Some(recorded @ (WorkloadState::Pinned | WorkloadState::Pending))) => recorded,
-        (decided, _) => decided,
-    })
+    let Ok(target) = decide::target(&known.observed(set), &view) else {
+        return Decision::Undecided;
+    };
+    let Some(entry) = workload_status(&view, &target) else {
+        return Decision::Unknown;
+    };
+    let opting_in = view.referenced_names_of(known.kind).contains(&known.set);
+    Decision::Decided {
+        state: gated_state(entry.state, &target.gate, opting_in),
+        current: target.current,
+    }
 }
 
 /// The rollout the set's status records, with the spec's settings and the times as of `now`.
@@ -579,7 +659,7 @@ pub fn status_report_at(
     workloads: &[Workload],
     now: Timestamp,
 ) -> StatusReport {
-    let known = Known::new(set, revisions);
+    let known = Known::new(set, revisions).reading(workloads);
     let mut reports: Vec<(WorkloadKind, WorkloadReport)> = workloads
         .iter()
         .filter_map(|w| explain_with(set, &known, w).map(|r| (w.kind, r)))
@@ -851,11 +931,12 @@ mod tests {
 
     const T: &str = "2026-01-01T00:00:00Z";
 
+    /// The revisions of [`ready_set`]: the current one holds the set's content.
     fn cms() -> Vec<ConfigMap> {
         vec![
             revision("app-ffffffffff", Some(1), T, &[]),
             revision("app-bbbbbbbbbb", Some(2), T, &[]),
-            revision("app-cccccccccc", Some(3), T, &[]),
+            holding_the_spec(revision("app-cccccccccc", Some(3), T, &[])),
         ]
     }
 
@@ -893,8 +974,24 @@ mod tests {
         }
     }
 
+    /// ConfigMapSet `app` on revision 3 (app-cccccccccc), after revisions 1 and 2, with the status
+    /// entries given.
     fn ready_set(workloads: Vec<cmset_api::WorkloadStatus>) -> ConfigMapSet {
         let mut s = set(Some("app-cccccccccc"), Some(3), workloads);
+        let history = [
+            ("app-cccccccccc", 3),
+            ("app-bbbbbbbbbb", 2),
+            ("app-ffffffffff", 1),
+        ];
+        s.status.as_mut().unwrap().history = history
+            .into_iter()
+            .map(|(name, revision)| cmset_api::RevisionStatus {
+                name: name.into(),
+                revision,
+                in_use: true,
+                failed: false,
+            })
+            .collect();
         s.status.as_mut().unwrap().conditions = vec![Condition {
             type_: "Ready".into(),
             status: "True".into(),
@@ -1002,12 +1099,19 @@ mod tests {
         // Without that record, cmset would move it: pending.
         let set = ready_set(vec![]);
         assert_eq!(why(&set, &w).unwrap().0, State::Pending);
-        // A reference to a pruned revision (no ConfigMap, not in history) is still recognised.
+        // A reference to a pruned revision (no ConfigMap, not in history) is still recognised; cmset
+        // knows no such revision of the set, so it leaves it where it is.
         let w = deployment("web", Some("true"), &["app-dddddddddd"]);
-        let (state, cm, number, _) = why(&set, &w).unwrap();
+        let (state, cm, number, why) = why(&set, &w).unwrap();
         assert_eq!(
-            (state, cm.as_str(), number),
-            (State::Pending, "app-dddddddddd", None)
+            (state, cm.as_str(), number, why.as_str()),
+            (
+                State::Pinned,
+                "app-dddddddddd",
+                None,
+                "left on app-dddddddddd, which is no revision of the set that cmset knows (pruned, or \
+                 never one): cmset does not move it"
+            )
         );
     }
 
@@ -1016,12 +1120,19 @@ mod tests {
         let mut set = ready_set(vec![]);
         set.status = None;
         let w = deployment("web", Some("true"), &["app"]);
-        let cms = cms();
+        // Its controller has made nothing yet.
         let set = SetRef::from(&set);
-        let revs = revisions_of(set, &cms);
-        let r = explain(set, &revs, &w).unwrap();
+        let r = explain(set, &[], &w).unwrap();
         assert_eq!(r.state, State::Pending);
         assert_eq!(r.explanation, "pending: the set has no current revision yet");
+        // Once the revision holding its content exists, cmset moves the workload there, status or not.
+        let cms = cms();
+        let revs = revisions_of(set, &cms);
+        let r = explain(set, &revs, &w).unwrap();
+        assert_eq!(
+            (r.state, r.explanation.as_str()),
+            (State::Pending, "pending: cmset is moving it to revision 3")
+        );
         let report = status_report(set, &revs, &[w]);
         assert!(report.status_behind_spec);
         let text = render_text(&report, Palette::PLAIN);
@@ -1199,7 +1310,10 @@ StatefulSet/db      1          app-ffffffffff   pinned to revision 1 by a rollba
                 workload("Deployment", "late", "app-bbbbbbbbbb", WorkloadState::Pending),
             ],
         );
-        s.status.as_mut().unwrap().conditions = ready_set(vec![]).status.unwrap().conditions;
+        let ready = ready_set(vec![]).status.unwrap();
+        let status = s.status.as_mut().unwrap();
+        status.conditions = ready.conditions;
+        status.history = ready.history;
         s
     }
 
@@ -1373,10 +1487,14 @@ Deployment/web      3          app-cccccccccc   current (updated by cmset)
         Time(now() - jiff::SignedDuration::from_secs(seconds))
     }
 
+    /// The revisions once revision 4 holds the set's content.
     fn cms4() -> Vec<ConfigMap> {
-        let mut cms = cms();
-        cms.push(revision(NEW, Some(4), T, &[]));
-        cms
+        vec![
+            revision("app-ffffffffff", Some(1), T, &[]),
+            revision("app-bbbbbbbbbb", Some(2), T, &[]),
+            revision(OLD, Some(3), T, &[]),
+            holding_the_spec(revision(NEW, Some(4), T, &[])),
+        ]
     }
 
     fn waved(mut w: Workload, wave: &str) -> Workload {
@@ -1757,12 +1875,15 @@ StatefulSet/db      2      3          app-cccccccccc   held: the rollout of revi
             "{text}"
         );
 
-        // While progressing, with no rollout wave before its own, the record says what it waits for.
+        // While progressing, with no rollout wave to wait for (its wave label is not one), the record
+        // says what it waits for.
         let mut set = mid_rollout();
         let status = set.status.as_mut().unwrap();
         status.rollout.as_mut().unwrap().wave = 1;
         status.workloads[1].message = Some("label cmset.dev/wave is being fixed".into());
-        let report = rollout_report_of(&set, &rollout_workloads(NEW, OLD, OLD));
+        let mut workloads = rollout_workloads(NEW, OLD, OLD);
+        workloads[1] = waved(deployment("api", Some("true"), &[OLD]), "one");
+        let report = rollout_report_of(&set, &workloads);
         let api = report.workloads.iter().find(|w| w.name == "api").unwrap();
         assert_eq!(api.explanation, "waiting: label cmset.dev/wave is being fixed");
         let db = report.workloads.iter().find(|w| w.name == "db").unwrap();
