@@ -80,8 +80,8 @@ impl Gathered {
                 identity_generation: e.facts.generation,
                 identity: match &e.identity {
                     Held::Known(identity) => Identity::Known(identity),
-                    // Decided by what the status records, as for an invalid spec.
-                    Held::Invalid | Held::Recorded => Identity::Invalid,
+                    Held::Invalid => Identity::Invalid,
+                    Held::Recorded => Identity::Recorded,
                     Held::Unread => Identity::Unread,
                 },
                 revisions: &e.revisions,
