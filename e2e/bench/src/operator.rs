@@ -177,14 +177,6 @@ impl Operator {
         self.child.as_mut()?.try_wait().ok()?
     }
 
-    /// Waits up to `timeout` for the process to exit by itself; its status, or `None` if it still runs.
-    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let child = self.child.as_mut()?;
-        let status = tokio::time::timeout(timeout, child.wait()).await.ok()?.ok()?;
-        self.child = None;
-        Some(status)
-    }
-
     /// SIGKILL, as a crash would (its counters and CPU are read first, to be kept in the sums).
     pub async fn kill(&mut self) {
         self.scrape().await;

@@ -723,9 +723,9 @@ fn rows(r: &ConfigResults) -> Vec<Row> {
     let mut row = |a: &str, b: String, c: String| rows.push((a.to_string(), b, c));
     if let Some(c) = &r.initial {
         row(
-            &format!("initial convergence, {} sets", c.sets),
+            "initial convergence",
             match c.sets_per_s {
-                Some(v) => format!("{} sets/s ({} s)", num(v), opt(c.seconds)),
+                Some(v) => format!("{} sets/s ({} sets in {} s)", num(v), c.sets, opt(c.seconds)),
                 None => format!("TIMEOUT ({} of {} converged)", c.converged, c.sets),
             },
             ratio(c.x_floor),

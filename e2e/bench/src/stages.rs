@@ -861,29 +861,61 @@ pub async fn failover(
     };
     let (d, t) = tokio::join!(drive_churn(shared, ns, n, tracker, rate, stop), observe);
 
-    // The old leader wakes up to a Lease that is not its own any more: it should step down and exit.
+    // The old leader wakes up to a Lease that is not its own any more: it must stop acting, and either
+    // exit (its container is then restarted, here: replaced) or stay on as a standby.
     let old = &mut install.replicas[leader];
     old.thaw();
     let thawed = Instant::now();
-    match old.wait_exit(Duration::from_secs(lease + 5)).await {
-        Some(status) => {
+    let bound = Duration::from_secs(lease + 5);
+    // Standing by must last: a replica on its way out reports no leadership while it releases the
+    // Lease (up to 2 s), then exits.
+    let mut standing_since: Option<Instant> = None;
+    let replace = loop {
+        if let Some(status) = old.exited() {
             f.old_leader = format!(
-                "exited by itself after {:.1} s ({status})",
+                "exited by itself after {:.1} s ({status}); replaced",
                 thawed.elapsed().as_secs_f64()
             );
             f.old_leader_exited = true;
+            break true;
         }
-        None => f.old_leader = format!("still running {lease} s after SIGCONT: killed"),
-    }
-    let replaced = match install.replace(ctx, leader).await {
-        Ok(()) => install
-            .ready(ctx, Instant::now(), ctx.timeout_base)
-            .await
-            .map(drop),
-        Err(e) => Err(e),
+        if !old.leads().await && old.is_ready().await {
+            let since = *standing_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= Duration::from_secs(3) {
+                f.old_leader = format!(
+                    "stands by (since {:.1} s after SIGCONT)",
+                    since.duration_since(thawed).as_secs_f64()
+                );
+                break false;
+            }
+        } else {
+            standing_since = None;
+        }
+        if thawed.elapsed() > bound {
+            f.old_leader = format!(
+                "neither exited nor stood by within {bound:?} of SIGCONT{}: killed and replaced",
+                if old.leads().await {
+                    " (still reporting itself leader)"
+                } else {
+                    ""
+                }
+            );
+            ctx.fail(format!("failover: the old leader {}", f.old_leader));
+            break true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    if let Err(e) = replaced {
-        ctx.fail(format!("failover: the replaced replica: {e}"));
+    if replace {
+        let replaced = match install.replace(ctx, leader).await {
+            Ok(()) => install
+                .ready(ctx, Instant::now(), ctx.timeout_base)
+                .await
+                .map(drop),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = replaced {
+            ctx.fail(format!("failover: the replaced replica: {e}"));
+        }
     }
 
     if let Some(e) = &t.error {
