@@ -276,6 +276,23 @@ impl Install {
         Ok(())
     }
 
+    /// Starts a new process for every replica that exited by itself (one that lost its Lease, e.g.
+    /// when the API server was away), as the kubelet restarts a container, and waits until the install
+    /// is ready again; which ones, with their exit status.
+    pub async fn revive(&mut self, ctx: &Ctx) -> Result<Vec<String>> {
+        let mut revived = vec![];
+        for slot in 0..self.replicas.len() {
+            if let Some(status) = self.replicas[slot].exited() {
+                revived.push(format!("{} ({status})", self.replicas[slot].identity));
+                self.replace(ctx, slot).await?;
+            }
+        }
+        if !revived.is_empty() {
+            self.ready(ctx, Instant::now(), ctx.timeout_base).await?;
+        }
+        Ok(revived)
+    }
+
     /// SIGKILL of every replica.
     pub async fn kill_all(&mut self) {
         for r in &mut self.replicas {

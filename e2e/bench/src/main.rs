@@ -32,7 +32,7 @@ use clap::Parser;
 use kube::Client;
 
 use cluster::{Result, Tracker};
-use install::Configuration;
+use install::{Configuration, Install};
 use operator::{Launch, cpu_of};
 use report::{ConfigResults, Flags, Results, Scale};
 use stages::Ctx;
@@ -40,13 +40,16 @@ use stages::Ctx;
 #[derive(Clone, Debug, Parser)]
 #[command(
     name = "cmset-bench",
-    about = "The cmset benchmark: each figure also as a multiple of the bare API floor"
+    about = "The cmset benchmark: each figure also as a multiple of the bare API floor",
+    // A flag given again wins (`make bench-smoke BENCH_ARGS="--sets 50"`).
+    args_override_self = true
 )]
 struct Args {
     /// Configurations to measure, in this order, each with fresh namespaces and processes: `webhook`
     /// (the default install: the admission webhook registered and served by both replicas) and
     /// `no-webhook` (the same two replicas without it).
-    #[arg(long, env = "CMSET_BENCH_CONFIGURATIONS", value_delimiter = ',', default_values_t = [Configuration::Webhook, Configuration::NoWebhook])]
+    #[arg(long, env = "CMSET_BENCH_CONFIGURATIONS", value_delimiter = ',', action = clap::ArgAction::Set,
+          default_values_t = [Configuration::Webhook, Configuration::NoWebhook])]
     configurations: Vec<Configuration>,
     /// Sets (each with one Deployment) in the main namespace: convergence, churn, burst, failover,
     /// restart, memory.
@@ -59,7 +62,8 @@ struct Args {
     #[arg(long, env = "CMSET_BENCH_DURATION", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     duration: u64,
     /// Numbers of sets for the scale stage, each in a fresh namespace.
-    #[arg(long, env = "CMSET_BENCH_SCALES", value_delimiter = ',', default_values_t = [100, 1000, 5000], value_parser = at_least_one)]
+    #[arg(long, env = "CMSET_BENCH_SCALES", value_delimiter = ',', action = clap::ArgAction::Set,
+          default_values_t = [100, 1000, 5000], value_parser = at_least_one)]
     scales: Vec<usize>,
     /// Sets created and deleted again (no workloads) for the memory-after-deletion figure.
     #[arg(long, env = "CMSET_BENCH_LEAK_SETS", default_value_t = 5000, value_parser = at_least_one)]
@@ -420,6 +424,7 @@ async fn run_configuration(
     results.initial = Some(initial);
 
     if !args.skip_churn {
+        revive(ctx, &mut install, "churn", &mut results.restarted).await?;
         step(
             2,
             &format!("steady churn: {}/s for {} s", args.rate, args.duration),
@@ -445,6 +450,7 @@ async fn run_configuration(
     }
 
     if !args.skip_burst {
+        revive(ctx, &mut install, "burst", &mut results.restarted).await?;
         step(3, &format!("burst of {n} (and writes per change)"));
         floor_before(args, ctx, "burst").await;
         let b = stages::burst(ctx, &ns, n, &tracker, &install).await;
@@ -456,6 +462,7 @@ async fn run_configuration(
     }
 
     if !args.skip_failover {
+        revive(ctx, &mut install, "failover", &mut results.restarted).await?;
         step(
             4,
             &format!(
@@ -496,6 +503,7 @@ async fn run_configuration(
     stages::check_converged(ctx, &ns, n, &tracker, "the main namespace's stages").await;
 
     if !args.skip_leak {
+        revive(ctx, &mut install, "leak", &mut results.restarted).await?;
         step(6, &format!("memory: {} sets created and deleted", args.leak_sets));
         match stages::leak(ctx, &ns, &install, args.leak_sets).await {
             Ok(l) => results.leak = Some(l),
@@ -504,6 +512,7 @@ async fn run_configuration(
     }
 
     if !args.skip_memory {
+        revive(ctx, &mut install, "memory", &mut results.restarted).await?;
         step(
             7,
             &format!(
@@ -538,6 +547,16 @@ async fn run_configuration(
     Ok(())
 }
 
+/// Before a stage: a replica that exited by itself is started again, as the kubelet restarts a
+/// container, and noted (its configuration's figures went on without it for a while).
+async fn revive(ctx: &mut Ctx, install: &mut Install, stage: &str, noted: &mut Vec<String>) -> Result<()> {
+    for r in install.revive(ctx).await? {
+        eprintln!("bench:   {r} had exited; started again before {stage}");
+        noted.push(format!("{r}, before {stage}"));
+    }
+    Ok(())
+}
+
 /// Initial convergence and a burst at `n` sets in a fresh namespace, deleted afterwards.
 async fn scale(args: &Args, ctx: &mut Ctx, ns: &str, n: usize, config: Configuration) -> Result<Scale> {
     ctx.create_namespace(ns).await?;
@@ -556,6 +575,8 @@ async fn scale(args: &Args, ctx: &mut Ctx, ns: &str, n: usize, config: Configura
             .map_or("timed out".into(), |r| format!("{r:.1} sets/s"))
     );
     // A burst on a namespace that never converged would measure the leftovers.
+    let (mut install, mut restarted) = (install, vec![]);
+    revive(ctx, &mut install, &format!("the burst of {n}"), &mut restarted).await?;
     let burst = if initial.sets_per_s.is_some() {
         let b = stages::burst(ctx, ns, n, &tracker, &install).await;
         eprintln!(
@@ -574,6 +595,7 @@ async fn scale(args: &Args, ctx: &mut Ctx, ns: &str, n: usize, config: Configura
         initial,
         burst,
         namespace_delete_s,
+        restarted,
     })
 }
 
@@ -696,6 +718,11 @@ mod tests {
         }
         let ok = parse(&["--sets", "5", "--rate", "0.5", "--scales", "5,10"]).unwrap();
         assert_eq!((ok.sets, ok.rate, ok.scales), (5, 0.5, vec![5, 10]));
+        // Given again (bench-smoke's flags, then BENCH_ARGS), the last one wins.
+        let again = parse(&["--sets", "5", "--scales", "5,10", "--sets", "7", "--scales", "20"]).unwrap();
+        assert_eq!((again.sets, again.scales), (7, vec![20]));
+        let pids = parse(&["--pid", "a=1", "--pid", "b=2"]).unwrap();
+        assert_eq!(pids.pids.len(), 2, "repeatable flags still add up");
     }
 
     #[test]

@@ -126,6 +126,9 @@ pub struct ConfigResults {
     pub leak: Option<Leak>,
     pub memory: Option<MemoryFigures>,
     pub scales: Vec<Scale>,
+    /// Replicas that exited by themselves (e.g. lost their Lease while the API server was away) and
+    /// were started again before a stage, as the kubelet would; none in a clean run.
+    pub restarted: Vec<String>,
     pub seconds: f64,
 }
 
@@ -362,6 +365,7 @@ pub struct Scale {
     pub initial: Convergence,
     pub burst: Option<Burst>,
     pub namespace_delete_s: Option<f64>,
+    pub restarted: Vec<String>,
 }
 
 // ------------------------------------------------------------------------------------ old results --
@@ -977,6 +981,26 @@ fn rows(r: &ConfigResults) -> Vec<Row> {
         row(
             "RSS per set at the largest scale (KiB)",
             format!("{} ({} sets)", parts.join(", "), s.sets),
+            String::new(),
+        );
+    }
+    let restarted: Vec<&String> = r
+        .restarted
+        .iter()
+        .chain(r.scales.iter().flat_map(|s| &s.restarted))
+        .collect();
+    if !r.name.is_empty() && r.name != "legacy" {
+        row(
+            "replicas that exited unasked (started again before the next stage)",
+            if restarted.is_empty() {
+                "none".into()
+            } else {
+                restarted
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            },
             String::new(),
         );
     }

@@ -1102,13 +1102,16 @@ async fn leak_state(ctx: &Ctx, ns: &str) -> Result<(usize, usize, usize)> {
     Ok((sets.items.len(), current, leak_revisions))
 }
 
-/// Polls `leak_state` until `done` holds, at most `timeout`.
+/// Polls `leak_state` until `done` holds, at most `timeout`; less often for more sets (each poll
+/// lists them all, and their revisions).
 async fn wait_leak(
     ctx: &Ctx,
     ns: &str,
-    timeout: Duration,
+    k: usize,
     done: impl Fn((usize, usize, usize)) -> bool,
 ) -> Result<(usize, usize, usize)> {
+    let timeout = ctx.timeout(k);
+    let every = Duration::from_millis((k as u64 / 2).max(1000));
     let deadline = Instant::now() + timeout;
     loop {
         let state = leak_state(ctx, ns).await?;
@@ -1122,7 +1125,7 @@ async fn wait_leak(
             )
             .into());
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -1141,7 +1144,7 @@ pub async fn leak(ctx: &mut Ctx, ns: &str, install: &Install, k: usize) -> Resul
         }
     })
     .await?;
-    wait_leak(ctx, ns, ctx.timeout(k), |(_, current, _)| current == k).await?;
+    wait_leak(ctx, ns, k, |(_, current, _)| current == k).await?;
     let created_s = start.elapsed().as_secs_f64();
     settle(ctx, install, None, k, "creating the leak sets").await;
     let peak = install.memory().await;
@@ -1149,10 +1152,7 @@ pub async fn leak(ctx: &mut Ctx, ns: &str, install: &Install, k: usize) -> Resul
     let lp = ListParams::default().labels(&format!("{LEAK_LABEL}=true"));
     let dp = DeleteParams::default();
     cluster::retry("delete the leak sets", || sets.delete_collection(&dp, &lp)).await?;
-    wait_leak(ctx, ns, ctx.timeout(k), |(sets, _, revisions)| {
-        sets == 0 && revisions == 0
-    })
-    .await?;
+    wait_leak(ctx, ns, k, |(sets, _, revisions)| sets == 0 && revisions == 0).await?;
     let deleted_s = start.elapsed().as_secs_f64();
     settle(ctx, install, None, k, "deleting the leak sets").await;
     // Let every replica see (and drop) every deletion, then some more.
