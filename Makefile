@@ -122,13 +122,13 @@ BENCH_PUBLISH ?= e2e/bench/results
 BENCH_BASELINE ?= $(wildcard e2e/bench/results/before/results.json)
 
 .PHONY: bench
-bench: ## Benchmark the operator (floor, convergence, churn, burst, writes, memory, scale); results in target/bench/
+bench: ## Benchmark the default install and the same without the webhook (convergence, churn, burst, admission, failover, memory, scale; each against the floor); results in target/bench/
 	@CMSET_BENCH_OPERATOR_BIN=$(BENCH_OPERATOR_BIN) CMSET_BENCH_PUBLISH=$(BENCH_PUBLISH) \
 	  CMSET_BENCH_BASELINE=$(BENCH_BASELINE) bash e2e/bench/run.sh $(BENCH_ARGS)
 
 .PHONY: bench-smoke
-bench-smoke: ## A seconds-long benchmark run (debug build): every figure is produced and every workload converges
+bench-smoke: ## A minutes-long benchmark run (debug build): every figure is produced in both configurations and every workload converges
 	@CMSET_BENCH_OPERATOR_BIN=$(BENCH_OPERATOR_BIN) CMSET_BENCH_PUBLISH= CMSET_BENCH_BASELINE= CMSET_BENCH_PROFILE=dev \
 	  bash e2e/bench/run.sh --strict --out target/bench/smoke --sets 5 --rate 5 --duration 3 \
-	  --scales 5,10 --unrelated-configmaps 20 --unrelated-deployments 5 --floor-changes 10 \
-	  --restart-window 2 --timeout-secs 60 $(BENCH_ARGS)
+	  --scales 10 --leak-sets 20 --unrelated-configmaps 20 --unrelated-deployments 5 --floor-changes 10 \
+	  --concurrency 8 --failover-after 2 --restart-window 2 --timeout-secs 60 $(BENCH_ARGS)

@@ -8,8 +8,10 @@ use std::time::{Duration, Instant};
 
 use cmset_api::ConfigMapSet;
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -178,13 +180,114 @@ pub async fn patch_set(api: &Api<ConfigMapSet>, set: &str, value: &str) -> Resul
         .map(drop)
 }
 
+/// The label on every bench namespace that its webhook registration selects (Kubernetes 1.20 has no
+/// `kubernetes.io/metadata.name` label yet).
+pub const NAMESPACE_LABEL: &str = "cmset-bench";
+
 pub async fn create_namespace(client: &Client, name: &str) -> Result<()> {
     let ns: Namespace = serde_json::from_value(json!({
         "apiVersion": "v1",
         "kind": "Namespace",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "cmset-bench"}},
+        "metadata": {"name": name, "labels": {
+            "app.kubernetes.io/part-of": "cmset-bench",
+            NAMESPACE_LABEL: name,
+        }},
     }))?;
     create(&Api::<Namespace>::all(client.clone()), &ns).await
+}
+
+/// Lets the operator's ServiceAccount keep its leader Lease in `namespace` (deleted with it). The
+/// shipped Role grants the one Lease `cmset-controller` in cmset-system, which the e2e suite's
+/// leader-election tests use on a shared cluster; the bench's replicas elect their leader in the
+/// namespace they watch instead, with the install's Lease name and duration.
+pub async fn grant_lease(client: &Client, namespace: &str) -> Result<()> {
+    let role: Role = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "cmset-bench-leader-election"},
+        "rules": [{
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["create", "get", "update"],
+        }],
+    }))?;
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "cmset-bench-leader-election"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": "cmset-bench-leader-election",
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": "cmset-controller", "namespace": "cmset-system"}],
+    }))?;
+    create(&Api::<Role>::namespaced(client.clone(), namespace), &role).await?;
+    create(
+        &Api::<RoleBinding>::namespaced(client.clone(), namespace),
+        &binding,
+    )
+    .await
+}
+
+/// The webhook registration of config/webhook for one namespace, at a loopback URL (as config/dev and
+/// the e2e harness register it): opted-in Deployments, StatefulSets and DaemonSets, CREATE and UPDATE,
+/// `failurePolicy: Ignore`, 5 s. No caBundle: the operator adds its CA, as in a cluster.
+pub async fn register_webhook(client: &Client, name: &str, namespace: &str, port: u16) -> Result<()> {
+    let registration: MutatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "cmset-bench"}},
+        "webhooks": [{
+            "name": "workloads.cmset.dev",
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate")},
+            "rules": [{
+                "apiGroups": ["apps"],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": ["deployments", "statefulsets", "daemonsets"],
+            }],
+            "namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: namespace}},
+            "objectSelector": {"matchLabels": {cmset_api::labels::ENABLED: cmset_api::labels::ENABLED_VALUE}},
+            "failurePolicy": "Ignore",
+            "sideEffects": "None",
+            "timeoutSeconds": 5,
+            "reinvocationPolicy": "IfNeeded",
+            "admissionReviewVersions": ["v1"],
+        }],
+    }))?;
+    create(
+        &Api::<MutatingWebhookConfiguration>::all(client.clone()),
+        &registration,
+    )
+    .await
+}
+
+pub async fn delete_registration(client: &Client, name: &str) -> Result<()> {
+    let api = Api::<MutatingWebhookConfiguration>::all(client.clone());
+    let dp = DeleteParams::default();
+    match retry(&format!("delete webhook registration {name}"), || {
+        api.delete(name, &dp)
+    })
+    .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.to_string().contains("(404)") => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether the operator has put its CA into a registration's caBundle yet.
+pub async fn has_ca_bundle(client: &Client, name: &str) -> bool {
+    let api = Api::<MutatingWebhookConfiguration>::all(client.clone());
+    match tokio::time::timeout(REQUEST_TIMEOUT, api.get_opt(name)).await {
+        Ok(Ok(Some(r))) => r
+            .webhooks
+            .and_then(|w| w.into_iter().next())
+            .and_then(|w| w.client_config.ca_bundle)
+            .is_some_and(|b| !b.0.is_empty()),
+        _ => false,
+    }
 }
 
 /// Deletes a namespace and waits (one GET a second) until it is gone, at most `timeout`.
@@ -228,6 +331,8 @@ struct TrackState {
     /// The last event of any tracked Deployment (an operator patch or a controller-manager status write).
     last_event: Option<Instant>,
     synced: bool,
+    /// LIST requests the watch sent (one per (re)list: it lists in one page).
+    lists: u64,
 }
 
 /// Watches the opted-in Deployments of a namespace (label-selected, so unrelated ones cost nothing)
@@ -242,7 +347,9 @@ impl Tracker {
         let api = Api::<Deployment>::namespaced(client.clone(), namespace);
         let state = Arc::new(Mutex::new(TrackState::default()));
         let shared = state.clone();
-        let config = watcher::Config::default().labels(&enabled_label());
+        let mut config = watcher::Config::default().labels(&enabled_label());
+        // One LIST per (re)list, so that the bench knows how many of the API server's LISTs are its own.
+        config.page_size = None;
         let task = tokio::spawn(async move {
             let mut events = watcher(api, config).default_backoff().boxed();
             while let Some(event) = events.next().await {
@@ -250,11 +357,22 @@ impl Tracker {
                 let mut s = shared.lock().expect("tracker lock");
                 match event {
                     Ok(watcher::Event::Apply(d) | watcher::Event::InitApply(d)) => {
-                        let (Some(name), Some(reads)) = (d.metadata.name.as_deref(), env_from_name(&d))
-                        else {
+                        let Some(name) = d.metadata.name.as_deref() else {
                             continue;
                         };
-                        s.observe(name, reads, now);
+                        let observed = d.status.as_ref().and_then(|st| st.observed_generation);
+                        if d.metadata
+                            .generation
+                            .is_some_and(|g| observed.is_none_or(|o| o < g))
+                        {
+                            s.unobserved.insert(name.to_string());
+                        } else {
+                            s.unobserved.remove(name);
+                        }
+                        s.last_event = Some(now);
+                        if let Some(reads) = env_from_name(&d) {
+                            s.observe(name, reads, now);
+                        }
                     }
                     Ok(watcher::Event::InitDone) => s.synced = true,
                     Ok(watcher::Event::Delete(d)) => {
@@ -264,7 +382,8 @@ impl Tracker {
                         }
                     }
                     // The backoff retries a failed watch; the waits bound how long that may take.
-                    Ok(watcher::Event::Init) | Err(_) => {}
+                    Ok(watcher::Event::Init) => s.lists += 1,
+                    Err(_) => {}
                 }
             }
         });
@@ -304,6 +423,26 @@ impl Tracker {
                     .insert(deployment.to_string(), (name.to_string(), since));
             }
         }
+    }
+
+    /// LIST requests this watch has sent so far.
+    pub fn lists(&self) -> u64 {
+        self.lock().lists
+    }
+
+    /// What `deployment` names now, as far as the watch has seen.
+    pub fn current(&self, deployment: &str) -> Option<String> {
+        self.lock().current.get(deployment).map(|(n, _)| n.clone())
+    }
+
+    /// When the latest arrival so far happened (none taken yet counts).
+    pub fn last_arrival_after(&self, t: Instant) -> Option<Instant> {
+        self.lock()
+            .arrivals
+            .iter()
+            .map(|a| a.at)
+            .filter(|at| *at > t)
+            .min()
     }
 
     pub fn is_pending(&self, deployment: &str) -> bool {

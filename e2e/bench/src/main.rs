@@ -1,20 +1,28 @@
 //! `cmset-bench`: the project's benchmark (`make bench`). One run measures, against the cluster in
-//! KUBECONFIG and all on the same machine in the same minutes:
+//! KUBECONFIG and all on the same machine in the same minutes, each configuration in turn (by default
+//! the default install, `webhook`: two replicas with leader election, both serving the admission
+//! webhook; then `no-webhook`, the same without it), each in fresh namespaces with fresh processes:
 //!
-//! 1. the floor: what one change costs the bare API, no operator involved;
-//! 2. initial convergence of N sets and N opted-in Deployments;
-//! 3. steady churn at a fixed rate: latency from a set's PATCH to its Deployment naming the revision;
-//! 4. a burst: every set changed at once;
-//! 5. API requests per change, from the API server's own counters, by verb and resource;
-//! 6. writes after a restart (there should be none);
-//! 7. operator CPU per change and memory, also with many unrelated objects in the namespace;
-//! 8. the burst again at several numbers of sets, each in a fresh namespace.
+//! 1. initial convergence of N sets and N opted-in Deployments;
+//! 2. steady churn at a fixed rate: latency from a set's PATCH to its Deployment naming the revision;
+//! 3. a burst: every set changed at once;
+//! 4. API requests per change, from the API server's own counters, by verb and resource, and the
+//!    admission webhook's latency and requests per admission, from the operator's own;
+//! 5. failover: the leader frozen during churn, until the standby acts, and what that cost;
+//! 6. writes after a restart of both replicas (there should be none);
+//! 7. memory: after sets are created and deleted again, and with many unrelated objects;
+//! 8. convergence and a burst at several numbers of sets, each in a fresh namespace.
 //!
-//! Every time is also given as a multiple of the floor, so runs on noisy shared machines compare.
+//! Before each stage the floor is measured again (what one change costs the bare API, no operator
+//! involved); every time is also given as a multiple of its stage's floor, so runs on noisy shared
+//! machines compare.
 
 mod cluster;
+mod install;
+mod metrics;
 mod operator;
 mod report;
+mod service;
 mod stages;
 
 use std::path::{Path, PathBuf};
@@ -24,34 +32,54 @@ use clap::Parser;
 use kube::Client;
 
 use cluster::{Result, Tracker};
+use install::{Configuration, Install};
 use operator::{Launch, cpu_of};
-use report::{MemoryFigures, Results, Scale};
+use report::{ConfigResults, Flags, Results, Scale};
 use stages::Ctx;
 
 #[derive(Clone, Debug, Parser)]
 #[command(
     name = "cmset-bench",
-    about = "The cmset benchmark: each figure also as a multiple of the bare API floor"
+    about = "The cmset benchmark: each figure also as a multiple of the bare API floor",
+    // A flag given again wins (`make bench-smoke BENCH_ARGS="--sets 50"`).
+    args_override_self = true
 )]
 struct Args {
-    /// Sets (each with one Deployment) in the main namespace: convergence, churn, burst, restart, memory.
+    /// Configurations to measure, in this order, each with fresh namespaces and processes: `webhook`
+    /// (the default install: the admission webhook registered and served by both replicas) and
+    /// `no-webhook` (the same two replicas without it).
+    #[arg(long, env = "CMSET_BENCH_CONFIGURATIONS", value_delimiter = ',', action = clap::ArgAction::Set,
+          default_values_t = [Configuration::Webhook, Configuration::NoWebhook])]
+    configurations: Vec<Configuration>,
+    /// Sets (each with one Deployment) in the main namespace: convergence, churn, burst, failover,
+    /// restart, memory.
     #[arg(long, env = "CMSET_BENCH_SETS", default_value_t = 1000, value_parser = at_least_one)]
     sets: usize,
-    /// Set changes per second during steady churn.
+    /// Set changes per second during steady churn (and around the failover).
     #[arg(long, env = "CMSET_BENCH_RATE", default_value_t = 20.0, value_parser = positive_rate)]
     rate: f64,
     /// Seconds of steady churn.
     #[arg(long, env = "CMSET_BENCH_DURATION", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     duration: u64,
     /// Numbers of sets for the scale stage, each in a fresh namespace.
-    #[arg(long, env = "CMSET_BENCH_SCALES", value_delimiter = ',', default_values_t = [100, 1000, 5000], value_parser = at_least_one)]
+    #[arg(long, env = "CMSET_BENCH_SCALES", value_delimiter = ',', action = clap::ArgAction::Set,
+          default_values_t = [100, 1000, 5000], value_parser = at_least_one)]
     scales: Vec<usize>,
+    /// Sets created and deleted again (no workloads) for the memory-after-deletion figure.
+    #[arg(long, env = "CMSET_BENCH_LEAK_SETS", default_value_t = 5000, value_parser = at_least_one)]
+    leak_sets: usize,
     /// Unrelated ConfigMaps added to the main namespace for the memory figure.
     #[arg(long, env = "CMSET_BENCH_UNRELATED_CONFIGMAPS", default_value_t = 10_000)]
     unrelated_configmaps: usize,
     /// Unrelated (not opted-in) Deployments added to the main namespace for the memory figure.
     #[arg(long, env = "CMSET_BENCH_UNRELATED_DEPLOYMENTS", default_value_t = 1_000)]
     unrelated_deployments: usize,
+    /// Seconds of churn before the leader is frozen, and after the standby took over.
+    #[arg(long, env = "CMSET_BENCH_FAILOVER_AFTER", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    failover_after: u64,
+    /// The replicas' `--lease-duration-seconds`: the install's (15) unless there is a reason.
+    #[arg(long, env = "CMSET_BENCH_LEASE_DURATION_SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..))]
+    lease_duration_seconds: u64,
     /// The operator binary under test.
     #[arg(
         long,
@@ -62,7 +90,7 @@ struct Args {
     /// Kubeconfig the operator runs with (default: KUBECONFIG, the admin).
     #[arg(long, env = "CMSET_BENCH_OPERATOR_KUBECONFIG")]
     operator_kubeconfig: Option<PathBuf>,
-    /// One more argument for the operator (repeat for several), e.g. `--operator-arg=--concurrency=8`.
+    /// One more argument for every replica (repeat for several), e.g. `--operator-arg=--concurrency=8`.
     #[arg(long = "operator-arg", allow_hyphen_values = true)]
     operator_args: Vec<String>,
     /// Output directory (default: target/bench/<UTC timestamp>).
@@ -71,7 +99,7 @@ struct Args {
     /// Client requests in flight for bulk creation, the burst and the floor's concurrent rate.
     #[arg(long, env = "CMSET_BENCH_CONCURRENCY", default_value_t = 32, value_parser = at_least_one)]
     concurrency: usize,
-    /// Sequential changes timed for the floor.
+    /// Sequential changes timed for each floor.
     #[arg(long, env = "CMSET_BENCH_FLOOR_CHANGES", default_value_t = 60, value_parser = at_least_one)]
     floor_changes: usize,
     /// Seconds every wait is allowed, plus `--timeout-per-set-ms` for each object waited on.
@@ -79,7 +107,7 @@ struct Args {
     timeout_secs: u64,
     #[arg(long, env = "CMSET_BENCH_TIMEOUT_PER_SET_MS", default_value_t = 100)]
     timeout_per_set_ms: u64,
-    /// Seconds after the restarted operator is ready during which its writes are counted.
+    /// Seconds after the restarted replicas are ready during which their writes are counted.
     #[arg(long, env = "CMSET_BENCH_RESTART_WINDOW", default_value_t = 10)]
     restart_window: u64,
     /// Another process whose CPU per change is reported, as `name=pid` (e.g. the API server).
@@ -88,10 +116,12 @@ struct Args {
     /// An earlier results.json to show beside this run in the table and the plots.
     #[arg(long, env = "CMSET_BENCH_BASELINE")]
     baseline: Option<PathBuf>,
-    /// Also copy results.json, table.md and the plots into this directory (e.g. e2e/bench/results).
+    /// Also copy results.json, table.md, the plots and a digest of the logs into this directory
+    /// (e.g. e2e/bench/results).
     #[arg(long, env = "CMSET_BENCH_PUBLISH")]
     publish: Option<PathBuf>,
-    /// Exit non-zero unless every figure was measured and every workload converged (for bench-smoke).
+    /// Exit non-zero unless every figure was measured in every configuration and every workload
+    /// converged (for bench-smoke).
     #[arg(long)]
     strict: bool,
     #[arg(long)]
@@ -101,11 +131,52 @@ struct Args {
     #[arg(long)]
     skip_burst: bool,
     #[arg(long)]
+    skip_failover: bool,
+    #[arg(long)]
     skip_restart: bool,
+    #[arg(long)]
+    skip_leak: bool,
     #[arg(long)]
     skip_memory: bool,
     #[arg(long)]
     skip_scales: bool,
+}
+
+impl Args {
+    fn flags(&self) -> Flags {
+        let skipped = [
+            ("floor", self.skip_floor),
+            ("churn", self.skip_churn),
+            ("burst", self.skip_burst),
+            ("failover", self.skip_failover),
+            ("restart", self.skip_restart),
+            ("leak", self.skip_leak),
+            ("memory", self.skip_memory),
+            ("scales", self.skip_scales),
+        ];
+        Flags {
+            configurations: self.configurations.iter().map(|c| c.name().to_string()).collect(),
+            sets: self.sets,
+            rate: self.rate,
+            duration_s: self.duration,
+            scales: self.scales.clone(),
+            leak_sets: self.leak_sets,
+            unrelated_configmaps: self.unrelated_configmaps,
+            unrelated_deployments: self.unrelated_deployments,
+            concurrency: self.concurrency,
+            floor_changes: self.floor_changes,
+            failover_after_s: self.failover_after,
+            restart_window_s: self.restart_window,
+            timeout_secs: self.timeout_secs,
+            timeout_per_set_ms: self.timeout_per_set_ms,
+            skipped: skipped
+                .iter()
+                .filter(|(_, s)| *s)
+                .map(|(n, _)| n.to_string())
+                .collect(),
+            strict: self.strict,
+        }
+    }
 }
 
 fn parse_pid(s: &str) -> std::result::Result<(String, u32), String> {
@@ -120,6 +191,35 @@ fn utc_stamp(t: SystemTime) -> String {
         .unwrap_or_else(|_| "unknown-time".to_string())
 }
 
+/// `git rev-parse HEAD` and whether the tree has changes, of the tree the bench runs in.
+fn git_state() -> (String, Option<bool>) {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let commit = git(&["rev-parse", "HEAD"]).unwrap_or_default();
+    let dirty = git(&["status", "--porcelain"]).map(|s| !s.is_empty());
+    (commit, dirty)
+}
+
+/// The operator binary as the record names it: its path inside the working directory (the
+/// repository), or only its file name.
+fn binary_name(bin: &Path) -> String {
+    let cwd = std::env::current_dir().ok();
+    match cwd.as_deref().and_then(|cwd| bin.strip_prefix(cwd).ok()) {
+        Some(inside) => inside.display().to_string(),
+        None if bin.is_relative() => bin.display().to_string(),
+        None => bin
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    }
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
@@ -128,7 +228,9 @@ async fn main() -> std::process::ExitCode {
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("target/bench").join(utc_stamp(started)));
-    if let Err(e) = std::fs::create_dir_all(&out) {
+    // A reused directory (bench-smoke's) keeps the logs of this run only.
+    let _ = std::fs::remove_dir_all(out.join("logs"));
+    if let Err(e) = std::fs::create_dir_all(out.join("logs")) {
         eprintln!("bench: cannot create {}: {e}", out.display());
         return std::process::ExitCode::FAILURE;
     }
@@ -140,34 +242,50 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let mut ctx = match context(&args, client, &out) {
+    let nanos = started.duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let run_id = format!("cmset-bench-{:05x}", (nanos ^ std::process::id()) & 0xfffff);
+    let mut ctx = match context(&args, client, &out, &run_id) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("bench: {e}");
             return std::process::ExitCode::FAILURE;
         }
     };
-    let namespaces = ctx.namespaces.clone();
+    let (namespaces, registrations) = (ctx.namespaces.clone(), ctx.registrations.clone());
     let t0 = Instant::now();
     let fatal = tokio::select! {
-        r = run(&args, &mut ctx, &mut results, started) => r.err().map(|e| e.to_string()),
+        r = run(&args, &mut ctx, &mut results, started, &run_id) => r.err().map(|e| e.to_string()),
         _ = tokio::signal::ctrl_c() => Some("interrupted".to_string()),
     };
+    ctx.config = None;
     if let Some(e) = &fatal {
         ctx.fail(format!("run stopped: {e}"));
     }
-    // Whatever happened, leave no bench namespace behind (the operator died with its handle).
+    // Whatever happened, leave no bench namespace or registration behind (the replicas died with
+    // their handles).
+    let leftovers: Vec<String> = registrations.lock().expect("lock").clone();
+    for name in leftovers {
+        ctx.unregister_webhook(&name).await;
+    }
     let leftovers: Vec<String> = namespaces.lock().expect("lock").clone();
     for ns in leftovers {
         eprintln!("bench: deleting namespace {ns}");
         ctx.delete_namespace(&ns).await;
+    }
+    if args.strict {
+        for c in &results.configurations {
+            let webhook = c.name == Configuration::Webhook.name();
+            for m in report::missing(c, webhook) {
+                ctx.failures.push(m);
+            }
+        }
     }
     results.failures = std::mem::take(&mut ctx.failures);
     results.total_seconds = t0.elapsed().as_secs_f64();
     results.meta.bench_cpu_s = cpu_of(std::process::id()).map_or(0.0, |d| d.as_secs_f64());
     let baseline = args.baseline.as_ref().and_then(|p| {
         let text = std::fs::read_to_string(p).ok()?;
-        serde_json::from_str::<Results>(&text)
+        report::load(&text)
             .map_err(|e| eprintln!("bench: baseline {}: {e}", p.display()))
             .ok()
     });
@@ -182,7 +300,7 @@ async fn main() -> std::process::ExitCode {
     std::process::ExitCode::SUCCESS
 }
 
-fn context(args: &Args, client: Client, out: &Path) -> Result<Ctx> {
+fn context(args: &Args, client: Client, out: &Path, run_id: &str) -> Result<Ctx> {
     let kubeconfig = match (&args.operator_kubeconfig, std::env::var_os("KUBECONFIG")) {
         (Some(k), _) => k.clone(),
         (None, Some(k)) => PathBuf::from(k),
@@ -195,86 +313,129 @@ fn context(args: &Args, client: Client, out: &Path) -> Result<Ctx> {
         bin: std::fs::canonicalize(&args.operator_bin)?,
         kubeconfig,
         extra_args: args.operator_args.clone(),
-        log_dir: out.to_path_buf(),
+        log_dir: out.join("logs"),
+        lease_duration_s: args.lease_duration_seconds,
     };
-    let mut ctx = Ctx::new(client, launch, args.concurrency);
+    let mut ctx = Ctx::new(client, launch, args.concurrency, format!("{run_id}-floor"));
     ctx.timeout_base = Duration::from_secs(args.timeout_secs);
     ctx.timeout_per_object = Duration::from_millis(args.timeout_per_set_ms);
+    ctx.floor_changes = args.floor_changes;
     ctx.pids = args.pids.clone();
     ctx.pids.push(("cmset-bench".into(), std::process::id()));
     Ok(ctx)
 }
 
-async fn run(args: &Args, ctx: &mut Ctx, results: &mut Results, started: SystemTime) -> Result<()> {
-    let nanos = started.duration_since(UNIX_EPOCH)?.subsec_nanos();
-    let run_id = format!("cmset-bench-{:05x}", (nanos ^ std::process::id()) & 0xfffff);
+async fn run(
+    args: &Args,
+    ctx: &mut Ctx,
+    results: &mut Results,
+    started: SystemTime,
+    run_id: &str,
+) -> Result<()> {
     let server_version = ctx.client.apiserver_version().await?;
+    let (commit, dirty) = git_state();
     results.meta = report::Meta {
         started_utc: utc_stamp(started),
-        operator_bin: args.operator_bin.display().to_string(),
+        commit,
+        dirty,
+        operator: binary_name(&args.operator_bin),
+        operator_source: std::env::var("CMSET_BENCH_OPERATOR_SOURCE").unwrap_or_else(|_| "given".into()),
         operator_version: operator::version_of(&ctx.launch.bin),
         operator_args: args.operator_args.clone(),
         server_version: server_version.git_version,
         cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
-        sets: args.sets,
-        rate: args.rate,
-        duration_s: args.duration,
-        scales: args.scales.clone(),
-        concurrency: args.concurrency,
-        unrelated_configmaps: args.unrelated_configmaps,
-        unrelated_deployments: args.unrelated_deployments,
+        replicas: install::REPLICAS,
+        lease_duration_s: args.lease_duration_seconds,
+        flags: args.flags(),
         bench_cpu_s: 0.0,
     };
     eprintln!(
-        "bench: {run_id}: operator {} against {}",
-        results.meta.operator_bin, results.meta.server_version
+        "bench: {run_id}: operator {} ({}) against {}; configurations {}",
+        results.meta.operator,
+        results.meta.operator_version,
+        results.meta.server_version,
+        results.meta.flags.configurations.join(", ")
     );
-
-    if !args.skip_floor {
-        eprintln!("bench: [1/8] floor");
-        let floor = stages::floor(ctx, &format!("{run_id}-floor"), args.floor_changes).await?;
-        eprintln!(
-            "bench:   sequential p50 {:.1} ms; {:.0} changes/s at {} in flight",
-            floor.seq_p50_ms, floor.concurrent_rate, floor.concurrency
-        );
-        ctx.floor = Some(floor.clone());
-        results.floor = Some(floor);
+    for &config in &args.configurations {
+        ctx.config = Some(config);
+        results.configurations.push(ConfigResults {
+            name: config.name().to_string(),
+            install: config.describe(args.lease_duration_seconds),
+            ..ConfigResults::default()
+        });
+        let into = results.configurations.last_mut().expect("just pushed");
+        let t = Instant::now();
+        // A configuration that cannot go on is a failed figure; the next one still runs.
+        if let Err(e) = run_configuration(args, ctx, config, run_id, into).await {
+            ctx.fail(format!("stopped: {e}"));
+        }
+        into.seconds = t.elapsed().as_secs_f64();
     }
+    ctx.config = None;
+    Ok(())
+}
 
+/// Before a stage: the floor again, unless floors are skipped.
+async fn floor_before(args: &Args, ctx: &mut Ctx, stage: &str) {
+    if !args.skip_floor {
+        ctx.refloor(stage).await;
+    }
+}
+
+async fn run_configuration(
+    args: &Args,
+    ctx: &mut Ctx,
+    config: Configuration,
+    run_id: &str,
+    results: &mut ConfigResults,
+) -> Result<()> {
+    let since = ctx.started;
+    let step = |k: u32, what: &str| {
+        eprintln!(
+            "bench: [{config}] [{k}/8] {what} (at {:.0} s)",
+            since.elapsed().as_secs_f64()
+        )
+    };
     // The main namespace: everything but the scale stage.
-    let ns = run_id.clone();
+    let ns = format!("{run_id}-{config}");
     let n = args.sets;
     ctx.create_namespace(&ns).await?;
-    eprintln!("bench: [2/8] initial convergence: creating {n} sets and Deployments");
-    let took = stages::populate(ctx, &ns, n).await?;
-    eprintln!(
-        "bench:   created in {:.1} s; starting the operator",
-        took.as_secs_f64()
+    step(
+        1,
+        &format!("initial convergence: creating {n} sets and Deployments"),
     );
+    let took = stages::populate(ctx, &ns, n).await?;
+    eprintln!("bench:   created in {:.1} s", took.as_secs_f64());
+    floor_before(args, ctx, "initial convergence").await;
     let tracker = std::sync::Arc::new(Tracker::start(&ctx.client, &ns));
     if !tracker.synced(ctx.timeout(n)).await {
         return Err("the Deployment watch did not sync".into());
     }
-    let (mut op, initial) = stages::converge(ctx, &ns, n, &tracker).await?;
+    eprintln!(
+        "bench:   installing: two replicas{}",
+        if config.webhook() { " and the webhook" } else { "" }
+    );
+    let (mut install, initial) = stages::converge(ctx, &ns, n, &tracker, config).await?;
     eprintln!(
         "bench:   {} of {n} converged in {} s",
         initial.converged,
         initial.seconds.map_or("-".into(), |s| format!("{s:.1}"))
     );
-    let after_initial = initial.memory;
     results.initial = Some(initial);
 
     if !args.skip_churn {
-        eprintln!(
-            "bench: [3/8] steady churn: {}/s for {} s",
-            args.rate, args.duration
+        revive(ctx, &mut install, "churn", &mut results.restarted).await?;
+        step(
+            2,
+            &format!("steady churn: {}/s for {} s", args.rate, args.duration),
         );
+        floor_before(args, ctx, "churn").await;
         let c = stages::churn(
             ctx,
             &ns,
             n,
             &tracker,
-            &op,
+            &install,
             args.rate,
             Duration::from_secs(args.duration),
         )
@@ -289,8 +450,10 @@ async fn run(args: &Args, ctx: &mut Ctx, results: &mut Results, started: SystemT
     }
 
     if !args.skip_burst {
-        eprintln!("bench: [4/8] burst of {n} (and [5/8] writes per change)");
-        let b = stages::burst(ctx, &ns, n, &tracker, &op).await;
+        revive(ctx, &mut install, "burst", &mut results.restarted).await?;
+        step(3, &format!("burst of {n} (and writes per change)"));
+        floor_before(args, ctx, "burst").await;
+        let b = stages::burst(ctx, &ns, n, &tracker, &install).await;
         eprintln!(
             "bench:   {}",
             b.rate.map_or("timed out".into(), |r| format!("{r:.1} changes/s"))
@@ -298,9 +461,38 @@ async fn run(args: &Args, ctx: &mut Ctx, results: &mut Results, started: SystemT
         results.burst = Some(b);
     }
 
+    if !args.skip_failover {
+        revive(ctx, &mut install, "failover", &mut results.restarted).await?;
+        step(
+            4,
+            &format!(
+                "failover: the leader frozen during churn at {}/s (lease {} s)",
+                args.rate, args.lease_duration_seconds
+            ),
+        );
+        floor_before(args, ctx, "failover").await;
+        let f = stages::failover(
+            ctx,
+            &ns,
+            n,
+            &tracker,
+            &mut install,
+            args.rate,
+            Duration::from_secs(args.failover_after),
+        )
+        .await;
+        eprintln!(
+            "bench:   standby leads after {} s, first write after {} s; {} LISTs",
+            f.to_leader_s.map_or("-".into(), |s| format!("{s:.1}")),
+            f.to_first_write_s.map_or("-".into(), |s| format!("{s:.1}")),
+            f.list_requests.map_or("-".into(), |s| format!("{s:.0}")),
+        );
+        results.failover = Some(f);
+    }
+
     if !args.skip_restart {
-        eprintln!("bench: [6/8] restart");
-        match stages::restart(ctx, &ns, &mut op, Duration::from_secs(args.restart_window)).await {
+        step(5, "restart of both replicas");
+        match stages::restart(ctx, &mut install, Duration::from_secs(args.restart_window)).await {
             Ok(r) => {
                 eprintln!("bench:   {} writes after the restart", r.operator_self_writes);
                 results.restart = Some(r);
@@ -308,54 +500,74 @@ async fn run(args: &Args, ctx: &mut Ctx, results: &mut Results, started: SystemT
             Err(e) => ctx.fail(format!("restart: {e}")),
         }
     }
+    stages::check_converged(ctx, &ns, n, &tracker, "the main namespace's stages").await;
 
-    let mut memory = MemoryFigures {
-        after_initial,
-        ..MemoryFigures::default()
-    };
+    if !args.skip_leak {
+        revive(ctx, &mut install, "leak", &mut results.restarted).await?;
+        step(6, &format!("memory: {} sets created and deleted", args.leak_sets));
+        match stages::leak(ctx, &ns, &install, args.leak_sets).await {
+            Ok(l) => results.leak = Some(l),
+            Err(e) => ctx.fail(format!("leak: {e}")),
+        }
+    }
+
     if !args.skip_memory {
-        eprintln!(
-            "bench: [7/8] memory with {} unrelated ConfigMaps and {} unrelated Deployments",
-            args.unrelated_configmaps, args.unrelated_deployments
+        revive(ctx, &mut install, "memory", &mut results.restarted).await?;
+        step(
+            7,
+            &format!(
+                "memory with {} unrelated ConfigMaps and {} unrelated Deployments",
+                args.unrelated_configmaps, args.unrelated_deployments
+            ),
         );
         match stages::unrelated(
             ctx,
             &ns,
-            &op,
+            &install,
             args.unrelated_configmaps,
             args.unrelated_deployments,
         )
         .await
         {
-            Ok(m) => memory = MemoryFigures { after_initial, ..m },
+            Ok(m) => results.memory = Some(m),
             Err(e) => ctx.fail(format!("memory: {e}")),
         }
     }
-    results.memory = Some(memory);
-    op.kill().await;
+    install.shutdown(ctx).await;
     drop(tracker);
     ctx.delete_namespace(&ns).await;
 
     if !args.skip_scales {
         for (k, &n) in args.scales.iter().enumerate() {
-            eprintln!("bench: [8/8] scale {}/{}: {n} sets", k + 1, args.scales.len());
-            let s = scale(ctx, &format!("{run_id}-n{n}"), n).await?;
+            step(8, &format!("scale {}/{}: {n} sets", k + 1, args.scales.len()));
+            let s = scale(args, ctx, &format!("{ns}-n{n}"), n, config).await?;
             results.scales.push(s);
         }
     }
     Ok(())
 }
 
+/// Before a stage: a replica that exited by itself is started again, as the kubelet restarts a
+/// container, and noted (its configuration's figures went on without it for a while).
+async fn revive(ctx: &mut Ctx, install: &mut Install, stage: &str, noted: &mut Vec<String>) -> Result<()> {
+    for r in install.revive(ctx).await? {
+        eprintln!("bench:   {r} had exited; started again before {stage}");
+        noted.push(format!("{r}, before {stage}"));
+    }
+    Ok(())
+}
+
 /// Initial convergence and a burst at `n` sets in a fresh namespace, deleted afterwards.
-async fn scale(ctx: &mut Ctx, ns: &str, n: usize) -> Result<Scale> {
+async fn scale(args: &Args, ctx: &mut Ctx, ns: &str, n: usize, config: Configuration) -> Result<Scale> {
     ctx.create_namespace(ns).await?;
     let took = stages::populate(ctx, ns, n).await?;
     eprintln!("bench:   created in {:.1} s", took.as_secs_f64());
+    floor_before(args, ctx, &format!("scale {n}")).await;
     let tracker = Tracker::start(&ctx.client, ns);
     if !tracker.synced(ctx.timeout(n)).await {
         return Err("the Deployment watch did not sync".into());
     }
-    let (mut op, initial) = stages::converge(ctx, ns, n, &tracker).await?;
+    let (install, initial) = stages::converge(ctx, ns, n, &tracker, config).await?;
     eprintln!(
         "bench:   initial: {}",
         initial
@@ -363,8 +575,10 @@ async fn scale(ctx: &mut Ctx, ns: &str, n: usize) -> Result<Scale> {
             .map_or("timed out".into(), |r| format!("{r:.1} sets/s"))
     );
     // A burst on a namespace that never converged would measure the leftovers.
+    let (mut install, mut restarted) = (install, vec![]);
+    revive(ctx, &mut install, &format!("the burst of {n}"), &mut restarted).await?;
     let burst = if initial.sets_per_s.is_some() {
-        let b = stages::burst(ctx, ns, n, &tracker, &op).await;
+        let b = stages::burst(ctx, ns, n, &tracker, &install).await;
         eprintln!(
             "bench:   burst: {}",
             b.rate.map_or("timed out".into(), |r| format!("{r:.1} changes/s"))
@@ -373,7 +587,7 @@ async fn scale(ctx: &mut Ctx, ns: &str, n: usize) -> Result<Scale> {
     } else {
         None
     };
-    op.kill().await;
+    install.shutdown(ctx).await;
     drop(tracker);
     let namespace_delete_s = ctx.delete_namespace(ns).await;
     Ok(Scale {
@@ -381,12 +595,44 @@ async fn scale(ctx: &mut Ctx, ns: &str, n: usize) -> Result<Scale> {
         initial,
         burst,
         namespace_delete_s,
+        restarted,
     })
 }
 
+/// A published log: the operator's lines without the two it writes for every change (created
+/// revision, moved references), which it counts instead; no path of the machine.
+fn log_digest(text: &str) -> String {
+    const PER_CHANGE: [&str; 2] = ["created revision", "moved references"];
+    let mut omitted = [0usize; 2];
+    let mut out = String::new();
+    for line in text.lines() {
+        match PER_CHANGE
+            .iter()
+            .position(|m| line.contains(r#""level":"INFO""#) && line.contains(&format!(r#""message":"{m}""#)))
+        {
+            Some(k) => omitted[k] += 1,
+            None => {
+                out += line;
+                out.push('\n');
+            }
+        }
+    }
+    if omitted.iter().any(|n| *n > 0) {
+        out += &format!(
+            "[cmset-bench: {} \"created revision\" and {} \"moved references\" lines omitted]\n",
+            omitted[0], omitted[1]
+        );
+    }
+    report::scrub_paths(&out)
+}
+
 fn write_outputs(out: &Path, r: &Results, baseline: Option<&Results>, publish: Option<&Path>) -> Result<()> {
-    std::fs::write(out.join("results.json"), serde_json::to_string_pretty(r)?)?;
-    let table = report::table(r, baseline);
+    // No path of the machine in what may be published (a failure message may quote one).
+    std::fs::write(
+        out.join("results.json"),
+        report::scrub_paths(&serde_json::to_string_pretty(r)?),
+    )?;
+    let table = report::scrub_paths(&report::table(r, baseline));
     std::fs::write(out.join("table.md"), &table)?;
     report::plot_churn(&out.join("churn_latency.svg"), r, baseline)?;
     report::plot_scaling(&out.join("cost_per_change.svg"), r, baseline)?;
@@ -401,6 +647,19 @@ fn write_outputs(out: &Path, r: &Results, baseline: Option<&Results>, publish: O
             "cost_per_change.svg",
         ] {
             std::fs::copy(out.join(f), dir.join(f))?;
+        }
+        // The logs of this run only.
+        let logs = dir.join("logs");
+        if logs.is_dir() {
+            std::fs::remove_dir_all(&logs)?;
+        }
+        std::fs::create_dir_all(&logs)?;
+        for entry in std::fs::read_dir(out.join("logs"))? {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "log") {
+                let text = std::fs::read_to_string(&path)?;
+                std::fs::write(logs.join(path.file_name().expect("a file")), log_digest(&text))?;
+            }
         }
         eprintln!("bench: published to {}", dir.display());
     }
@@ -447,6 +706,8 @@ mod tests {
             &["--scales", "100,0"],
             &["--concurrency", "0"],
             &["--floor-changes", "x"],
+            &["--leak-sets", "0"],
+            &["--configurations", "webhook,nope"],
         ] {
             let err = parse(bad).expect_err(&format!("{bad:?} is refused"));
             assert_eq!(
@@ -457,5 +718,59 @@ mod tests {
         }
         let ok = parse(&["--sets", "5", "--rate", "0.5", "--scales", "5,10"]).unwrap();
         assert_eq!((ok.sets, ok.rate, ok.scales), (5, 0.5, vec![5, 10]));
+        // Given again (bench-smoke's flags, then BENCH_ARGS), the last one wins.
+        let again = parse(&["--sets", "5", "--scales", "5,10", "--sets", "7", "--scales", "20"]).unwrap();
+        assert_eq!((again.sets, again.scales), (7, vec![20]));
+        let pids = parse(&["--pid", "a=1", "--pid", "b=2"]).unwrap();
+        assert_eq!(pids.pids.len(), 2, "repeatable flags still add up");
+    }
+
+    #[test]
+    fn both_configurations_by_default_and_the_flags_on_record() {
+        let args = Args::try_parse_from(["cmset-bench"]).unwrap();
+        assert_eq!(
+            args.configurations,
+            [Configuration::Webhook, Configuration::NoWebhook]
+        );
+        let one =
+            Args::try_parse_from(["cmset-bench", "--configurations", "no-webhook", "--skip-leak"]).unwrap();
+        let flags = one.flags();
+        assert_eq!(flags.configurations, ["no-webhook"]);
+        assert!(
+            flags
+                .command_line()
+                .starts_with("--configurations no-webhook --sets 1000"),
+            "{}",
+            flags.command_line()
+        );
+        assert!(flags.command_line().ends_with("--skip-leak"));
+    }
+
+    #[test]
+    fn published_logs_hold_no_path_and_no_per_change_lines() {
+        let log = r#"{"timestamp":"2026-01-01T00:00:00Z","level":"INFO","message":"created revision","set":"s-00001"}
+{"timestamp":"2026-01-01T00:00:00Z","level":"WARN","message":"cannot read /work/x/operator.kubeconfig"}
+{"timestamp":"2026-01-01T00:00:00Z","level":"INFO","message":"became leader"}
+"#;
+        let d = log_digest(log);
+        assert!(!d.contains("/work"), "{d}");
+        assert!(
+            d.contains("became leader") && d.contains("cannot read <path>"),
+            "{d}"
+        );
+        assert!(d.contains("1 \"created revision\""), "{d}");
+    }
+
+    #[test]
+    fn binaries_are_named_without_the_machines_paths() {
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(
+            binary_name(&cwd.join("target/release/cmset-controller")),
+            "target/release/cmset-controller"
+        );
+        assert_eq!(
+            binary_name(Path::new("/opt/x/cmset-controller")),
+            "cmset-controller"
+        );
     }
 }

@@ -1,30 +1,50 @@
-//! The operator under test as a child process: started with its defaults on one namespace, observed
-//! through /proc (CPU, memory) and its own /metrics.
+//! One replica of the operator under test as a child process: started as the install runs it (leader
+//! election on, optionally serving the admission webhook), observed through /proc (CPU, memory) and
+//! its own /metrics, frozen and thawed with SIGSTOP and SIGCONT.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-use cmset_e2e::http_get;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cluster::Result;
+use crate::metrics::Scrape;
 
-pub struct Operator {
-    child: Option<tokio::process::Child>,
-    pub pid: u32,
-    pub metrics_port: u16,
-    /// When the process was spawned.
-    pub started: Instant,
-}
-
-/// What starts an operator: the same for every start in a run.
+/// What starts a replica: the same for every start in a run.
 #[derive(Clone, Debug)]
 pub struct Launch {
     pub bin: PathBuf,
     pub kubeconfig: PathBuf,
     pub extra_args: Vec<String>,
     pub log_dir: PathBuf,
+    /// `--lease-duration-seconds`: the install's (15 s) unless the bench is told otherwise.
+    pub lease_duration_s: u64,
+}
+
+/// How one replica serves: its Lease (in the namespace it watches) and its webhook, if any.
+#[derive(Clone, Debug)]
+pub struct Role<'a> {
+    pub namespace: &'a str,
+    pub identity: &'a str,
+    /// The MutatingWebhookConfiguration whose caBundle it keeps, when it serves the webhook.
+    pub webhook_configuration: Option<&'a str>,
+    /// The log file's name (in `Launch::log_dir`).
+    pub log_name: &'a str,
+}
+
+pub struct Operator {
+    child: Option<tokio::process::Child>,
+    pub pid: u32,
+    pub identity: String,
+    pub metrics_port: u16,
+    /// Where its webhook listens (HTTPS), when it serves one.
+    pub webhook_port: Option<u16>,
+    /// The last scrape that answered and the last CPU reading: what it did, once it is frozen or gone.
+    last: Mutex<(Scrape, Option<Duration>)>,
+    frozen: AtomicBool,
 }
 
 fn free_port() -> Result<u16> {
@@ -32,19 +52,36 @@ fn free_port() -> Result<u16> {
 }
 
 impl Operator {
-    /// Spawns the operator on `namespace`; its output is appended to `<log_dir>/operator-<namespace>.log`.
-    pub fn spawn(launch: &Launch, namespace: &str) -> Result<Self> {
-        let port = free_port()?;
-        let log_path = launch.log_dir.join(format!("operator-{namespace}.log"));
+    /// Spawns one replica on `role.namespace`; its output is appended to its log file.
+    pub fn spawn(launch: &Launch, role: &Role<'_>) -> Result<Self> {
+        let metrics_port = free_port()?;
+        let webhook_port = match role.webhook_configuration {
+            Some(_) => Some(free_port()?),
+            None => None,
+        };
+        let log_path = launch.log_dir.join(role.log_name);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log_path)?;
-        let child = tokio::process::Command::new(&launch.bin)
-            .env("KUBECONFIG", &launch.kubeconfig)
-            .args(["--namespace", namespace])
-            .arg("--leader-election=false")
-            .args(["--metrics-address", &format!("127.0.0.1:{port}")])
+        let mut cmd = tokio::process::Command::new(&launch.bin);
+        cmd.env("KUBECONFIG", &launch.kubeconfig)
+            .args(["--namespace", role.namespace])
+            .arg("--leader-election=true")
+            // The Lease lives in the watched namespace (the bench grants it there), so that no run
+            // contends with anyone else's operator for the install's Lease in cmset-system.
+            .args(["--leader-election-namespace", role.namespace])
+            .args(["--lease-duration-seconds", &launch.lease_duration_s.to_string()])
+            .args(["--identity", role.identity])
+            .args(["--metrics-address", &format!("127.0.0.1:{metrics_port}")])
+            // As config/manager runs it.
+            .arg("--log-format=json");
+        if let (Some(configuration), Some(port)) = (role.webhook_configuration, webhook_port) {
+            cmd.args(["--webhook-address", &format!("127.0.0.1:{port}")])
+                .args(["--webhook-cert-secret", "cmset-webhook-tls"])
+                .args(["--webhook-configuration", configuration]);
+        }
+        let child = cmd
             .args(&launch.extra_args)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -56,72 +93,121 @@ impl Operator {
         Ok(Self {
             child: Some(child),
             pid,
-            metrics_port: port,
-            started: Instant::now(),
+            identity: role.identity.to_string(),
+            metrics_port,
+            webhook_port,
+            last: Mutex::default(),
+            frozen: AtomicBool::new(false),
         })
     }
 
-    /// Waits until /readyz answers 200 (caches synced); returns how long after the spawn that was.
-    pub async fn ready(&mut self, timeout: Duration) -> Result<Duration> {
-        let deadline = self.started + timeout;
-        loop {
-            if let Some(child) = self.child.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                return Err(format!("the operator exited before it was ready: {status}").into());
-            }
-            let port = self.metrics_port;
-            let ok = tokio::task::spawn_blocking(move || http_get(port, "/readyz"))
-                .await?
-                .is_some_and(|(code, _)| code == 200);
-            if ok {
-                return Ok(self.started.elapsed());
-            }
-            if Instant::now() >= deadline {
-                return Err(format!("the operator was not ready within {timeout:?}").into());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+    /// A GET on its metrics port, at most 2 s; `None` while it is frozen, once it is gone (its port
+    /// may belong to another process by then), or when it does not answer.
+    pub async fn get(&self, path: &str) -> Option<(u16, String)> {
+        if self.is_frozen() || self.child.is_none() {
+            return None;
+        }
+        http_get(self.metrics_port, path, Duration::from_secs(2)).await
+    }
+
+    pub async fn is_ready(&self) -> bool {
+        self.get("/readyz").await.is_some_and(|(code, _)| code == 200)
+    }
+
+    /// Its /metrics now (remembered), or the last scrape that answered.
+    pub async fn scrape(&self) -> Scrape {
+        if let Some((200, body)) = self.get("/metrics").await {
+            let s = Scrape::parse(&body);
+            self.last.lock().expect("lock").0 = s.clone();
+            return s;
+        }
+        self.last.lock().expect("lock").0.clone()
+    }
+
+    /// Whether it holds the Lease, from a fresh scrape (`false` when it does not answer).
+    pub async fn leads(&self) -> bool {
+        match self.get("/metrics").await {
+            Some((200, body)) => Scrape::parse(&body).leader >= 1.0,
+            _ => false,
         }
     }
 
-    /// SIGKILL, as a crash would.
-    pub async fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill().await;
-        }
-    }
-
-    /// CPU time used so far (user + system).
+    /// CPU time used so far (user + system); the last reading once the process is gone.
     pub fn cpu(&self) -> Option<Duration> {
-        cpu_of(self.pid)
+        match cpu_of(self.pid).filter(|_| self.child.is_some()) {
+            Some(now) => {
+                self.last.lock().expect("lock").1 = Some(now);
+                Some(now)
+            }
+            None => self.last.lock().expect("lock").1,
+        }
     }
 
     /// Resident memory now and its peak, in KiB.
     pub fn memory(&self) -> Option<Memory> {
+        self.child.as_ref()?;
         memory_of(self.pid)
     }
 
-    /// `cmset_api_writes_total` by operation.
-    pub async fn writes(&self) -> Option<BTreeMap<String, f64>> {
-        let port = self.metrics_port;
-        let (_, body) = tokio::task::spawn_blocking(move || http_get(port, "/metrics"))
-            .await
-            .ok()??;
-        Some(
-            body.lines()
-                .filter_map(|l| {
-                    let labels = l.strip_prefix("cmset_api_writes_total{")?;
-                    let op = labels.split("operation=\"").nth(1)?.split('"').next()?;
-                    Some((op.to_string(), l.rsplit(' ').next()?.parse().ok()?))
-                })
-                .collect(),
-        )
+    fn signal(&self, sig: &str) {
+        let _ = std::process::Command::new("kill")
+            .args([sig, &self.pid.to_string()])
+            .status();
     }
 
-    pub async fn writes_total(&self) -> Option<f64> {
-        // `+ 0.0`: an empty sum is -0.0.
-        Some(self.writes().await?.values().sum::<f64>() + 0.0)
+    /// SIGSTOP: the process keeps its sockets and its Lease record, and does nothing at all.
+    pub fn freeze(&self) {
+        self.cpu();
+        self.frozen.store(true, Ordering::SeqCst);
+        self.signal("-STOP");
     }
+
+    /// SIGCONT.
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+        self.frozen.store(false, Ordering::SeqCst);
+    }
+
+    pub fn is_frozen(&self) -> bool {
+        self.frozen.load(Ordering::SeqCst)
+    }
+
+    /// The exit status, once the process has exited by itself.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut()?.try_wait().ok()?
+    }
+
+    /// SIGKILL, as a crash would (its counters and CPU are read first, to be kept in the sums).
+    pub async fn kill(&mut self) {
+        self.scrape().await;
+        self.cpu();
+        if let Some(mut c) = self.child.take() {
+            if self.is_frozen() {
+                self.signal("-CONT");
+            }
+            let _ = c.kill().await;
+        }
+    }
+}
+
+/// A minimal HTTP/1.0 GET on loopback with a deadline: status code and body.
+pub async fn http_get(port: u16, path: &str, timeout: Duration) -> Option<(u16, String)> {
+    let request = async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut response = Vec::new();
+        s.read_to_end(&mut response).await.ok()?;
+        let response = String::from_utf8_lossy(&response);
+        let code = response.split_whitespace().nth(1)?.parse().ok()?;
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        Some((code, body))
+    };
+    tokio::time::timeout(timeout, request).await.ok()?
 }
 
 #[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
@@ -195,5 +281,27 @@ mod tests {
         assert!(cpu_of(me).is_some());
         let m = memory_of(me).expect("VmRSS and VmHWM");
         assert!(m.rss_kib > 0 && m.hwm_kib >= m.rss_kib);
+    }
+
+    #[tokio::test]
+    async fn http_get_answers_and_gives_up() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            // One answer, then a connection that is accepted and never answered (a frozen process).
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 256];
+            let _ = s.read(&mut buf).await.unwrap();
+            s.write_all(b"HTTP/1.0 200 OK\r\n\r\nok").await.unwrap();
+            drop(s);
+            let (hung, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            drop(hung);
+        });
+        let ok = http_get(port, "/readyz", Duration::from_secs(2)).await;
+        assert_eq!(ok, Some((200, "ok".to_string())));
+        let hung = http_get(port, "/readyz", Duration::from_millis(200)).await;
+        assert_eq!(hung, None);
+        server.abort();
     }
 }

@@ -1,51 +1,135 @@
 //! What a run found: `results.json` (everything), `table.md` (the summary, also printed) and two SVG
-//! plots. Every time is also given as a multiple of the floor measured in the same run, because the
-//! machines are shared and noisy: only those ratios compare across runs.
+//! plots. Every time is also given as a multiple of the floor measured just before its stage, because
+//! the machines are shared and noisy: only those ratios compare across runs. A run measures one or
+//! more configurations (with and without the webhook); the table shows them side by side.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
 use plotters::prelude::*;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::cluster::Result;
+use crate::install::ReplicaMemory;
+use crate::metrics::Admission;
 use crate::operator::Memory;
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Results {
     pub meta: Meta,
-    pub floor: Option<Floor>,
-    pub initial: Option<Convergence>,
-    pub churn: Option<Churn>,
-    pub burst: Option<Burst>,
-    pub restart: Option<Restart>,
-    pub memory: Option<MemoryFigures>,
+    /// One per configuration, in the order they ran.
     #[serde(default)]
-    pub scales: Vec<Scale>,
-    /// Figures that could not be measured (a timeout, an error), in words.
+    pub configurations: Vec<ConfigResults>,
+    /// Figures that could not be measured (a timeout, an error), in words, each naming its
+    /// configuration.
     #[serde(default)]
     pub failures: Vec<String>,
     pub total_seconds: f64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Meta {
     pub started_utc: String,
-    pub operator_bin: String,
+    /// `git rev-parse HEAD` of the tree the bench ran from, and whether that tree had changes
+    /// (`git status --porcelain` not empty). The operator was built from it unless `operator_source`
+    /// says otherwise.
+    pub commit: String,
+    pub dirty: Option<bool>,
+    /// The operator binary: its path inside the repository, or only its file name (no path of the
+    /// machine the run was made on).
+    pub operator: String,
+    /// `built from this tree` (run.sh built it) or `given` (BENCH_OPERATOR_BIN).
+    pub operator_source: String,
     pub operator_version: String,
     pub operator_args: Vec<String>,
     pub server_version: String,
     pub cpus: usize,
+    /// Every replica count, Lease and webhook setting comes from the configuration's name.
+    pub replicas: usize,
+    pub lease_duration_s: u64,
+    pub flags: Flags,
+    /// CPU the bench itself used over the whole run (it shares the machine with what it measures).
+    pub bench_cpu_s: f64,
+}
+
+/// The flags that shape the figures (paths left out).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Flags {
+    pub configurations: Vec<String>,
     pub sets: usize,
     pub rate: f64,
     pub duration_s: u64,
     pub scales: Vec<usize>,
-    pub concurrency: usize,
+    pub leak_sets: usize,
     pub unrelated_configmaps: usize,
     pub unrelated_deployments: usize,
-    /// CPU the bench itself used over the whole run (it shares the machine with what it measures).
-    pub bench_cpu_s: f64,
+    pub concurrency: usize,
+    pub floor_changes: usize,
+    pub failover_after_s: u64,
+    pub restart_window_s: u64,
+    pub timeout_secs: u64,
+    pub timeout_per_set_ms: u64,
+    pub skipped: Vec<String>,
+    pub strict: bool,
+}
+
+impl Flags {
+    /// The command line that repeats this run's figures (`cmset-bench` flags).
+    pub fn command_line(&self) -> String {
+        let join = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+        let mut s = format!(
+            "--configurations {} --sets {} --rate {} --duration {} --scales {} --leak-sets {} \
+             --unrelated-configmaps {} --unrelated-deployments {} --concurrency {} --floor-changes {} \
+             --failover-after {} --restart-window {} --timeout-secs {} --timeout-per-set-ms {}",
+            self.configurations.join(","),
+            self.sets,
+            self.rate,
+            self.duration_s,
+            join(&self.scales),
+            self.leak_sets,
+            self.unrelated_configmaps,
+            self.unrelated_deployments,
+            self.concurrency,
+            self.floor_changes,
+            self.failover_after_s,
+            self.restart_window_s,
+            self.timeout_secs,
+            self.timeout_per_set_ms
+        );
+        for skip in &self.skipped {
+            let _ = write!(s, " --skip-{skip}");
+        }
+        if self.strict {
+            s += " --strict";
+        }
+        s
+    }
+}
+
+/// Everything one configuration measured, each stage with the floor taken just before it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ConfigResults {
+    /// `webhook` or `no-webhook` (`legacy` for a results.json from before configurations existed: one
+    /// replica without leader election or webhook).
+    pub name: String,
+    /// What was installed, in words.
+    pub install: String,
+    pub initial: Option<Convergence>,
+    pub churn: Option<Churn>,
+    pub burst: Option<Burst>,
+    pub failover: Option<Failover>,
+    pub restart: Option<Restart>,
+    pub leak: Option<Leak>,
+    pub memory: Option<MemoryFigures>,
+    pub scales: Vec<Scale>,
+    /// Replicas that exited by themselves (e.g. lost their Lease while the API server was away) and
+    /// were started again before a stage, as the kubelet would; none in a clean run.
+    pub restarted: Vec<String>,
+    pub seconds: f64,
 }
 
 /// The bare API cost of one change, no operator involved: create a ConfigMap, patch a Deployment's
@@ -61,21 +145,47 @@ pub struct Floor {
     pub concurrent_ms_per_change: f64,
 }
 
+/// Replicas' memory: a list with roles, or (in a results.json from before) the one process's.
+fn replicas_or_single<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ReplicaMemory>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        Many(Vec<ReplicaMemory>),
+        One(Option<Memory>),
+    }
+    Ok(match Either::deserialize(d)? {
+        Either::Many(v) => v,
+        Either::One(None) => vec![],
+        Either::One(Some(m)) => vec![ReplicaMemory {
+            role: "single".into(),
+            memory: Some(m),
+        }],
+    })
+}
+
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Convergence {
     pub sets: usize,
     pub converged: usize,
-    /// From the operator's start until every Deployment named its revision.
+    /// From the install's start until every Deployment named its revision.
     pub seconds: Option<f64>,
-    /// From the operator's start until /readyz answered 200.
+    /// From the install's start until one replica led with synced caches and the other stood by (and
+    /// the webhook's CA was registered).
     pub ready_s: Option<f64>,
     pub sets_per_s: Option<f64>,
     /// Time per set ÷ the floor's concurrent time per change.
     pub x_floor: Option<f64>,
+    /// Both replicas' CPU per set, until the window settled.
     pub cpu_ms_per_set: Option<f64>,
-    pub memory: Option<Memory>,
+    /// RSS of each replica after convergence.
+    #[serde(alias = "memory", deserialize_with = "replicas_or_single")]
+    pub replicas: Vec<ReplicaMemory>,
     /// How long the rollouts and the operator took to go quiet afterwards (CPU is counted until then).
     pub settle_s: Option<f64>,
+    /// Admission reviews from the install's start until the window settled.
+    pub admission: Option<Admission>,
+    pub floor: Option<Floor>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -92,21 +202,26 @@ pub struct Latency {
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Cost {
-    /// Operator CPU per change.
+    /// CPU per change of every replica together (the install's cost).
     pub cpu_ms_per_change: Option<f64>,
     /// ÷ the floor's sequential p50 (a per-machine yardstick for "one change").
     pub cpu_x_floor: Option<f64>,
+    /// The same by the role each replica had at the window's end (`leader`, `standby`).
+    pub cpu_ms_per_change_by_role: BTreeMap<String, f64>,
     /// CPU per change of the other processes watched (`--pid`), and of the bench itself.
-    #[serde(default)]
     pub other_cpu_ms_per_change: BTreeMap<String, f64>,
     pub writes: Option<Writes>,
+    /// The admission webhook in the window (every replica).
+    pub admission: Option<Admission>,
     /// The window ends when the rollouts and the operator went quiet: this long after the last change
     /// landed.
     pub settle_s: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Churn {
     pub target_rate: f64,
     pub achieved_rate: f64,
@@ -119,9 +234,11 @@ pub struct Churn {
     pub latency: Option<Latency>,
     pub cost: Cost,
     pub latencies_ms: Vec<f64>,
+    pub floor: Option<Floor>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Burst {
     pub changes: usize,
     pub converged: usize,
@@ -133,6 +250,46 @@ pub struct Burst {
     /// Per change, from its PATCH response.
     pub latency: Option<Latency>,
     pub cost: Cost,
+    pub floor: Option<Floor>,
+}
+
+/// The leader frozen (SIGSTOP) during churn: how long until the standby acts, and what that cost.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Failover {
+    pub lease_duration_s: u64,
+    /// Lease duration + 2 s.
+    pub target_s: f64,
+    /// From the freeze until the standby's leader gauge read 1.
+    pub to_leader_s: Option<f64>,
+    /// From the freeze until the standby's first write (its `cmset_api_writes_total` moved).
+    pub to_first_write_s: Option<f64>,
+    /// From the freeze until a Deployment named a new revision after the standby led.
+    pub to_first_rollout_s: Option<f64>,
+    pub within_target: Option<bool>,
+    /// The API server's LIST requests from the freeze to the standby's first write, by resource,
+    /// the bench's own removed.
+    pub list_requests: Option<f64>,
+    /// Of those, LISTs of the kinds cmset watches (what the standby's own start costs; the rest is
+    /// the cluster's other clients, e.g. namespace deletions of other tenants).
+    pub list_requests_cmset_kinds: Option<f64>,
+    pub list_by_resource: BTreeMap<String, f64>,
+    pub bench_lists_subtracted: u64,
+    /// LISTs the standby's admission webhook sent in that time (answering admissions, not taking
+    /// over), also taken out.
+    pub admission_lists_subtracted: f64,
+    /// What the old leader did once thawed (SIGCONT).
+    pub old_leader: String,
+    pub old_leader_exited: bool,
+    /// The churn around it: changes sent, and how many reached their Deployment.
+    pub changes: usize,
+    pub converged: usize,
+    pub timed_out: usize,
+    pub latency: Option<Latency>,
+    /// Deployments not naming their set's current revision once it settled (must be 0).
+    pub unconverged: usize,
+    pub cost: Cost,
+    pub floor: Option<Floor>,
 }
 
 /// API requests per change, from the API server's `apiserver_request_total` (by `verb resource`), and
@@ -159,31 +316,238 @@ pub struct Writes {
 pub struct Restart {
     pub ready_s: f64,
     pub window_s: f64,
-    /// Everything the new process counted since it started.
+    /// Everything the new processes counted since they started.
     pub operator_self_writes: f64,
     /// What the API server saw of the operator's kinds of writes from the kill to the window's end.
     pub operator_apiserver_writes: BTreeMap<String, f64>,
     pub operator_apiserver_total: f64,
 }
 
+/// One replica's RSS before sets were created, with them, and after they were deleted.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct LeakReplica {
+    pub role: String,
+    pub before: Option<Memory>,
+    pub peak: Option<Memory>,
+    pub after: Option<Memory>,
+    /// (after − before) ÷ sets: what each created-and-deleted set left behind.
+    pub kept_kib_per_set: Option<f64>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Leak {
+    pub sets: usize,
+    /// Until every set's status named its first revision.
+    pub created_s: f64,
+    /// Until the sets and their revisions were gone.
+    pub deleted_s: f64,
+    pub replicas: Vec<LeakReplica>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct MemoryFigures {
-    pub after_initial: Option<Memory>,
-    pub before_unrelated: Option<Memory>,
-    pub after_unrelated: Option<Memory>,
+    #[serde(deserialize_with = "replicas_or_single")]
+    pub before_unrelated: Vec<ReplicaMemory>,
+    #[serde(deserialize_with = "replicas_or_single")]
+    pub after_unrelated: Vec<ReplicaMemory>,
     pub unrelated_configmaps: usize,
     pub unrelated_deployments: usize,
     pub create_seconds: f64,
-    /// RSS with the unrelated objects ÷ RSS before them (same process).
+    /// RSS of all replicas with the unrelated objects ÷ RSS before them (same processes).
     pub rss_ratio: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Scale {
     pub sets: usize,
     pub initial: Convergence,
     pub burst: Option<Burst>,
     pub namespace_delete_s: Option<f64>,
+    pub restarted: Vec<String>,
+}
+
+// ------------------------------------------------------------------------------------ old results --
+
+/// A results.json from before configurations (one operator process, no webhook, one floor per run).
+#[derive(Deserialize)]
+struct Legacy {
+    #[serde(default)]
+    meta: LegacyMeta,
+    floor: Option<Floor>,
+    initial: Option<Convergence>,
+    churn: Option<Churn>,
+    burst: Option<Burst>,
+    restart: Option<Restart>,
+    memory: Option<LegacyMemory>,
+    #[serde(default)]
+    scales: Vec<Scale>,
+    #[serde(default)]
+    failures: Vec<String>,
+    #[serde(default)]
+    total_seconds: f64,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct LegacyMeta {
+    started_utc: String,
+    operator_bin: String,
+    operator_version: String,
+    operator_args: Vec<String>,
+    server_version: String,
+    cpus: usize,
+    sets: usize,
+    rate: f64,
+    duration_s: u64,
+    scales: Vec<usize>,
+    concurrency: usize,
+    unrelated_configmaps: usize,
+    unrelated_deployments: usize,
+    bench_cpu_s: f64,
+}
+
+#[derive(Deserialize)]
+struct LegacyMemory {
+    after_initial: Option<Memory>,
+    before_unrelated: Option<Memory>,
+    after_unrelated: Option<Memory>,
+    #[serde(default)]
+    unrelated_configmaps: usize,
+    #[serde(default)]
+    unrelated_deployments: usize,
+    #[serde(default)]
+    create_seconds: f64,
+    rss_ratio: Option<f64>,
+}
+
+fn single(m: Option<Memory>) -> Vec<ReplicaMemory> {
+    m.map(|m| ReplicaMemory {
+        role: "single".into(),
+        memory: Some(m),
+    })
+    .into_iter()
+    .collect()
+}
+
+impl Legacy {
+    fn convert(self) -> Results {
+        let floor = self.floor;
+        let mut initial = self.initial;
+        if let Some(c) = &mut initial {
+            c.floor = floor.clone();
+            if c.replicas.is_empty() {
+                c.replicas = single(self.memory.as_ref().and_then(|m| m.after_initial));
+            }
+        }
+        let mut churn = self.churn;
+        if let Some(c) = &mut churn {
+            c.floor = floor.clone();
+        }
+        let mut burst = self.burst;
+        if let Some(b) = &mut burst {
+            b.floor = floor.clone();
+        }
+        let mut scales = self.scales;
+        for s in &mut scales {
+            s.initial.floor = floor.clone();
+            if let Some(b) = &mut s.burst {
+                b.floor = floor.clone();
+            }
+        }
+        let m = self.meta;
+        Results {
+            meta: Meta {
+                started_utc: m.started_utc,
+                operator: Path::new(&m.operator_bin)
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                operator_source: "given".into(),
+                operator_version: m.operator_version,
+                operator_args: m.operator_args,
+                server_version: m.server_version,
+                cpus: m.cpus,
+                replicas: 1,
+                flags: Flags {
+                    configurations: vec!["legacy".into()],
+                    sets: m.sets,
+                    rate: m.rate,
+                    duration_s: m.duration_s,
+                    scales: m.scales,
+                    concurrency: m.concurrency,
+                    unrelated_configmaps: m.unrelated_configmaps,
+                    unrelated_deployments: m.unrelated_deployments,
+                    ..Flags::default()
+                },
+                bench_cpu_s: m.bench_cpu_s,
+                ..Meta::default()
+            },
+            configurations: vec![ConfigResults {
+                name: "legacy".into(),
+                initial,
+                churn,
+                burst,
+                restart: self.restart,
+                memory: self.memory.map(|m| MemoryFigures {
+                    before_unrelated: single(m.before_unrelated),
+                    after_unrelated: single(m.after_unrelated),
+                    unrelated_configmaps: m.unrelated_configmaps,
+                    unrelated_deployments: m.unrelated_deployments,
+                    create_seconds: m.create_seconds,
+                    rss_ratio: m.rss_ratio,
+                }),
+                scales,
+                ..ConfigResults::default()
+            }],
+            failures: self.failures,
+            total_seconds: self.total_seconds,
+        }
+    }
+}
+
+/// Reads a results.json, of this version or from before configurations existed (as one
+/// configuration named `legacy`).
+pub fn load(text: &str) -> Result<Results> {
+    let value: serde_json::Value = serde_json::from_str(text)?;
+    if value.get("configurations").is_some() {
+        Ok(serde_json::from_value(value)?)
+    } else {
+        Ok(serde_json::from_value::<Legacy>(value)?.convert())
+    }
+}
+
+// ---------------------------------------------------------------------------------------- paths --
+
+/// Replaces every path under /work, /root, /home or /tmp with `<path>`: a published result holds no
+/// path of the machine it was made on.
+pub fn scrub_paths(text: &str) -> String {
+    const ROOTS: [&str; 4] = ["/work", "/root", "/home", "/tmp"];
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        // Only where a path can start (not inside `a/tmp/b`), and only the root itself or below it
+        // (not `/workspace`).
+        let starts = out.chars().last().is_none_or(|p| !is_path_char(p));
+        let root = ROOTS.iter().find(|r| {
+            rest.strip_prefix(**r)
+                .is_some_and(|after| after.chars().next().is_none_or(|n| n == '/' || !is_path_char(n)))
+        });
+        if starts && root.is_some() {
+            let len = rest.find(|c: char| !is_path_char(c)).unwrap_or(rest.len());
+            out.push_str("<path>");
+            rest = &rest[len..];
+        } else {
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out
+}
+
+fn is_path_char(c: char) -> bool {
+    c.is_alphanumeric() || matches!(c, '/' | '.' | '_' | '-' | '+' | '~' | '@' | '%')
 }
 
 // -------------------------------------------------------------------------------------- numbers --
@@ -243,99 +607,93 @@ fn ratio(v: Option<f64>) -> String {
     v.map(|v| format!("{}×", num(v))).unwrap_or_default()
 }
 
-fn mib(m: Option<Memory>) -> String {
-    m.map(|m| format!("{:.1} MiB", m.rss_kib as f64 / 1024.0))
+fn mib_of(m: Option<Memory>) -> String {
+    m.map(|m| num(m.rss_kib as f64 / 1024.0))
         .unwrap_or_else(|| "-".into())
 }
 
-/// One summary row: figure, value, value as a multiple of the floor.
+/// `leader 37.8 / standby 20.1 MiB` (or `single 37.8 MiB`).
+fn replicas_mib(replicas: &[ReplicaMemory]) -> String {
+    if replicas.is_empty() {
+        return "-".into();
+    }
+    let parts: Vec<String> = replicas
+        .iter()
+        .map(|r| format!("{} {}", r.role, mib_of(r.memory)))
+        .collect();
+    format!("{} MiB", parts.join(" / "))
+}
+
+/// `p50 / p99 ms (n admissions)`, or why there is none.
+fn admission_latency(a: Option<&Admission>) -> String {
+    match a {
+        None => "-".into(),
+        Some(a) if a.admissions == 0.0 => "no admissions".into(),
+        Some(a) => format!(
+            "{} / {} ms ({} admissions)",
+            opt(a.p50_ms),
+            opt(a.p99_ms),
+            num(a.admissions)
+        ),
+    }
+}
+
+/// `1.00 (LIST configmapsets 1.00)`.
+fn admission_requests(a: Option<&Admission>) -> String {
+    match a {
+        Some(a) if a.admissions > 0.0 => {
+            let total = opt(a.requests_per_admission_total);
+            if a.requests_per_admission.is_empty() {
+                total
+            } else {
+                let parts: Vec<String> = a
+                    .requests_per_admission
+                    .iter()
+                    .map(|(k, v)| format!("{k} {}", num(*v)))
+                    .collect();
+                format!("{total} ({})", parts.join(", "))
+            }
+        }
+        Some(_) => "no admissions".into(),
+        None => "-".into(),
+    }
+}
+
+/// One summary row: figure, value, value as a multiple of its stage's floor.
 type Row = (String, String, String);
 
-fn rows(r: &Results) -> Vec<Row> {
-    let mut rows: Vec<Row> = vec![];
-    let mut row = |a: &str, b: String, c: String| rows.push((a.to_string(), b, c));
-    match &r.floor {
-        Some(f) => {
-            row(
-                "floor: one change, sequential p50",
-                format!("{} ms", num(f.seq_p50_ms)),
-                "1×".into(),
-            );
-            row(
-                &format!("floor: changes/s at {} in flight", f.concurrency),
-                format!(
-                    "{} /s ({} ms each)",
-                    num(f.concurrent_rate),
-                    num(f.concurrent_ms_per_change)
-                ),
-                "1×".into(),
-            );
-        }
-        None => row("floor", "not measured".into(), String::new()),
-    }
-    if let Some(c) = &r.initial {
+fn cost_rows(row: &mut impl FnMut(&str, String, String), stage: &str, cost: &Cost) {
+    row(
+        &format!("{stage}: admission p50 / p99, server side"),
+        admission_latency(cost.admission.as_ref()),
+        String::new(),
+    );
+    row(
+        &format!("{stage}: API requests per admission"),
+        admission_requests(cost.admission.as_ref()),
+        String::new(),
+    );
+    let by_role: Vec<String> = cost
+        .cpu_ms_per_change_by_role
+        .iter()
+        .map(|(k, v)| format!("{k} {}", num(*v)))
+        .collect();
+    row(
+        &format!("{stage}: operator CPU per change"),
+        format!(
+            "{} ms{}",
+            opt(cost.cpu_ms_per_change),
+            if by_role.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", by_role.join(", "))
+            }
+        ),
+        ratio(cost.cpu_x_floor),
+    );
+    if let Some(w) = &cost.writes {
         row(
-            &format!("initial convergence, {} sets", c.sets),
-            match c.sets_per_s {
-                Some(v) => format!("{} sets/s ({} s)", num(v), opt(c.seconds)),
-                None => format!("TIMEOUT ({} of {} converged)", c.converged, c.sets),
-            },
-            ratio(c.x_floor),
-        );
-    }
-    if let Some(c) = &r.churn {
-        let label = format!(
-            "churn latency p50 / p90 / p99 / max ({} changes at {}/s)",
-            c.changes,
-            num(c.achieved_rate)
-        );
-        match &c.latency {
-            Some(l) => row(
-                &label,
-                format!(
-                    "{} / {} / {} / {} ms{}",
-                    num(l.p50_ms),
-                    num(l.p90_ms),
-                    num(l.p99_ms),
-                    num(l.max_ms),
-                    if c.timed_out > 0 {
-                        format!(" ({} TIMED OUT)", c.timed_out)
-                    } else {
-                        String::new()
-                    }
-                ),
-                match (l.p50_x_floor, l.p90_x_floor, l.p99_x_floor, l.max_x_floor) {
-                    (Some(a), Some(b), Some(c), Some(d)) => {
-                        format!("{} / {} / {} / {}×", num(a), num(b), num(c), num(d))
-                    }
-                    _ => String::new(),
-                },
-            ),
-            None => row(&label, "no change converged".into(), String::new()),
-        }
-        row(
-            "churn: operator CPU per change",
-            format!("{} ms", opt(c.cost.cpu_ms_per_change)),
-            ratio(c.cost.cpu_x_floor),
-        );
-        if let Some(w) = &c.cost.writes {
-            row(
-                "churn: operator writes per change (excluding events)",
-                format!(
-                    "{} ({})",
-                    num(w.operator_per_change),
-                    num(w.operator_excl_events_per_change)
-                ),
-                String::new(),
-            );
-        }
-    }
-    if let Some(b) = &r.burst {
-        burst_rows(&mut row, "burst", b);
-    }
-    if let Some(w) = r.burst.as_ref().and_then(|b| b.cost.writes.as_ref()) {
-        row(
-            "burst: operator writes per change (excluding events)",
+            &format!("{stage}: operator writes per change (excluding events)"),
             format!(
                 "{} ({})",
                 num(w.operator_per_change),
@@ -343,133 +701,476 @@ fn rows(r: &Results) -> Vec<Row> {
             ),
             String::new(),
         );
+    }
+}
+
+fn latency_cells(l: &Latency) -> (String, String) {
+    (
+        format!(
+            "{} / {} / {} / {} ms",
+            num(l.p50_ms),
+            num(l.p90_ms),
+            num(l.p99_ms),
+            num(l.max_ms)
+        ),
+        match (l.p50_x_floor, l.p90_x_floor, l.p99_x_floor, l.max_x_floor) {
+            (Some(a), Some(b), Some(c), Some(d)) => {
+                format!("{} / {} / {} / {}×", num(a), num(b), num(c), num(d))
+            }
+            _ => String::new(),
+        },
+    )
+}
+
+fn rows(r: &ConfigResults) -> Vec<Row> {
+    let mut rows: Vec<Row> = vec![];
+    let mut row = |a: &str, b: String, c: String| rows.push((a.to_string(), b, c));
+    if let Some(c) = &r.initial {
         row(
-            "burst: operator's own count of its writes per change",
-            num(w.operator_self_per_change),
+            "initial convergence",
+            match c.sets_per_s {
+                Some(v) => format!("{} sets/s ({} sets in {} s)", num(v), c.sets, opt(c.seconds)),
+                None => format!("TIMEOUT ({} of {} converged)", c.converged, c.sets),
+            },
+            ratio(c.x_floor),
+        );
+        row(
+            "initial convergence: admission p50 / p99, server side",
+            admission_latency(c.admission.as_ref()),
             String::new(),
         );
         row(
-            "burst: kube-controller-manager writes per change",
-            num(w.controller_manager_per_change),
+            "initial convergence: API requests per admission",
+            admission_requests(c.admission.as_ref()),
             String::new(),
         );
     }
-    if let Some(b) = r
-        .burst
-        .as_ref()
-        .filter(|b| !b.cost.other_cpu_ms_per_change.is_empty())
-    {
-        let others: Vec<String> = b
-            .cost
-            .other_cpu_ms_per_change
+    if let Some(c) = &r.churn {
+        let label = "churn latency p50 / p90 / p99 / max";
+        match &c.latency {
+            Some(l) => {
+                let (value, x) = latency_cells(l);
+                let timed_out = if c.timed_out > 0 {
+                    format!(", {} TIMED OUT", c.timed_out)
+                } else {
+                    String::new()
+                };
+                row(
+                    label,
+                    format!(
+                        "{value} ({} changes at {}/s{timed_out})",
+                        c.changes,
+                        num(c.achieved_rate)
+                    ),
+                    x,
+                );
+            }
+            None => row(label, "no change converged".into(), String::new()),
+        }
+        cost_rows(&mut row, "churn", &c.cost);
+    }
+    if let Some(b) = &r.burst {
+        row(
+            "burst: every set changed at once",
+            match b.rate {
+                Some(v) => format!(
+                    "{} changes/s ({} changes in {} s)",
+                    num(v),
+                    b.changes,
+                    opt(b.seconds)
+                ),
+                None => format!("TIMEOUT ({} of {} converged)", b.converged, b.changes),
+            },
+            ratio(b.x_floor),
+        );
+        cost_rows(&mut row, "burst", &b.cost);
+        if let Some(w) = &b.cost.writes {
+            row(
+                "burst: operator's own count of its writes per change",
+                num(w.operator_self_per_change),
+                String::new(),
+            );
+            row(
+                "burst: kube-controller-manager writes per change",
+                num(w.controller_manager_per_change),
+                String::new(),
+            );
+        }
+        if !b.cost.other_cpu_ms_per_change.is_empty() {
+            let others: Vec<String> = b
+                .cost
+                .other_cpu_ms_per_change
+                .iter()
+                .map(|(k, v)| format!("{k} {}", num(*v)))
+                .collect();
+            row(
+                "burst: CPU ms per change of the others",
+                others.join(", "),
+                String::new(),
+            );
+        }
+    }
+    if let Some(f) = &r.failover {
+        row(
+            &format!(
+                "failover: leader frozen → standby's first write (target ≤ {} s)",
+                num(f.target_s)
+            ),
+            match (f.to_first_write_s, f.within_target) {
+                (Some(s), Some(true)) => format!("{} s, within target", num(s)),
+                (Some(s), _) => format!("{} s, OVER TARGET", num(s)),
+                (None, _) => "NOT MEASURED".into(),
+            },
+            String::new(),
+        );
+        row(
+            "failover: → standby leads / → first Deployment moves",
+            format!("{} / {} s", opt(f.to_leader_s), opt(f.to_first_rollout_s)),
+            String::new(),
+        );
+        let lists: Vec<String> = f
+            .list_by_resource
             .iter()
             .map(|(k, v)| format!("{k} {}", num(*v)))
             .collect();
         row(
-            "burst: CPU ms per change of the others",
-            others.join(", "),
+            "failover: LIST requests from freeze to first write (of cmset's kinds)",
+            match (f.list_requests, f.list_requests_cmset_kinds) {
+                (Some(n), Some(k)) => format!("{} ({})", num(n), num(k)),
+                _ => "-".into(),
+            },
+            String::new(),
+        );
+        row(
+            "failover: LIST requests by resource",
+            if lists.is_empty() {
+                "-".into()
+            } else {
+                lists.join(", ")
+            },
+            String::new(),
+        );
+        let label = "failover: churn latency p50 / p90 / p99 / max";
+        match &f.latency {
+            Some(l) => {
+                let (value, x) = latency_cells(l);
+                row(label, format!("{value} ({} changes)", f.changes), x);
+            }
+            None => row(label, "no change converged".into(), String::new()),
+        }
+        row(
+            "failover: every change reached its Deployment",
+            if f.timed_out == 0 && f.unconverged == 0 && f.converged == f.changes {
+                format!("yes ({} of {})", f.converged, f.changes)
+            } else {
+                format!(
+                    "NO: {} of {} arrived, {} Deployments off their set's revision",
+                    f.converged, f.changes, f.unconverged
+                )
+            },
+            String::new(),
+        );
+        row(
+            "failover: the old leader after SIGCONT",
+            f.old_leader.clone(),
             String::new(),
         );
     }
     if let Some(x) = &r.restart {
         row(
-            &format!(
-                "writes after a restart (ready + {} s)",
+            "writes after a restart of both replicas (until ready + window)",
+            format!(
+                "{} (API server: {}; window {} s)",
+                num(x.operator_self_writes),
+                num(x.operator_apiserver_total),
                 num(x.window_s - x.ready_s)
             ),
-            format!(
-                "{} (API server: {})",
-                num(x.operator_self_writes),
-                num(x.operator_apiserver_total)
-            ),
+            String::new(),
+        );
+    }
+    if let Some(c) = &r.initial {
+        row(
+            "RSS after initial convergence",
+            replicas_mib(&c.replicas),
+            String::new(),
+        );
+    }
+    if let Some(l) = &r.leak {
+        let parts: Vec<String> = l
+            .replicas
+            .iter()
+            .map(|x| {
+                format!(
+                    "{} {} / {} / {} MiB",
+                    x.role,
+                    mib_of(x.before),
+                    mib_of(x.peak),
+                    mib_of(x.after)
+                )
+            })
+            .collect();
+        let kept: Vec<String> = l
+            .replicas
+            .iter()
+            .map(|x| format!("{} {}", x.role, opt(x.kept_kib_per_set)))
+            .collect();
+        row(
+            &format!("RSS before / with / after {} sets created and deleted", l.sets),
+            parts.join("; "),
+            String::new(),
+        );
+        row(
+            "RSS kept per created-and-deleted set (KiB)",
+            kept.join(", "),
             String::new(),
         );
     }
     if let Some(m) = &r.memory {
         row(
-            "RSS after initial convergence",
-            mib(m.after_initial),
-            String::new(),
-        );
-        row(
             &format!(
                 "RSS before / after {} unrelated ConfigMaps + {} Deployments",
                 m.unrelated_configmaps, m.unrelated_deployments
             ),
-            format!("{} / {}", mib(m.before_unrelated), mib(m.after_unrelated)),
+            format!(
+                "{} → {}",
+                replicas_mib(&m.before_unrelated),
+                replicas_mib(&m.after_unrelated)
+            ),
             m.rss_ratio
                 .map(|v| format!("{:+.1}%", (v - 1.0) * 100.0))
                 .unwrap_or_default(),
         );
     }
+    let smallest = r.scales.iter().min_by_key(|s| s.sets);
+    if let (Some(small), Some(large)) = (smallest, r.scales.iter().max_by_key(|s| s.sets))
+        && large.sets > small.sets
+    {
+        let parts: Vec<String> = large
+            .initial
+            .replicas
+            .iter()
+            .map(|x| {
+                let before = small.initial.replicas.iter().find(|y| y.role == x.role);
+                let per_set = x
+                    .memory
+                    .zip(before.and_then(|y| y.memory))
+                    .map(|(l, s)| (l.rss_kib as f64 - s.rss_kib as f64) / (large.sets - small.sets) as f64);
+                format!("{} {}", x.role, opt(per_set))
+            })
+            .collect();
+        row(
+            "RSS per added set, smallest to largest scale (KiB)",
+            format!("{} ({} → {} sets)", parts.join(", "), small.sets, large.sets),
+            String::new(),
+        );
+    }
+    if let Some(s) = r.scales.iter().max_by_key(|s| s.sets) {
+        let parts: Vec<String> = s
+            .initial
+            .replicas
+            .iter()
+            .map(|x| {
+                format!(
+                    "{} {}",
+                    x.role,
+                    x.memory
+                        .map_or("-".into(), |m| num(m.rss_kib as f64 / s.sets as f64))
+                )
+            })
+            .collect();
+        row(
+            "RSS per set at the largest scale (KiB)",
+            format!("{} ({} sets)", parts.join(", "), s.sets),
+            String::new(),
+        );
+    }
+    let restarted: Vec<&String> = r
+        .restarted
+        .iter()
+        .chain(r.scales.iter().flat_map(|s| &s.restarted))
+        .collect();
+    if !r.name.is_empty() && r.name != "legacy" {
+        row(
+            "replicas that exited unasked (started again before the next stage)",
+            if restarted.is_empty() {
+                "none".into()
+            } else {
+                restarted
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            },
+            String::new(),
+        );
+    }
     rows
 }
 
-fn burst_rows(row: &mut impl FnMut(&str, String, String), name: &str, b: &Burst) {
-    row(
-        &format!("{name}: {} changes at once", b.changes),
-        match b.rate {
-            Some(v) => format!("{} changes/s ({} s)", num(v), opt(b.seconds)),
-            None => format!("TIMEOUT ({} of {} converged)", b.converged, b.changes),
-        },
-        ratio(b.x_floor),
-    );
-    row(
-        &format!("{name}: operator CPU per change"),
-        format!("{} ms", opt(b.cost.cpu_ms_per_change)),
-        ratio(b.cost.cpu_x_floor),
-    );
+fn floor_cell(f: Option<&Floor>) -> String {
+    f.map_or("-".into(), |f| {
+        format!("{} ms, {} /s", num(f.seq_p50_ms), num(f.concurrent_rate))
+    })
 }
 
-/// The Markdown summary; with a baseline (an earlier results.json), its figures in two more columns.
+/// The floor each stage was measured against.
+fn floors(r: &ConfigResults) -> Vec<(String, String)> {
+    let mut out = vec![];
+    if let Some(c) = &r.initial {
+        out.push(("initial convergence".into(), floor_cell(c.floor.as_ref())));
+    }
+    if let Some(c) = &r.churn {
+        out.push(("churn".into(), floor_cell(c.floor.as_ref())));
+    }
+    if let Some(b) = &r.burst {
+        out.push(("burst".into(), floor_cell(b.floor.as_ref())));
+    }
+    if let Some(f) = &r.failover {
+        out.push(("failover".into(), floor_cell(f.floor.as_ref())));
+    }
+    for s in &r.scales {
+        out.push((format!("scale {}", s.sets), floor_cell(s.initial.floor.as_ref())));
+    }
+    out
+}
+
+/// Rows of several configurations side by side: labels in the order they first appear.
+fn side_by_side(columns: &[Vec<(String, String, String)>]) -> Vec<(String, Vec<(String, String)>)> {
+    let mut labels: Vec<String> = vec![];
+    for col in columns {
+        for (label, _, _) in col {
+            if !labels.contains(label) {
+                labels.push(label.clone());
+            }
+        }
+    }
+    labels
+        .into_iter()
+        .map(|label| {
+            let cells = columns
+                .iter()
+                .map(|col| {
+                    col.iter()
+                        .find(|(l, _, _)| *l == label)
+                        .map(|(_, v, x)| (v.clone(), x.clone()))
+                        .unwrap_or_default()
+                })
+                .collect();
+            (label, cells)
+        })
+        .collect()
+}
+
+/// The Markdown summary: every configuration side by side, and with a baseline (an earlier
+/// results.json), its configurations in more columns.
 pub fn table(r: &Results, baseline: Option<&Results>) -> String {
     let mut out = String::new();
     let m = &r.meta;
     let _ = writeln!(
         out,
-        "## cmset bench, {}\n\noperator `{}` ({}), API server {}, {} CPUs; {} sets, churn {}/s for {} s, \
-         {} requests in flight; run took {:.0} s.\n",
+        "## cmset bench, {}\n\ncommit `{}`{}; operator `{}` ({}, {}); API server {}, {} CPUs; {} replicas, \
+         lease {} s; run took {:.0} s.\n\nflags: `{}`{}\n",
         m.started_utc,
-        m.operator_bin,
+        if m.commit.is_empty() { "?" } else { &m.commit },
+        match m.dirty {
+            Some(true) => " (with uncommitted changes)",
+            Some(false) => "",
+            None => " (tree state unknown)",
+        },
+        m.operator,
         if m.operator_version.is_empty() {
             "?"
         } else {
             &m.operator_version
         },
+        if m.operator_source.is_empty() {
+            "?"
+        } else {
+            &m.operator_source
+        },
         m.server_version,
         m.cpus,
-        m.sets,
-        m.rate,
-        m.duration_s,
-        m.concurrency,
-        r.total_seconds
-    );
-    let ours = rows(r);
-    match baseline {
-        None => {
-            out += "| figure | value | × floor |\n| --- | --- | --- |\n";
-            for (a, b, c) in &ours {
-                let _ = writeln!(out, "| {a} | {b} | {c} |");
-            }
+        m.replicas,
+        m.lease_duration_s,
+        r.total_seconds,
+        m.flags.command_line(),
+        if m.operator_args.is_empty() {
+            String::new()
+        } else {
+            format!("; operator flags: `{}`", m.operator_args.join(" "))
         }
-        Some(base) => {
-            let theirs: BTreeMap<String, (String, String)> =
-                rows(base).into_iter().map(|(a, b, c)| (a, (b, c))).collect();
-            out += "| figure | value | × floor | baseline | baseline × floor |\n| --- | --- | --- | --- | --- |\n";
-            for (a, b, c) in &ours {
-                let (d, e) = theirs.get(a).cloned().unwrap_or_default();
-                let _ = writeln!(out, "| {a} | {b} | {c} | {d} | {e} |");
-            }
+    );
+    for c in &r.configurations {
+        let _ = writeln!(out, "- `{}`: {}", c.name, c.install);
+    }
+    if !r.configurations.is_empty() {
+        out += "\n";
+    }
+    let mut names: Vec<String> = r.configurations.iter().map(|c| c.name.clone()).collect();
+    let mut columns: Vec<Vec<Row>> = r.configurations.iter().map(rows).collect();
+    if let Some(base) = baseline {
+        for c in &base.configurations {
+            names.push(format!("baseline {} ({})", c.name, base.meta.started_utc));
+            columns.push(rows(c));
         }
     }
-    if !r.scales.is_empty() {
-        out += "\n| sets | initial sets/s | × floor | burst changes/s | × floor | operator CPU ms/change | × floor | operator writes/change | RSS |\n\
-                | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
-        for s in &r.scales {
+    out += "| figure |";
+    for n in &names {
+        let _ = write!(out, " {n} | × floor |");
+    }
+    out += "\n| --- |";
+    out += &" --- | --- |".repeat(names.len());
+    out += "\n";
+    for (label, cells) in side_by_side(&columns) {
+        let _ = write!(out, "| {label} |");
+        for (v, x) in cells {
+            let _ = write!(out, " {v} | {x} |");
+        }
+        out += "\n";
+    }
+
+    // The floor each stage's ratios use.
+    let floor_cols: Vec<Vec<Row>> = r
+        .configurations
+        .iter()
+        .map(|c| {
+            floors(c)
+                .into_iter()
+                .map(|(a, b)| (a, b, String::new()))
+                .collect()
+        })
+        .collect();
+    if floor_cols.iter().any(|c| !c.is_empty()) {
+        out +=
+            "\nThe floor before each stage (sequential p50 of one change; changes/s in flight):\n\n| stage |";
+        for c in &r.configurations {
+            let _ = write!(out, " {} |", c.name);
+        }
+        out += "\n| --- |";
+        out += &" --- |".repeat(r.configurations.len());
+        out += "\n";
+        for (label, cells) in side_by_side(&floor_cols) {
+            let _ = write!(out, "| {label} |");
+            for (v, _) in cells {
+                let _ = write!(out, " {v} |");
+            }
+            out += "\n";
+        }
+    }
+
+    for c in &r.configurations {
+        if c.scales.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "\nScale, {}:\n", c.name);
+        out += "| sets | initial sets/s | × floor | burst changes/s | × floor | operator CPU ms/change | × floor \
+                | operator writes/change | admission p50 / p99 (burst) | RSS after convergence |\n\
+                | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+        for s in &c.scales {
             let b = s.burst.clone().unwrap_or_default();
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 s.sets,
                 s.initial
                     .sets_per_s
@@ -487,23 +1188,49 @@ pub fn table(r: &Results, baseline: Option<&Results>) -> String {
                 opt(b.cost.cpu_ms_per_change),
                 ratio(b.cost.cpu_x_floor),
                 opt(b.cost.writes.as_ref().map(|w| w.operator_per_change)),
-                mib(s.initial.memory),
+                admission_latency(b.cost.admission.as_ref()),
+                replicas_mib(&s.initial.replicas),
             );
         }
     }
-    if let Some(w) = r.burst.as_ref().and_then(|b| b.cost.writes.as_ref()) {
-        out += "\nBurst, requests per change by verb and resource (API server counters, the bench's own removed):\n\n\
-                | by | request | per change |\n| --- | --- | --- |\n";
-        for (by, map) in [
-            ("operator", &w.operator),
-            ("kube-controller-manager", &w.controller_manager),
-            ("other", &w.other),
-            ("reads (anyone)", &w.reads),
-            ("operator's own count", &w.operator_self),
-        ] {
-            for (k, v) in map {
-                let _ = writeln!(out, "| {by} | {k} | {} |", num(*v));
+
+    // Requests per change of the burst, by verb and resource, configurations side by side.
+    let breakdown: Vec<Vec<Row>> = r
+        .configurations
+        .iter()
+        .map(|c| {
+            let mut rows = vec![];
+            if let Some(w) = c.burst.as_ref().and_then(|b| b.cost.writes.as_ref()) {
+                for (by, map) in [
+                    ("operator", &w.operator),
+                    ("kube-controller-manager", &w.controller_manager),
+                    ("other", &w.other),
+                    ("reads (anyone)", &w.reads),
+                    ("operator's own count", &w.operator_self),
+                ] {
+                    for (k, v) in map {
+                        rows.push((format!("{by} | {k}"), num(*v), String::new()));
+                    }
+                }
             }
+            rows
+        })
+        .collect();
+    if breakdown.iter().any(|c| !c.is_empty()) {
+        out += "\nBurst, requests per change by verb and resource (API server counters, the bench's own removed):\n\n\
+                | by | request |";
+        for c in &r.configurations {
+            let _ = write!(out, " {} |", c.name);
+        }
+        out += "\n| --- | --- |";
+        out += &" --- |".repeat(r.configurations.len());
+        out += "\n";
+        for (label, cells) in side_by_side(&breakdown) {
+            let _ = write!(out, "| {label} |");
+            for (v, _) in cells {
+                let _ = write!(out, " {} |", if v.is_empty() { "-" } else { &v });
+            }
+            out += "\n";
         }
     }
     if !r.failures.is_empty() {
@@ -517,28 +1244,49 @@ pub fn table(r: &Results, baseline: Option<&Results>) -> String {
 
 // ---------------------------------------------------------------------------------------- plots --
 
-const COLORS: [RGBColor; 2] = [RGBColor(31, 119, 180), RGBColor(214, 39, 40)];
+const COLORS: [RGBColor; 4] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+];
 
 fn plot_err<E: std::fmt::Debug>(e: E) -> crate::cluster::Error {
     format!("plot: {e:?}").into()
 }
 
+/// Every configuration of this run, then the baseline's, with a name for the legend.
+fn series<'a>(r: &'a Results, baseline: Option<&'a Results>) -> Vec<(String, &'a ConfigResults)> {
+    let mut out: Vec<(String, &ConfigResults)> =
+        r.configurations.iter().map(|c| (c.name.clone(), c)).collect();
+    if let Some(b) = baseline {
+        out.extend(
+            b.configurations
+                .iter()
+                .map(|c| (format!("baseline {}", c.name), c)),
+        );
+    }
+    out
+}
+
 /// (a) The latency distribution of steady churn, as a CDF on a log time axis.
 pub fn plot_churn(path: &Path, r: &Results, baseline: Option<&Results>) -> Result<()> {
-    let series: Vec<(String, Vec<f64>)> = [Some(("this run", r)), baseline.map(|b| ("baseline", b))]
+    let lines: Vec<(String, Vec<f64>)> = series(r, baseline)
         .into_iter()
-        .flatten()
-        .filter_map(|(name, res)| {
-            let c = res.churn.as_ref()?;
-            let mut v: Vec<f64> = c.latencies_ms.iter().copied().filter(|v| *v > 0.0).collect();
+        .filter_map(|(name, c)| {
+            let churn = c.churn.as_ref()?;
+            let mut v: Vec<f64> = churn.latencies_ms.iter().copied().filter(|v| *v > 0.0).collect();
             v.sort_by(f64::total_cmp);
             (!v.is_empty()).then(|| (format!("{name} (p50 {} ms)", num(percentile(&v, 50.0))), v))
         })
         .collect();
-    let lo = series.iter().map(|(_, v)| v[0]).fold(f64::INFINITY, f64::min);
-    let hi = series.iter().map(|(_, v)| v[v.len() - 1]).fold(0.0, f64::max);
-    let floor_ms = r.floor.as_ref().map(|f| f.seq_p50_ms);
-    let (lo, hi) = if series.is_empty() {
+    let lo = lines.iter().map(|(_, v)| v[0]).fold(f64::INFINITY, f64::min);
+    let hi = lines.iter().map(|(_, v)| v[v.len() - 1]).fold(0.0, f64::max);
+    let floor_ms = r
+        .configurations
+        .iter()
+        .find_map(|c| c.churn.as_ref()?.floor.as_ref().map(|f| f.seq_p50_ms));
+    let (lo, hi) = if lines.is_empty() {
         (1.0, 10.0)
     } else {
         (lo.min(floor_ms.unwrap_or(lo)) * 0.8, hi * 1.25)
@@ -549,7 +1297,7 @@ pub fn plot_churn(path: &Path, r: &Results, baseline: Option<&Results>) -> Resul
     root.fill(&WHITE).map_err(plot_err)?;
     let caption = format!(
         "Steady churn: change to rollout latency ({} sets, {}/s)",
-        r.meta.sets, r.meta.rate
+        r.meta.flags.sets, r.meta.flags.rate
     );
     let mut chart = ChartBuilder::on(&root)
         .caption(caption, ("sans-serif", 20))
@@ -565,7 +1313,7 @@ pub fn plot_churn(path: &Path, r: &Results, baseline: Option<&Results>) -> Resul
         .y_desc("fraction of changes")
         .draw()
         .map_err(plot_err)?;
-    for (i, (name, v)) in series.iter().enumerate() {
+    for (i, (name, v)) in lines.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let n = v.len() as f64;
         let points = v.iter().enumerate().map(|(k, ms)| (*ms, (k + 1) as f64 / n));
@@ -595,21 +1343,18 @@ pub fn plot_churn(path: &Path, r: &Results, baseline: Option<&Results>) -> Resul
 }
 
 /// (b) Cost per change against the number of sets: operator CPU per change, and the burst's time per
-/// change as a multiple of the floor.
+/// change as a multiple of its floor.
 pub fn plot_scaling(path: &Path, r: &Results, baseline: Option<&Results>) -> Result<()> {
     type Pick = fn(&Scale) -> Option<f64>;
     let cpu: Pick = |s| s.burst.as_ref()?.cost.cpu_ms_per_change;
     let time: Pick = |s| s.burst.as_ref()?.x_floor;
-    let runs: Vec<(&str, &Results)> = [Some(("this run", r)), baseline.map(|b| ("baseline", b))]
-        .into_iter()
-        .flatten()
-        .collect();
+    let runs = series(r, baseline);
     let root = SVGBackend::new(path, (1000, 460)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_err)?;
     let panels = root.split_evenly((1, 2));
     let sets: Vec<f64> = runs
         .iter()
-        .flat_map(|(_, res)| res.scales.iter().map(|s| s.sets as f64))
+        .flat_map(|(_, c)| c.scales.iter().map(|s| s.sets as f64))
         .collect();
     let x_lo = sets.iter().copied().fold(f64::INFINITY, f64::min).min(100.0) * 0.7;
     let x_hi = sets.iter().copied().fold(0.0, f64::max).max(1000.0) * 1.4;
@@ -623,7 +1368,7 @@ pub fn plot_scaling(path: &Path, r: &Results, baseline: Option<&Results>) -> Res
     ]) {
         let values: Vec<f64> = runs
             .iter()
-            .flat_map(|(_, res)| res.scales.iter().filter_map(pick))
+            .flat_map(|(_, c)| c.scales.iter().filter_map(pick))
             .filter(|v| *v > 0.0)
             .collect();
         let y_lo = values.iter().copied().fold(f64::INFINITY, f64::min);
@@ -649,9 +1394,9 @@ pub fn plot_scaling(path: &Path, r: &Results, baseline: Option<&Results>) -> Res
             .y_desc(y_desc)
             .draw()
             .map_err(plot_err)?;
-        for (i, (name, res)) in runs.iter().enumerate() {
+        for (i, (name, c)) in runs.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
-            let points: Vec<(f64, f64)> = res
+            let points: Vec<(f64, f64)> = c
                 .scales
                 .iter()
                 .filter_map(|s| Some((s.sets as f64, pick(s)?)))
@@ -660,7 +1405,7 @@ pub fn plot_scaling(path: &Path, r: &Results, baseline: Option<&Results>) -> Res
             chart
                 .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
                 .map_err(plot_err)?
-                .label(*name)
+                .label(name.as_str())
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
             chart
                 .draw_series(points.iter().map(|p| Circle::new(*p, 4, color.filled())))
@@ -678,6 +1423,103 @@ pub fn plot_scaling(path: &Path, r: &Results, baseline: Option<&Results>) -> Res
     Ok(())
 }
 
+// --------------------------------------------------------------------------------- completeness --
+
+/// The figures a configuration should have produced but did not (for `--strict`): every stage that
+/// ran has its numbers, its floor and its ratios; with the webhook, admissions were answered and their
+/// latency is known; without it, none was.
+pub fn missing(c: &ConfigResults, webhook: bool) -> Vec<String> {
+    let mut out = vec![];
+    let mut need = |ok: bool, what: &str| {
+        if !ok {
+            out.push(format!("[{}] no figure: {what}", c.name));
+        }
+    };
+    let admission_ok = |a: Option<&Admission>| match a {
+        None => false,
+        Some(a) if webhook => a.admissions > 0.0 && a.p50_ms.is_some() && a.p99_ms.is_some(),
+        Some(a) => a.admissions == 0.0,
+    };
+    let replicas_ok = |r: &[ReplicaMemory]| r.len() == 2 && r.iter().all(|m| m.memory.is_some());
+    // At the install's start the webhook is called only once its CA is registered: a small namespace
+    // may converge before that, so convergence needs admissions only to be absent without a webhook.
+    let convergence = |need: &mut dyn FnMut(bool, &str), c: &Convergence, what: &str| {
+        need(c.sets_per_s.is_some(), &format!("{what}: sets/s"));
+        need(c.x_floor.is_some(), &format!("{what}: × floor"));
+        need(
+            webhook || admission_ok(c.admission.as_ref()),
+            &format!("{what}: admissions (none)"),
+        );
+        need(replicas_ok(&c.replicas), &format!("{what}: RSS of both replicas"));
+    };
+    let cost = |need: &mut dyn FnMut(bool, &str), cost: &Cost, what: &str| {
+        need(
+            cost.cpu_x_floor.is_some(),
+            &format!("{what}: CPU per change × floor"),
+        );
+        need(cost.writes.is_some(), &format!("{what}: writes per change"));
+        need(
+            admission_ok(cost.admission.as_ref()),
+            &format!("{what}: admissions ({})", if webhook { "some" } else { "none" }),
+        );
+    };
+    if let Some(i) = &c.initial {
+        convergence(&mut need, i, "initial convergence");
+    }
+    if let Some(ch) = &c.churn {
+        need(
+            ch.latency.as_ref().is_some_and(|l| l.p99_x_floor.is_some()),
+            "churn latency × floor",
+        );
+        need(
+            ch.timed_out == 0 && ch.converged == ch.changes,
+            "churn: every change converged",
+        );
+        cost(&mut need, &ch.cost, "churn");
+    }
+    if let Some(b) = &c.burst {
+        need(b.x_floor.is_some(), "burst changes/s × floor");
+        cost(&mut need, &b.cost, "burst");
+    }
+    if let Some(f) = &c.failover {
+        need(f.to_first_write_s.is_some(), "failover: standby's first write");
+        need(f.to_leader_s.is_some(), "failover: standby leads");
+        need(f.to_first_rollout_s.is_some(), "failover: first Deployment moved");
+        need(f.list_requests.is_some(), "failover: LIST requests");
+        need(
+            f.latency.as_ref().is_some_and(|l| l.max_x_floor.is_some()),
+            "failover: churn latency × floor",
+        );
+        need(
+            f.timed_out == 0 && f.unconverged == 0 && f.converged == f.changes,
+            "failover: every change converged",
+        );
+    }
+    if let Some(l) = &c.leak {
+        need(
+            l.replicas.len() == 2 && l.replicas.iter().all(|r| r.kept_kib_per_set.is_some()),
+            "RSS of both replicas before and after the leak sets",
+        );
+    }
+    if let Some(m) = &c.memory {
+        need(
+            replicas_ok(&m.before_unrelated) && replicas_ok(&m.after_unrelated),
+            "RSS of both replicas before and after the unrelated objects",
+        );
+    }
+    for s in &c.scales {
+        convergence(&mut need, &s.initial, &format!("scale {}", s.sets));
+        match &s.burst {
+            Some(b) => {
+                need(b.x_floor.is_some(), &format!("scale {}: burst × floor", s.sets));
+                cost(&mut need, &b.cost, &format!("scale {}: burst", s.sets));
+            }
+            None => need(false, &format!("scale {}: burst", s.sets)),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -692,17 +1534,59 @@ mod tests {
     }
 
     #[test]
+    fn paths_of_the_machine_are_scrubbed() {
+        assert_eq!(
+            scrub_paths(r#"operator "/work/wt-bench/target/release/cmset-controller" ok"#),
+            r#"operator "<path>" ok"#
+        );
+        assert_eq!(
+            scrub_paths("log at /tmp/x.log, kubeconfig /root/.kube/config; /home/u/a:b"),
+            "log at <path>, kubeconfig <path>; <path>:b"
+        );
+        // Not a path of the machine: only the start of a path counts, and only these roots.
+        let kept = "target/bench/work/x /workspace-ish /usr/bin/x a/tmp/b /tmpfoo";
+        assert_eq!(scrub_paths(kept), kept);
+        assert_eq!(scrub_paths("/work"), "<path>");
+    }
+
+    #[test]
+    fn a_results_json_from_before_configurations_reads_as_one_named_legacy() {
+        let old = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/results/before/results.json"
+        ))
+        .unwrap();
+        let r = load(&old).unwrap();
+        assert_eq!(r.configurations.len(), 1);
+        let c = &r.configurations[0];
+        assert_eq!(c.name, "legacy");
+        assert!(
+            c.churn.as_ref().unwrap().floor.is_some(),
+            "the run's floor for every stage"
+        );
+        assert_eq!(c.initial.as_ref().unwrap().replicas[0].role, "single");
+        assert!(!r.meta.operator.contains('/'), "{}", r.meta.operator);
+        let t = table(&r, Some(&r));
+        assert!(t.contains("baseline legacy"), "{t}");
+        assert!(t.contains("| churn latency p50 / p90 / p99 / max |"), "{t}");
+        // And this version's own output reads back.
+        let again = load(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(again.configurations[0].name, "legacy");
+    }
+
+    #[test]
     fn plots_and_table_from_a_sparse_result() {
         let dir = std::env::temp_dir().join(format!("cmset-bench-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut r = Results {
+        let mut c = ConfigResults {
+            name: "webhook".into(),
             churn: Some(Churn {
                 latencies_ms: vec![10.0, 20.0, 30.0],
                 ..Churn::default()
             }),
-            ..Results::default()
+            ..ConfigResults::default()
         };
-        r.scales.push(Scale {
+        c.scales.push(Scale {
             sets: 100,
             burst: Some(Burst {
                 x_floor: Some(3.0),
@@ -714,6 +1598,12 @@ mod tests {
             }),
             ..Scale::default()
         });
+        let mut other = c.clone();
+        other.name = "no-webhook".into();
+        let r = Results {
+            configurations: vec![c, other],
+            ..Results::default()
+        };
         plot_churn(&dir.join("a.svg"), &r, Some(&r)).unwrap();
         plot_scaling(&dir.join("b.svg"), &r, None).unwrap();
         assert!(
@@ -721,7 +1611,62 @@ mod tests {
                 .unwrap()
                 .contains("<svg")
         );
-        assert!(table(&r, Some(&r)).contains("| sets |"));
+        let t = table(&r, Some(&r));
+        assert!(
+            t.contains("| figure | webhook | × floor | no-webhook | × floor |"),
+            "{t}"
+        );
+        assert!(t.contains("Scale, no-webhook"), "{t}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn strict_wants_every_figure() {
+        let empty = ConfigResults {
+            name: "webhook".into(),
+            initial: Some(Convergence::default()),
+            ..ConfigResults::default()
+        };
+        let m = missing(&empty, true);
+        assert!(
+            m.iter().any(|s| s.contains("initial convergence: sets/s")),
+            "{m:?}"
+        );
+        let quiet = Convergence {
+            sets_per_s: Some(1.0),
+            x_floor: Some(1.0),
+            admission: Some(Admission::default()),
+            replicas: vec![
+                ReplicaMemory {
+                    role: "leader".into(),
+                    memory: Some(Memory::default()),
+                };
+                2
+            ],
+            ..Convergence::default()
+        };
+        let ok = ConfigResults {
+            name: "no-webhook".into(),
+            initial: Some(quiet),
+            ..ConfigResults::default()
+        };
+        assert_eq!(missing(&ok, false), Vec::<String>::new());
+        let mut churned = ok.clone();
+        churned.churn = Some(Churn {
+            latency: latency(&[1.0], Some(&Floor::default())),
+            cost: Cost {
+                cpu_x_floor: Some(1.0),
+                writes: Some(Writes::default()),
+                admission: Some(Admission::default()),
+                ..Cost::default()
+            },
+            ..Churn::default()
+        });
+        assert_eq!(missing(&churned, false), Vec::<String>::new());
+        let m = missing(&churned, true);
+        assert!(
+            m.len() == 1 && m[0].contains("churn: admissions (some)"),
+            "with the webhook, churn is admitted: {m:?}"
+        );
     }
 }
