@@ -402,6 +402,7 @@ fn a_bad_change_fails_in_wave_0_is_rolled_back_and_wave_1_never_receives_it() {
     assert_eq!((rollout.phase, rollout.wave), (RolloutPhase::Failed, 0));
     let first = world.entry("first");
     assert_eq!(first.state, WorkloadState::RolledBack);
+    assert_eq!(first.revision, old, "the entry shows the revision it runs again");
     assert!(
         first
             .message
