@@ -598,7 +598,10 @@ async fn a_bad_change_fails_in_wave_0_is_rolled_back_and_wave_1_never_sees_it() 
         let status = kind.status(&ns).await.unwrap_or_default();
         let failed = rollout_of(&status, &bad).is_some_and(|r| r.phase == RolloutPhase::Failed);
         let back = kind.reads(&ns.deployment(FIRST).await) == only(&good);
-        let rolled_back = entry(&status, FIRST).is_some_and(|e| e.state == WorkloadState::RolledBack);
+        // The status and the Deployment are read one after the other: wait until the status also shows
+        // the move back (written moments after it), not only the decision to make it.
+        let rolled_back =
+            entry(&status, FIRST).is_some_and(|e| e.state == WorkloadState::RolledBack && e.revision == good);
         let not_ready = ready(&status).is_some_and(|(s, ..)| s == "False");
         if failed && back && rolled_back && not_ready {
             break status;
