@@ -11,77 +11,43 @@ use super::Indexed;
 use crate::index::{Key, ReaderKind, State, Triggers};
 use crate::views::{self, Workload};
 
-impl Indexed for Deployment {
-    const NAME: &'static str = "Deployment";
+/// The three built-in workload kinds are indexed alike, each through the shared functions below; a
+/// macro is the simplest way to say so once (a blanket impl over `Workload` would overlap the other
+/// kinds' impls).
+macro_rules! indexed_workload {
+    ($kind:ty, $name:literal) => {
+        impl Indexed for $kind {
+            const NAME: &'static str = $name;
 
-    fn selector() -> Option<String> {
-        selector()
-    }
+            fn selector() -> Option<String> {
+                selector()
+            }
 
-    fn slim(&mut self) {
-        slim(&mut self.metadata, self.spec.as_mut().map(|s| &mut s.template));
-    }
+            fn slim(&mut self) {
+                slim(
+                    &mut self.metadata,
+                    self.spec.as_mut().map(|s| &mut s.template),
+                );
+            }
 
-    fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
-        index(self, key, state, out);
-    }
+            fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
+                index(self, key, state, out);
+            }
 
-    fn unindex(key: &Key, state: &mut State, out: &mut Triggers) {
-        unindex::<Self>(key, state, out);
-    }
+            fn unindex(key: &Key, state: &mut State, out: &mut Triggers) {
+                unindex::<Self>(key, state, out);
+            }
 
-    fn indexed_keys(state: &State) -> Vec<Key> {
-        state.graph.keys(ReaderKind::Workload(Self::KIND))
-    }
+            fn indexed_keys(state: &State) -> Vec<Key> {
+                state.graph.keys(ReaderKind::Workload(Self::KIND))
+            }
+        }
+    };
 }
 
-impl Indexed for StatefulSet {
-    const NAME: &'static str = "StatefulSet";
-
-    fn selector() -> Option<String> {
-        selector()
-    }
-
-    fn slim(&mut self) {
-        slim(&mut self.metadata, self.spec.as_mut().map(|s| &mut s.template));
-    }
-
-    fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
-        index(self, key, state, out);
-    }
-
-    fn unindex(key: &Key, state: &mut State, out: &mut Triggers) {
-        unindex::<Self>(key, state, out);
-    }
-
-    fn indexed_keys(state: &State) -> Vec<Key> {
-        state.graph.keys(ReaderKind::Workload(Self::KIND))
-    }
-}
-
-impl Indexed for DaemonSet {
-    const NAME: &'static str = "DaemonSet";
-
-    fn selector() -> Option<String> {
-        selector()
-    }
-
-    fn slim(&mut self) {
-        slim(&mut self.metadata, self.spec.as_mut().map(|s| &mut s.template));
-    }
-
-    fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
-        index(self, key, state, out);
-    }
-
-    fn unindex(key: &Key, state: &mut State, out: &mut Triggers) {
-        unindex::<Self>(key, state, out);
-    }
-
-    fn indexed_keys(state: &State) -> Vec<Key> {
-        state.graph.keys(ReaderKind::Workload(Self::KIND))
-    }
-}
+indexed_workload!(Deployment, "Deployment");
+indexed_workload!(StatefulSet, "StatefulSet");
+indexed_workload!(DaemonSet, "DaemonSet");
 
 /// Only workloads that opted in are watched.
 fn selector() -> Option<String> {
