@@ -6,20 +6,16 @@
 //! admission, the re-applied object equals the stored one and nothing rolls. It also spares a new
 //! Deployment the ReplicaSet for the bare name that nothing can run.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
-use cmset_api::labels;
 use json_patch::Patch;
-use k8s_openapi::api::core::v1::PodSpec;
-use serde::Deserialize;
 use serde_json::Value;
 
 use crate::decide::Undecided;
-use crate::health::Wave;
 use crate::hold;
 use crate::observe::{WorkloadKind, WorkloadView};
 use crate::refs::Referenced;
-use crate::rollout::{SetTarget, TemplateLabels, WorkloadPlan, plan_workload};
+use crate::rollout::{SetTarget, WorkloadPlan, plan_workload};
 
 /// What the webhook knows about one admission request besides the object and the decision.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -36,40 +32,13 @@ pub struct Circumstances {
 /// The opted-in workload being admitted, as the planner sees it; `None` when it is not opted in or has
 /// no pod template.
 pub fn admitted_workload(kind: WorkloadKind, object: &Value) -> Option<WorkloadView> {
-    let enabled = object.pointer(&format!(
-        "/metadata/labels/{}",
-        crate::refs::escape_pointer_token(labels::ENABLED)
-    ));
-    if enabled.and_then(Value::as_str) != Some(labels::ENABLED_VALUE) {
+    if !crate::observe::opted_in(object) {
         return None;
     }
-    let pod_spec = PodSpec::deserialize(object.pointer("/spec/template/spec")?).ok()?;
-    let template_labels: Option<BTreeMap<String, String>> = object
-        .pointer("/spec/template/metadata/labels")
-        .and_then(|l| serde_json::from_value(l.clone()).ok());
+    // Its health is the controller's business: an admitted object's status is the stored one's.
     Some(WorkloadView {
-        kind,
-        name: object
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
-        uid: object
-            .pointer("/metadata/uid")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
-        pod_spec,
-        template_labels: template_labels.unwrap_or_default(),
-        wave: Wave::parse(
-            object
-                .pointer(&format!(
-                    "/metadata/labels/{}",
-                    crate::refs::escape_pointer_token(labels::WAVE)
-                ))
-                .and_then(Value::as_str),
-        ),
         health: Default::default(),
+        ..WorkloadView::of(kind, object)?
     })
 }
 
@@ -110,24 +79,20 @@ pub fn mutate(
         Ok(targets) => plan_workload(workload, targets),
         Err(_) => WorkloadPlan::default(),
     };
-    // Objects from the API server always have template metadata; any other input still gets a patch
-    // that applies to it.
-    let template = match object.pointer("/spec/template/metadata") {
-        Some(Value::Object(metadata)) => {
-            TemplateLabels::from(matches!(metadata.get("labels"), Some(Value::Object(_))))
-        }
-        _ => TemplateLabels::NoMetadata,
-    };
+    // A kind whose template cannot change after creation is rewritten only when created.
+    if !kind.is_mutable() && !circumstances.creating {
+        return None;
+    }
     let hold = circumstances.creating
-        && kind == WorkloadKind::Deployment
-        && !hold::is_paused(object)
+        && hold::can_hold(kind)
+        && !hold::is_paused(kind, object)
         && (!circumstances.missing.is_empty() || decided.is_err());
-    let mut patch = (!plan.is_empty()).then(|| plan.admission_patch(template));
+    let mut patch = (!plan.is_empty()).then(|| plan.admission_patch(kind, object));
     if hold {
         patch
             .get_or_insert_with(|| Patch(Vec::new()))
             .0
-            .extend(hold::hold_operations(object, &circumstances.now));
+            .extend(hold::hold_operations(kind, object, &circumstances.now));
     }
     patch
 }

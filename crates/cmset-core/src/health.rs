@@ -5,6 +5,9 @@
 //! decided here, so each rule can be tested from literal numbers.
 
 use cmset_api::labels;
+use serde_json::Value;
+
+use crate::kinds::HealthRule;
 
 /// The status fields of one workload that its health is read from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,6 +47,23 @@ pub enum Progress {
         updated: i32,
         available: i32,
     },
+    /// An Argo Rollouts `Rollout`: its controller sums its rollout up in `status.phase`.
+    ArgoRollout {
+        generation: i64,
+        /// `status.observedGeneration` (Argo writes it as a string); `None` when absent or not a number.
+        observed_generation: Option<i64>,
+        phase: Option<String>,
+        message: Option<String>,
+    },
+    /// A declared kind, read by the conventions most controllers follow.
+    Conditions {
+        generation: i64,
+        observed_generation: Option<i64>,
+        /// The `Ready` condition's status, else the `Available` one's: `None` when it reports neither.
+        ready: Option<bool>,
+    },
+    /// A kind with nothing to roll out (a CronJob): the move is the whole change.
+    Moved,
 }
 
 /// How a workload's rollout stands.
@@ -124,12 +144,114 @@ pub fn health(progress: &Progress) -> Health {
             updated,
             available,
         } => observed_generation >= generation && (on_delete || updated >= desired) && available >= desired,
+        Progress::ArgoRollout {
+            generation,
+            observed_generation,
+            ref phase,
+            ref message,
+        } => {
+            if observed_generation.is_some_and(|o| o < generation) {
+                return Health::Progressing;
+            }
+            match phase.as_deref() {
+                Some("Healthy") => true,
+                Some("Degraded") => {
+                    let why = message.as_deref().filter(|m| !m.is_empty()).unwrap_or("no message");
+                    return Health::Failed(format!("reported phase Degraded ({why})"));
+                }
+                // Progressing, Paused (a step or a person paused it), or no status yet.
+                _ => false,
+            }
+        }
+        Progress::Conditions {
+            generation,
+            observed_generation,
+            ready,
+        } => observed_generation.is_none_or(|o| o >= generation) && ready.unwrap_or(true),
+        Progress::Moved => true,
     };
     if complete {
         Health::Healthy
     } else {
         Health::Progressing
     }
+}
+
+/// The status fields `rule` reads, from a workload object as JSON (the API server's form).
+pub fn progress(rule: HealthRule, object: &Value) -> Progress {
+    let int = |pointer: &str| object.pointer(pointer).and_then(Value::as_i64);
+    let int32 = |pointer: &str, default: i32| {
+        int(pointer)
+            .and_then(|n| i32::try_from(n).ok())
+            .unwrap_or(default)
+    };
+    let text = |pointer: &str| object.pointer(pointer).and_then(Value::as_str).map(str::to_string);
+    let generation = int("/metadata/generation").unwrap_or(0);
+    let on_delete = || text("/spec/updateStrategy/type").as_deref() == Some("OnDelete");
+    match rule {
+        HealthRule::Deployment => Progress::Deployment {
+            generation,
+            observed_generation: int("/status/observedGeneration").unwrap_or(0),
+            replicas: int32("/spec/replicas", 1),
+            total: int32("/status/replicas", 0),
+            updated: int32("/status/updatedReplicas", 0),
+            available: int32("/status/availableReplicas", 0),
+            deadline_exceeded: condition(object, "Progressing")
+                .is_some_and(|c| c.get("reason").and_then(Value::as_str) == Some("ProgressDeadlineExceeded")),
+        },
+        HealthRule::StatefulSet => Progress::StatefulSet {
+            generation,
+            observed_generation: int("/status/observedGeneration").unwrap_or(0),
+            replicas: int32("/spec/replicas", 1),
+            partition: int32("/spec/updateStrategy/rollingUpdate/partition", 0),
+            on_delete: on_delete(),
+            updated: int32("/status/updatedReplicas", 0),
+            ready: int32("/status/readyReplicas", 0),
+            current_revision: text("/status/currentRevision"),
+            update_revision: text("/status/updateRevision"),
+        },
+        HealthRule::DaemonSet => Progress::DaemonSet {
+            generation,
+            observed_generation: int("/status/observedGeneration").unwrap_or(0),
+            desired: int32("/status/desiredNumberScheduled", 0),
+            on_delete: on_delete(),
+            updated: int32("/status/updatedNumberScheduled", 0),
+            available: int32("/status/numberAvailable", 0),
+        },
+        HealthRule::ArgoRollout => Progress::ArgoRollout {
+            generation,
+            observed_generation: observed_generation(object),
+            phase: text("/status/phase"),
+            message: text("/status/message"),
+        },
+        HealthRule::Conditions => Progress::Conditions {
+            generation,
+            observed_generation: observed_generation(object),
+            ready: ["Ready", "Available"].into_iter().find_map(|type_| {
+                let status = condition(object, type_)?.get("status")?.as_str()?;
+                Some(status == "True")
+            }),
+        },
+        HealthRule::Moved => Progress::Moved,
+    }
+}
+
+/// `status.observedGeneration`, as a number or a string holding one (Argo Rollouts writes a string).
+fn observed_generation(object: &Value) -> Option<i64> {
+    match object.pointer("/status/observedGeneration")? {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+/// The status condition of `type_`, if reported.
+fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
+    object
+        .pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(type_))
 }
 
 /// A workload's rollout wave, from its `cmset.dev/wave` label.

@@ -1,4 +1,5 @@
-//! Holding a new Deployment until the sets it reads have revisions.
+//! Holding a new Deployment (or another kind whose table entry says how) until the sets it reads have
+//! revisions.
 //!
 //! A Deployment created in the same apply as its ConfigMapSet often arrives first (kustomize, Argo CD
 //! and Flux order custom resources after built-in kinds, and `kubectl apply` sends one object at a
@@ -9,8 +10,9 @@
 //! points it at the revisions (its first ReplicaSet is then the right one), or after
 //! [`HOLD_LIMIT_SECONDS`] if no set turns up (the name was a plain ConfigMap still to come).
 //!
-//! Only new Deployments are held: pausing one that runs would stop a rollout someone started, and
-//! StatefulSets and DaemonSets cannot be paused.
+//! The same holds for a new Argo Rollout (also `spec.paused`) and a new CronJob (`spec.suspend`: no
+//! Job starts while it is suspended). Only new objects are held: pausing one that runs would stop a
+//! rollout someone started; StatefulSets, DaemonSets and Jobs cannot be held (see [`crate::kinds`]).
 
 use json_patch::jsonptr::{Pointer, PointerBuf};
 use json_patch::{AddOperation, PatchOperation, RemoveOperation, TestOperation};
@@ -18,17 +20,32 @@ use serde_json::{Value, json};
 
 pub use cmset_api::labels::{HELD_SINCE, HOLD_LIMIT_SECONDS};
 
+use crate::kinds::WorkloadKind;
+
 const ANNOTATIONS: &Pointer = Pointer::from_static("/metadata/annotations");
-const PAUSED: &Pointer = Pointer::from_static("/spec/paused");
+
+/// The field that holds an object of `kind`, if it can be held.
+fn switch(kind: WorkloadKind) -> Option<PointerBuf> {
+    PointerBuf::parse(kind.spec().hold?).ok()
+}
+
+/// Whether objects of `kind` can be held at creation.
+pub fn can_hold(kind: WorkloadKind) -> bool {
+    switch(kind).is_some()
+}
 
 /// Whether the object (as admitted) is paused already, by whoever wrote it: then it is not held, and a
 /// pause that is not cmset's is never lifted by cmset.
-pub fn is_paused(object: &Value) -> bool {
-    object.pointer("/spec/paused").and_then(Value::as_bool) == Some(true)
+pub fn is_paused(kind: WorkloadKind, object: &Value) -> bool {
+    switch(kind).is_some_and(|p| object.pointer(p.as_str()).and_then(Value::as_bool) == Some(true))
 }
 
-/// The operations that hold a Deployment being created: paused, with the time the hold began.
-pub fn hold_operations(object: &Value, now: &str) -> Vec<PatchOperation> {
+/// The operations that hold an object of `kind` being created: paused (or suspended), with the time
+/// the hold began. None for a kind that cannot be held.
+pub fn hold_operations(kind: WorkloadKind, object: &Value, now: &str) -> Vec<PatchOperation> {
+    let Some(paused) = switch(kind) else {
+        return Vec::new();
+    };
     let annotation = if object
         .pointer("/metadata/annotations")
         .is_some_and(Value::is_object)
@@ -45,7 +62,7 @@ pub fn hold_operations(object: &Value, now: &str) -> Vec<PatchOperation> {
     };
     vec![
         PatchOperation::Add(AddOperation {
-            path: PAUSED.to_buf(),
+            path: paused,
             value: Value::Bool(true),
         }),
         PatchOperation::Add(annotation),
@@ -54,7 +71,10 @@ pub fn hold_operations(object: &Value, now: &str) -> Vec<PatchOperation> {
 
 /// The operations that lift the hold that began at `since`, guarded so that a hold replaced meanwhile
 /// (another value) is left alone.
-pub fn release_operations(since: &str) -> Vec<PatchOperation> {
+pub fn release_operations(kind: WorkloadKind, since: &str) -> Vec<PatchOperation> {
+    let Some(paused) = switch(kind) else {
+        return Vec::new();
+    };
     let annotation: PointerBuf = ANNOTATIONS.with_trailing_token(HELD_SINCE);
     vec![
         PatchOperation::Test(TestOperation {
@@ -63,7 +83,7 @@ pub fn release_operations(since: &str) -> Vec<PatchOperation> {
         }),
         // `add` sets the field whether or not it is still there.
         PatchOperation::Add(AddOperation {
-            path: PAUSED.to_buf(),
+            path: paused,
             value: Value::Bool(false),
         }),
         PatchOperation::Remove(RemoveOperation { path: annotation }),
@@ -89,7 +109,7 @@ mod tests {
     #[test]
     fn a_hold_pauses_and_records_when_with_or_without_annotations() {
         let bare = json!({"metadata": {"name": "web"}, "spec": {"replicas": 2}});
-        let held = apply(&bare, hold_operations(&bare, "2026-11-23T10:00:00Z")).unwrap();
+        let held = apply(&bare, hold_operations(WorkloadKind::Deployment, &bare, "2026-11-23T10:00:00Z")).unwrap();
         assert_eq!(held["spec"]["paused"], true);
         assert_eq!(
             held["metadata"]["annotations"][HELD_SINCE],
@@ -97,7 +117,7 @@ mod tests {
         );
 
         let annotated = json!({"metadata": {"annotations": {"team": "a"}}, "spec": {}});
-        let held = apply(&annotated, hold_operations(&annotated, "t")).unwrap();
+        let held = apply(&annotated, hold_operations(WorkloadKind::Deployment, &annotated, "t")).unwrap();
         assert_eq!(
             held["metadata"]["annotations"],
             json!({"team": "a", HELD_SINCE: "t"})
@@ -107,25 +127,46 @@ mod tests {
     #[test]
     fn a_release_unpauses_removes_the_record_and_only_for_the_same_hold() {
         let bare = json!({"metadata": {"annotations": {"team": "a"}}, "spec": {}});
-        let held = apply(&bare, hold_operations(&bare, "t1")).unwrap();
-        let released = apply(&held, release_operations("t1")).unwrap();
+        let held = apply(&bare, hold_operations(WorkloadKind::Deployment, &bare, "t1")).unwrap();
+        let released = apply(&held, release_operations(WorkloadKind::Deployment, "t1")).unwrap();
         assert_eq!(released["spec"]["paused"], false);
         assert_eq!(released["metadata"]["annotations"], json!({"team": "a"}));
         assert!(
-            apply(&held, release_operations("t2")).is_err(),
+            apply(&held, release_operations(WorkloadKind::Deployment, "t2")).is_err(),
             "another hold is not ours to lift"
         );
         assert!(
-            apply(&released, release_operations("t1")).is_err(),
+            apply(&released, release_operations(WorkloadKind::Deployment, "t1")).is_err(),
             "released once"
         );
     }
 
     #[test]
     fn only_an_explicit_pause_counts_as_paused() {
-        assert!(is_paused(&json!({"spec": {"paused": true}})));
-        assert!(!is_paused(&json!({"spec": {"paused": false}})));
-        assert!(!is_paused(&json!({"spec": {}})));
+        let d = WorkloadKind::Deployment;
+        assert!(is_paused(d, &json!({"spec": {"paused": true}})));
+        assert!(!is_paused(d, &json!({"spec": {"paused": false}})));
+        assert!(!is_paused(d, &json!({"spec": {}})));
+        let cron = WorkloadKind::CronJob;
+        assert!(is_paused(cron, &json!({"spec": {"suspend": true}})));
+        assert!(!is_paused(cron, &json!({"spec": {"paused": true}})), "a CronJob is held by suspend");
+        assert!(!is_paused(WorkloadKind::StatefulSet, &json!({"spec": {"paused": true}})));
+    }
+
+    #[test]
+    fn each_kind_is_held_by_its_own_switch_and_some_cannot_be() {
+        let bare = json!({"metadata": {"name": "nightly"}, "spec": {"schedule": "@daily"}});
+        let held = apply(&bare, hold_operations(WorkloadKind::CronJob, &bare, "t")).unwrap();
+        assert_eq!(held["spec"]["suspend"], true);
+        let released = apply(&held, release_operations(WorkloadKind::CronJob, "t")).unwrap();
+        assert_eq!(released["spec"]["suspend"], false);
+        let rollout = apply(&bare, hold_operations(WorkloadKind::Rollout, &bare, "t")).unwrap();
+        assert_eq!(rollout["spec"]["paused"], true);
+        for kind in [WorkloadKind::StatefulSet, WorkloadKind::DaemonSet, WorkloadKind::Job] {
+            assert!(!can_hold(kind));
+            assert!(hold_operations(kind, &bare, "t").is_empty(), "{kind}");
+            assert!(release_operations(kind, "t").is_empty(), "{kind}");
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod decide;
 pub mod hash;
 pub mod health;
 pub mod history;
+pub mod kinds;
 pub mod hold;
 pub mod message;
 pub mod naming;

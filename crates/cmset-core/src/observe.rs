@@ -6,38 +6,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-use crate::health::{Health, Wave};
+use cmset_api::labels;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::health::{self, Health, Wave};
 use crate::refs::{self, Referenced};
 
-/// The workload kinds cmset rewrites.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum WorkloadKind {
-    Deployment,
-    StatefulSet,
-    DaemonSet,
-}
-
-impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 3] = [Self::Deployment, Self::StatefulSet, Self::DaemonSet];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Deployment => "Deployment",
-            Self::StatefulSet => "StatefulSet",
-            Self::DaemonSet => "DaemonSet",
-        }
-    }
-
-    pub fn parse(kind: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.as_str() == kind)
-    }
-}
-
-impl std::fmt::Display for WorkloadKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::kinds::WorkloadKind;
 
 /// An opted-in workload: its identity and the pod spec of its current template.
 #[derive(Clone, Debug, PartialEq)]
@@ -55,6 +31,33 @@ pub struct WorkloadView {
 }
 
 impl WorkloadView {
+    /// The view of a workload object of `kind` (as JSON, in the API server's form), whether or not it
+    /// opted in; `None` when it has no pod template where its kind keeps one.
+    pub fn of(kind: WorkloadKind, object: &Value) -> Option<Self> {
+        let template = object.pointer(kind.template().as_str())?;
+        let pod_spec = PodSpec::deserialize(template.get("spec")?).ok()?;
+        let template_labels = template
+            .pointer("/metadata/labels")
+            .and_then(|l| BTreeMap::<String, String>::deserialize(l).ok())
+            .unwrap_or_default();
+        let text = |pointer: &str| {
+            object
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        Some(Self {
+            kind,
+            name: text("/metadata/name"),
+            uid: text("/metadata/uid"),
+            pod_spec,
+            template_labels,
+            wave: Wave::parse(label(object, labels::WAVE)),
+            health: health::health(&health::progress(kind.spec().health, object)),
+        })
+    }
+
     /// Every ConfigMap name the pod template references, in any form.
     pub fn referenced_names(&self) -> BTreeSet<String> {
         self.referenced_names_of(Referenced::ConfigMap)
@@ -72,6 +75,16 @@ impl WorkloadView {
     pub fn referenced(&self) -> RefNames {
         RefNames::of(&self.pod_spec)
     }
+}
+
+/// The value of label `key` of an object as JSON.
+pub fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
+    object.pointer("/metadata/labels")?.get(key)?.as_str()
+}
+
+/// Whether an object (as JSON) carries the opt-in label.
+pub fn opted_in(object: &Value) -> bool {
+    label(object, labels::ENABLED) == Some(labels::ENABLED_VALUE)
 }
 
 /// The ConfigMap and Secret names a pod spec references: two separate name spaces, since a ConfigMap and
@@ -135,6 +148,8 @@ pub enum HistoryKind {
     ReplicaSet,
     /// Kept by StatefulSets and DaemonSets.
     ControllerRevision,
+    /// Made by CronJobs: each runs the template it was made from.
+    Job,
 }
 
 impl HistoryKind {
@@ -142,11 +157,15 @@ impl HistoryKind {
         match self {
             Self::ReplicaSet => "ReplicaSet",
             Self::ControllerRevision => "ControllerRevision",
+            Self::Job => "Job",
         }
     }
 
     pub fn api_version(self) -> &'static str {
-        "apps/v1"
+        match self {
+            Self::ReplicaSet | Self::ControllerRevision => "apps/v1",
+            Self::Job => "batch/v1",
+        }
     }
 }
 

@@ -22,13 +22,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use cmset_api::{WorkloadState, WorkloadStatus, labels};
-use json_patch::jsonptr::Pointer;
+use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
 use serde_json::{Value, json};
 
 use crate::naming::refers_to_set;
-use crate::observe::{HistoryObject, RevisionView, WorkloadView};
-use crate::refs::{self, NameChange, Referenced, TEMPLATE_POD_SPEC_POINTER};
+use crate::observe::{HistoryObject, RevisionView, WorkloadKind, WorkloadView};
+use crate::refs::{self, NameChange, Referenced};
 use crate::set::SetRef;
 use crate::waves::Gate;
 
@@ -219,58 +219,56 @@ impl WorkloadPlan {
         self.changes.is_empty()
     }
 
-    /// The guarded JSON patch for a workload whose pod template lives at `/spec/template`.
-    pub fn json_patch(&self, uid: &str, has_template_labels: bool) -> Patch {
-        let extra = self
-            .managed_label_operation(TemplateLabels::from(has_template_labels))
-            .into_iter()
-            .collect();
-        refs::json_patch(uid, TEMPLATE_POD_SPEC_POINTER, &self.changes, extra)
+    /// The guarded JSON patch for a workload of `kind` as `object` shows it (its stored form).
+    pub fn json_patch(&self, kind: WorkloadKind, uid: &str, object: &Value) -> Patch {
+        let extra = self.managed_label_operations(kind, object);
+        refs::json_patch(uid, kind.pod_spec(), &self.changes, extra)
     }
 
     /// The patch a mutating admission webhook returns: the same changes, guarded by `test` ops on the
     /// object being admitted, without the UID guard (an object being created has no UID yet).
-    pub fn admission_patch(&self, template: TemplateLabels) -> Patch {
-        let mut operations = refs::change_operations(TEMPLATE_POD_SPEC_POINTER, &self.changes);
-        operations.extend(self.managed_label_operation(template));
+    pub fn admission_patch(&self, kind: WorkloadKind, object: &Value) -> Patch {
+        let mut operations = refs::change_operations(kind.pod_spec(), &self.changes);
+        operations.extend(self.managed_label_operations(kind, object));
         Patch(operations)
     }
 
-    /// The `add` of cmset's label to the pod template, when it lacks it: of the label alone, of the
-    /// whole map when the template has no labels, or of the whole metadata when it has none (an `add`
-    /// needs its parent to exist).
-    fn managed_label_operation(&self, template: TemplateLabels) -> Option<PatchOperation> {
-        const TEMPLATE_METADATA: &Pointer = Pointer::from_static("/spec/template/metadata");
-        const TEMPLATE_LABELS: &Pointer = Pointer::from_static("/spec/template/metadata/labels");
-        let label = json!({ labels::MANAGED_TEMPLATE: "true" });
-        let (path, value) = match template {
-            TemplateLabels::Present => (
-                TEMPLATE_LABELS.with_trailing_token(labels::MANAGED_TEMPLATE),
-                Value::from("true"),
-            ),
-            TemplateLabels::Absent => (TEMPLATE_LABELS.to_buf(), label),
-            TemplateLabels::NoMetadata => (TEMPLATE_METADATA.to_buf(), json!({ "labels": label })),
-        };
-        self.add_managed_label
-            .then_some(PatchOperation::Add(AddOperation { path, value }))
+    /// The `add`s of cmset's label to the pod template when it lacks it, and to the metadata of what
+    /// the kind makes from it (a CronJob's job template), so that those objects can be watched by it.
+    fn managed_label_operations(&self, kind: WorkloadKind, object: &Value) -> Vec<PatchOperation> {
+        if !self.add_managed_label {
+            return Vec::new();
+        }
+        std::iter::once(kind.template_metadata())
+            .chain(kind.spec().managed_metadata.iter().map(|m| m.to_string()))
+            .filter_map(|metadata| managed_label_operation(&metadata, object))
+            .collect()
     }
 }
 
-/// What the pod template's metadata holds, which decides where cmset's label is added.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TemplateLabels {
-    /// A map of labels.
-    Present,
-    /// Metadata without labels.
-    Absent,
-    /// No metadata at all (only an object that has not been through the API server's decoding).
-    NoMetadata,
-}
-
-impl From<bool> for TemplateLabels {
-    fn from(has_labels: bool) -> Self {
-        if has_labels { Self::Present } else { Self::Absent }
-    }
+/// The `add` of cmset's label to the object metadata at `metadata` in `object`, unless it is there: of
+/// the label alone, of the whole map when the metadata has no labels, or of the whole metadata when
+/// there is none (an `add` needs its parent to exist).
+fn managed_label_operation(metadata: &str, object: &Value) -> Option<PatchOperation> {
+    let label = json!({ labels::MANAGED_TEMPLATE: "true" });
+    let labels_path = format!("{metadata}/labels");
+    let (path, value) = match object.pointer(metadata) {
+        Some(Value::Object(meta)) => match meta.get("labels") {
+            Some(Value::Object(present)) => {
+                if present.get(labels::MANAGED_TEMPLATE).and_then(Value::as_str) == Some("true") {
+                    return None;
+                }
+                (
+                    format!("{labels_path}/{}", refs::escape_pointer_token(labels::MANAGED_TEMPLATE)),
+                    Value::from("true"),
+                )
+            }
+            _ => (labels_path, label),
+        },
+        _ => (metadata.to_string(), json!({ "labels": label })),
+    };
+    let path = PointerBuf::parse(path).ok()?;
+    Some(PatchOperation::Add(AddOperation { path, value }))
 }
 
 /// Plans every reference change of `workload` against `targets` (the settled sets of its namespace):

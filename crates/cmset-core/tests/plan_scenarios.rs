@@ -543,7 +543,11 @@ fn a_workload_reading_two_sets_is_patched_once_with_both_changes() {
     let b_rev = b.status.as_ref().unwrap().current_revision.clone().unwrap();
     assert_eq!(moves, vec![("a", a_rev.as_str()), ("b", b_rev.as_str())]);
     assert!(p.add_managed_label);
-    let patch = serde_json::to_value(p.json_patch("uid-web", true)).unwrap();
+    let patch = serde_json::to_value(p.json_patch(
+        WorkloadKind::Deployment,
+        "uid-web",
+        &json!({"spec": {"template": {"metadata": {"labels": {"app": "web"}}}}}),
+    )).unwrap();
     let ops = patch.as_array().unwrap();
     assert_eq!(
         ops[0],
