@@ -177,8 +177,9 @@ pub fn health(progress: &Progress) -> Health {
     }
 }
 
-/// The status fields `rule` reads, from a workload object as JSON (the API server's form).
-pub fn progress(rule: HealthRule, object: &Value) -> Progress {
+/// The status fields `rule` reads, from a workload of `generation` whose spec and status are `object`
+/// (the API server's JSON form; its metadata is not read).
+pub fn progress(rule: HealthRule, generation: i64, object: &Value) -> Progress {
     let int = |pointer: &str| object.pointer(pointer).and_then(Value::as_i64);
     let int32 = |pointer: &str, default: i32| {
         int(pointer)
@@ -186,7 +187,6 @@ pub fn progress(rule: HealthRule, object: &Value) -> Progress {
             .unwrap_or(default)
     };
     let text = |pointer: &str| object.pointer(pointer).and_then(Value::as_str).map(str::to_string);
-    let generation = int("/metadata/generation").unwrap_or(0);
     let on_delete = || text("/spec/updateStrategy/type").as_deref() == Some("OnDelete");
     match rule {
         HealthRule::Deployment => Progress::Deployment {

@@ -329,6 +329,9 @@ pub fn workload_status(workload: &WorkloadView, target: &SetTarget) -> Option<Wo
     };
     let state = if on_current {
         WorkloadState::Current
+    } else if !workload.kind.is_mutable() {
+        // A Job runs the template it was created with; the next one names the current revision.
+        WorkloadState::Pinned
     } else if !plan_workload(workload, &[open]).is_empty() {
         WorkloadState::Pending
     } else {
