@@ -384,14 +384,14 @@ def check_aggregates(chk, builds, cluster_role_atoms):
             if "view" in aggregates:
                 writes = sorted(a for a in atoms if a[2] not in ("get", "list", "watch"))
                 chk.rule(name, not writes, f"{ident(role)}, aggregated into view, grants more than reading: {writes}")
-    # The built-in admin role holds every verb the operator's Role has on core and apps resources; the
-    # rest must come from the roles aggregated into admin.
+    # The built-in admin role holds every verb the operator's Role has on core, apps and batch resources;
+    # the rest must come from the roles aggregated into admin.
     if "config/namespaced/cluster-admin" in builds:
         admin = set()
         for role in builds["config/namespaced/cluster-admin"]:
             if role["kind"] == "ClusterRole" and role["metadata"].get("labels", {}).get(AGGREGATE_LABEL + "admin") == "true":
                 admin |= rule_tuples(role.get("rules", []))
-        missing = sorted(a for a in cluster_role_atoms if a[0] not in ("", "apps") and a not in admin)
+        missing = sorted(a for a in cluster_role_atoms if a[0] not in ("", "apps", "batch") and a not in admin)
         chk.rule("config/namespaced/cluster-admin", not missing,
                  f"a namespace admin cannot grant the operator its Role: the aggregated admin roles lack {missing}")
 
