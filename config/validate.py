@@ -22,6 +22,10 @@ Arguments: NAME=FILE pairs, each the output of `kubectl kustomize NAME`.
    operator with --secret-sets=false.
 3. A self-test: known-bad objects must be rejected, so a silently permissive setup cannot pass; so must
    aggregated roles that reach Secrets.
+
+The operator's rules on workloads and the webhook's rules are checked against the table of workload kinds
+(crates/cmset-core/src/kinds.rs) by crates/kubectl-cmset/tests/install_manifests.rs (`make unit`), which
+reads the table itself.
 """
 
 import argparse
