@@ -10,7 +10,8 @@ Arguments: NAME=FILE pairs, each the output of `kubectl kustomize NAME`.
    does not know, which would also let a typo such as `apps/v2` through. So here a kind without a schema is
    validated against the openAPIV3Schema of a CRD found in the builds (ConfigMapSet samples against
    crds/configmapsets.cmset.dev.yaml: types, bounds, required fields, unknown fields; CEL rules are not
-   evaluated offline); third-party custom resources listed in THIRD_PARTY (cert-manager's) are skipped
+   evaluated offline); third-party custom resources listed in THIRD_PARTY (cert-manager's, Argo Rollouts'
+   Rollout) are skipped
    with a message; any other kind without a schema is an error.
 2. cmset's own rules, which no schema knows: the namespaced Role has exactly the ClusterRole's rules; the
    copied files in config/namespaced match their originals; the namespaces listed in CMSET_NAMESPACES are the
@@ -47,6 +48,8 @@ OPERATOR = "cmset-controller"
 # them against offline, so they are skipped, by name and with a message. Anything else unknown fails.
 THIRD_PARTY = {
     "cert-manager.io": {"Certificate", "Issuer", "ClusterIssuer"},
+    # The sample Rollout (config/samples/rollout).
+    "argoproj.io": {"Rollout"},
 }
 # The third field says whether the installation runs SecretSets; one that does not must have no access to
 # Secrets at all (see check_no_secrets).
