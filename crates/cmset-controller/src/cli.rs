@@ -145,11 +145,13 @@ impl Cli {
         }
         if let Some(path) = &self.workload_kinds_file {
             let shown = path.display();
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("--workload-kinds-file {shown}: {e}"))?;
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("--workload-kinds-file {shown}: {e}"))?;
             let listed: Vec<Declaration> = serde_yaml_ng::from_str::<Option<Vec<Declaration>>>(&text)
                 .map_err(|e| {
-                    format!("--workload-kinds-file {shown}: not a list of {{group, version, kind, template}}: {e}")
+                    format!(
+                        "--workload-kinds-file {shown}: not a list of {{group, version, kind, template}}: {e}"
+                    )
                 })?
                 .unwrap_or_default();
             declared.extend(listed);

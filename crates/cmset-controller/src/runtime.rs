@@ -23,9 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cmset_api::{ConfigMapSet, SecretSet};
+use cmset_core::observe::WorkloadKind;
 use futures::channel::mpsc::UnboundedSender;
 use futures::{FutureExt, Stream, StreamExt, future::BoxFuture};
-use cmset_core::observe::WorkloadKind;
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};

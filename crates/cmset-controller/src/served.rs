@@ -25,8 +25,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, discovery};
 use tracing::{debug, info};
 
-use crate::index::{Index, TriggerSenders, WorkloadQueue};
 use crate::index::workloads;
+use crate::index::{Index, TriggerSenders, WorkloadQueue};
 use crate::stores::WorkloadStore;
 
 /// A workload kind being served: its resource, its store and its controller's queue.
@@ -311,7 +311,13 @@ mod tests {
             assert_eq!(Some(resource.plural.as_str()), kind.spec().plural);
         }
         assert_eq!(always_served(WorkloadKind::Job).unwrap().api_version, "batch/v1");
-        assert!(always_served(WorkloadKind::CronJob).is_none(), "its version depends on the server");
-        assert!(always_served(WorkloadKind::Rollout).is_none(), "only once its CRD is installed");
+        assert!(
+            always_served(WorkloadKind::CronJob).is_none(),
+            "its version depends on the server"
+        );
+        assert!(
+            always_served(WorkloadKind::Rollout).is_none(),
+            "only once its CRD is installed"
+        );
     }
 }

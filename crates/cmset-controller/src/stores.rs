@@ -51,7 +51,12 @@ impl Stores {
     }
 
     /// One workload as its store holds it (slim), looked up by key.
-    pub fn workload_object(&self, kind: WorkloadKind, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
+    pub fn workload_object(
+        &self,
+        kind: WorkloadKind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Arc<DynamicObject>> {
         let stores = self.workloads.read().unwrap_or_else(|e| e.into_inner());
         let served = stores.get(&kind)?;
         served

@@ -2,7 +2,9 @@
 
 #[cfg(test)]
 use cmset_core::health::Health;
-use cmset_core::observe::{HistoryKind, HistoryObject, Identity, RefNames, RevisionView, WorkloadKind, WorkloadView};
+use cmset_core::observe::{
+    HistoryKind, HistoryObject, Identity, RefNames, RevisionView, WorkloadKind, WorkloadView,
+};
 use cmset_core::refs;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
@@ -150,7 +152,11 @@ mod tests {
         assert!(view.health.is_healthy(), "a CronJob has nothing to roll out");
         assert!(workload_view(WorkloadKind::CronJob, &cron(json!({}))).is_none());
         assert!(
-            workload_view(WorkloadKind::Deployment, &cron(json!({"cmset.dev/enabled": "true"}))).is_none(),
+            workload_view(
+                WorkloadKind::Deployment,
+                &cron(json!({"cmset.dev/enabled": "true"}))
+            )
+            .is_none(),
             "a Deployment's template is not where a CronJob keeps it"
         );
     }
@@ -164,7 +170,11 @@ mod tests {
                 "status": {"observedGeneration": observed, "phase": phase, "message": "too slow"}
             }))
         };
-        let health = |o, p| workload_view(WorkloadKind::Rollout, &rollout(o, p)).unwrap().health;
+        let health = |o, p| {
+            workload_view(WorkloadKind::Rollout, &rollout(o, p))
+                .unwrap()
+                .health
+        };
         assert!(health("3", "Healthy").is_healthy());
         assert_eq!(health("2", "Healthy"), Health::Progressing);
         assert_eq!(health("3", "Paused"), Health::Progressing);

@@ -195,7 +195,10 @@ async fn answer(handler: &Handler, review: &Value) -> Value {
 /// another group's kind of the same name is not ours).
 fn workload_kind(kinds: &Kinds, request: &Value) -> Option<WorkloadKind> {
     let kind = kinds.parse(request.pointer("/kind/kind")?.as_str()?)?;
-    let group = request.pointer("/kind/group").and_then(Value::as_str).unwrap_or_default();
+    let group = request
+        .pointer("/kind/group")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     (kind.spec().group == group).then_some(kind)
 }
 

@@ -50,7 +50,11 @@ struct Workload<'a> {
     object: &'a DynamicObject,
 }
 
-pub async fn reconcile(kind: WorkloadKind, workload: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
+pub async fn reconcile(
+    kind: WorkloadKind,
+    workload: Arc<DynamicObject>,
+    ctx: Arc<Context>,
+) -> Result<Action> {
     let started = Instant::now();
     let span = info_span!(
         "reconcile",
@@ -322,7 +326,12 @@ fn dedup(items: &[String]) -> Vec<String> {
 }
 
 /// Retries back off per workload, as the set controller's do (see [`crate::backoff`]).
-pub fn error_policy(kind: WorkloadKind, workload: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(
+    kind: WorkloadKind,
+    workload: Arc<DynamicObject>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
     ctx.metrics.failed(NAME, error.category());
     let conflict = error.is_conflict();
     let retry_in = ctx.backoff(&reconciled(kind, workload.as_ref()), error);

@@ -10,8 +10,8 @@ use cmset_controller::context::{Clock, Context};
 use cmset_controller::index::{Index, Indexed, Key, workloads};
 use cmset_controller::metrics::Metrics;
 use cmset_controller::stores::{Stores, WorkloadStore};
-use cmset_core::observe::WorkloadKind;
 use cmset_controller::{set_controller, workload_controller};
+use cmset_core::observe::WorkloadKind;
 use cmset_core::plan::{SetInput, plan_set};
 use cmset_core::revision::NewRevision;
 use cmset_core::set::{Content, SetKind, SourceState};
@@ -102,7 +102,14 @@ impl World {
         let deployments = Writer::new(deployment_resource());
         let index = Arc::new(Index::new(None));
         // Every watch has listed (nothing yet): the caches count as ready.
-        for kind in ["ConfigMapSet", "ConfigMap", "Deployment", "ReplicaSet", "ControllerRevision", "Pod"] {
+        for kind in [
+            "ConfigMapSet",
+            "ConfigMap",
+            "Deployment",
+            "ReplicaSet",
+            "ControllerRevision",
+            "Pod",
+        ] {
             index.expect(kind);
         }
         index.settle();
@@ -1297,9 +1304,11 @@ async fn a_standby_decides_a_source_mode_set_by_its_status_and_the_leader_waits_
     world.add_secret_set(&set);
     // The watch saw the source's version; nobody on this replica read its content.
     world.see_secret(&db_source("7"));
-    let view =
-        cmset_controller::views::workload_view(WorkloadKind::Deployment, &dynamic(&reading_secret("web", "db")))
-            .unwrap();
+    let view = cmset_controller::views::workload_view(
+        WorkloadKind::Deployment,
+        &dynamic(&reading_secret("web", "db")),
+    )
+    .unwrap();
     let decide = |world: &World| {
         cmset_controller::decisions::Gathered::of(&world.index, &world.stores, NS, &view)
             .and_then(|g| g.decide(&view))

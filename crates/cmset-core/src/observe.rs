@@ -34,7 +34,12 @@ impl WorkloadView {
     /// The view of a workload object of `kind` (as JSON, in the API server's form), whether or not it
     /// opted in; `None` when it has no pod template where its kind keeps one.
     pub fn of(kind: WorkloadKind, object: &Value) -> Option<Self> {
-        let text = |pointer: &str| object.pointer(pointer).and_then(Value::as_str).unwrap_or_default();
+        let text = |pointer: &str| {
+            object
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        };
         let labels = object
             .pointer("/metadata/labels")
             .and_then(|l| BTreeMap::<String, String>::deserialize(l).ok())

@@ -259,7 +259,10 @@ fn managed_label_operation(metadata: &str, object: &Value) -> Option<PatchOperat
                     return None;
                 }
                 (
-                    format!("{labels_path}/{}", refs::escape_pointer_token(labels::MANAGED_TEMPLATE)),
+                    format!(
+                        "{labels_path}/{}",
+                        refs::escape_pointer_token(labels::MANAGED_TEMPLATE)
+                    ),
                     Value::from("true"),
                 )
             }

@@ -165,7 +165,12 @@ impl Index {
         self.apply(kind.as_str(), event, &kind)
     }
 
-    fn apply<O: Resource>(&self, name: &'static str, event: &watcher::Event<O>, ops: &dyn kinds::Ops<O>) -> Triggers {
+    fn apply<O: Resource>(
+        &self,
+        name: &'static str,
+        event: &watcher::Event<O>,
+        ops: &dyn kinds::Ops<O>,
+    ) -> Triggers {
         let mut out = Triggers::default();
         {
             let mut guard = self.write();

@@ -330,7 +330,10 @@ fn readiness_waits_for_the_kinds_of_start_up_and_completeness_for_every_kind_wat
     let index = Index::new(None);
     index.expect("ConfigMapSet");
     index.handle::<ConfigMapSet>(&watcher::Event::InitDone);
-    assert!(!index.is_ready(), "not settled: more kinds may be found at start-up");
+    assert!(
+        !index.is_ready(),
+        "not settled: more kinds may be found at start-up"
+    );
     index.expect("Deployment");
     index.settle();
     assert!(!index.is_ready());
@@ -366,7 +369,11 @@ fn a_kind_no_longer_served_drops_its_readers_and_tells_their_sets() {
         vec![(WorkloadKind::Rollout, "canary".to_string())]
     );
     let out = index.forget_workloads(WorkloadKind::Rollout);
-    assert_eq!(out.sets, [cms("app")].into(), "the set may now prune what it named");
+    assert_eq!(
+        out.sets,
+        [cms("app")].into(),
+        "the set may now prune what it named"
+    );
     assert!(index.readers(&cms("app")).workloads.is_empty());
 }
 

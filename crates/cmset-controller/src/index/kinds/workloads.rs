@@ -45,9 +45,7 @@ impl Ops<DynamicObject> for WorkloadKind {
             .graph
             .link(ReaderKind::Workload(kind), key, names, &state.sets, out);
         // A kind whose template never changes after creation (a Job) has no rollout to follow.
-        let progress = view
-            .filter(|_| kind.is_mutable())
-            .map(|v| (v.wave, v.health));
+        let progress = view.filter(|_| kind.is_mutable()).map(|v| (v.wave, v.health));
         state.graph.progress(kind, key, progress, &state.sets, out);
     }
 
