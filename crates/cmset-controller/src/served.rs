@@ -23,7 +23,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, discovery};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::index::workloads;
 use crate::index::{Index, TriggerSenders, WorkloadQueue};
@@ -99,6 +99,18 @@ fn is_absent(error: &kube::Error) -> bool {
     }
 }
 
+/// The API server's refusal of a kind's list: forbidden (cmset lacks RBAC for it, as for a declared
+/// kind whose rule was not added) or not found (its CRD was just removed). Its code, if so.
+fn refusal(error: &watcher::Error) -> Option<u16> {
+    let code = match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status)) => status.code,
+        watcher::Error::WatchError(status) => status.code,
+        _ => return None,
+    };
+    matches!(code, 403 | 404).then_some(code)
+}
+
 async fn find(client: &Client, kind: WorkloadKind) -> Found {
     if let Some(resource) = always_served(kind) {
         return Found::Served(resource);
@@ -141,6 +153,9 @@ pub fn serve(
     async move {
         let mut watches = FuturesUnordered::new();
         let mut running: HashMap<WorkloadKind, AbortHandle> = HashMap::new();
+        // Kinds whose list the API server refused: told once, tried again every round.
+        let (refused_tx, mut refused_rx) = unbounded::<(WorkloadKind, u16)>();
+        let mut told: HashMap<WorkloadKind, u16> = HashMap::new();
         let mut settled = false;
         loop {
             let mut answered_all = true;
@@ -154,7 +169,9 @@ pub fn serve(
                             stop(kind, &mut running, &index, &senders, &stores, &served);
                         }
                         info!(%kind, api_version = %resource.api_version, "serving workload kind");
-                        let (serving, watch) = start(&client, namespace.as_deref(), kind, resource, &index);
+                        let refused = refused_tx.clone();
+                        let (serving, watch) =
+                            start(&client, namespace.as_deref(), kind, resource, &index, refused);
                         let (handle, registration) = AbortHandle::new_pair();
                         watches.push(Abortable::new(watch, registration));
                         running.insert(kind, handle);
@@ -187,6 +204,23 @@ pub fn serve(
                 tokio::select! {
                     () = &mut sleep => break,
                     Some(_) = watches.next() => {}
+                    Some((kind, code)) = refused_rx.next() => {
+                        if !running.contains_key(&kind) {
+                            continue;
+                        }
+                        // A kind cmset cannot list would keep every set from planning (nothing in
+                        // scope may be missing): stop it until discovery next finds it.
+                        if told.insert(kind, code) != Some(code) {
+                            warn!(
+                                %kind,
+                                code,
+                                "the API server refused to list this workload kind (403: cmset lacks \
+                                 list, watch and patch on it; 404: it was just removed); not serving it, \
+                                 trying again at the next discovery"
+                            );
+                        }
+                        stop(kind, &mut running, &index, &senders, &stores, &served);
+                    }
                 }
             }
         }
@@ -253,6 +287,7 @@ fn start(
     kind: WorkloadKind,
     resource: ApiResource,
     index: &Arc<Index>,
+    refused: UnboundedSender<(WorkloadKind, u16)>,
 ) -> (Arc<ServedKind>, BoxFuture<'static, ()>) {
     let api: Api<DynamicObject> = match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
@@ -286,7 +321,12 @@ fn start(
                         let _ = sender.unbounded_send(ObjectRef::from_obj_with(obj, resource.clone()));
                     }
                 }
-                Err(e) => crate::runtime::log_watch_error(kind.as_str(), &e),
+                Err(e) => match refusal(&e) {
+                    Some(code) => {
+                        let _ = refused.unbounded_send((kind, code));
+                    }
+                    None => crate::runtime::log_watch_error(kind.as_str(), &e),
+                },
             }
             futures::future::ready(())
         })

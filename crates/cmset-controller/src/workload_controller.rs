@@ -199,22 +199,24 @@ async fn reconcile_inner(this: &Workload<'_>, ctx: &Context) -> Result<Action> {
             secondary: None,
         }
     };
-    ctx.publish(&event, &object_ref(this)).await;
+    ctx.publish(&event, &object_ref(this, ctx)).await;
     Ok(Action::await_change())
 }
 
-/// The reference events are published on.
-fn object_ref(this: &Workload<'_>) -> k8s_openapi::api::core::v1::ObjectReference {
-    let spec = this.kind.spec();
-    let version = spec.versions.first().copied().unwrap_or_default();
-    let mut reference = this.object.object_ref(&kube::api::ApiResource::from_gvk(
-        &kube::api::GroupVersionKind::gvk(spec.group, version, spec.kind),
-    ));
-    // The version the object was read at, when the watch kept it.
-    if let Some(types) = &this.object.types {
-        reference.api_version = Some(types.api_version.clone());
-    }
-    reference
+/// The reference events are published on, at the version the kind is served at.
+fn object_ref(this: &Workload<'_>, ctx: &Context) -> k8s_openapi::api::core::v1::ObjectReference {
+    let resource = ctx
+        .stores
+        .workload_store(this.kind)
+        .map(|s| s.resource)
+        .unwrap_or_else(|| {
+            let spec = this.kind.spec();
+            let version = spec.versions.first().copied().unwrap_or_default();
+            kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                spec.group, version, spec.kind,
+            ))
+        });
+    this.object.object_ref(&resource)
 }
 
 /// The revisions whose failed rollout `changes` move away from.
@@ -281,7 +283,7 @@ async fn release(
         action: "Release".to_string(),
         secondary: None,
     };
-    ctx.publish(&event, &object_ref(this)).await;
+    ctx.publish(&event, &object_ref(this, ctx)).await;
     Ok(Action::await_change())
 }
 

@@ -18,7 +18,8 @@ pub fn selector() -> String {
 }
 
 /// Drops what no decision reads, before the object is stored or indexed: managed fields, every
-/// annotation but cmset's hold, and all of the pod spec but its references.
+/// annotation but cmset's hold, all of the pod spec but its references, and of each status condition
+/// all but its type, status and reason (health reads no more).
 pub fn slim(kind: WorkloadKind, obj: &mut DynamicObject) {
     let metadata = &mut obj.metadata;
     metadata.managed_fields = None;
@@ -33,6 +34,15 @@ pub fn slim(kind: WorkloadKind, obj: &mut DynamicObject) {
         && let Ok(slim) = serde_json::to_value(cmset_core::slim::references_only(&spec))
     {
         *pod = slim;
+    }
+    if let Some(conditions) = obj
+        .data
+        .pointer_mut("/status/conditions")
+        .and_then(serde_json::Value::as_array_mut)
+    {
+        for condition in conditions.iter_mut().filter_map(serde_json::Value::as_object_mut) {
+            condition.retain(|k, _| matches!(k.as_str(), "type" | "status" | "reason"));
+        }
     }
 }
 
