@@ -129,14 +129,16 @@ Exit status: 0 when the revisions are identical, 1 when they differ, 2 on error
     #[command(
         visible_alias = "why",
         long_about = "\
-Explain the set's state and, for every Deployment, StatefulSet and DaemonSet of its namespace that
-references it (by the set's name or a revision's name), which revision it runs and why. A ConfigMapSet
-is referenced through ConfigMap references; a SecretSet through Secret references (envFrom secretRef,
-secretKeyRef, secret volumes and projected secrets):
+Explain the set's state and, for every workload of its namespace that references it (by the set's
+name or a revision's name), which revision it runs and why. Workloads are Deployments, StatefulSets,
+DaemonSets, CronJobs, Jobs and Argo Rollouts; a kind the cluster does not serve has none. A
+ConfigMapSet is referenced through ConfigMap references; a SecretSet through Secret references
+(envFrom secretRef, secretKeyRef, secret volumes and projected secrets):
 
   current        it runs the current revision; cmset updated it
   pinned         a rollback (kubectl rollout undo) chose an older revision; cmset leaves it there
-                 until the set's content changes
+                 until the set's content changes. A Job keeps the revision it was created with (its
+                 template cannot change); new Jobs get the current one
   pending        cmset is about to move it to the current revision
   waiting        held on its revision: the waves before its own (label cmset.dev/wave, absent is 0)
                  must complete and stay healthy first, or the rollout failed in an earlier wave
@@ -152,7 +154,8 @@ each workload's wave (a WAVE column)."
     Status {
         /// The set: NAME, configmapset/NAME or secretset/NAME
         set: String,
-        /// Only this workload: NAME, or KIND/NAME (deployment/web, sts/db, ds/agent)
+        /// Only this workload: NAME, or KIND/NAME (deployment/web, sts/db, ds/agent, cronjob/report,
+        /// job/migrate, rollout/web)
         workload: Option<String>,
     },
 }

@@ -1,6 +1,11 @@
 //! Every call to the API server, and nothing else: connect, read the set, list its revisions, read two
 //! revision Secrets for a diff, list the workloads of a namespace. The plugin only reads.
 //!
+//! Workloads are listed for every built-in kind of cmset's table ([`WorkloadKind::BUILT_IN`]), through
+//! the dynamic API and the kind's own entry (group, versions preferred first, plural, where its pod
+//! template lives), so a kind added to the table is listed here with no change. A kind the server does
+//! not serve (Argo Rollouts not installed, CronJob `batch/v1` before Kubernetes 1.21) simply has none.
+//!
 //! A SecretSet's revisions are listed by their metadata only; the only Secrets read in full are the two
 //! a diff compares ([`Cluster::secret`]), and no error about a Secret request repeats anything of the
 //! answer ([`secret_error`]).
@@ -11,12 +16,13 @@ use cmset_api::{ConfigMapSet, SecretSet, labels};
 use cmset_core::naming::set_label_value;
 use cmset_core::observe::WorkloadKind;
 use cmset_core::set::SetKind;
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, PodTemplateSpec, Secret};
-use kube::api::{ListParams, ObjectMeta, PartialObjectMeta};
+use k8s_openapi::api::core::v1::{ConfigMap, PodSpec, Secret};
+use kube::api::{ApiResource, DynamicObject, ListParams, PartialObjectMeta};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use tokio::task::JoinSet;
 
 use crate::address::{Address, Lookup, Set, SetId, pick};
 use crate::error::Error;
@@ -152,27 +158,64 @@ impl Cluster {
             .map_err(|e| secret_error("reading a revision Secret", e))
     }
 
-    /// Every Deployment, StatefulSet and DaemonSet of the namespace, opted in or not.
+    /// Every workload of the namespace, opted in or not, of every built-in kind the server serves. The
+    /// kinds are listed at once; the first kind (in table order) that fails for another reason than not
+    /// being served makes the error.
     pub async fn workloads(&self) -> Result<Vec<Workload>, Error> {
-        let lp = ListParams::default();
+        let mut lists = JoinSet::new();
+        for (at, kind) in WorkloadKind::BUILT_IN.into_iter().enumerate() {
+            let (client, namespace) = (self.client.clone(), self.namespace.clone());
+            lists.spawn(async move { (at, kind, list_kind(client, &namespace, kind).await) });
+        }
+        let mut listed = Vec::new();
+        while let Some(done) = lists.join_next().await {
+            // Nothing aborts these tasks, so a task that did not finish panicked: pass the panic on.
+            listed.push(done.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())));
+        }
+        listed.sort_by_key(|(at, _, _)| *at);
         let mut out = Vec::new();
-        let deployments = self.api::<Deployment>().list(&lp).await;
-        for d in deployments.map_err(|e| Error::kube("listing Deployments", e))? {
-            let template = d.spec.map(|s| s.template);
-            out.push(workload(WorkloadKind::Deployment, d.metadata, template));
-        }
-        let statefulsets = self.api::<StatefulSet>().list(&lp).await;
-        for s in statefulsets.map_err(|e| Error::kube("listing StatefulSets", e))? {
-            let template = s.spec.map(|s| s.template);
-            out.push(workload(WorkloadKind::StatefulSet, s.metadata, template));
-        }
-        let daemonsets = self.api::<DaemonSet>().list(&lp).await;
-        for d in daemonsets.map_err(|e| Error::kube("listing DaemonSets", e))? {
-            let template = d.spec.map(|s| s.template);
-            out.push(workload(WorkloadKind::DaemonSet, d.metadata, template));
+        for (_, kind, list) in listed {
+            let list = list.map_err(|(version, e)| Error::kube(listing(kind, version), e))?;
+            out.extend(list.iter().map(|object| workload(kind, object)));
         }
         Ok(out)
     }
+}
+
+/// The objects of `kind` in `namespace`, at the first of its versions the server serves: none when it
+/// serves none of them (listing a resource the server does not serve answers 404; listing in a namespace
+/// that does not exist answers an empty list). The error names the version that failed.
+async fn list_kind(
+    client: Client,
+    namespace: &str,
+    kind: WorkloadKind,
+) -> Result<Vec<DynamicObject>, (&'static str, kube::Error)> {
+    let spec = kind.spec();
+    let Some(plural) = spec.plural else {
+        // A declared kind learns its resource name from discovery; none is built in.
+        return Ok(Vec::new());
+    };
+    for &version in spec.versions {
+        let resource = ApiResource {
+            group: spec.group.to_string(),
+            version: version.to_string(),
+            api_version: kind.api_version(version),
+            kind: spec.kind.to_string(),
+            plural: plural.to_string(),
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+        match api.list(&ListParams::default()).await {
+            Ok(list) => return Ok(list.items),
+            Err(kube::Error::Api(status)) if status.is_not_found() => continue,
+            Err(e) => return Err((version, e)),
+        }
+    }
+    Ok(Vec::new())
+}
+
+/// What failed, for an error: `listing CronJobs (batch/v1beta1)`.
+fn listing(kind: WorkloadKind, version: &str) -> String {
+    format!("listing {kind}s ({})", kind.api_version(version))
 }
 
 /// Objects carrying the `cmset.dev/set` label of set `set_name` (either kind: ConfigMaps and Secrets
@@ -207,19 +250,30 @@ pub fn secret_error(doing: &'static str, e: kube::Error) -> Error {
     Error::Secret { doing, message }
 }
 
-fn workload(kind: WorkloadKind, metadata: ObjectMeta, template: Option<PodTemplateSpec>) -> Workload {
+/// A listed object of `kind`, with the pod spec found where its kind keeps it (`None` when there is none
+/// there, or it is not a pod spec).
+fn workload(kind: WorkloadKind, object: &DynamicObject) -> Workload {
+    let metadata = &object.metadata;
     Workload {
         kind,
-        name: metadata.name.unwrap_or_default(),
-        uid: metadata.uid.unwrap_or_default(),
-        labels: metadata.labels.unwrap_or_default(),
-        pod_spec: template.and_then(|t| t.spec),
+        name: metadata.name.clone().unwrap_or_default(),
+        uid: metadata.uid.clone().unwrap_or_default(),
+        labels: metadata.labels.clone().unwrap_or_default(),
+        pod_spec: object
+            .data
+            .pointer(kind.pod_spec().as_str())
+            .and_then(|spec| PodSpec::deserialize(spec).ok()),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::sync::{Arc, Mutex};
+
     use kube::core::Status;
+    use serde_json::json;
 
     use super::*;
     use crate::revisions::fixtures::assert_no_secret_values;
@@ -257,6 +311,226 @@ mod tests {
             err,
             "reading a revision Secret: secrets \"db-abc\" is forbidden: User \"ana\" cannot get resource \
              \"secrets\" (Forbidden, HTTP 403)"
+        );
+    }
+
+    /// A stand-in API server on a loopback port: answers each GET path (query left out) with the status
+    /// and body `answers` gives it, and any other with the API server's 404 for a resource it does not
+    /// serve; one request per connection. Returns the cluster (namespace `demo`) and the paths asked.
+    /// Its thread waits for connections until the test process ends.
+    fn fake_api(answers: Vec<(String, u16, serde_json::Value)>) -> (Cluster, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let url = format!("http://{}", listener.local_addr().expect("its address"));
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let log = asked.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buffer) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                let request = String::from_utf8_lossy(&request);
+                let target = request.split_whitespace().nth(1).unwrap_or_default();
+                let path = target.split('?').next().unwrap_or_default().to_string();
+                let (code, body) = answers
+                    .iter()
+                    .find(|(p, ..)| *p == path)
+                    .map(|(_, code, body)| (*code, body.clone()))
+                    .unwrap_or_else(|| {
+                        let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                            "status": "Failure", "message": "the server could not find the requested resource",
+                            "reason": "NotFound", "details": {}, "code": 404});
+                        (404, status)
+                    });
+                log.lock().expect("the log").push(path);
+                let body = body.to_string();
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {code} Answer\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+                     connection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        let config = Config::new(url.parse().expect("a URL"));
+        let client = Client::try_from(config).expect("a client");
+        let cluster = Cluster {
+            client,
+            namespace: "demo".into(),
+        };
+        (cluster, asked)
+    }
+
+    fn list(api_version: &str, items: Vec<serde_json::Value>) -> serde_json::Value {
+        json!({"apiVersion": api_version, "kind": "List", "metadata": {"resourceVersion": "7"}, "items": items})
+    }
+
+    /// A pod template reading ConfigMap `name`.
+    fn template(name: &str) -> serde_json::Value {
+        json!({"metadata": {"labels": {"app": "x"}},
+               "spec": {"containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": name}}]}]}})
+    }
+
+    fn object(name: &str, spec: serde_json::Value) -> serde_json::Value {
+        json!({"metadata": {"name": name, "namespace": "demo", "uid": format!("{name}-uid"),
+                            "labels": {"cmset.dev/enabled": "true"}},
+               "spec": spec})
+    }
+
+    /// Each workload as `Kind/name` and the ConfigMap its pod spec reads.
+    fn seen(workloads: &[Workload]) -> Vec<(String, Option<String>)> {
+        workloads
+            .iter()
+            .map(|w| {
+                let reads = w.pod_spec.as_ref().and_then(|spec| {
+                    spec.containers[0].env_from.as_ref()?[0]
+                        .config_map_ref
+                        .as_ref()
+                        .map(|r| r.name.clone())
+                });
+                (format!("{}/{}", w.kind, w.name), reads)
+            })
+            .collect()
+    }
+
+    const NS: &str = "/namespaces/demo";
+
+    #[tokio::test]
+    async fn workloads_of_every_kind_the_server_serves_and_none_of_the_others() {
+        // A 1.20 server without Argo Rollouts: CronJobs only at batch/v1beta1, no rollouts at all.
+        let deployments = format!("/apis/apps/v1{NS}/deployments");
+        let statefulsets = format!("/apis/apps/v1{NS}/statefulsets");
+        let daemonsets = format!("/apis/apps/v1{NS}/daemonsets");
+        let cronjobs_v1beta1 = format!("/apis/batch/v1beta1{NS}/cronjobs");
+        let jobs = format!("/apis/batch/v1{NS}/jobs");
+        let (cluster, asked) = fake_api(vec![
+            (
+                deployments,
+                200,
+                list(
+                    "apps/v1",
+                    vec![object("web", json!({"template": template("app")}))],
+                ),
+            ),
+            (statefulsets, 200, list("apps/v1", vec![])),
+            (daemonsets, 200, list("apps/v1", vec![])),
+            (
+                cronjobs_v1beta1,
+                200,
+                list(
+                    "batch/v1beta1",
+                    vec![object(
+                        "report",
+                        json!({"schedule": "*/10 * * * *",
+                               "jobTemplate": {"spec": {"template": template("app-cccccccccc")}}}),
+                    )],
+                ),
+            ),
+            (
+                jobs,
+                200,
+                list(
+                    "batch/v1",
+                    vec![object("migrate", json!({"template": template("app-bbbbbbbbbb")}))],
+                ),
+            ),
+        ]);
+        let workloads = cluster.workloads().await.expect("kinds not served are no error");
+        assert_eq!(
+            seen(&workloads),
+            [
+                ("Deployment/web".to_string(), Some("app".to_string())),
+                ("CronJob/report".to_string(), Some("app-cccccccccc".to_string())),
+                ("Job/migrate".to_string(), Some("app-bbbbbbbbbb".to_string())),
+            ]
+        );
+        assert_eq!(workloads[1].uid, "report-uid");
+        assert_eq!(
+            workloads[1].labels.get("cmset.dev/enabled").map(String::as_str),
+            Some("true")
+        );
+        let mut asked = asked.lock().unwrap().clone();
+        asked.sort();
+        assert_eq!(
+            asked,
+            [
+                "/apis/apps/v1/namespaces/demo/daemonsets",
+                "/apis/apps/v1/namespaces/demo/deployments",
+                "/apis/apps/v1/namespaces/demo/statefulsets",
+                "/apis/argoproj.io/v1alpha1/namespaces/demo/rollouts",
+                "/apis/batch/v1/namespaces/demo/cronjobs",
+                "/apis/batch/v1/namespaces/demo/jobs",
+                "/apis/batch/v1beta1/namespaces/demo/cronjobs",
+            ],
+            "every kind at its versions, preferred first"
+        );
+    }
+
+    #[tokio::test]
+    async fn rollouts_and_v1_cronjobs_where_served() {
+        let cronjobs = format!("/apis/batch/v1{NS}/cronjobs");
+        let rollouts = format!("/apis/argoproj.io/v1alpha1{NS}/rollouts");
+        let (cluster, asked) = fake_api(vec![
+            (
+                cronjobs,
+                200,
+                list(
+                    "batch/v1",
+                    vec![object(
+                        "report",
+                        json!({"jobTemplate": {"spec": {"template": template("app")}}}),
+                    )],
+                ),
+            ),
+            (
+                rollouts,
+                200,
+                list(
+                    "argoproj.io/v1alpha1",
+                    vec![
+                        object("canary", json!({"template": template("app-ffffffffff")})),
+                        // A Rollout whose template is a Deployment's (spec.workloadRef) has none here.
+                        object(
+                            "by-ref",
+                            json!({"workloadRef": {"kind": "Deployment", "name": "web"}}),
+                        ),
+                    ],
+                ),
+            ),
+        ]);
+        let workloads = cluster.workloads().await.unwrap();
+        assert_eq!(
+            seen(&workloads),
+            [
+                ("CronJob/report".to_string(), Some("app".to_string())),
+                ("Rollout/canary".to_string(), Some("app-ffffffffff".to_string())),
+                ("Rollout/by-ref".to_string(), None),
+            ]
+        );
+        assert!(
+            !asked.lock().unwrap().iter().any(|p| p.contains("v1beta1")),
+            "batch/v1 served: v1beta1 is not asked"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_kind_the_user_may_not_list_is_an_error_that_names_it() {
+        let rollouts = format!("/apis/argoproj.io/v1alpha1{NS}/rollouts");
+        let forbidden = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "rollouts.argoproj.io is forbidden: User \"ana\" cannot list resource \"rollouts\"",
+            "reason": "Forbidden", "details": {"group": "argoproj.io", "kind": "rollouts"}, "code": 403});
+        let (cluster, _) = fake_api(vec![(rollouts, 403, forbidden)]);
+        let error = cluster.workloads().await.unwrap_err();
+        assert!(error.is_forbidden(), "{error}");
+        let text = error.to_string();
+        assert!(
+            text.starts_with("listing Rollouts (argoproj.io/v1alpha1): ") && text.contains("cannot list"),
+            "{text}"
         );
     }
 

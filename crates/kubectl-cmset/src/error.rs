@@ -36,7 +36,7 @@ pub enum Error {
 
     #[error("{doing}: {source}")]
     Kube {
-        doing: &'static str,
+        doing: String,
         #[source]
         source: kube::Error,
     },
@@ -51,8 +51,11 @@ pub enum Error {
 }
 
 impl Error {
-    pub fn kube(doing: &'static str, source: kube::Error) -> Self {
-        Error::Kube { doing, source }
+    pub fn kube(doing: impl Into<String>, source: kube::Error) -> Self {
+        Error::Kube {
+            doing: doing.into(),
+            source,
+        }
     }
 
     /// The API server refused the request (HTTP 403): the user may not read that.

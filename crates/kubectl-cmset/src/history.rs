@@ -346,4 +346,34 @@ REVISION   SECRET    AGE   CURRENT   USED BY
         assert!(rows(SetRef::from(&secret_set), &cms).is_empty());
         assert!(rows(SetRef::from(&cm_set), &secrets).is_empty());
     }
+
+    #[test]
+    fn every_kind_of_workload_is_shown_as_kind_and_name() {
+        // CronJobs, Jobs and Rollouts are listed in the set's status like the other kinds; a CronJob's
+        // Jobs and a Rollout's ReplicaSets are owners like a Deployment's ReplicaSets.
+        let set = set(
+            Some("app-ccc"),
+            Some(3),
+            vec![
+                workload("CronJob", "report", "app-ccc", WorkloadState::Current),
+                workload("Rollout", "canary", "app-ccc", WorkloadState::Current),
+                workload("Job", "migrate", "app-aaa", WorkloadState::Current),
+            ],
+        );
+        let mut r1 = revision("app-aaa", Some(1), "2026-03-01T10:00:00Z", &[("V", "1")]);
+        r1.metadata.owner_references.as_mut().unwrap().extend([
+            owner("Job", "report-29000000", "job1", false),
+            owner("ReplicaSet", "canary-6f5d4", "rs1", false),
+        ]);
+        let r3 = revision("app-ccc", Some(3), "2026-03-03T09:55:00Z", &[("V", "3")]);
+        let rows = rows(SetRef::from(&set), &[r3, r1]);
+        assert_eq!(
+            render_table(&rows, Referenced::ConfigMap, Palette::PLAIN),
+            "\
+REVISION   CONFIGMAP   AGE   CURRENT   USED BY
+3          app-ccc     5m    *         CronJob/report, Rollout/canary
+1          app-aaa     2d              Job/migrate, Job/report-29000000, ReplicaSet/canary-6f5d4
+"
+        );
+    }
 }

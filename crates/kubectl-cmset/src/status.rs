@@ -44,7 +44,8 @@ use crate::revisions::{ObjectName, Revision, column, current_name, serialize_kin
 use crate::style::{Palette, Role, visible};
 use crate::table::{Cell, render};
 
-/// A Deployment, StatefulSet or DaemonSet, reduced to what `status` reads.
+/// A workload of any built-in kind (Deployment, StatefulSet, DaemonSet, CronJob, Job, Rollout), reduced
+/// to what `status` reads.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Workload {
     pub kind: WorkloadKind,
@@ -432,6 +433,41 @@ fn rolled_back_why(set: SetRef<'_>, known: &Known, entry: Option<&WorkloadStatus
     }
 }
 
+/// The explanation of an opted-in workload whose template cannot change after creation (a Job): cmset
+/// named its revision when it was created (the admission webhook), and never moves it, so whatever it
+/// names is what it keeps; only new ones get the current revision.
+fn created_with(
+    kind: WorkloadKind,
+    state: WorkloadState,
+    current: &str,
+    shown: &str,
+    known: &Known,
+    report: impl Fn(State, String) -> WorkloadReport,
+) -> WorkloadReport {
+    let now = revision_phrase(known.number(current), current);
+    if state == WorkloadState::Current && shown == current {
+        return report(
+            State::Current,
+            format!("current (a {kind} keeps the revision it was created with)"),
+        );
+    }
+    let why = match known.number(shown) {
+        Some(n) => format!(
+            "kept on revision {n}, which it was created with: a {kind}'s template cannot change, so cmset \
+             never moves it; a new {kind} gets {now}"
+        ),
+        None if shown == known.set => format!(
+            "names the set itself, not a revision: it was created while cmset's webhook did not answer, \
+             and a {kind}'s template cannot change; recreate it to run {now}"
+        ),
+        None => format!(
+            "left on {shown}: a {kind}'s template cannot change, so cmset never moves it; a new {kind} \
+             gets {now}"
+        ),
+    };
+    report(State::Pinned, why)
+}
+
 /// The explanation of one workload, or `None` when it does not reference the set. Without the other
 /// workloads that read the set, its own wave is taken for the lowest (see [`status_report_at`]).
 pub fn explain(
@@ -479,6 +515,19 @@ fn explain_with(set: SetRef<'_>, known: &Known, workload: &Workload) -> Option<W
         state,
         explanation,
     };
+
+    if !workload.kind.is_mutable()
+        && let Some(Decision::Decided { state, current }) = &decision
+    {
+        return Some(created_with(
+            workload.kind,
+            *state,
+            current,
+            &shown,
+            known,
+            report,
+        ));
+    }
 
     let Some(decision) = &decision else {
         let why = match workload.labels.get(labels::ENABLED) {
@@ -694,21 +743,32 @@ pub fn status_report_at(
     }
 }
 
-/// Keeps the workloads `selector` names: `NAME`, or `KIND/NAME` where KIND is a kind or its kubectl short
-/// name, any case (`deployment/web`, `deploy/web`, `sts/db`, `ds/agent`).
+/// The built-in kinds, in the table's order, joined as a phrase: `Deployment, ..., Job or Rollout`.
+fn kinds_phrase(name: impl Fn(WorkloadKind) -> String) -> String {
+    let names: Vec<String> = WorkloadKind::BUILT_IN.into_iter().map(name).collect();
+    match names.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
+/// Keeps the workloads `selector` names: `NAME`, or `KIND/NAME` where KIND is what the table of kinds
+/// calls a kind ([`WorkloadKind::is_called`]: its kind, plural or short name, any case: `deployment/web`,
+/// `deploy/web`, `sts/db`, `ds/agent`, `cj/report`, `job/migrate`, `ro/web`).
 pub fn select(report: &mut StatusReport, selector: &str) -> Result<(), String> {
     let (kind, name) = match selector.split_once('/') {
-        Some((kind, name)) => {
-            let kind = match kind.to_ascii_lowercase().as_str() {
-                "deployment" | "deployments" | "deploy" => WorkloadKind::Deployment,
-                "statefulset" | "statefulsets" | "sts" => WorkloadKind::StatefulSet,
-                "daemonset" | "daemonsets" | "ds" => WorkloadKind::DaemonSet,
-                other => {
-                    return Err(format!(
-                        "unknown workload kind {other:?}: use deployment, statefulset or daemonset"
-                    ));
-                }
-            };
+        Some((called, name)) => {
+            let kind = WorkloadKind::BUILT_IN
+                .into_iter()
+                .find(|k| k.is_called(called))
+                .ok_or_else(|| {
+                    format!(
+                        "unknown workload kind {:?}: use {}",
+                        called.to_ascii_lowercase(),
+                        kinds_phrase(|k| k.as_str().to_ascii_lowercase())
+                    )
+                })?;
             (Some(kind), name)
         }
         None => (None, selector),
@@ -718,7 +778,8 @@ pub fn select(report: &mut StatusReport, selector: &str) -> Result<(), String> {
         .retain(|w| w.name == name && kind.is_none_or(|k| k.as_str() == w.kind));
     if report.workloads.is_empty() {
         return Err(format!(
-            "no Deployment, StatefulSet or DaemonSet {selector:?} in namespace {:?} references {} {:?}",
+            "no {} {selector:?} in namespace {:?} references {} {:?}",
+            kinds_phrase(|k| k.to_string()),
             report.namespace,
             resource(report.kind),
             report.set
@@ -807,7 +868,8 @@ pub fn render_text(report: &StatusReport, palette: Palette) -> String {
 
     if report.workloads.is_empty() {
         out.push_str(&format!(
-            "No Deployment, StatefulSet or DaemonSet in namespace {} references {}.\n",
+            "No {} in namespace {} references {}.\n",
+            kinds_phrase(|k| k.to_string()),
             visible(&report.namespace),
             visible(&report.set)
         ));
@@ -1204,7 +1266,11 @@ StatefulSet/db      1          app-ffffffffff   pinned to revision 1 by a rollba
             "{text}"
         );
         assert!(
-            text.ends_with("No Deployment, StatefulSet or DaemonSet in namespace demo references app.\n")
+            text.ends_with(
+                "No Deployment, StatefulSet, DaemonSet, CronJob, Job or Rollout in namespace demo \
+                 references app.\n"
+            ),
+            "{text}"
         );
     }
 
@@ -1462,8 +1528,8 @@ Deployment/web      3          app-cccccccccc   current (updated by cmset)
         let err = select(&mut report, "deploy/api").unwrap_err();
         assert_eq!(
             err,
-            "no Deployment, StatefulSet or DaemonSet \"deploy/api\" in namespace \"demo\" references \
-             secretset \"app\""
+            "no Deployment, StatefulSet, DaemonSet, CronJob, Job or Rollout \"deploy/api\" in namespace \
+             \"demo\" references secretset \"app\""
         );
         let mut report = secret_report(&[secret_deployment("web", true, "envFrom", "app-cccccccccc")]);
         select(&mut report, "deploy/web").unwrap();
@@ -2052,5 +2118,185 @@ StatefulSet/db      1          app-ffffffffff   pinned to revision 1 by a rollba
             assert!(!out.contains("configMap") && !out.contains("ConfigMap "), "{out}");
             assert_no_secret_values(&out);
         }
+    }
+
+    // Every built-in kind of the table: CronJobs and Rollouts are explained like Deployments; a Job keeps
+    // the revision it was created with.
+
+    fn of_kind(kind: WorkloadKind, name: &str, opted_in: bool, refs: &[&str]) -> Workload {
+        Workload {
+            kind,
+            ..deployment(name, opted_in.then_some("true"), refs)
+        }
+    }
+
+    #[test]
+    fn explanations_for_every_kind() {
+        let set = ready_set(vec![
+            workload("CronJob", "report", "app-cccccccccc", WorkloadState::Current),
+            workload("Rollout", "canary", "app-ffffffffff", WorkloadState::Pinned),
+            workload("Job", "migrate", "app-cccccccccc", WorkloadState::Current),
+        ]);
+        use WorkloadKind as K;
+        let cases = [
+            (
+                of_kind(K::CronJob, "report", true, &["app-cccccccccc"]),
+                State::Current,
+                "app-cccccccccc",
+                "current (updated by cmset)",
+            ),
+            (
+                of_kind(K::CronJob, "nightly", true, &["app-bbbbbbbbbb"]),
+                State::Pending,
+                "app-bbbbbbbbbb",
+                "pending: cmset is moving it to revision 3",
+            ),
+            (
+                of_kind(K::Rollout, "canary", true, &["app-ffffffffff"]),
+                State::Pinned,
+                "app-ffffffffff",
+                "pinned to revision 1 by a rollback; moves again when the set's content changes",
+            ),
+            (
+                of_kind(K::Rollout, "fresh", true, &["app"]),
+                State::Pending,
+                "app",
+                "pending: cmset is moving it to revision 3",
+            ),
+            (
+                of_kind(K::Job, "migrate", true, &["app-cccccccccc"]),
+                State::Current,
+                "app-cccccccccc",
+                "current (a Job keeps the revision it was created with)",
+            ),
+            // Created before the set's content changed: it runs to the end on what it was given.
+            (
+                of_kind(K::Job, "backfill", true, &["app-bbbbbbbbbb"]),
+                State::Pinned,
+                "app-bbbbbbbbbb",
+                "kept on revision 2, which it was created with: a Job's template cannot change, so cmset \
+                 never moves it; a new Job gets revision 3",
+            ),
+            // Created while the webhook was down: nothing will ever move it.
+            (
+                of_kind(K::Job, "early", true, &["app"]),
+                State::Pinned,
+                "app",
+                "names the set itself, not a revision: it was created while cmset's webhook did not \
+                 answer, and a Job's template cannot change; recreate it to run revision 3",
+            ),
+            (
+                of_kind(K::Job, "manual", false, &["app-bbbbbbbbbb"]),
+                State::NotOptedIn,
+                "app-bbbbbbbbbb",
+                "not opted in: label cmset.dev/enabled=true is missing; cmset does not manage it",
+            ),
+        ];
+        for (w, state, name, explanation) in cases {
+            let got = why(&set, &w).unwrap_or_else(|| panic!("{}/{} references the set", w.kind, w.name));
+            assert_eq!(
+                (got.0, got.1.as_str(), got.3.as_str()),
+                (state, name, explanation),
+                "{}/{}",
+                w.kind,
+                w.name
+            );
+        }
+    }
+
+    /// A report with one workload of every built-in kind, each named after its kind (`cronjob-x`).
+    fn report_of_every_kind() -> StatusReport {
+        let set = ready_set(vec![]);
+        let workloads: Vec<Workload> = WorkloadKind::BUILT_IN
+            .into_iter()
+            .map(|k| {
+                of_kind(
+                    k,
+                    &format!("{}-x", k.as_str().to_ascii_lowercase()),
+                    true,
+                    &["app-cccccccccc"],
+                )
+            })
+            .collect();
+        let cms = cms();
+        let set = SetRef::from(&set);
+        status_report(set, &revisions_of(set, &cms), &workloads)
+    }
+
+    #[test]
+    fn every_kind_is_listed_by_kind_and_name() {
+        let report = report_of_every_kind();
+        let listed: Vec<String> = report
+            .workloads
+            .iter()
+            .map(|w| format!("{}/{}", w.kind, w.name))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                "CronJob/cronjob-x",
+                "DaemonSet/daemonset-x",
+                "Deployment/deployment-x",
+                "Job/job-x",
+                "Rollout/rollout-x",
+                "StatefulSet/statefulset-x",
+            ]
+        );
+        let text = render_text(&report, Palette::PLAIN);
+        assert!(
+            text.contains(
+                "\nCronJob/cronjob-x           3          app-cccccccccc   current (updated by cmset)\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("\nRollout/rollout-x           3 "), "{text}");
+        let value = serde_json::to_value(&report).unwrap();
+        assert_eq!(value["workloads"][3]["kind"], "Job");
+    }
+
+    #[test]
+    fn every_kind_is_selected_by_each_name_the_table_gives_it() {
+        for kind in WorkloadKind::BUILT_IN {
+            let name = format!("{}-x", kind.as_str().to_ascii_lowercase());
+            let calls = std::iter::once(kind.as_str().to_string())
+                .chain(std::iter::once(kind.as_str().to_ascii_uppercase()))
+                .chain(kind.spec().aliases.iter().map(|a| a.to_string()));
+            for called in calls {
+                let mut report = report_of_every_kind();
+                select(&mut report, &format!("{called}/{name}")).unwrap();
+                let picked: Vec<&str> = report.workloads.iter().map(|w| w.kind.as_str()).collect();
+                assert_eq!(picked, [kind.as_str()], "{called}/{name}");
+            }
+        }
+        // The names kubectl users type, spelled out.
+        for (selector, kind) in [
+            ("cronjob/cronjob-x", "CronJob"),
+            ("cj/cronjob-x", "CronJob"),
+            ("cronjobs/cronjob-x", "CronJob"),
+            ("job/job-x", "Job"),
+            ("jobs/job-x", "Job"),
+            ("rollout/rollout-x", "Rollout"),
+            ("ro/rollout-x", "Rollout"),
+            ("rollouts/rollout-x", "Rollout"),
+            ("deploy/deployment-x", "Deployment"),
+            ("sts/statefulset-x", "StatefulSet"),
+            ("ds/daemonset-x", "DaemonSet"),
+        ] {
+            let mut report = report_of_every_kind();
+            select(&mut report, selector).unwrap();
+            assert_eq!(report.workloads[0].kind, kind, "{selector}");
+        }
+        // A kind that exists but names another workload, and a kind that is no workload kind.
+        let mut report = report_of_every_kind();
+        assert_eq!(
+            select(&mut report, "cj/job-x").unwrap_err(),
+            "no Deployment, StatefulSet, DaemonSet, CronJob, Job or Rollout \"cj/job-x\" in namespace \
+             \"demo\" references configmapset \"app\""
+        );
+        let mut report = report_of_every_kind();
+        assert_eq!(
+            select(&mut report, "Pod/web").unwrap_err(),
+            "unknown workload kind \"pod\": use deployment, statefulset, daemonset, cronjob, job or rollout"
+        );
     }
 }

@@ -9,6 +9,9 @@
 //!   version and resource with CREATE and UPDATE when its template can change, CREATE only when it
 //!   cannot (a Job); and no rule for anything else.
 //!
+//! - the README's table of kinds ("Workload kinds") has a row for every built-in kind with its API
+//!   versions, resource and template.
+//!
 //! The files are read as written (kustomize patches leave these rules alone; `make manifests-check`
 //! checks the built variants against one another). The checks are plain functions returning what is
 //! wrong, so that the last tests can prove they refuse manifests that drifted.
@@ -364,6 +367,39 @@ fn what_the_table_asks_of_the_manifests() {
             "batch/v1beta1 cronjobs: CREATE+UPDATE",
         ]
     );
+}
+
+#[test]
+fn the_readme_table_of_kinds_has_every_built_in_kind() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).expect("README.md");
+    let section = readme
+        .split("\n### Workload kinds\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n#").next())
+        .expect("a section \"Workload kinds\" in the README");
+    for kind in WorkloadKind::BUILT_IN {
+        let spec = kind.spec();
+        let row = section
+            .lines()
+            .find(|line| line.starts_with(&format!("| {kind} ")))
+            .unwrap_or_else(|| panic!("the README's table of kinds has no row for {kind}"));
+        let template = spec.template.trim_start_matches('/').replace('/', ".");
+        let plural = spec.plural.expect("a built-in kind names its resource");
+        let mut wanted: Vec<String> = spec
+            .versions
+            .iter()
+            .map(|v| format!("`{}`", kind.api_version(v)))
+            .collect();
+        wanted.push(format!("(`{plural}`)"));
+        wanted.push(format!("`{template}`"));
+        for want in wanted {
+            assert!(
+                row.contains(&want),
+                "the README's row for {kind} lacks {want}: {row}"
+            );
+        }
+    }
 }
 
 fn shipped_cluster_role() -> Value {
