@@ -183,6 +183,9 @@ async fn answer(handler: &Handler, review: &Value) -> Value {
         creating,
         missing,
         now: now.to_string(),
+        stored: (!creating)
+            .then(|| request.get("oldObject").filter(|o| o.is_object()).cloned())
+            .flatten(),
     };
     let patch = admission::mutate(kind, object, &workload, &decided, &circumstances);
     let result = if patch.is_some() { "patched" } else { "unchanged" };

@@ -6,15 +6,18 @@
 //! admission, the re-applied object equals the stored one and nothing rolls. It also spares a new
 //! Deployment the ReplicaSet for the bare name that nothing can run.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+
+use cmset_api::labels;
 
 use json_patch::Patch;
 use serde_json::Value;
 
 use crate::decide::Undecided;
 use crate::hold;
+use crate::naming;
 use crate::observe::{WorkloadKind, WorkloadView};
-use crate::refs::Referenced;
+use crate::refs::{self, NameChange, Referenced};
 use crate::rollout::{SetTarget, WorkloadPlan, plan_workload};
 
 /// What the webhook knows about one admission request besides the object and the decision.
@@ -27,6 +30,8 @@ pub struct Circumstances {
     pub missing: BTreeSet<(Referenced, String)>,
     /// Now, RFC 3339: when a hold would begin.
     pub now: String,
+    /// The object as stored, when it is being updated.
+    pub stored: Option<Value>,
 }
 
 /// The opted-in workload being admitted, as the planner sees it; `None` when it is not opted in or has
@@ -79,9 +84,10 @@ pub fn mutate(
         Ok(targets) => plan_workload(workload, targets),
         Err(_) => WorkloadPlan::default(),
     };
-    // A kind whose template cannot change after creation is rewritten only when created.
+    // A kind whose template cannot change after creation is rewritten only when created; an update
+    // keeps the revisions it was created with.
     if !kind.is_mutable() && !circumstances.creating {
-        return None;
+        return keep_stored(kind, object, workload, circumstances.stored.as_ref()?);
     }
     let hold = circumstances.creating
         && hold::can_hold(kind)
@@ -95,6 +101,50 @@ pub fn mutate(
             .extend(hold::hold_operations(kind, object, &circumstances.now));
     }
     patch
+}
+
+/// Whether `name` (the bare set name, or a revision name) names the set whose revision `revision` is.
+fn same_set(name: &str, revision: &str) -> bool {
+    naming::set_candidates(revision)
+        .filter(|set| *set != revision)
+        .any(|set| naming::refers_to_set(set, name))
+}
+
+/// For an object whose template cannot change (a Job) being updated with a manifest that names its
+/// sets as written (a GitOps tool applying it again, or its dry run): every reference the stored object
+/// holds as a revision of the same set is kept as stored, and so is cmset's template label, so the
+/// template the update sends is the stored one and the API server does not refuse it as a change to an
+/// immutable field. Nothing else is touched: a real change of the template is still refused.
+fn keep_stored(kind: WorkloadKind, object: &Value, workload: &WorkloadView, stored: &Value) -> Option<Patch> {
+    let stored = WorkloadView::of(kind, stored)?;
+    let changes: Vec<NameChange> = [Referenced::ConfigMap, Referenced::Secret]
+        .into_iter()
+        .flat_map(|of| {
+            let kept: BTreeMap<_, _> = refs::find_refs_to(&stored.pod_spec, of)
+                .into_iter()
+                .map(|r| (r.pointer, r.name))
+                .collect();
+            refs::find_refs_to(&workload.pod_spec, of)
+                .into_iter()
+                .filter_map(move |r| {
+                    let stored_name = kept.get(&r.pointer)?;
+                    (r.name != *stored_name && same_set(&r.name, stored_name)).then(|| NameChange {
+                        pointer: r.pointer,
+                        from: r.name,
+                        to: stored_name.clone(),
+                    })
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let managed = |labels: &BTreeMap<String, String>| {
+        labels.get(labels::MANAGED_TEMPLATE).map(String::as_str) == Some("true")
+    };
+    let plan = WorkloadPlan {
+        add_managed_label: managed(&stored.template_labels) && !managed(&workload.template_labels),
+        changes,
+    };
+    (!plan.is_empty() || plan.add_managed_label).then(|| plan.admission_patch(kind, object))
 }
 
 #[cfg(test)]
@@ -379,7 +429,51 @@ mod tests {
                 .map(|m| (Referenced::ConfigMap, m.to_string()))
                 .collect(),
             now: "2026-11-23T10:00:00Z".into(),
+            stored: None,
         }
+    }
+
+    #[test]
+    fn a_job_applied_again_keeps_the_revisions_it_was_created_with_and_nothing_else() {
+        let job = |configmap: &str, managed: bool| {
+            let mut j = json!({
+                "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "migrate", "labels": {"cmset.dev/enabled": "true"}},
+                "spec": {"template": {
+                    "metadata": {"labels": {"app": "migrate"}},
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": configmap}}]}]}
+                }}
+            });
+            if managed {
+                j["spec"]["template"]["metadata"]["labels"]["cmset.dev/managed"] = json!("true");
+            }
+            j
+        };
+        let kind = WorkloadKind::Job;
+        let stored = job("app-hhhhhhhhhh", true);
+        let update = |incoming: &Value| {
+            let view = admitted_workload(kind, incoming).unwrap();
+            let circumstances = Circumstances {
+                stored: Some(stored.clone()),
+                ..Circumstances::default()
+            };
+            mutate(kind, incoming, &view, &Ok(vec![]), &circumstances)
+        };
+        // The manifest names the bare set: the update sends the stored template back.
+        let manifest = job("app", false);
+        let patch = update(&manifest).expect("kept as stored");
+        let mut sent = manifest.clone();
+        json_patch::patch(&mut sent, &patch).unwrap();
+        assert_eq!(sent["spec"]["template"], stored["spec"]["template"]);
+        // Another revision of the set, too.
+        assert!(update(&job("app-2222222222", true)).is_some());
+        // The stored object itself: nothing to do.
+        assert!(update(&stored).is_none());
+        // Another ConfigMap altogether is a real change: left for the API server to refuse.
+        assert!(update(&job("other", true)).is_none());
+        // Without the stored object (no oldObject), nothing is rewritten on update.
+        let view = admitted_workload(kind, &manifest).unwrap();
+        assert!(mutate(kind, &manifest, &view, &Ok(vec![]), &Circumstances::default()).is_none());
     }
 
     fn new_set() -> ConfigMapSet {

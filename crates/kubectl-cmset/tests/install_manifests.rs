@@ -6,8 +6,8 @@
 //!   it is under `config/`) lets it list and watch every built-in kind, patch exactly the kinds whose
 //!   template can change, and read the history each kind keeps; and nothing more on them;
 //! - the admission webhook has, for every built-in kind and each of its versions, a rule for its group,
-//!   version and resource with CREATE and UPDATE when its template can change, CREATE only when it
-//!   cannot (a Job); and no rule for anything else.
+//!   version and resource with CREATE and UPDATE (a Job too: an update that names its set again keeps
+//!   the revisions it was created with); and no rule for anything else.
 //!
 //! - the README's table of kinds ("Workload kinds") has a row for every built-in kind with its API
 //!   versions, resource and template.
@@ -184,12 +184,9 @@ fn webhook_expected() -> BTreeMap<(String, String, String), BTreeSet<String>> {
     for kind in WorkloadKind::BUILT_IN {
         let spec = kind.spec();
         let plural = spec.plural.expect("a built-in kind names its resource");
-        // A template that cannot change is given its revisions when the object is created, only then.
-        let operations = if kind.is_mutable() {
-            set(&["CREATE", "UPDATE"])
-        } else {
-            set(&["CREATE"])
-        };
+        // Every kind on UPDATE too: a template that cannot change (a Job) is given its revisions when
+        // the object is created, and an update that names the set again keeps them as stored.
+        let operations = set(&["CREATE", "UPDATE"]);
         for version in spec.versions {
             out.insert(
                 (spec.group.to_string(), version.to_string(), plural.to_string()),
@@ -363,7 +360,7 @@ fn what_the_table_asks_of_the_manifests() {
             "apps/v1 statefulsets: CREATE+UPDATE",
             "argoproj.io/v1alpha1 rollouts: CREATE+UPDATE",
             "batch/v1 cronjobs: CREATE+UPDATE",
-            "batch/v1 jobs: CREATE",
+            "batch/v1 jobs: CREATE+UPDATE",
             "batch/v1beta1 cronjobs: CREATE+UPDATE",
         ]
     );
@@ -504,11 +501,11 @@ fn the_webhook_check_refuses_rules_that_drifted() {
             "no rule for batch/v1beta1 cronjobs",
         ),
         (
-            "Jobs on UPDATE too",
-            json!({"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+            "Jobs on CREATE only (a GitOps re-apply would be refused as an immutable change)",
+            json!({"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"],
                    "resources": ["jobs"]}),
             "jobs",
-            "the rule for batch/v1 jobs admits {\"CREATE\", \"UPDATE\"}",
+            "the rule for batch/v1 jobs admits {\"CREATE\"}",
         ),
         (
             "no rule for Rollouts",
