@@ -1,6 +1,6 @@
 //! The reflector stores the controllers are keyed by, and the lookups they answer: a set of either
-//! kind by [`SetId`], an opted-in workload's view by key. Written only by the stored watches that
-//! `runtime` starts (kube's reflectors); everything else only reads them.
+//! kind by [`SetId`], an opted-in workload's view by kind and key. Written only by the stored watches
+//! that `runtime` and `served` start (kube's reflectors); everything else only reads them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -15,7 +15,7 @@ use crate::index::{Key, SetId};
 use crate::views;
 
 /// The reflector stores the controllers are keyed by: sets (whole, since revisions are stamped from
-/// them) and opted-in workloads (slimmed to their references, see [`crate::index::Indexed::slim`]).
+/// them) and opted-in workloads (slimmed to their references, see [`crate::index::workloads::slim`]).
 /// Everything else lives in the [`Index`](crate::index::Index).
 #[derive(Clone)]
 pub struct Stores {

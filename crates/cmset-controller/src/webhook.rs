@@ -5,9 +5,10 @@
 //! [`crate::runtime::Scope`]) and with the decision the workload controller makes
 //! ([`crate::decisions`]), so admission and the controller cannot disagree. In steady state an
 //! admission sends no request to the API server: a set created moments before is awaited on the index.
-//! The one lookup left is for a Deployment being created that names something no set claims (does that
-//! ConfigMap exist?). It fails open: if anything goes wrong (the index still filling, say) the object is
-//! admitted unchanged and the workload controller converges it afterwards.
+//! The one lookup left is for a workload that can be held (a Deployment, a Rollout, a CronJob) being
+//! created that names something no set claims (does that ConfigMap exist?). It fails open: if anything
+//! goes wrong (the index still filling, say) the object is admitted unchanged and the workload
+//! controller converges it afterwards.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -241,10 +242,10 @@ async fn decide(
     }
 }
 
-/// Names the workload references that no set claims and that do not exist: a new Deployment naming one
-/// is held (see [`admission::Circumstances`]). The index knows every set; whether a plain ConfigMap or
-/// Secret exists is asked of the API server (metadata only: a Secret's values are never read here),
-/// only for a Deployment being created that names something no set claims. A failed lookup counts as
+/// Names the workload references that no set claims and that do not exist: a new workload naming one
+/// is held, when its kind can be (see [`admission::Circumstances`]). The index knows every set; whether
+/// a plain ConfigMap or Secret exists is asked of the API server (metadata only: a Secret's values are
+/// never read here), only for such a workload being created that names something no set claims. A failed lookup counts as
 /// present: never hold on a guess.
 async fn missing_names(
     handler: &Handler,

@@ -51,8 +51,8 @@ use k8s_openapi::api::core::v1::{Container, EnvFromSource, EnvVar, EphemeralCont
 use serde::Deserialize;
 use serde_json::Value;
 
-/// Where the pod spec of a Deployment's, StatefulSet's or DaemonSet's template lives in the object: the
-/// `pod_spec` to pass to [`json_patch`] for them.
+/// Where the pod spec of a template at `spec.template` lives in the object (most kinds; each kind's own
+/// is in its entry of [`crate::kinds`]): the `pod_spec` to pass to [`json_patch`] for them.
 pub const TEMPLATE_POD_SPEC_POINTER: &Pointer = Pointer::from_static("/spec/template/spec");
 
 /// The JSON pointer made of these tokens (field names and list indices), escaped as RFC 6901 requires.
