@@ -10,7 +10,7 @@
 //! round, and only those whose watch could start.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use cmset_core::kinds::Kinds;
@@ -147,50 +147,29 @@ pub fn serve(
     settings: Settings,
     index: Arc<Index>,
     senders: TriggerSenders,
-    stores: Arc<std::sync::RwLock<HashMap<WorkloadKind, WorkloadStore>>>,
+    stores: Arc<RwLock<HashMap<WorkloadKind, WorkloadStore>>>,
     served: tokio::sync::watch::Sender<Served>,
 ) -> BoxFuture<'static, ()> {
+    let (refused, mut refusals) = unbounded();
+    let mut supervisor = Supervisor {
+        client,
+        namespace,
+        index,
+        senders,
+        stores,
+        served,
+        running: HashMap::new(),
+        refused,
+        told: HashMap::new(),
+    };
     async move {
         let mut watches = FuturesUnordered::new();
-        let mut running: HashMap<WorkloadKind, AbortHandle> = HashMap::new();
-        // Kinds whose list the API server refused: told once, tried again every round.
-        let (refused_tx, mut refused_rx) = unbounded::<(WorkloadKind, u16)>();
-        let mut told: HashMap<WorkloadKind, u16> = HashMap::new();
         let mut settled = false;
         loop {
-            let mut answered_all = true;
-            for kind in settings.kinds.iter() {
-                let found = find(&client, kind).await;
-                let current = served.borrow().get(&kind).map(|s| s.resource.clone());
-                match found {
-                    Found::Served(resource) if current.as_ref() == Some(&resource) => {}
-                    Found::Served(resource) => {
-                        if current.is_some() {
-                            stop(kind, &mut running, &index, &senders, &stores, &served);
-                        }
-                        info!(%kind, api_version = %resource.api_version, "serving workload kind");
-                        let refused = refused_tx.clone();
-                        let (serving, watch) =
-                            start(&client, namespace.as_deref(), kind, resource, &index, refused);
-                        let (handle, registration) = AbortHandle::new_pair();
-                        watches.push(Abortable::new(watch, registration));
-                        running.insert(kind, handle);
-                        register(&serving, &senders, &stores);
-                        served.send_modify(|s| {
-                            s.insert(kind, serving);
-                        });
-                    }
-                    Found::Absent if current.is_some() => {
-                        info!(%kind, "workload kind no longer served; stopping it");
-                        stop(kind, &mut running, &index, &senders, &stores, &served);
-                    }
-                    Found::Absent => {}
-                    Found::Unknown => answered_all = false,
-                }
-            }
+            let answered_all = supervisor.round(&settings.kinds, &mut watches).await;
             if !settled && answered_all {
                 // Readiness waits for the kinds found now, never for one installed later.
-                index.settle();
+                supervisor.index.settle();
                 settled = true;
             }
             let wait = if settled {
@@ -204,23 +183,7 @@ pub fn serve(
                 tokio::select! {
                     () = &mut sleep => break,
                     Some(_) = watches.next() => {}
-                    Some((kind, code)) = refused_rx.next() => {
-                        if !running.contains_key(&kind) {
-                            continue;
-                        }
-                        // A kind cmset cannot list would keep every set from planning (nothing in
-                        // scope may be missing): stop it until discovery next finds it.
-                        if told.insert(kind, code) != Some(code) {
-                            warn!(
-                                %kind,
-                                code,
-                                "the API server refused to list this workload kind (403: cmset lacks \
-                                 list, watch and patch on it; 404: it was just removed); not serving it, \
-                                 trying again at the next discovery"
-                            );
-                        }
-                        stop(kind, &mut running, &index, &senders, &stores, &served);
-                    }
+                    Some((kind, code)) = refusals.next() => supervisor.refused(kind, code),
                 }
             }
         }
@@ -228,55 +191,129 @@ pub fn serve(
     .boxed()
 }
 
-fn register(
-    serving: &Arc<ServedKind>,
-    senders: &TriggerSenders,
-    stores: &std::sync::RwLock<HashMap<WorkloadKind, WorkloadStore>>,
-) {
-    let kind = serving.kind;
-    stores.write().unwrap_or_else(|e| e.into_inner()).insert(
-        kind,
-        WorkloadStore {
-            resource: serving.resource.clone(),
-            store: serving.store.clone(),
-        },
-    );
-    senders
-        .workloads
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(
-            kind,
-            WorkloadQueue {
-                resource: serving.resource.clone(),
-                sender: serving.sender.clone(),
-            },
-        );
+/// The kinds running now, and what starting and stopping one touches.
+struct Supervisor {
+    client: Client,
+    namespace: Option<String>,
+    index: Arc<Index>,
+    senders: TriggerSenders,
+    stores: Arc<RwLock<HashMap<WorkloadKind, WorkloadStore>>>,
+    served: tokio::sync::watch::Sender<Served>,
+    running: HashMap<WorkloadKind, AbortHandle>,
+    /// Where a watch says the API server refused its list.
+    refused: UnboundedSender<(WorkloadKind, u16)>,
+    /// The refusals logged, so that one repeated every round is logged once.
+    told: HashMap<WorkloadKind, u16>,
 }
 
-fn stop(
-    kind: WorkloadKind,
-    running: &mut HashMap<WorkloadKind, AbortHandle>,
-    index: &Index,
-    senders: &TriggerSenders,
-    stores: &std::sync::RwLock<HashMap<WorkloadKind, WorkloadStore>>,
-    served: &tokio::sync::watch::Sender<Served>,
-) {
-    if let Some(handle) = running.remove(&kind) {
-        handle.abort();
+type Watches = FuturesUnordered<Abortable<BoxFuture<'static, ()>>>;
+
+impl Supervisor {
+    /// Asks discovery about every kind and starts or stops each as it says. Whether every kind got an
+    /// answer.
+    async fn round(&mut self, kinds: &Kinds, watches: &mut Watches) -> bool {
+        let mut answered_all = true;
+        for kind in kinds.iter() {
+            let current = self.served.borrow().get(&kind).map(|s| s.resource.clone());
+            match find(&self.client, kind).await {
+                Found::Served(resource) if current.as_ref() == Some(&resource) => {}
+                Found::Served(resource) => {
+                    if current.is_some() {
+                        // Another version now (a server upgraded past batch/v1beta1): the new
+                        // watch's list replaces what the index holds of the kind, so nothing is
+                        // dropped in between for a set to prune.
+                        self.stop(kind);
+                    }
+                    info!(%kind, api_version = %resource.api_version, "serving workload kind");
+                    watches.push(self.start(kind, resource));
+                }
+                Found::Absent if current.is_some() => {
+                    info!(%kind, "workload kind no longer served; stopping it");
+                    self.retire(kind);
+                }
+                Found::Absent => {}
+                Found::Unknown => answered_all = false,
+            }
+        }
+        answered_all
     }
-    senders
-        .workloads
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&kind);
-    stores.write().unwrap_or_else(|e| e.into_inner()).remove(&kind);
-    let mut gone = None;
-    served.send_modify(|s| gone = s.remove(&kind));
-    if let Some(gone) = gone {
-        gone.stopped.send_replace(true);
+
+    /// A kind cmset cannot list would keep every set from planning (nothing in scope may be missing):
+    /// it is not served until discovery next finds it.
+    fn refused(&mut self, kind: WorkloadKind, code: u16) {
+        if !self.running.contains_key(&kind) {
+            return;
+        }
+        if self.told.insert(kind, code) != Some(code) {
+            warn!(
+                %kind,
+                code,
+                "the API server refused to list this workload kind (403: cmset lacks list, watch and \
+                 patch on it; 404: it was just removed); not serving it, trying again at the next discovery"
+            );
+        }
+        self.retire(kind);
     }
-    index.forget_workloads(kind);
+
+    fn start(&mut self, kind: WorkloadKind, resource: ApiResource) -> Abortable<BoxFuture<'static, ()>> {
+        let (serving, watch) = start(
+            &self.client,
+            self.namespace.as_deref(),
+            kind,
+            resource,
+            &self.index,
+            self.refused.clone(),
+        );
+        let (handle, registration) = AbortHandle::new_pair();
+        self.running.insert(kind, handle);
+        self.stores.write().unwrap_or_else(|e| e.into_inner()).insert(
+            kind,
+            WorkloadStore {
+                resource: serving.resource.clone(),
+                store: serving.store.clone(),
+            },
+        );
+        let queue = WorkloadQueue {
+            resource: serving.resource.clone(),
+            sender: serving.sender.clone(),
+        };
+        self.senders
+            .workloads
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(kind, queue);
+        self.served.send_modify(|s| {
+            s.insert(kind, serving);
+        });
+        Abortable::new(watch, registration)
+    }
+
+    /// Stops the watch and the controller of `kind`; the index keeps what it holds of the kind.
+    fn stop(&mut self, kind: WorkloadKind) {
+        if let Some(handle) = self.running.remove(&kind) {
+            handle.abort();
+        }
+        self.senders
+            .workloads
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&kind);
+        self.stores
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&kind);
+        let mut gone = None;
+        self.served.send_modify(|s| gone = s.remove(&kind));
+        if let Some(gone) = gone {
+            gone.stopped.send_replace(true);
+        }
+    }
+
+    /// Stops `kind` and drops what its objects named: it is gone.
+    fn retire(&mut self, kind: WorkloadKind) {
+        self.stop(kind);
+        self.index.forget_workloads(kind);
+    }
 }
 
 /// The watch of one served kind: fills its store and the index; while this replica leads, each
