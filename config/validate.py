@@ -10,7 +10,8 @@ Arguments: NAME=FILE pairs, each the output of `kubectl kustomize NAME`.
    does not know, which would also let a typo such as `apps/v2` through. So here a kind without a schema is
    validated against the openAPIV3Schema of a CRD found in the builds (ConfigMapSet samples against
    crds/configmapsets.cmset.dev.yaml: types, bounds, required fields, unknown fields; CEL rules are not
-   evaluated offline); third-party custom resources listed in THIRD_PARTY (cert-manager's) are skipped
+   evaluated offline); third-party custom resources listed in THIRD_PARTY (cert-manager's, Argo Rollouts'
+   Rollout) are skipped
    with a message; any other kind without a schema is an error.
 2. cmset's own rules, which no schema knows: the namespaced Role has exactly the ClusterRole's rules; the
    copied files in config/namespaced match their originals; the namespaces listed in CMSET_NAMESPACES are the
@@ -22,6 +23,10 @@ Arguments: NAME=FILE pairs, each the output of `kubectl kustomize NAME`.
    operator with --secret-sets=false.
 3. A self-test: known-bad objects must be rejected, so a silently permissive setup cannot pass; so must
    aggregated roles that reach Secrets.
+
+The operator's rules on workloads and the webhook's rules are checked against the table of workload kinds
+(crates/cmset-core/src/kinds.rs) by crates/kubectl-cmset/tests/install_manifests.rs (`make unit`), which
+reads the table itself.
 """
 
 import argparse
@@ -43,6 +48,8 @@ OPERATOR = "cmset-controller"
 # them against offline, so they are skipped, by name and with a message. Anything else unknown fails.
 THIRD_PARTY = {
     "cert-manager.io": {"Certificate", "Issuer", "ClusterIssuer"},
+    # The sample Rollout (config/samples/rollout).
+    "argoproj.io": {"Rollout"},
 }
 # The third field says whether the installation runs SecretSets; one that does not must have no access to
 # Secrets at all (see check_no_secrets).
@@ -384,14 +391,14 @@ def check_aggregates(chk, builds, cluster_role_atoms):
             if "view" in aggregates:
                 writes = sorted(a for a in atoms if a[2] not in ("get", "list", "watch"))
                 chk.rule(name, not writes, f"{ident(role)}, aggregated into view, grants more than reading: {writes}")
-    # The built-in admin role holds every verb the operator's Role has on core and apps resources; the
-    # rest must come from the roles aggregated into admin.
+    # The built-in admin role holds every verb the operator's Role has on core, apps and batch resources;
+    # the rest must come from the roles aggregated into admin.
     if "config/namespaced/cluster-admin" in builds:
         admin = set()
         for role in builds["config/namespaced/cluster-admin"]:
             if role["kind"] == "ClusterRole" and role["metadata"].get("labels", {}).get(AGGREGATE_LABEL + "admin") == "true":
                 admin |= rule_tuples(role.get("rules", []))
-        missing = sorted(a for a in cluster_role_atoms if a[0] not in ("", "apps") and a not in admin)
+        missing = sorted(a for a in cluster_role_atoms if a[0] not in ("", "apps", "batch") and a not in admin)
         chk.rule("config/namespaced/cluster-admin", not missing,
                  f"a namespace admin cannot grant the operator its Role: the aggregated admin roles lack {missing}")
 

@@ -26,6 +26,8 @@ KUSTOMIZATIONS=(
   config/no-secrets
   config/rbac
   config/samples
+  config/samples/jobs
+  config/samples/rollout
   "$@"
 )
 

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use cmset_core::kinds::{Declaration, Kinds};
 
 use crate::cert_keeper::{CertSource, SecretSource};
 use crate::webhook_certs::Policy;
@@ -116,9 +117,52 @@ pub struct Cli {
     /// Secrets at all (`config/no-secrets`); ConfigMapSets work either way.
     #[arg(long, env = "CMSET_SECRET_SETS", default_value_t = true, action = clap::ArgAction::Set)]
     pub secret_sets: bool,
+
+    /// An extra workload kind with a pod template, as GROUP/VERSION/KIND=TEMPLATE (e.g.
+    /// `apps.kruise.io/v1alpha1/CloneSet=spec.template`); repeat the flag (or separate by commas) for
+    /// several. cmset needs list, watch and patch on its resource, and a webhook rule for it.
+    #[arg(long = "workload-kind", env = "CMSET_WORKLOAD_KINDS", value_delimiter = ',')]
+    pub workload_kinds: Vec<String>,
+
+    /// A YAML file listing extra workload kinds: a list of `{group, version, kind, template}`.
+    #[arg(long, env = "CMSET_WORKLOAD_KINDS_FILE")]
+    pub workload_kinds_file: Option<std::path::PathBuf>,
+
+    /// How often the API server's discovery is asked which workload kinds it serves (a CRD installed
+    /// or removed is picked up within this time).
+    #[arg(long, env = "CMSET_KIND_DISCOVERY_SECONDS", default_value_t = 20,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub kind_discovery_seconds: u64,
 }
 
 impl Cli {
+    /// The table of workload kinds: the built-in ones and every declared one, each checked. An error
+    /// names the declaration and what is wrong with it.
+    pub fn kinds(&self) -> Result<Kinds, String> {
+        let mut declared = Vec::new();
+        for text in self.workload_kinds.iter().filter(|t| !t.trim().is_empty()) {
+            declared.push(Declaration::parse(text).map_err(|e| format!("--workload-kind: {e}"))?);
+        }
+        if let Some(path) = &self.workload_kinds_file {
+            let shown = path.display();
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("--workload-kinds-file {shown}: {e}"))?;
+            let listed: Vec<Declaration> = serde_yaml_ng::from_str::<Option<Vec<Declaration>>>(&text)
+                .map_err(|e| {
+                    format!(
+                        "--workload-kinds-file {shown}: not a list of {{group, version, kind, template}}: {e}"
+                    )
+                })?
+                .unwrap_or_default();
+            declared.extend(listed);
+        }
+        Kinds::with_declared(&declared).map_err(|e| e.to_string())
+    }
+
+    pub fn kind_discovery(&self) -> Duration {
+        Duration::from_secs(self.kind_discovery_seconds)
+    }
+
     pub fn multi_set_window(&self) -> Duration {
         Duration::from_millis(self.workload_debounce_ms)
     }

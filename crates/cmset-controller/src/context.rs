@@ -113,6 +113,13 @@ impl Context {
         self.index.is_ready()
     }
 
+    /// False also while a watch started later (a workload kind installed after start-up) has not
+    /// listed once: a set's status and pruning must see every reader, and that kind's may name a
+    /// revision nothing else names.
+    pub fn caches_complete(&self) -> bool {
+        self.index.is_complete()
+    }
+
     /// Marks `set`'s pending writes as deferred (batched until [`BATCH_WINDOW`] has passed or an
     /// urgent write comes along): `Some(wait)` while the window since the first deferral is still open,
     /// `None` once it has passed (write now).

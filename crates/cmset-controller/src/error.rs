@@ -39,6 +39,9 @@ pub enum Error {
 
     #[error("patching {workload}: {}", redact::api_error(.source))]
     PatchWorkload { workload: String, source: kube::Error },
+
+    #[error("workload kind {0} is not served by the API server (any more)")]
+    KindNotServed(String),
 }
 
 /// The category and the redacted text: the derived form would print the kube error's own Debug
@@ -64,6 +67,7 @@ impl Error {
             Self::ListPods { .. } => "ListPods",
             Self::WriteStatus { .. } => "WriteStatus",
             Self::PatchWorkload { .. } => "PatchWorkload",
+            Self::KindNotServed(_) => "KindNotServed",
         }
     }
 
@@ -106,7 +110,7 @@ impl Error {
             | Self::ListPods { source, .. }
             | Self::WriteStatus { source, .. }
             | Self::PatchWorkload { source, .. } => source,
-            Self::MissingNamespace(_) => return None,
+            Self::MissingNamespace(_) | Self::KindNotServed(_) => return None,
         };
         Some(source)
     }

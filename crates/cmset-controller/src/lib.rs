@@ -16,6 +16,7 @@ pub mod memory;
 pub mod metrics;
 pub mod redact;
 pub mod runtime;
+pub mod served;
 pub mod server;
 pub mod set_controller;
 pub mod stores;

@@ -57,6 +57,8 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+    // A bad declaration stops the operator before it does anything.
+    let kinds = cli.kinds()?;
     let endpoints = bind(cli.metrics_address).await?;
     let client = kube::Client::try_default()
         .await
@@ -84,10 +86,15 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     let mut scopes = Scopes {
         scopes: Vec::new(),
         multi_set_window: cli.multi_set_window(),
+        kinds: kinds.clone(),
     };
     let mut watches = Vec::new();
     for namespace in namespaces {
-        let (scope, watch) = Scope::watch(&client, namespace, cli.secret_sets);
+        let served = cmset_controller::served::Settings {
+            kinds: kinds.clone(),
+            discovery: cli.kind_discovery(),
+        };
+        let (scope, watch) = Scope::watch(&client, namespace, cli.secret_sets, served);
         scopes.scopes.push(scope);
         watches.push(watch);
     }

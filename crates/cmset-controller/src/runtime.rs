@@ -8,9 +8,11 @@
 //!   name); indexed, not stored: the index keeps the revisions (label `cmset.dev/set`) and the versions
 //!   of the sources some set versions, and lets every other object pass. Secret values are never
 //!   watched: a source is read (GET) only when its version moved.
-//! - Deployments, StatefulSets, DaemonSets: label `cmset.dev/enabled=true`; stored slim.
-//! - ReplicaSets, ControllerRevisions: label `cmset.dev/managed=true` (which cmset puts on the pod
-//!   templates it rewrites); reduced to the names they reference, not stored.
+//! - Workloads of every kind in the table (`cmset_core::kinds`) that the server serves (see
+//!   [`crate::served`]): label `cmset.dev/enabled=true`; watched as dynamic objects, stored slim.
+//! - ReplicaSets, ControllerRevisions, Jobs: label `cmset.dev/managed=true` (which cmset puts on the
+//!   pod templates it rewrites, and on a CronJob's job template); reduced to the names they reference,
+//!   not stored.
 //! - Pods: label `cmset.dev/managed=true`, reduced to the names they reference (a revision a running
 //!   Pod names is in use), not stored.
 //!
@@ -21,10 +23,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cmset_api::{ConfigMapSet, SecretSet};
+use cmset_core::observe::WorkloadKind;
 use futures::channel::mpsc::UnboundedSender;
 use futures::{FutureExt, Stream, StreamExt, future::BoxFuture};
-use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::api::DynamicObject;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::utils::ResetTimerBackoff;
@@ -37,6 +42,7 @@ use crate::context::{Clock, Context};
 use crate::error::Error;
 use crate::index::{Index, Indexed, TriggerReceivers, TriggerSenders, trigger_channels};
 use crate::metrics::Metrics;
+use crate::served::{self, Served, ServedKind};
 use crate::stores::Stores;
 use crate::views::Object;
 use crate::{set_controller, workload_controller};
@@ -52,11 +58,6 @@ pub struct Settings {
     /// Whether SecretSets (and so Secrets) are served.
     pub secret_sets: bool,
 }
-
-/// Every kind watched, each feeding the index once: ConfigMapSet, ConfigMap, Deployment, StatefulSet,
-/// DaemonSet, ReplicaSet, ControllerRevision, Pod; with SecretSets, also SecretSet and Secret.
-const WATCHED_KINDS: usize = 8;
-const SECRET_KINDS: usize = 2;
 
 fn api<K: Indexed>(client: &Client, namespace: Option<&str>) -> Api<K> {
     match namespace {
@@ -77,13 +78,14 @@ fn watch_config<K: Indexed>() -> watcher::Config {
 /// without errors) but capped at 5 s, so that after an API server outage every watch is back within
 /// seconds of it rather than half a minute later. A watch retry costs one request per kind, and the
 /// reset timer still keeps a watch that fails right after every list from looping.
-fn watch_backoff() -> ResetTimerBackoff<WatchBackoff> {
+pub(crate) fn watch_backoff() -> ResetTimerBackoff<WatchBackoff> {
     ResetTimerBackoff::new(WatchBackoff::default(), Duration::from_secs(120))
 }
 
 /// Passes over the first expiry (410 Gone) of a watch per grace period, so that it relists at once
 /// instead of after a backoff step (see [`ExpiryGate`]).
-fn relist_at_once_on_expiry<K: Indexed, T>(
+pub(crate) fn relist_at_once_on_expiry<T>(
+    kind: &'static str,
     stream: impl Stream<Item = Result<T, watcher::Error>>,
 ) -> impl Stream<Item = Result<T, watcher::Error>> {
     let mut gate = ExpiryGate::default();
@@ -91,14 +93,14 @@ fn relist_at_once_on_expiry<K: Indexed, T>(
         let expired = matches!(item, Err(watcher::Error::WatchError(status)) if status.code == 410);
         let skip = expired && gate.pass_over(std::time::Instant::now());
         if skip {
-            debug!(kind = K::NAME, "watch expired (410 Gone); listing again at once");
+            debug!(kind, "watch expired (410 Gone); listing again at once");
         }
         futures::future::ready(!skip)
     })
 }
 
-fn log_watch_errors<K: Indexed>(e: &watcher::Error) {
-    warn!(kind = K::NAME, error = %crate::redact::watcher_error(e), "watch error; retrying with backoff");
+pub(crate) fn log_watch_error(kind: &'static str, e: &watcher::Error) {
+    warn!(kind, error = %crate::redact::watcher_error(e), "watch error; retrying with backoff");
 }
 
 /// A watch that only feeds the index (revisions, history objects): nothing is cached whole.
@@ -107,7 +109,8 @@ fn indexed_watch<K: Indexed>(
     namespace: Option<&str>,
     index: Arc<Index>,
 ) -> BoxFuture<'static, ()> {
-    relist_at_once_on_expiry::<K, _>(watcher(api::<K>(client, namespace), watch_config::<K>()))
+    index.expect(K::NAME);
+    relist_at_once_on_expiry(K::NAME, watcher(api::<K>(client, namespace), watch_config::<K>()))
         .backoff(watch_backoff())
         .modify(K::slim)
         .for_each(move |event| {
@@ -115,7 +118,7 @@ fn indexed_watch<K: Indexed>(
                 Ok(event) => {
                     index.handle(&event);
                 }
-                Err(e) => log_watch_errors::<K>(&e),
+                Err(e) => log_watch_error(K::NAME, &e),
             }
             futures::future::ready(())
         })
@@ -132,7 +135,8 @@ fn stored_watch<K: Indexed>(
     own: UnboundedSender<ObjectRef<K>>,
 ) -> (Store<K>, BoxFuture<'static, ()>) {
     let (reader, writer) = reflector::store();
-    let driver = relist_at_once_on_expiry::<K, _>(watcher(api::<K>(client, namespace), watch_config::<K>()))
+    index.expect(K::NAME);
+    let driver = relist_at_once_on_expiry(K::NAME, watcher(api::<K>(client, namespace), watch_config::<K>()))
         .backoff(watch_backoff())
         .modify(K::slim)
         .reflect(writer)
@@ -146,7 +150,7 @@ fn stored_watch<K: Indexed>(
                         let _ = own.unbounded_send(ObjectRef::from_obj(obj));
                     }
                 }
-                Err(e) => log_watch_errors::<K>(&e),
+                Err(e) => log_watch_error(K::NAME, &e),
             }
             futures::future::ready(())
         })
@@ -178,6 +182,8 @@ pub struct Scope {
     pub stores: Stores,
     senders: TriggerSenders,
     receivers: std::sync::Mutex<Option<TriggerReceivers>>,
+    /// The workload kinds served now (see [`crate::served`]).
+    served: tokio::sync::watch::Receiver<Served>,
 }
 
 impl Scope {
@@ -186,28 +192,20 @@ impl Scope {
         client: &Client,
         namespace: Option<String>,
         secret_sets: bool,
+        kinds: served::Settings,
     ) -> (Arc<Self>, BoxFuture<'static, ()>) {
         let ns = namespace.as_deref();
         let (senders, receivers) = trigger_channels();
-        let kinds = WATCHED_KINDS + if secret_sets { SECRET_KINDS } else { 0 };
-        let index = Arc::new(Index::new(kinds, Some(senders.clone())));
+        let index = Arc::new(Index::new(Some(senders.clone())));
 
         let (sets, sets_watch) =
             stored_watch::<ConfigMapSet>(client, ns, index.clone(), senders.sets.clone());
-        let (deployments, deploy_watch) =
-            stored_watch::<Deployment>(client, ns, index.clone(), senders.deployments.clone());
-        let (statefulsets, sts_watch) =
-            stored_watch::<StatefulSet>(client, ns, index.clone(), senders.statefulsets.clone());
-        let (daemonsets, ds_watch) =
-            stored_watch::<DaemonSet>(client, ns, index.clone(), senders.daemonsets.clone());
         let mut watches = vec![
             sets_watch,
-            deploy_watch,
-            sts_watch,
-            ds_watch,
             indexed_watch::<PartialObjectMeta<ConfigMap>>(client, ns, index.clone()),
             indexed_watch::<ReplicaSet>(client, ns, index.clone()),
             indexed_watch::<ControllerRevision>(client, ns, index.clone()),
+            indexed_watch::<Job>(client, ns, index.clone()),
             indexed_watch::<Pod>(client, ns, index.clone()),
         ];
         let secret_sets = secret_sets.then(|| {
@@ -224,16 +222,25 @@ impl Scope {
         let stores = Stores {
             sets,
             secret_sets,
-            deployments,
-            statefulsets,
-            daemonsets,
+            workloads: Default::default(),
         };
+        let (served_tx, served) = tokio::sync::watch::channel(Served::new());
+        watches.push(served::serve(
+            client.clone(),
+            namespace.clone(),
+            kinds,
+            index.clone(),
+            senders.clone(),
+            stores.workloads.clone(),
+            served_tx,
+        ));
         let scope = Arc::new(Self {
             namespace,
             index,
             stores,
             senders,
             receivers: std::sync::Mutex::new(Some(receivers)),
+            served,
         });
         (scope, futures::future::join_all(watches).map(drop).boxed())
     }
@@ -243,14 +250,20 @@ impl Scope {
         self.namespace.as_deref().is_none_or(|ns| ns == namespace)
     }
 
-    /// Whether every watch has listed everything once.
+    /// Whether every watch needed at start-up has listed everything once.
     pub fn is_ready(&self) -> bool {
         self.index.is_ready()
     }
 
+    /// The workload kind of this name that the scope serves now, if any.
+    pub fn served_kind(&self, kind: &str) -> Option<WorkloadKind> {
+        self.served.borrow().keys().find(|k| k.as_str() == kind).copied()
+    }
+
     /// Reconciles from the warm index, from now until `shutdown` resolves and the reconciles in flight
     /// have finished: no relist, every object already observed is queued at once. Called once, when
-    /// this replica takes the lease.
+    /// this replica takes the lease. A workload kind served later gets its controller then; one that
+    /// stops being served stops its controller.
     pub async fn lead(
         &self,
         client: Client,
@@ -275,40 +288,18 @@ impl Scope {
         let wiring = Wiring {
             config: controller::Config::default().concurrency(settings.concurrency),
             ctx: Arc::new(context),
-            shutdown,
+            shutdown: shutdown.clone(),
         };
-        let (sets_ctl, workload_ctl) = (set_controller::NAME, workload_controller::NAME);
+        let sets_ctl = set_controller::NAME;
         let stores = &self.stores;
-        let mut controllers = vec![
-            wiring.controller(
-                stores.sets.clone(),
-                triggers.sets,
-                sets_ctl,
-                set_controller::reconcile::<ConfigMapSet>,
-                set_controller::error_policy::<ConfigMapSet>,
-            ),
-            wiring.controller(
-                stores.deployments.clone(),
-                triggers.deployments,
-                workload_ctl,
-                workload_controller::reconcile::<Deployment>,
-                workload_controller::error_policy::<Deployment>,
-            ),
-            wiring.controller(
-                stores.statefulsets.clone(),
-                triggers.statefulsets,
-                workload_ctl,
-                workload_controller::reconcile::<StatefulSet>,
-                workload_controller::error_policy::<StatefulSet>,
-            ),
-            wiring.controller(
-                stores.daemonsets.clone(),
-                triggers.daemonsets,
-                workload_ctl,
-                workload_controller::reconcile::<DaemonSet>,
-                workload_controller::error_policy::<DaemonSet>,
-            ),
-        ];
+        let controllers = futures::stream::FuturesUnordered::new();
+        controllers.push(wiring.controller(
+            stores.sets.clone(),
+            triggers.sets,
+            sets_ctl,
+            set_controller::reconcile::<ConfigMapSet>,
+            set_controller::error_policy::<ConfigMapSet>,
+        ));
         if let Some(store) = &stores.secret_sets {
             controllers.push(wiring.controller(
                 store.clone(),
@@ -322,14 +313,53 @@ impl Scope {
         // object changed in between is queued twice, and reconciled once).
         self.index.lead();
         queue_all(&stores.sets, &self.senders.sets);
-        queue_all(&stores.deployments, &self.senders.deployments);
-        queue_all(&stores.statefulsets, &self.senders.statefulsets);
-        queue_all(&stores.daemonsets, &self.senders.daemonsets);
         if let Some(store) = &stores.secret_sets {
             queue_all(store, &self.senders.secret_sets);
         }
         debug!(sizes = ?self.index.sizes(), "leading from the warm index");
-        futures::future::join_all(controllers).await;
+        self.lead_workload_kinds(&wiring, controllers, shutdown).await;
+    }
+
+    /// Runs a workload controller for every kind served, as kinds come and go, until `shutdown`; then
+    /// waits for every controller to finish.
+    async fn lead_workload_kinds<Shutdown>(
+        &self,
+        wiring: &Wiring<Shutdown>,
+        mut controllers: futures::stream::FuturesUnordered<BoxFuture<'static, ()>>,
+        shutdown: Shutdown,
+    ) where
+        Shutdown: std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
+    {
+        let mut served = self.served.clone();
+        let mut led: Vec<Arc<ServedKind>> = Vec::new();
+        let shutdown = shutdown.fuse();
+        futures::pin_mut!(shutdown);
+        loop {
+            let now: Vec<Arc<ServedKind>> = served.borrow_and_update().values().cloned().collect();
+            for kind in now {
+                if led.iter().any(|l| Arc::ptr_eq(l, &kind)) {
+                    continue;
+                }
+                if let Some(queue) = kind.take_queue() {
+                    controllers.push(wiring.workload_controller(&kind, queue));
+                    kind.queue_all();
+                }
+                led.push(kind);
+            }
+            // Forget kinds no longer served (their controllers stop on their own).
+            let current = served.borrow().clone();
+            led.retain(|l| current.get(&l.kind).is_some_and(|c| Arc::ptr_eq(c, l)));
+            tokio::select! {
+                changed = served.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                }
+                Some(()) = controllers.next() => {}
+                () = &mut shutdown => break,
+            }
+        }
+        while controllers.next().await.is_some() {}
     }
 }
 
@@ -346,6 +376,8 @@ pub struct Scopes {
     pub scopes: Vec<Arc<Scope>>,
     /// The window in which a workload reading several sets gathers their changes (`Settings`).
     pub multi_set_window: Duration,
+    /// The workload kinds of the table, declared ones included.
+    pub kinds: cmset_core::kinds::Kinds,
 }
 
 impl Scopes {
@@ -393,5 +425,33 @@ where
             .run(reconcile, error_policy, self.ctx.clone())
             .map(|r| r.map_err(|e| crate::redact::controller_error(&e).to_string()));
         log_results(stream, name)
+    }
+
+    /// The workload controller of one served kind: stops when the kind stops being served, or at
+    /// shutdown.
+    fn workload_controller(
+        &self,
+        kind: &ServedKind,
+        queue: futures::channel::mpsc::UnboundedReceiver<ObjectRef<DynamicObject>>,
+    ) -> BoxFuture<'static, ()> {
+        let workload_kind = kind.kind;
+        let stopped = futures::future::select(self.shutdown.clone().boxed(), kind.stopped().boxed())
+            .map(drop)
+            .shared();
+        let stream = Controller::for_shared_stream_with(
+            futures::stream::pending(),
+            kind.store.clone(),
+            kind.resource.clone(),
+        )
+        .with_config(self.config.clone())
+        .reconcile_on(queue)
+        .graceful_shutdown_on(stopped)
+        .run(
+            move |obj, ctx| workload_controller::reconcile(workload_kind, obj, ctx),
+            move |obj, error, ctx| workload_controller::error_policy(workload_kind, obj, error, ctx),
+            self.ctx.clone(),
+        )
+        .map(|r| r.map_err(|e| crate::redact::controller_error(&e).to_string()));
+        log_results(stream, workload_controller::NAME)
     }
 }

@@ -2,12 +2,13 @@
 //! kind by [`SetId`], an opted-in workload's view by key. Written only by the stored watches that
 //! `runtime` starts (kube's reflectors); everything else only reads them.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 
 use cmset_api::{ConfigMapSet, SecretSet};
 use cmset_core::observe::{WorkloadKind, WorkloadView};
 use cmset_core::set::{SetKind, SetRef};
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::index::{Key, SetId};
@@ -21,9 +22,15 @@ pub struct Stores {
     pub sets: Store<ConfigMapSet>,
     /// `None` when SecretSets are not served (`--secret-sets=false`).
     pub secret_sets: Option<Store<SecretSet>>,
-    pub deployments: Store<Deployment>,
-    pub statefulsets: Store<StatefulSet>,
-    pub daemonsets: Store<DaemonSet>,
+    /// The stores of the workload kinds served now: kinds come and go with the CRDs installed.
+    pub workloads: Arc<RwLock<HashMap<WorkloadKind, WorkloadStore>>>,
+}
+
+/// The store of one served workload kind, with the resource its object references carry.
+#[derive(Clone)]
+pub struct WorkloadStore {
+    pub resource: ApiResource,
+    pub store: Store<DynamicObject>,
 }
 
 impl Stores {
@@ -37,19 +44,30 @@ impl Stores {
         }
     }
 
+    /// The store of workload kind `kind`, if it is served.
+    pub fn workload_store(&self, kind: WorkloadKind) -> Option<WorkloadStore> {
+        let stores = self.workloads.read().unwrap_or_else(|e| e.into_inner());
+        stores.get(&kind).cloned()
+    }
+
+    /// One workload as its store holds it (slim), looked up by key.
+    pub fn workload_object(
+        &self,
+        kind: WorkloadKind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Arc<DynamicObject>> {
+        let stores = self.workloads.read().unwrap_or_else(|e| e.into_inner());
+        let served = stores.get(&kind)?;
+        served
+            .store
+            .get(&ObjectRef::new_with(name, served.resource.clone()).within(namespace))
+    }
+
     /// The view of one opted-in workload, looked up by key.
     pub fn workload(&self, kind: WorkloadKind, namespace: &str, name: &str) -> Option<WorkloadView> {
-        fn view<K: views::Workload>(store: &Store<K>, namespace: &str, name: &str) -> Option<WorkloadView> {
-            let obj = store.get(&ObjectRef::new(name).within(namespace))?;
-            views::opted_in(obj.as_ref())
-                .then(|| views::workload_view(obj.as_ref()))
-                .flatten()
-        }
-        match kind {
-            WorkloadKind::Deployment => view(&self.deployments, namespace, name),
-            WorkloadKind::StatefulSet => view(&self.statefulsets, namespace, name),
-            WorkloadKind::DaemonSet => view(&self.daemonsets, namespace, name),
-        }
+        let obj = self.workload_object(kind, namespace, name)?;
+        views::workload_view(kind, &obj)
     }
 }
 

@@ -1,11 +1,15 @@
 //! Turns API objects into the plain views `cmset-core` plans from.
 
-use cmset_core::health::{Progress, Wave, health};
-use cmset_core::observe::{HistoryKind, HistoryObject, RefNames, RevisionView, WorkloadKind, WorkloadView};
+#[cfg(test)]
+use cmset_core::health::Health;
+use cmset_core::observe::{
+    HistoryKind, HistoryObject, Identity, RefNames, RevisionView, WorkloadKind, WorkloadView,
+};
 use cmset_core::refs;
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::DynamicObject;
 use kube::core::PartialObjectMeta;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
@@ -37,98 +41,6 @@ impl<T> Object for T where
 {
 }
 
-/// A workload kind cmset rewrites: its pod template and its kind.
-pub trait Workload: Object {
-    const KIND: WorkloadKind;
-    fn template(&self) -> Option<&PodTemplateSpec>;
-    /// The status fields its health is read from (see [`cmset_core::health`]).
-    fn progress(&self) -> Progress;
-}
-
-fn generation<K: Resource>(obj: &K) -> i64 {
-    obj.meta().generation.unwrap_or(0)
-}
-
-impl Workload for Deployment {
-    const KIND: WorkloadKind = WorkloadKind::Deployment;
-    fn template(&self) -> Option<&PodTemplateSpec> {
-        self.spec.as_ref().map(|s| &s.template)
-    }
-    fn progress(&self) -> Progress {
-        let status = self.status.clone().unwrap_or_default();
-        let deadline_exceeded = status
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "Progressing" && c.reason.as_deref() == Some("ProgressDeadlineExceeded"));
-        Progress::Deployment {
-            generation: generation(self),
-            observed_generation: status.observed_generation.unwrap_or(0),
-            replicas: self.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
-            total: status.replicas.unwrap_or(0),
-            updated: status.updated_replicas.unwrap_or(0),
-            available: status.available_replicas.unwrap_or(0),
-            deadline_exceeded,
-        }
-    }
-}
-
-impl Workload for StatefulSet {
-    const KIND: WorkloadKind = WorkloadKind::StatefulSet;
-    fn template(&self) -> Option<&PodTemplateSpec> {
-        self.spec.as_ref().map(|s| &s.template)
-    }
-    fn progress(&self) -> Progress {
-        let status = self.status.clone().unwrap_or_default();
-        let spec = self.spec.as_ref();
-        let strategy = spec.and_then(|s| s.update_strategy.as_ref());
-        let partition = strategy
-            .and_then(|u| u.rolling_update.as_ref())
-            .and_then(|r| r.partition)
-            .unwrap_or(0);
-        let on_delete = is_on_delete(strategy.and_then(|u| u.type_.as_deref()));
-        Progress::StatefulSet {
-            generation: generation(self),
-            observed_generation: status.observed_generation.unwrap_or(0),
-            replicas: spec.and_then(|s| s.replicas).unwrap_or(1),
-            partition,
-            on_delete,
-            updated: status.updated_replicas.unwrap_or(0),
-            ready: status.ready_replicas.unwrap_or(0),
-            current_revision: status.current_revision,
-            update_revision: status.update_revision,
-        }
-    }
-}
-
-impl Workload for DaemonSet {
-    const KIND: WorkloadKind = WorkloadKind::DaemonSet;
-    fn template(&self) -> Option<&PodTemplateSpec> {
-        self.spec.as_ref().map(|s| &s.template)
-    }
-    fn progress(&self) -> Progress {
-        let status = self.status.clone().unwrap_or_default();
-        Progress::DaemonSet {
-            generation: generation(self),
-            observed_generation: status.observed_generation.unwrap_or(0),
-            desired: status.desired_number_scheduled,
-            on_delete: is_on_delete(
-                self.spec
-                    .as_ref()
-                    .and_then(|s| s.update_strategy.as_ref())
-                    .and_then(|u| u.type_.as_deref()),
-            ),
-            updated: status.updated_number_scheduled.unwrap_or(0),
-            available: status.number_available.unwrap_or(0),
-        }
-    }
-}
-
-/// An `updateStrategy.type` of `OnDelete` (StatefulSets and DaemonSets spell it alike).
-fn is_on_delete(strategy_type: Option<&str>) -> bool {
-    strategy_type == Some("OnDelete")
-}
-
 /// Whether the workload carries the opt-in label.
 pub fn opted_in<K: Resource>(obj: &K) -> bool {
     obj.meta()
@@ -139,21 +51,21 @@ pub fn opted_in<K: Resource>(obj: &K) -> bool {
         == Some(cmset_api::labels::ENABLED_VALUE)
 }
 
-pub fn workload_view<K: Workload>(obj: &K) -> Option<WorkloadView> {
-    let template = obj.template()?;
-    Some(WorkloadView {
-        kind: K::KIND,
-        name: obj.meta().name.clone()?,
-        uid: obj.meta().uid.clone()?,
-        pod_spec: template.spec.clone().unwrap_or_default(),
-        template_labels: template
-            .metadata
-            .as_ref()
-            .and_then(|m| m.labels.clone())
-            .unwrap_or_default(),
-        wave: Wave::parse(obj.labels().get(cmset_api::labels::WAVE).map(String::as_str)),
-        health: health(&obj.progress()),
-    })
+/// The view of an opted-in workload of `kind`; `None` when it did not opt in or has no pod template
+/// where its kind keeps one.
+pub fn workload_view(kind: WorkloadKind, obj: &DynamicObject) -> Option<WorkloadView> {
+    if !opted_in(obj) {
+        return None;
+    }
+    let meta = &obj.metadata;
+    let no_labels = Default::default();
+    let identity = Identity {
+        name: meta.name.as_deref()?,
+        uid: meta.uid.as_deref()?,
+        generation: meta.generation.unwrap_or(0),
+        labels: meta.labels.as_ref().unwrap_or(&no_labels),
+    };
+    WorkloadView::of_parts(kind, &identity, &obj.data)
 }
 
 fn controller_uid<K: Resource>(obj: &K) -> Option<String> {
@@ -170,6 +82,18 @@ pub fn replica_set_view(rs: &ReplicaSet) -> Option<HistoryObject> {
         name: rs.name_any(),
         uid: rs.uid()?,
         owner_uid: controller_uid(rs),
+        referenced: RefNames::of(spec),
+    })
+}
+
+/// A Job a CronJob made from a template cmset rewrote.
+pub fn job_view(job: &Job) -> Option<HistoryObject> {
+    let spec = job.spec.as_ref()?.template.spec.as_ref()?;
+    Some(HistoryObject {
+        kind: HistoryKind::Job,
+        name: job.name_any(),
+        uid: job.uid()?,
+        owner_uid: controller_uid(job),
         referenced: RefNames::of(spec),
     })
 }
@@ -206,41 +130,54 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn progress_reads_the_update_strategy() {
-        let sts = |strategy: serde_json::Value| -> StatefulSet {
-            serde_json::from_value(json!({
-                "metadata": {"name": "db", "generation": 3},
-                "spec": {"selector": {}, "serviceName": "db", "template": {}, "replicas": 2,
-                         "updateStrategy": strategy},
-                "status": {"replicas": 2, "observedGeneration": 3, "readyReplicas": 2, "updatedReplicas": 1},
-            }))
-            .unwrap()
-        };
-        let Progress::StatefulSet {
-            on_delete, partition, ..
-        } = sts(json!({"type": "OnDelete"})).progress()
-        else {
-            panic!("a StatefulSet's progress")
-        };
-        assert_eq!((on_delete, partition), (true, 0));
-        let rolling = json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 1}});
-        let Progress::StatefulSet {
-            on_delete, partition, ..
-        } = sts(rolling).progress()
-        else {
-            panic!("a StatefulSet's progress")
-        };
-        assert_eq!((on_delete, partition), (false, 1));
+    fn dynamic(value: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(value).unwrap()
+    }
 
-        let ds: DaemonSet = serde_json::from_value(json!({
-            "metadata": {"name": "agent", "generation": 1},
-            "spec": {"selector": {}, "template": {}, "updateStrategy": {"type": "OnDelete"}},
-        }))
-        .unwrap();
-        assert!(matches!(
-            ds.progress(),
-            Progress::DaemonSet { on_delete: true, .. }
-        ));
+    #[test]
+    fn a_view_needs_the_opt_in_and_a_template_where_the_kind_keeps_it() {
+        let cron = |labels: serde_json::Value| {
+            dynamic(json!({
+                "apiVersion": "batch/v1beta1", "kind": "CronJob",
+                "metadata": {"name": "nightly", "namespace": "team", "uid": "u1", "generation": 2, "labels": labels},
+                "spec": {"schedule": "@daily", "jobTemplate": {"spec": {"template": {
+                    "metadata": {"labels": {"app": "nightly"}},
+                    "spec": {"containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": "app"}}]}]}
+                }}}}
+            }))
+        };
+        let view = workload_view(WorkloadKind::CronJob, &cron(json!({"cmset.dev/enabled": "true"}))).unwrap();
+        assert_eq!((view.name.as_str(), view.uid.as_str()), ("nightly", "u1"));
+        assert!(view.referenced_names().contains("app"));
+        assert!(view.health.is_healthy(), "a CronJob has nothing to roll out");
+        assert!(workload_view(WorkloadKind::CronJob, &cron(json!({}))).is_none());
+        assert!(
+            workload_view(
+                WorkloadKind::Deployment,
+                &cron(json!({"cmset.dev/enabled": "true"}))
+            )
+            .is_none(),
+            "a Deployment's template is not where a CronJob keeps it"
+        );
+    }
+
+    #[test]
+    fn a_rollouts_health_is_its_phase_once_its_generation_is_observed() {
+        let rollout = |observed: &str, phase: &str| {
+            dynamic(json!({
+                "metadata": {"name": "web", "uid": "u", "generation": 3, "labels": {"cmset.dev/enabled": "true"}},
+                "spec": {"template": {"spec": {"containers": []}}},
+                "status": {"observedGeneration": observed, "phase": phase, "message": "too slow"}
+            }))
+        };
+        let health = |o, p| {
+            workload_view(WorkloadKind::Rollout, &rollout(o, p))
+                .unwrap()
+                .health
+        };
+        assert!(health("3", "Healthy").is_healthy());
+        assert_eq!(health("2", "Healthy"), Health::Progressing);
+        assert_eq!(health("3", "Paused"), Health::Progressing);
+        assert!(matches!(health("3", "Degraded"), Health::Failed(m) if m.contains("too slow")));
     }
 }

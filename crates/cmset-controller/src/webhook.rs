@@ -21,6 +21,7 @@ use axum::routing::post;
 use base64::Engine;
 use cmset_core::admission::{self, Circumstances};
 use cmset_core::decide::Undecided;
+use cmset_core::kinds::Kinds;
 use cmset_core::observe::{WorkloadKind, WorkloadView};
 use cmset_core::refs::Referenced;
 use cmset_core::rollout::SetTarget;
@@ -154,10 +155,7 @@ async fn answer(handler: &Handler, review: &Value) -> Value {
     let request = &review["request"];
     let uid = request["uid"].as_str().unwrap_or_default();
     let (Some(kind), Some(namespace)) = (
-        request
-            .pointer("/kind/kind")
-            .and_then(Value::as_str)
-            .and_then(WorkloadKind::parse),
+        workload_kind(&handler.scopes.kinds, request),
         request["namespace"].as_str(),
     ) else {
         return review_response(uid, None);
@@ -175,7 +173,7 @@ async fn answer(handler: &Handler, review: &Value) -> Value {
     };
     let decided = decide(scope, handler.scopes.multi_set_window, namespace, &workload).await;
     let creating = request["operation"].as_str() == Some("CREATE");
-    let missing = if creating && kind == WorkloadKind::Deployment {
+    let missing = if creating && cmset_core::hold::can_hold(kind) {
         missing_names(handler, scope, namespace, &workload).await
     } else {
         BTreeSet::new()
@@ -191,6 +189,17 @@ async fn answer(handler: &Handler, review: &Value) -> Value {
     handler.count(result);
     debug!(%kind, %namespace, name = %workload.name, result, undecided = ?decided.as_ref().err(), "admission");
     review_response(uid, patch.as_ref())
+}
+
+/// The kind of the object admitted, if it is a workload kind of the table (its group must match too:
+/// another group's kind of the same name is not ours).
+fn workload_kind(kinds: &Kinds, request: &Value) -> Option<WorkloadKind> {
+    let kind = kinds.parse(request.pointer("/kind/kind")?.as_str()?)?;
+    let group = request
+        .pointer("/kind/group")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    (kind.spec().group == group).then_some(kind)
 }
 
 /// The one decision (see [`crate::decisions`]) from the warm index, waiting up to [`DECISION_WAIT`]

@@ -1,5 +1,7 @@
-//! The workload controller, keyed by workload: computes every set reference of one Deployment,
-//! StatefulSet or DaemonSet at once and patches it once, so that sets changed together roll it once.
+//! The workload controller, keyed by workload (one per served kind of the table, see
+//! `cmset_core::kinds`): computes every set reference of one workload at once and patches it once, so
+//! that sets changed together roll it once. A kind whose template cannot change after creation (a Job)
+//! is never patched: admission names the revisions when it is created.
 //!
 //! When to act, so that one apply is one rollout without making every change wait:
 //! - a workload that reads one set moves as soon as that set's current revision exists: nothing else
@@ -20,20 +22,21 @@ use std::time::{Duration, Instant};
 use cmset_api::labels;
 use cmset_core::decide::Undecided;
 use cmset_core::hold;
-use cmset_core::refs::{self, TEMPLATE_POD_SPEC_POINTER};
+use cmset_core::observe::WorkloadKind;
+use cmset_core::refs;
 use cmset_core::rollout::{SetTarget, plan_workload};
 use cmset_core::waves::Gate;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::context::{Context, Reconciled};
 use crate::decisions::Gathered;
 use crate::error::{Error, Result};
 use crate::index::Key;
-use crate::views::{self, Workload};
+use crate::views;
 
 pub const NAME: &str = "workload";
 
@@ -41,26 +44,40 @@ pub const NAME: &str = "workload";
 /// anyway, the requeue only covers a missed event.
 const WAIT_FOR_SETS: Duration = Duration::from_secs(30);
 
-pub async fn reconcile<K: Workload>(workload: Arc<K>, ctx: Arc<Context>) -> Result<Action> {
+/// One workload of `kind`, as its store holds it.
+struct Workload<'a> {
+    kind: WorkloadKind,
+    object: &'a DynamicObject,
+}
+
+pub async fn reconcile(
+    kind: WorkloadKind,
+    workload: Arc<DynamicObject>,
+    ctx: Arc<Context>,
+) -> Result<Action> {
     let started = Instant::now();
     let span = info_span!(
         "reconcile",
         controller = NAME,
-        kind = K::KIND.as_str(),
+        kind = kind.as_str(),
         namespace = workload.namespace().unwrap_or_default(),
         workload = %workload.name_any(),
     );
-    let result = reconcile_inner(workload.as_ref(), &ctx).instrument(span).await;
+    let this = Workload {
+        kind,
+        object: workload.as_ref(),
+    };
+    let result = reconcile_inner(&this, &ctx).instrument(span).await;
     ctx.metrics.reconciled(NAME, started.elapsed());
     if result.is_ok() {
-        ctx.succeeded(&reconciled(workload.as_ref()));
+        ctx.succeeded(&reconciled(kind, workload.as_ref()));
     }
     result
 }
 
-fn reconciled<K: Workload>(workload: &K) -> Reconciled {
+fn reconciled(kind: WorkloadKind, workload: &DynamicObject) -> Reconciled {
     let key = Key::new(&workload.namespace().unwrap_or_default(), &workload.name_any());
-    Reconciled::Workload(K::KIND, key)
+    Reconciled::Workload(kind, key)
 }
 
 /// Why a workload does not move yet.
@@ -87,16 +104,21 @@ fn targets(
     }
 }
 
-async fn reconcile_inner<K: Workload>(workload: &K, ctx: &Context) -> Result<Action> {
+async fn reconcile_inner(this: &Workload<'_>, ctx: &Context) -> Result<Action> {
     // Planning from half-filled caches could miss a set's record; wait for the first full lists.
     if !ctx.caches_ready() {
         return Ok(Action::requeue(Duration::from_millis(250)));
     }
+    let (kind, workload) = (this.kind, this.object);
+    // A Job's template cannot change: admission named the revisions when it was created.
+    if !kind.is_mutable() {
+        return Ok(Action::await_change());
+    }
     // Only opted-in workloads are watched; the check keeps that true even if a watch were widened.
-    let (Some(namespace), Some(view)) = (workload.namespace(), views::workload_view(workload)) else {
+    let (Some(namespace), Some(view)) = (workload.namespace(), views::workload_view(kind, workload)) else {
         return Ok(Action::await_change());
     };
-    if !views::opted_in(workload) || workload.meta().deletion_timestamp.is_some() {
+    if workload.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
     let held = Hold::of(workload);
@@ -118,7 +140,7 @@ async fn reconcile_inner<K: Workload>(workload: &K, ctx: &Context) -> Result<Act
                 }
             };
             return match held.as_ref().map(|h| h.left(ctx)) {
-                Some(None) => release(workload, &namespace, &view.uid, held.as_ref(), ctx).await,
+                Some(None) => release(this, &namespace, &view.uid, held.as_ref(), ctx).await,
                 Some(Some(left)) => Ok(Action::requeue(wait.min(left))),
                 None => Ok(Action::requeue(wait)),
             };
@@ -128,28 +150,21 @@ async fn reconcile_inner<K: Workload>(workload: &K, ctx: &Context) -> Result<Act
     if plan.is_empty() {
         return match held.as_ref().map(|h| h.left(ctx)) {
             // Held for a name no set ever took: let it go once the hold is over.
-            Some(None) => release(workload, &namespace, &view.uid, held.as_ref(), ctx).await,
+            Some(None) => release(this, &namespace, &view.uid, held.as_ref(), ctx).await,
             Some(Some(left)) => Ok(Action::requeue(left)),
             None => Ok(Action::await_change()),
         };
     }
-    let what = format!("{} {namespace}/{}", K::KIND, view.name);
-    let has_labels = workload
-        .template()
-        .and_then(|t| t.metadata.as_ref())
-        .and_then(|m| m.labels.as_ref())
-        .is_some();
-    let mut patch = plan.json_patch(&view.uid, has_labels);
-    // A held Deployment is unpaused by the same patch: its first ReplicaSet names the revisions.
+    let what = format!("{kind} {namespace}/{}", view.name);
+    let mut patch = plan.json_patch(kind, &view.uid, &workload.data);
+    // A held workload is released by the same patch: its first ReplicaSet (or Job) names the revisions.
     if let Some(hold) = &held {
-        patch.0.extend(hold::release_operations(&hold.since));
+        patch.0.extend(hold::release_operations(kind, &hold.since));
     }
-    patch_workload::<K>(ctx, &namespace, &view.name, patch, &what).await?;
+    patch_workload(this, ctx, &namespace, &view.name, patch, &what).await?;
     ctx.metrics
         .workloads_updated
-        .get_or_create(&crate::metrics::KindLabel {
-            kind: K::KIND.as_str(),
-        })
+        .get_or_create(&crate::metrics::KindLabel { kind: kind.as_str() })
         .inc();
     let moves: Vec<String> = plan
         .changes
@@ -169,9 +184,7 @@ async fn reconcile_inner<K: Workload>(workload: &K, ctx: &Context) -> Result<Act
     } else {
         ctx.metrics
             .workloads_rolled_back
-            .get_or_create(&crate::metrics::KindLabel {
-                kind: K::KIND.as_str(),
-            })
+            .get_or_create(&crate::metrics::KindLabel { kind: kind.as_str() })
             .inc();
         warn!(workload = %what, changes = ?moves, "rolled back after a failed rollout");
         Event {
@@ -186,8 +199,24 @@ async fn reconcile_inner<K: Workload>(workload: &K, ctx: &Context) -> Result<Act
             secondary: None,
         }
     };
-    ctx.publish(&event, &workload.object_ref(&())).await;
+    ctx.publish(&event, &object_ref(this, ctx)).await;
     Ok(Action::await_change())
+}
+
+/// The reference events are published on, at the version the kind is served at.
+fn object_ref(this: &Workload<'_>, ctx: &Context) -> k8s_openapi::api::core::v1::ObjectReference {
+    let resource = ctx
+        .stores
+        .workload_store(this.kind)
+        .map(|s| s.resource)
+        .unwrap_or_else(|| {
+            let spec = this.kind.spec();
+            let version = spec.versions.first().copied().unwrap_or_default();
+            kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                spec.group, version, spec.kind,
+            ))
+        });
+    this.object.object_ref(&resource)
 }
 
 /// The revisions whose failed rollout `changes` move away from.
@@ -201,14 +230,14 @@ fn rollbacks(targets: &[SetTarget], changes: &[refs::NameChange]) -> Vec<String>
     dedup(&failed)
 }
 
-/// A hold cmset's webhook put on a new Deployment (see `cmset_core::hold`).
+/// A hold cmset's webhook put on a new workload (see `cmset_core::hold`).
 struct Hold {
     since: String,
     since_second: Option<i64>,
 }
 
 impl Hold {
-    fn of<K: Workload>(workload: &K) -> Option<Self> {
+    fn of(workload: &DynamicObject) -> Option<Self> {
         let since = workload.annotations().get(hold::HELD_SINCE)?.clone();
         let since_second = since.parse::<jiff::Timestamp>().ok().map(|t| t.as_second());
         Some(Self { since, since_second })
@@ -222,9 +251,9 @@ impl Hold {
     }
 }
 
-/// Unpauses a held Deployment whose sets did not turn up in time, so that it runs as written.
-async fn release<K: Workload>(
-    workload: &K,
+/// Releases a held workload whose sets did not turn up in time, so that it runs as written.
+async fn release(
+    this: &Workload<'_>,
     namespace: &str,
     uid: &str,
     hold: Option<&Hold>,
@@ -233,15 +262,16 @@ async fn release<K: Workload>(
     let Some(hold) = hold else {
         return Ok(Action::await_change());
     };
-    let name = workload.name_any();
-    let what = format!("{} {namespace}/{name}", K::KIND);
+    let kind = this.kind;
+    let name = this.object.name_any();
+    let what = format!("{kind} {namespace}/{name}");
     let patch = refs::json_patch(
         uid,
-        TEMPLATE_POD_SPEC_POINTER,
+        kind.pod_spec(),
         &[],
-        hold::release_operations(&hold.since),
+        hold::release_operations(kind, &hold.since),
     );
-    patch_workload::<K>(ctx, namespace, &name, patch, &what).await?;
+    patch_workload(this, ctx, namespace, &name, patch, &what).await?;
     warn!(workload = %what, "no revision for the sets it reads appeared in time; unpaused it as written");
     let event = Event {
         type_: EventType::Warning,
@@ -253,18 +283,24 @@ async fn release<K: Workload>(
         action: "Release".to_string(),
         secondary: None,
     };
-    ctx.publish(&event, &workload.object_ref(&())).await;
+    ctx.publish(&event, &object_ref(this, ctx)).await;
     Ok(Action::await_change())
 }
 
-async fn patch_workload<K: Workload>(
+async fn patch_workload(
+    this: &Workload<'_>,
     ctx: &Context,
     namespace: &str,
     name: &str,
     patch: json_patch::Patch,
     what: &str,
 ) -> Result<()> {
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
+    let resource = ctx
+        .stores
+        .workload_store(this.kind)
+        .map(|s| s.resource)
+        .ok_or_else(|| Error::KindNotServed(this.kind.to_string()))?;
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, &resource);
     let params = PatchParams {
         field_manager: Some(labels::FIELD_MANAGER.to_string()),
         ..PatchParams::default()
@@ -292,10 +328,15 @@ fn dedup(items: &[String]) -> Vec<String> {
 }
 
 /// Retries back off per workload, as the set controller's do (see [`crate::backoff`]).
-pub fn error_policy<K: Workload>(workload: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(
+    kind: WorkloadKind,
+    workload: Arc<DynamicObject>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
     ctx.metrics.failed(NAME, error.category());
     let conflict = error.is_conflict();
-    let retry_in = ctx.backoff(&reconciled(workload.as_ref()), error);
+    let retry_in = ctx.backoff(&reconciled(kind, workload.as_ref()), error);
     if conflict {
         // A failed `test` guard (422) or a conflict: the workload changed underneath. Its new version
         // arrives through the watch; retry soon from that fresh read.

@@ -156,7 +156,10 @@ pub fn health(progress: &Progress) -> Health {
             match phase.as_deref() {
                 Some("Healthy") => true,
                 Some("Degraded") => {
-                    let why = message.as_deref().filter(|m| !m.is_empty()).unwrap_or("no message");
+                    let why = message
+                        .as_deref()
+                        .filter(|m| !m.is_empty())
+                        .unwrap_or("no message");
                     return Health::Failed(format!("reported phase Degraded ({why})"));
                 }
                 // Progressing, Paused (a step or a person paused it), or no status yet.
@@ -177,16 +180,21 @@ pub fn health(progress: &Progress) -> Health {
     }
 }
 
-/// The status fields `rule` reads, from a workload object as JSON (the API server's form).
-pub fn progress(rule: HealthRule, object: &Value) -> Progress {
+/// The status fields `rule` reads, from a workload of `generation` whose spec and status are `object`
+/// (the API server's JSON form; its metadata is not read).
+pub fn progress(rule: HealthRule, generation: i64, object: &Value) -> Progress {
     let int = |pointer: &str| object.pointer(pointer).and_then(Value::as_i64);
     let int32 = |pointer: &str, default: i32| {
         int(pointer)
             .and_then(|n| i32::try_from(n).ok())
             .unwrap_or(default)
     };
-    let text = |pointer: &str| object.pointer(pointer).and_then(Value::as_str).map(str::to_string);
-    let generation = int("/metadata/generation").unwrap_or(0);
+    let text = |pointer: &str| {
+        object
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
     let on_delete = || text("/spec/updateStrategy/type").as_deref() == Some("OnDelete");
     match rule {
         HealthRule::Deployment => Progress::Deployment {
@@ -470,6 +478,150 @@ mod tests {
         assert_eq!(health(&ds(1, 2, 2, 2)), Health::Progressing);
         assert_eq!(health(&ds(2, 2, 1, 2)), Health::Progressing);
         assert_eq!(health(&ds(2, 2, 2, 1)), Health::Progressing);
+    }
+
+    #[test]
+    fn each_rule_reads_its_kind_s_status_fields_from_json() {
+        use serde_json::json;
+        let deployment = json!({
+            "spec": {"replicas": 3},
+            "status": {"observedGeneration": 4, "replicas": 3, "updatedReplicas": 3, "availableReplicas": 3,
+                       "conditions": [{"type": "Progressing", "reason": "ProgressDeadlineExceeded"}]}
+        });
+        assert_eq!(
+            progress(HealthRule::Deployment, 4, &deployment),
+            Progress::Deployment {
+                generation: 4,
+                observed_generation: 4,
+                replicas: 3,
+                total: 3,
+                updated: 3,
+                available: 3,
+                deadline_exceeded: true,
+            }
+        );
+        let sts = json!({
+            "spec": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 1}}},
+            "status": {"observedGeneration": 2, "readyReplicas": 1, "updatedReplicas": 0,
+                       "currentRevision": "db-1", "updateRevision": "db-2"}
+        });
+        let Progress::StatefulSet {
+            replicas,
+            partition,
+            on_delete,
+            ref update_revision,
+            ..
+        } = progress(HealthRule::StatefulSet, 2, &sts)
+        else {
+            panic!("a StatefulSet's progress")
+        };
+        assert_eq!(
+            (replicas, partition, on_delete),
+            (1, 1, false),
+            "replicas default to 1"
+        );
+        assert_eq!(update_revision.as_deref(), Some("db-2"));
+        let ds = json!({"spec": {"updateStrategy": {"type": "OnDelete"}},
+                        "status": {"desiredNumberScheduled": 2, "numberAvailable": 2}});
+        assert!(matches!(
+            progress(HealthRule::DaemonSet, 1, &ds),
+            Progress::DaemonSet {
+                on_delete: true,
+                desired: 2,
+                available: 2,
+                observed_generation: 0,
+                ..
+            }
+        ));
+        assert_eq!(progress(HealthRule::Moved, 9, &json!({})), Progress::Moved);
+    }
+
+    #[test]
+    fn a_rollout_is_healthy_or_failed_by_its_phase_for_the_generation_it_observed() {
+        use serde_json::json;
+        let rollout = |observed: Value, phase: &str| {
+            health(&progress(
+                HealthRule::ArgoRollout,
+                5,
+                &json!({"status": {"observedGeneration": observed, "phase": phase, "message": "canary failed"}}),
+            ))
+        };
+        let cases = [
+            (json!("5"), "Healthy", Health::Healthy, "observed, healthy"),
+            (json!(5), "Healthy", Health::Healthy, "a number is read too"),
+            (
+                json!("4"),
+                "Healthy",
+                Health::Progressing,
+                "the phase is about an older spec",
+            ),
+            (json!("5"), "Progressing", Health::Progressing, "still rolling"),
+            (
+                json!("5"),
+                "Paused",
+                Health::Progressing,
+                "paused at a step, or by someone",
+            ),
+            (
+                json!(null),
+                "Healthy",
+                Health::Healthy,
+                "no observedGeneration: the phase is all there is",
+            ),
+        ];
+        for (observed, phase, expected, why) in cases {
+            assert_eq!(rollout(observed, phase), expected, "{why}");
+        }
+        assert!(matches!(rollout(json!("5"), "Degraded"), Health::Failed(m) if m.contains("canary failed")));
+        assert_eq!(
+            rollout(json!("4"), "Degraded"),
+            Health::Progressing,
+            "an older spec's failure"
+        );
+    }
+
+    #[test]
+    fn a_declared_kind_follows_observed_generation_and_ready_or_available_else_moved_is_done() {
+        use serde_json::json;
+        let declared =
+            |status: Value| health(&progress(HealthRule::Conditions, 3, &json!({ "status": status })));
+        let cond = |type_: &str, status: &str| json!({"type": type_, "status": status});
+        let cases = [
+            (json!(null), Health::Healthy, "no status at all: moved is done"),
+            (
+                json!({"observedGeneration": 2}),
+                Health::Progressing,
+                "not observed yet",
+            ),
+            (
+                json!({"observedGeneration": 3}),
+                Health::Healthy,
+                "observed, no conditions",
+            ),
+            (
+                json!({"observedGeneration": 3, "conditions": [cond("Ready", "False")]}),
+                Health::Progressing,
+                "not ready",
+            ),
+            (
+                json!({"observedGeneration": 3, "conditions": [cond("Ready", "True")]}),
+                Health::Healthy,
+                "ready",
+            ),
+            (
+                json!({"conditions": [cond("Available", "False")]}),
+                Health::Progressing,
+                "Available when no Ready",
+            ),
+            (
+                json!({"conditions": [cond("Available", "False"), cond("Ready", "True")]}),
+                Health::Healthy,
+                "Ready first",
+            ),
+        ];
+        for (status, expected, why) in cases {
+            assert_eq!(declared(status), expected, "{why}");
+        }
     }
 
     #[test]

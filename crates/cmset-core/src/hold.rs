@@ -109,7 +109,11 @@ mod tests {
     #[test]
     fn a_hold_pauses_and_records_when_with_or_without_annotations() {
         let bare = json!({"metadata": {"name": "web"}, "spec": {"replicas": 2}});
-        let held = apply(&bare, hold_operations(WorkloadKind::Deployment, &bare, "2026-11-23T10:00:00Z")).unwrap();
+        let held = apply(
+            &bare,
+            hold_operations(WorkloadKind::Deployment, &bare, "2026-11-23T10:00:00Z"),
+        )
+        .unwrap();
         assert_eq!(held["spec"]["paused"], true);
         assert_eq!(
             held["metadata"]["annotations"][HELD_SINCE],
@@ -117,7 +121,11 @@ mod tests {
         );
 
         let annotated = json!({"metadata": {"annotations": {"team": "a"}}, "spec": {}});
-        let held = apply(&annotated, hold_operations(WorkloadKind::Deployment, &annotated, "t")).unwrap();
+        let held = apply(
+            &annotated,
+            hold_operations(WorkloadKind::Deployment, &annotated, "t"),
+        )
+        .unwrap();
         assert_eq!(
             held["metadata"]["annotations"],
             json!({"team": "a", HELD_SINCE: "t"})
@@ -149,8 +157,14 @@ mod tests {
         assert!(!is_paused(d, &json!({"spec": {}})));
         let cron = WorkloadKind::CronJob;
         assert!(is_paused(cron, &json!({"spec": {"suspend": true}})));
-        assert!(!is_paused(cron, &json!({"spec": {"paused": true}})), "a CronJob is held by suspend");
-        assert!(!is_paused(WorkloadKind::StatefulSet, &json!({"spec": {"paused": true}})));
+        assert!(
+            !is_paused(cron, &json!({"spec": {"paused": true}})),
+            "a CronJob is held by suspend"
+        );
+        assert!(!is_paused(
+            WorkloadKind::StatefulSet,
+            &json!({"spec": {"paused": true}})
+        ));
     }
 
     #[test]
@@ -162,7 +176,11 @@ mod tests {
         assert_eq!(released["spec"]["suspend"], false);
         let rollout = apply(&bare, hold_operations(WorkloadKind::Rollout, &bare, "t")).unwrap();
         assert_eq!(rollout["spec"]["paused"], true);
-        for kind in [WorkloadKind::StatefulSet, WorkloadKind::DaemonSet, WorkloadKind::Job] {
+        for kind in [
+            WorkloadKind::StatefulSet,
+            WorkloadKind::DaemonSet,
+            WorkloadKind::Job,
+        ] {
             assert!(!can_hold(kind));
             assert!(hold_operations(kind, &bare, "t").is_empty(), "{kind}");
             assert!(release_operations(kind, "t").is_empty(), "{kind}");

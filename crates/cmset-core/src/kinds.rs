@@ -327,7 +327,8 @@ impl Declaration {
             declaration: text.to_string(),
             problem: problem.to_string(),
         };
-        let form = "expected GROUP/VERSION/KIND=TEMPLATE, e.g. apps.kruise.io/v1alpha1/CloneSet=spec.template";
+        let form =
+            "expected GROUP/VERSION/KIND=TEMPLATE, e.g. apps.kruise.io/v1alpha1/CloneSet=spec.template";
         let (resource, template) = text.trim().split_once('=').ok_or_else(|| error(form))?;
         let parts: Vec<&str> = resource.split('/').collect();
         let [group, version, kind] = parts[..] else {
@@ -438,8 +439,9 @@ fn is_version(text: &str) -> bool {
     let tail = &rest[digits..];
     tail.is_empty()
         || ["alpha", "beta"].iter().any(|stage| {
-            tail.strip_prefix(stage)
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && !n.starts_with('0'))
+            tail.strip_prefix(stage).is_some_and(|n| {
+                !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && !n.starts_with('0')
+            })
         })
 }
 
@@ -549,7 +551,10 @@ mod tests {
             }
             assert_eq!(spec.pod_spec, format!("{}/spec", spec.template), "{kind}");
             assert!(!spec.versions.is_empty(), "{kind}");
-            assert!(spec.plural.is_some(), "{kind}: built-in kinds name their resource");
+            assert!(
+                spec.plural.is_some(),
+                "{kind}: built-in kinds name their resource"
+            );
             assert_eq!(WorkloadKind::parse(kind.as_str()), Some(kind));
         }
     }
@@ -559,30 +564,91 @@ mod tests {
         use HealthRule as H;
         use HistoryRule as R;
         let rows = [
-            (WorkloadKind::Deployment, "apps", "/spec/template", R::ReplicaSets, H::Deployment, true, true),
-            (WorkloadKind::StatefulSet, "apps", "/spec/template", R::ControllerRevisions, H::StatefulSet, false, true),
-            (WorkloadKind::DaemonSet, "apps", "/spec/template", R::ControllerRevisions, H::DaemonSet, false, true),
-            (WorkloadKind::CronJob, "batch", "/spec/jobTemplate/spec/template", R::Jobs, H::Moved, true, true),
-            (WorkloadKind::Job, "batch", "/spec/template", R::None, H::Moved, false, false),
-            (WorkloadKind::Rollout, "argoproj.io", "/spec/template", R::ReplicaSets, H::ArgoRollout, true, true),
+            (
+                WorkloadKind::Deployment,
+                "apps",
+                "/spec/template",
+                R::ReplicaSets,
+                H::Deployment,
+                true,
+                true,
+            ),
+            (
+                WorkloadKind::StatefulSet,
+                "apps",
+                "/spec/template",
+                R::ControllerRevisions,
+                H::StatefulSet,
+                false,
+                true,
+            ),
+            (
+                WorkloadKind::DaemonSet,
+                "apps",
+                "/spec/template",
+                R::ControllerRevisions,
+                H::DaemonSet,
+                false,
+                true,
+            ),
+            (
+                WorkloadKind::CronJob,
+                "batch",
+                "/spec/jobTemplate/spec/template",
+                R::Jobs,
+                H::Moved,
+                true,
+                true,
+            ),
+            (
+                WorkloadKind::Job,
+                "batch",
+                "/spec/template",
+                R::None,
+                H::Moved,
+                false,
+                false,
+            ),
+            (
+                WorkloadKind::Rollout,
+                "argoproj.io",
+                "/spec/template",
+                R::ReplicaSets,
+                H::ArgoRollout,
+                true,
+                true,
+            ),
         ];
         for (kind, group, template, history, health, held, mutable) in rows {
             let spec = kind.spec();
             assert_eq!(
-                (spec.group, spec.template, spec.history, spec.health, spec.hold.is_some(), spec.template_mutable),
+                (
+                    spec.group,
+                    spec.template,
+                    spec.history,
+                    spec.health,
+                    spec.hold.is_some(),
+                    spec.template_mutable
+                ),
                 (group, template, history, health, held, mutable),
                 "{kind}"
             );
         }
         assert_eq!(WorkloadKind::CronJob.spec().versions, ["v1", "v1beta1"]);
         assert!(WorkloadKind::Rollout.rolls_out());
-        assert!(!WorkloadKind::CronJob.rolls_out(), "a CronJob has no rollout to wait for");
+        assert!(
+            !WorkloadKind::CronJob.rolls_out(),
+            "a CronJob has no rollout to wait for"
+        );
         assert!(!WorkloadKind::Job.rolls_out());
     }
 
     #[test]
     fn kinds_are_compared_by_name_and_called_by_aliases() {
-        assert_eq!(WorkloadKind::Deployment, WorkloadKind::parse("Deployment").unwrap());
+        assert_eq!(
+            WorkloadKind::Deployment,
+            WorkloadKind::parse("Deployment").unwrap()
+        );
         assert_ne!(WorkloadKind::Deployment, WorkloadKind::StatefulSet);
         assert_eq!(format!("{:?}", WorkloadKind::CronJob), "CronJob");
         assert!(WorkloadKind::Rollout.is_called("rollout"));
@@ -612,16 +678,31 @@ mod tests {
     #[test]
     fn bad_declarations_say_what_is_wrong() {
         let cases = [
-            ("apps.kruise.io/v1alpha1/CloneSet", "expected GROUP/VERSION/KIND=TEMPLATE"),
-            ("apps.kruise.io/CloneSet=spec.template", "expected GROUP/VERSION/KIND=TEMPLATE"),
-            ("apps/v1/Thing=spec.template", "not the API group of a custom resource"),
+            (
+                "apps.kruise.io/v1alpha1/CloneSet",
+                "expected GROUP/VERSION/KIND=TEMPLATE",
+            ),
+            (
+                "apps.kruise.io/CloneSet=spec.template",
+                "expected GROUP/VERSION/KIND=TEMPLATE",
+            ),
+            (
+                "apps/v1/Thing=spec.template",
+                "not the API group of a custom resource",
+            ),
             ("Apps.Kruise.io/v1/CloneSet=spec.template", "not the API group"),
             ("apps.kruise.io/1/CloneSet=spec.template", "not an API version"),
-            ("apps.kruise.io/v1gamma1/CloneSet=spec.template", "not an API version"),
+            (
+                "apps.kruise.io/v1gamma1/CloneSet=spec.template",
+                "not an API version",
+            ),
             ("apps.kruise.io/v1/cloneSet=spec.template", "not a kind name"),
             ("apps.kruise.io/v1/Clone-Set=spec.template", "not a kind name"),
             ("apps.kruise.io/v1/CloneSet=", "not a path of field names"),
-            ("apps.kruise.io/v1/CloneSet=spec..template", "not a path of field names"),
+            (
+                "apps.kruise.io/v1/CloneSet=spec..template",
+                "not a path of field names",
+            ),
             ("apps.kruise.io/v1/CloneSet=template", "must lie under spec"),
         ];
         for (text, expected) in cases {

@@ -34,27 +34,46 @@ impl WorkloadView {
     /// The view of a workload object of `kind` (as JSON, in the API server's form), whether or not it
     /// opted in; `None` when it has no pod template where its kind keeps one.
     pub fn of(kind: WorkloadKind, object: &Value) -> Option<Self> {
-        let template = object.pointer(kind.template().as_str())?;
-        let pod_spec = PodSpec::deserialize(template.get("spec")?).ok()?;
-        let template_labels = template
-            .pointer("/metadata/labels")
-            .and_then(|l| BTreeMap::<String, String>::deserialize(l).ok())
-            .unwrap_or_default();
         let text = |pointer: &str| {
             object
                 .pointer(pointer)
                 .and_then(Value::as_str)
                 .unwrap_or_default()
-                .to_string()
         };
-        Some(Self {
-            kind,
+        let labels = object
+            .pointer("/metadata/labels")
+            .and_then(|l| BTreeMap::<String, String>::deserialize(l).ok())
+            .unwrap_or_default();
+        let identity = Identity {
             name: text("/metadata/name"),
             uid: text("/metadata/uid"),
+            generation: object
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0),
+            labels: &labels,
+        };
+        Self::of_parts(kind, &identity, object)
+    }
+
+    /// The view of a workload of `kind` from its identity and its body (the object's JSON, of which
+    /// only the fields under `spec` and `status` are read).
+    pub fn of_parts(kind: WorkloadKind, identity: &Identity<'_>, body: &Value) -> Option<Self> {
+        let template = body.pointer(kind.template().as_str())?;
+        let pod_spec = PodSpec::deserialize(template.get("spec")?).ok()?;
+        let template_labels = template
+            .pointer("/metadata/labels")
+            .and_then(|l| BTreeMap::<String, String>::deserialize(l).ok())
+            .unwrap_or_default();
+        let progress = health::progress(kind.spec().health, identity.generation, body);
+        Some(Self {
+            kind,
+            name: identity.name.to_string(),
+            uid: identity.uid.to_string(),
             pod_spec,
             template_labels,
-            wave: Wave::parse(label(object, labels::WAVE)),
-            health: health::health(&health::progress(kind.spec().health, object)),
+            wave: Wave::parse(identity.labels.get(labels::WAVE).map(String::as_str)),
+            health: health::health(&progress),
         })
     }
 
@@ -75,6 +94,15 @@ impl WorkloadView {
     pub fn referenced(&self) -> RefNames {
         RefNames::of(&self.pod_spec)
     }
+}
+
+/// Who a workload is, from its metadata.
+#[derive(Clone, Copy, Debug)]
+pub struct Identity<'a> {
+    pub name: &'a str,
+    pub uid: &'a str,
+    pub generation: i64,
+    pub labels: &'a BTreeMap<String, String>,
 }
 
 /// The value of label `key` of an object as JSON.

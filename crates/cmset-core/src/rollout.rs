@@ -259,7 +259,10 @@ fn managed_label_operation(metadata: &str, object: &Value) -> Option<PatchOperat
                     return None;
                 }
                 (
-                    format!("{labels_path}/{}", refs::escape_pointer_token(labels::MANAGED_TEMPLATE)),
+                    format!(
+                        "{labels_path}/{}",
+                        refs::escape_pointer_token(labels::MANAGED_TEMPLATE)
+                    ),
                     Value::from("true"),
                 )
             }
@@ -329,6 +332,9 @@ pub fn workload_status(workload: &WorkloadView, target: &SetTarget) -> Option<Wo
     };
     let state = if on_current {
         WorkloadState::Current
+    } else if !workload.kind.is_mutable() {
+        // A Job runs the template it was created with; the next one names the current revision.
+        WorkloadState::Pinned
     } else if !plan_workload(workload, &[open]).is_empty() {
         WorkloadState::Pending
     } else {

@@ -547,7 +547,8 @@ fn a_workload_reading_two_sets_is_patched_once_with_both_changes() {
         WorkloadKind::Deployment,
         "uid-web",
         &json!({"spec": {"template": {"metadata": {"labels": {"app": "web"}}}}}),
-    )).unwrap();
+    ))
+    .unwrap();
     let ops = patch.as_array().unwrap();
     assert_eq!(
         ops[0],

@@ -40,6 +40,7 @@ use cmset_core::observe::{HistoryObject, RefNames, RevisionView, WorkloadKind};
 use cmset_core::refs::Referenced;
 use cmset_core::set::SetKind;
 use kube::Resource;
+use kube::api::DynamicObject;
 use kube::runtime::watcher;
 
 mod graph;
@@ -53,10 +54,10 @@ mod tests;
 mod triggers;
 
 pub use graph::ReaderKind;
-pub use kinds::Indexed;
+pub use kinds::{Indexed, workloads};
 pub use sets::SetFacts;
 pub use sources::SourceLookup;
-pub use triggers::{TriggerReceivers, TriggerSenders, Triggers, trigger_channels};
+pub use triggers::{TriggerReceivers, TriggerSenders, Triggers, WorkloadQueue, trigger_channels};
 
 /// An object's namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -107,7 +108,6 @@ pub struct State {
 pub struct Index {
     state: RwLock<State>,
     senders: Option<TriggerSenders>,
-    kinds: usize,
     /// Whether triggered reconciles are sent: only once this replica leads. A standby keeps its index
     /// warm and sends nothing.
     leading: AtomicBool,
@@ -117,13 +117,12 @@ pub struct Index {
 }
 
 impl Index {
-    /// An index fed by `kinds` watches, sending what they trigger to `senders` (none in tests that
-    /// drive reconciles by hand).
-    pub fn new(kinds: usize, senders: Option<TriggerSenders>) -> Self {
+    /// An index sending what changes trigger to `senders` (none in tests that drive reconciles by
+    /// hand). Each watch that feeds it says so ([`Index::expect`]).
+    pub fn new(senders: Option<TriggerSenders>) -> Self {
         Self {
             state: RwLock::new(State::default()),
             senders,
-            kinds,
             leading: AtomicBool::new(false),
             changes: tokio::sync::watch::Sender::new(0),
         }
@@ -158,6 +157,20 @@ impl Index {
 
     /// Applies one watch event and sends the reconciles it triggers.
     pub fn handle<K: Indexed>(&self, event: &watcher::Event<K>) -> Triggers {
+        self.apply(K::NAME, event, &kinds::Static::<K>::default())
+    }
+
+    /// Applies one watch event of the workload kind `kind` and sends the reconciles it triggers.
+    pub fn handle_workload(&self, kind: WorkloadKind, event: &watcher::Event<DynamicObject>) -> Triggers {
+        self.apply(kind.as_str(), event, &kind)
+    }
+
+    fn apply<O: Resource>(
+        &self,
+        name: &'static str,
+        event: &watcher::Event<O>,
+        ops: &dyn kinds::Ops<O>,
+    ) -> Triggers {
         let mut out = Triggers::default();
         {
             let mut guard = self.write();
@@ -165,26 +178,26 @@ impl Index {
             match event {
                 watcher::Event::Apply(obj) => {
                     if let Some(key) = Key::of(obj) {
-                        obj.index(&key, state, &mut out);
+                        ops.index(obj, &key, state, &mut out);
                     }
                 }
                 watcher::Event::Delete(obj) => {
                     if let Some(key) = Key::of(obj) {
-                        K::unindex(&key, state, &mut out);
+                        ops.unindex(&key, state, &mut out);
                     }
                 }
-                watcher::Event::Init => state.relist.start(K::NAME),
+                watcher::Event::Init => state.relist.start(name),
                 watcher::Event::InitApply(obj) => {
                     if let Some(key) = Key::of(obj) {
-                        obj.index(&key, state, &mut out);
-                        state.relist.seen(K::NAME, key);
+                        ops.index(obj, &key, state, &mut out);
+                        state.relist.seen(name, key);
                     }
                 }
                 watcher::Event::InitDone => {
-                    let seen = state.relist.done(K::NAME);
-                    for key in K::indexed_keys(state) {
+                    let seen = state.relist.done(name);
+                    for key in ops.keys(state) {
                         if !seen.contains(&key) {
-                            K::unindex(&key, state, &mut out);
+                            ops.unindex(&key, state, &mut out);
                         }
                     }
                 }
@@ -195,15 +208,53 @@ impl Index {
         out
     }
 
+    /// The workload kind `kind` is no longer served (its CRD was removed): everything it named is
+    /// dropped, as if each of its objects had been deleted, and its watch no longer counts.
+    pub fn forget_workloads(&self, kind: WorkloadKind) -> Triggers {
+        let mut out = Triggers::default();
+        {
+            let mut guard = self.write();
+            let state = &mut *guard;
+            let ops: &dyn kinds::Ops<DynamicObject> = &kind;
+            for key in ops.keys(state) {
+                ops.unindex(&key, state, &mut out);
+            }
+            state.relist.forget(kind.as_str());
+        }
+        self.changed();
+        self.send(&out);
+        out
+    }
+
+    /// A watch of `name` feeds the index from now on: until it has listed once, the index is not
+    /// complete.
+    pub fn expect(&self, name: &'static str) {
+        self.write().relist.expect(name);
+    }
+
+    /// Every watch the replica needs to serve has been started ([`Index::expect`]): once they have all
+    /// listed, the index is ready. A watch started later (a kind installed afterwards) never makes it
+    /// unready again.
+    pub fn settle(&self) {
+        self.write().relist.settle();
+    }
+
     fn send(&self, out: &Triggers) {
         if let Some(senders) = self.senders.as_ref().filter(|_| self.is_leading()) {
             senders.send(out);
         }
     }
 
-    /// Whether every watch has delivered its first full list.
+    /// Whether every watch needed at start-up has delivered its first full list: the replica can
+    /// answer admission.
     pub fn is_ready(&self) -> bool {
-        self.read().relist.listed() >= self.kinds
+        self.read().relist.is_ready()
+    }
+
+    /// Whether every watch running now has delivered its first full list: nothing in scope is
+    /// missing from the index, so reconcilers may plan (and prune) from it.
+    pub fn is_complete(&self) -> bool {
+        self.read().relist.is_complete()
     }
 
     pub fn set_facts(&self, set: &SetId) -> Option<SetFacts> {

@@ -14,6 +14,10 @@ pub(super) struct Relist {
     relisting: HashMap<&'static str, HashSet<Key>>,
     /// The kinds whose watches have delivered a full list.
     listed: HashSet<&'static str>,
+    /// The kinds watched now.
+    watched: HashSet<&'static str>,
+    /// The kinds watched when the replica settled its start-up: readiness waits for these only.
+    required: Option<HashSet<&'static str>>,
 }
 
 impl Relist {
@@ -33,8 +37,31 @@ impl Relist {
         self.relisting.remove(kind).unwrap_or_default()
     }
 
-    /// How many kinds have listed once.
-    pub(super) fn listed(&self) -> usize {
-        self.listed.len()
+    pub(super) fn expect(&mut self, kind: &'static str) {
+        self.watched.insert(kind);
+    }
+
+    /// `kind` is no longer watched.
+    pub(super) fn forget(&mut self, kind: &'static str) {
+        self.watched.remove(kind);
+        if let Some(required) = self.required.as_mut() {
+            required.remove(kind);
+        }
+        self.listed.remove(kind);
+        self.relisting.remove(kind);
+    }
+
+    pub(super) fn settle(&mut self) {
+        self.required.get_or_insert_with(|| self.watched.clone());
+    }
+
+    pub(super) fn is_ready(&self) -> bool {
+        self.required
+            .as_ref()
+            .is_some_and(|required| required.is_subset(&self.listed))
+    }
+
+    pub(super) fn is_complete(&self) -> bool {
+        self.is_ready() && self.watched.is_subset(&self.listed)
     }
 }

@@ -19,7 +19,55 @@ use super::{Index, Indexed, Key, SetId, SourceLookup, Triggers};
 const NS: &str = "team";
 
 fn index() -> Index {
-    Index::new(7, None)
+    let index = Index::new(None);
+    for kind in [
+        "ConfigMapSet",
+        "SecretSet",
+        "ConfigMap",
+        "Deployment",
+        "ReplicaSet",
+        "ControllerRevision",
+        "Pod",
+    ] {
+        index.expect(kind);
+    }
+    index.settle();
+    index
+}
+
+/// Deployments reach the index as the workload watch delivers them: dynamic objects of the table's
+/// kind, slimmed. (A test-only impl, so that the scenarios below read as typed objects.)
+impl Indexed for Deployment {
+    const NAME: &'static str = "Deployment";
+
+    fn selector() -> Option<String> {
+        Some(super::workloads::selector())
+    }
+
+    fn slim(&mut self) {
+        let mut object = dynamic(self);
+        super::workloads::slim(WorkloadKind::Deployment, &mut object);
+        *self = serde_json::from_value(serde_json::to_value(object).unwrap()).unwrap();
+    }
+
+    fn index(&self, key: &Key, state: &mut super::State, out: &mut Triggers) {
+        let ops: &dyn super::kinds::Ops<kube::api::DynamicObject> = &WorkloadKind::Deployment;
+        ops.index(&dynamic(self), key, state, out);
+    }
+
+    fn unindex(key: &Key, state: &mut super::State, out: &mut Triggers) {
+        let ops: &dyn super::kinds::Ops<kube::api::DynamicObject> = &WorkloadKind::Deployment;
+        ops.unindex(key, state, out);
+    }
+
+    fn indexed_keys(state: &super::State) -> Vec<Key> {
+        let ops: &dyn super::kinds::Ops<kube::api::DynamicObject> = &WorkloadKind::Deployment;
+        ops.keys(state)
+    }
+}
+
+fn dynamic(d: &Deployment) -> kube::api::DynamicObject {
+    serde_json::from_value(serde_json::to_value(d).unwrap()).unwrap()
 }
 
 fn set(name: &str, generation: i64) -> ConfigMapSet {
@@ -275,6 +323,58 @@ fn a_relist_drops_what_it_did_not_see_and_counts_as_listed() {
         vec![(WorkloadKind::Deployment, "web".to_string())]
     );
     assert!(!index.is_ready(), "only one of seven kinds has listed");
+}
+
+#[test]
+fn readiness_waits_for_the_kinds_of_start_up_and_completeness_for_every_kind_watched() {
+    let index = Index::new(None);
+    index.expect("ConfigMapSet");
+    index.handle::<ConfigMapSet>(&watcher::Event::InitDone);
+    assert!(
+        !index.is_ready(),
+        "not settled: more kinds may be found at start-up"
+    );
+    index.expect("Deployment");
+    index.settle();
+    assert!(!index.is_ready());
+    index.handle::<Deployment>(&watcher::Event::InitDone);
+    assert!(index.is_ready() && index.is_complete());
+    // A kind installed later: readiness stays, completeness waits for its list.
+    index.expect("Rollout");
+    assert!(index.is_ready());
+    assert!(!index.is_complete());
+    index.handle_workload(WorkloadKind::Rollout, &watcher::Event::InitDone);
+    assert!(index.is_complete());
+    // A kind removed: what its objects named is dropped and nothing waits for it.
+    index.expect("CronJob");
+    assert!(!index.is_complete());
+    index.forget_workloads(WorkloadKind::CronJob);
+    assert!(index.is_ready() && index.is_complete());
+}
+
+#[test]
+fn a_kind_no_longer_served_drops_its_readers_and_tells_their_sets() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    let rollout: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+        "metadata": {"name": "canary", "namespace": NS, "uid": "u-r", "labels": {"cmset.dev/enabled": "true"}},
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": "app"}}]}]}}}
+    }))
+    .unwrap();
+    let out = index.handle_workload(WorkloadKind::Rollout, &watcher::Event::Apply(rollout));
+    assert_eq!(out.sets, [cms("app")].into());
+    assert_eq!(
+        index.readers(&cms("app")).workloads,
+        vec![(WorkloadKind::Rollout, "canary".to_string())]
+    );
+    let out = index.forget_workloads(WorkloadKind::Rollout);
+    assert_eq!(
+        out.sets,
+        [cms("app")].into(),
+        "the set may now prune what it named"
+    );
+    assert!(index.readers(&cms("app")).workloads.is_empty());
 }
 
 #[test]

@@ -1,14 +1,15 @@
 //! What a change asks to reconcile ([`Triggers`]), and the queues that carry it to the controllers.
 //! The index fills a `Triggers` per change and sends it while this replica leads.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, RwLock};
 
 use cmset_api::{ConfigMapSet, SecretSet};
 use cmset_core::observe::WorkloadKind;
 use cmset_core::set::SetKind;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use kube::Resource;
+use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::ObjectRef;
 
 use super::{Key, SetId};
@@ -26,14 +27,27 @@ fn send_to<K: Resource<DynamicType = ()>>(queue: &UnboundedSender<ObjectRef<K>>,
         .is_ok()
 }
 
-/// Where triggered reconciles go: one queue per controller.
+/// The queue of one served workload kind's controller, with the resource its object references carry.
+#[derive(Clone)]
+pub struct WorkloadQueue {
+    pub resource: ApiResource,
+    pub sender: UnboundedSender<ObjectRef<DynamicObject>>,
+}
+
+impl WorkloadQueue {
+    pub fn send(&self, key: &Key) -> bool {
+        let object = ObjectRef::new_with(&key.name, self.resource.clone()).within(&key.namespace);
+        self.sender.unbounded_send(object).is_ok()
+    }
+}
+
+/// Where triggered reconciles go: one queue per controller. The workload kinds' queues come and go
+/// with the kinds the server serves.
 #[derive(Clone)]
 pub struct TriggerSenders {
     pub sets: UnboundedSender<ObjectRef<ConfigMapSet>>,
     pub secret_sets: UnboundedSender<ObjectRef<SecretSet>>,
-    pub deployments: UnboundedSender<ObjectRef<Deployment>>,
-    pub statefulsets: UnboundedSender<ObjectRef<StatefulSet>>,
-    pub daemonsets: UnboundedSender<ObjectRef<DaemonSet>>,
+    pub workloads: Arc<RwLock<HashMap<WorkloadKind, WorkloadQueue>>>,
 }
 
 impl TriggerSenders {
@@ -45,49 +59,39 @@ impl TriggerSenders {
                 SetKind::SecretSet => send_to(&self.secret_sets, key),
             };
         }
+        if out.workloads.is_empty() {
+            return;
+        }
+        let queues = self.workloads.read().unwrap_or_else(|e| e.into_inner());
         for (kind, key) in &out.workloads {
-            // A closed queue means its controller stopped (shutdown): nothing left to trigger.
-            let sent = match kind {
-                WorkloadKind::Deployment => send_to(&self.deployments, key),
-                WorkloadKind::StatefulSet => send_to(&self.statefulsets, key),
-                WorkloadKind::DaemonSet => send_to(&self.daemonsets, key),
-            };
-            if !sent {
-                tracing::debug!(%kind, "trigger queue closed");
+            // No queue: the kind is not served (any more). A closed queue means its controller stopped
+            // (shutdown): nothing left to trigger.
+            if !queues.get(kind).is_some_and(|q| q.send(key)) {
+                tracing::debug!(%kind, "no open trigger queue");
             }
         }
     }
 }
 
-/// The receiving ends, for [`kube::runtime::Controller::reconcile_on`].
+/// The receiving ends, for [`kube::runtime::Controller::reconcile_on`]. (Each workload kind's
+/// receiver is made with its queue, when the kind is served.)
 pub struct TriggerReceivers {
     pub sets: UnboundedReceiver<ObjectRef<ConfigMapSet>>,
     pub secret_sets: UnboundedReceiver<ObjectRef<SecretSet>>,
-    pub deployments: UnboundedReceiver<ObjectRef<Deployment>>,
-    pub statefulsets: UnboundedReceiver<ObjectRef<StatefulSet>>,
-    pub daemonsets: UnboundedReceiver<ObjectRef<DaemonSet>>,
 }
 
 pub fn trigger_channels() -> (TriggerSenders, TriggerReceivers) {
     let (sets, sets_rx) = unbounded();
     let (secret_sets, secret_sets_rx) = unbounded();
-    let (deployments, deployments_rx) = unbounded();
-    let (statefulsets, statefulsets_rx) = unbounded();
-    let (daemonsets, daemonsets_rx) = unbounded();
     (
         TriggerSenders {
             sets,
             secret_sets,
-            deployments,
-            statefulsets,
-            daemonsets,
+            workloads: Default::default(),
         },
         TriggerReceivers {
             sets: sets_rx,
             secret_sets: secret_sets_rx,
-            deployments: deployments_rx,
-            statefulsets: statefulsets_rx,
-            daemonsets: daemonsets_rx,
         },
     )
 }

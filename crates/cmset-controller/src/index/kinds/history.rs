@@ -1,8 +1,10 @@
-//! History objects of rewritten templates: ReplicaSets (of Deployments) and ControllerRevisions (of
-//! StatefulSets and DaemonSets), reduced to the names they reference; never cached whole.
+//! History objects of rewritten templates: ReplicaSets (of Deployments and Argo Rollouts),
+//! ControllerRevisions (of StatefulSets and DaemonSets) and Jobs (of CronJobs), reduced to the names
+//! they reference; never cached whole.
 
 use cmset_core::observe::{HistoryKind, HistoryObject};
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
+use k8s_openapi::api::batch::v1::Job;
 
 use super::{Indexed, managed_selector};
 use crate::index::{Key, ReaderKind, State, Triggers};
@@ -52,6 +54,26 @@ impl Indexed for ControllerRevision {
 
     fn indexed_keys(state: &State) -> Vec<Key> {
         state.graph.history_keys(HistoryKind::ControllerRevision)
+    }
+}
+
+impl Indexed for Job {
+    const NAME: &'static str = "Job";
+
+    fn selector() -> Option<String> {
+        managed_selector()
+    }
+
+    fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
+        index(HistoryKind::Job, views::job_view(self), key, state, out);
+    }
+
+    fn unindex(key: &Key, state: &mut State, out: &mut Triggers) {
+        unindex(HistoryKind::Job, key, state, out);
+    }
+
+    fn indexed_keys(state: &State) -> Vec<Key> {
+        state.graph.history_keys(HistoryKind::Job)
     }
 }
 

@@ -1,5 +1,6 @@
 //! The watched kinds: what the operator watches, and how one object of each kind enters and leaves the
-//! index. One [`Indexed`] impl per kind, one file per family of kinds; a kind writes only its own part
+//! index. One [`Indexed`] impl per kind with a Rust type, one file per family of kinds (the workload
+//! kinds, typed or not, are watched as dynamic objects and indexed by their table entry); a kind writes only its own part
 //! of the [`State`] (through that part's methods), reads the rest, and says which reconciles its change
 //! triggers.
 //!
@@ -7,8 +8,8 @@
 //! |---|---|---|
 //! | ConfigMapSet, SecretSet | `sets.rs` | set facts and tracking; which sets version which source |
 //! | ConfigMap, Secret (metadata only) | `metadata.rs` | revisions; the versions seen of sources |
-//! | Deployment, StatefulSet, DaemonSet | `workloads.rs` | their reader names; their waves and health |
-//! | ReplicaSet, ControllerRevision | `history.rs` | their reader names; their history views |
+//! | every workload kind of the table (`cmset_core::kinds`) | `workloads.rs` | their reader names; their waves and health |
+//! | ReplicaSet, ControllerRevision, Job (of CronJobs) | `history.rs` | their reader names; their history views |
 //! | Pod | `pods.rs` | its reader names |
 
 use k8s_openapi::NamespaceResourceScope;
@@ -21,7 +22,7 @@ mod history;
 mod metadata;
 mod pods;
 mod sets;
-mod workloads;
+pub mod workloads;
 
 /// A kind the operator watches: its watch, and how its objects enter and leave the index.
 pub trait Indexed:
@@ -51,6 +52,37 @@ pub trait Indexed:
     fn unindex(key: &Key, state: &mut State, out: &mut Triggers);
     /// Every key of this kind in the index (read only when a watch relists).
     fn indexed_keys(state: &State) -> Vec<Key>;
+}
+
+/// How one object of a watched kind enters and leaves the index: an [`Indexed`] type, or a workload
+/// kind of the table (see `workloads.rs`).
+pub(super) trait Ops<O> {
+    fn index(&self, obj: &O, key: &Key, state: &mut State, out: &mut Triggers);
+    fn unindex(&self, key: &Key, state: &mut State, out: &mut Triggers);
+    fn keys(&self, state: &State) -> Vec<Key>;
+}
+
+/// The [`Ops`] of an [`Indexed`] type.
+pub(super) struct Static<K>(std::marker::PhantomData<K>);
+
+impl<K> Default for Static<K> {
+    fn default() -> Self {
+        Self(std::marker::PhantomData)
+    }
+}
+
+impl<K: Indexed> Ops<K> for Static<K> {
+    fn index(&self, obj: &K, key: &Key, state: &mut State, out: &mut Triggers) {
+        obj.index(key, state, out);
+    }
+
+    fn unindex(&self, key: &Key, state: &mut State, out: &mut Triggers) {
+        K::unindex(key, state, out);
+    }
+
+    fn keys(&self, state: &State) -> Vec<Key> {
+        K::indexed_keys(state)
+    }
 }
 
 /// The selector of the objects made from templates cmset rewrote (history objects, Pods).

@@ -1,0 +1,363 @@
+//! The workload kinds one scope serves, as the API server offers them.
+//!
+//! Every kind of the table (`cmset_core::kinds`) is looked up in discovery: the built-in `apps/v1`
+//! kinds and `batch/v1` Jobs are always there; a CronJob is served at `batch/v1` or, on servers older
+//! than 1.21, `batch/v1beta1`; an Argo Rollout or a declared kind only once its CRD is installed. Every
+//! [`DISCOVERY`](Settings) interval the kinds are looked up again: a kind that appeared starts its watch
+//! (and, on the leader, its controller) without a restart; a kind the server answers it no longer
+//! serves (its CRD was removed) stops, and what its objects named leaves the index. A kind that is
+//! not installed never holds anything up: readiness waits only for the kinds found in the first
+//! round, and only those whose watch could start.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cmset_core::kinds::Kinds;
+use cmset_core::observe::WorkloadKind;
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
+use futures::future::{AbortHandle, Abortable};
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt, future::BoxFuture};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, discovery};
+use tracing::{debug, info, warn};
+
+use crate::index::workloads;
+use crate::index::{Index, TriggerSenders, WorkloadQueue};
+use crate::stores::WorkloadStore;
+
+/// A workload kind being served: its resource, its store and its controller's queue.
+pub struct ServedKind {
+    pub kind: WorkloadKind,
+    pub resource: ApiResource,
+    pub store: Store<DynamicObject>,
+    receiver: Mutex<Option<UnboundedReceiver<ObjectRef<DynamicObject>>>>,
+    sender: UnboundedSender<ObjectRef<DynamicObject>>,
+    stopped: tokio::sync::watch::Sender<bool>,
+}
+
+impl ServedKind {
+    /// The receiving end of its controller's queue: taken once, by the controller of a leader.
+    pub fn take_queue(&self) -> Option<UnboundedReceiver<ObjectRef<DynamicObject>>> {
+        self.receiver.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// Queues a reconcile of every object its store holds (a new leader, or a controller started
+    /// late).
+    pub fn queue_all(&self) {
+        for obj in self.store.state() {
+            let _ = self
+                .sender
+                .unbounded_send(ObjectRef::from_obj_with(obj.as_ref(), self.resource.clone()));
+        }
+    }
+
+    /// Resolves once the kind is no longer served.
+    pub fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut stopped = self.stopped.subscribe();
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }
+    }
+}
+
+/// The kinds served now, by kind. Each change replaces the map.
+pub type Served = BTreeMap<WorkloadKind, Arc<ServedKind>>;
+
+/// What discovery says of a kind.
+#[derive(Debug, PartialEq)]
+enum Found {
+    Served(ApiResource),
+    /// The server answered that it serves none of the kind's versions.
+    Absent,
+    /// Discovery failed: keep whatever was decided before.
+    Unknown,
+}
+
+/// Kinds every supported server serves at their one version: no need to ask.
+fn always_served(kind: WorkloadKind) -> Option<ApiResource> {
+    let spec = kind.spec();
+    let stable = matches!(
+        (spec.group, spec.versions, spec.declared),
+        ("apps", ["v1"], false)
+    ) || kind == WorkloadKind::Job;
+    stable.then(|| {
+        let gvk = GroupVersionKind::gvk(spec.group, spec.versions[0], spec.kind);
+        ApiResource::from_gvk_with_plural(&gvk, spec.plural.unwrap_or_default())
+    })
+}
+
+/// Whether an error of discovery says the group, version or kind does not exist.
+fn is_absent(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => status.code == 404,
+        kube::Error::Discovery(_) => true,
+        _ => false,
+    }
+}
+
+/// The API server's refusal of a kind's list: forbidden (cmset lacks RBAC for it, as for a declared
+/// kind whose rule was not added) or not found (its CRD was just removed). Its code, if so.
+fn refusal(error: &watcher::Error) -> Option<u16> {
+    let code = match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status)) => status.code,
+        watcher::Error::WatchError(status) => status.code,
+        _ => return None,
+    };
+    matches!(code, 403 | 404).then_some(code)
+}
+
+async fn find(client: &Client, kind: WorkloadKind) -> Found {
+    if let Some(resource) = always_served(kind) {
+        return Found::Served(resource);
+    }
+    let spec = kind.spec();
+    let mut answered = true;
+    for version in spec.versions {
+        let gvk = GroupVersionKind::gvk(spec.group, version, spec.kind);
+        match discovery::pinned_kind(client, &gvk).await {
+            Ok((resource, _)) => return Found::Served(resource),
+            Err(e) if is_absent(&e) => {}
+            Err(e) => {
+                debug!(%kind, version, error = %crate::redact::api_error(&e), "discovery failed");
+                answered = false;
+            }
+        }
+    }
+    if answered { Found::Absent } else { Found::Unknown }
+}
+
+/// How the scope's workload kinds are served.
+pub struct Settings {
+    pub kinds: Kinds,
+    /// How often discovery is asked again.
+    pub discovery: Duration,
+}
+
+/// Serves the workload kinds of one scope for as long as the returned future runs: finds them, runs
+/// a watch per served kind (filling its store and the index), and publishes the kinds served now on
+/// `served`.
+pub fn serve(
+    client: Client,
+    namespace: Option<String>,
+    settings: Settings,
+    index: Arc<Index>,
+    senders: TriggerSenders,
+    stores: Arc<std::sync::RwLock<HashMap<WorkloadKind, WorkloadStore>>>,
+    served: tokio::sync::watch::Sender<Served>,
+) -> BoxFuture<'static, ()> {
+    async move {
+        let mut watches = FuturesUnordered::new();
+        let mut running: HashMap<WorkloadKind, AbortHandle> = HashMap::new();
+        // Kinds whose list the API server refused: told once, tried again every round.
+        let (refused_tx, mut refused_rx) = unbounded::<(WorkloadKind, u16)>();
+        let mut told: HashMap<WorkloadKind, u16> = HashMap::new();
+        let mut settled = false;
+        loop {
+            let mut answered_all = true;
+            for kind in settings.kinds.iter() {
+                let found = find(&client, kind).await;
+                let current = served.borrow().get(&kind).map(|s| s.resource.clone());
+                match found {
+                    Found::Served(resource) if current.as_ref() == Some(&resource) => {}
+                    Found::Served(resource) => {
+                        if current.is_some() {
+                            stop(kind, &mut running, &index, &senders, &stores, &served);
+                        }
+                        info!(%kind, api_version = %resource.api_version, "serving workload kind");
+                        let refused = refused_tx.clone();
+                        let (serving, watch) =
+                            start(&client, namespace.as_deref(), kind, resource, &index, refused);
+                        let (handle, registration) = AbortHandle::new_pair();
+                        watches.push(Abortable::new(watch, registration));
+                        running.insert(kind, handle);
+                        register(&serving, &senders, &stores);
+                        served.send_modify(|s| {
+                            s.insert(kind, serving);
+                        });
+                    }
+                    Found::Absent if current.is_some() => {
+                        info!(%kind, "workload kind no longer served; stopping it");
+                        stop(kind, &mut running, &index, &senders, &stores, &served);
+                    }
+                    Found::Absent => {}
+                    Found::Unknown => answered_all = false,
+                }
+            }
+            if !settled && answered_all {
+                // Readiness waits for the kinds found now, never for one installed later.
+                index.settle();
+                settled = true;
+            }
+            let wait = if settled {
+                settings.discovery
+            } else {
+                Duration::from_secs(2)
+            };
+            let sleep = tokio::time::sleep(wait);
+            tokio::pin!(sleep);
+            loop {
+                tokio::select! {
+                    () = &mut sleep => break,
+                    Some(_) = watches.next() => {}
+                    Some((kind, code)) = refused_rx.next() => {
+                        if !running.contains_key(&kind) {
+                            continue;
+                        }
+                        // A kind cmset cannot list would keep every set from planning (nothing in
+                        // scope may be missing): stop it until discovery next finds it.
+                        if told.insert(kind, code) != Some(code) {
+                            warn!(
+                                %kind,
+                                code,
+                                "the API server refused to list this workload kind (403: cmset lacks \
+                                 list, watch and patch on it; 404: it was just removed); not serving it, \
+                                 trying again at the next discovery"
+                            );
+                        }
+                        stop(kind, &mut running, &index, &senders, &stores, &served);
+                    }
+                }
+            }
+        }
+    }
+    .boxed()
+}
+
+fn register(
+    serving: &Arc<ServedKind>,
+    senders: &TriggerSenders,
+    stores: &std::sync::RwLock<HashMap<WorkloadKind, WorkloadStore>>,
+) {
+    let kind = serving.kind;
+    stores.write().unwrap_or_else(|e| e.into_inner()).insert(
+        kind,
+        WorkloadStore {
+            resource: serving.resource.clone(),
+            store: serving.store.clone(),
+        },
+    );
+    senders
+        .workloads
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(
+            kind,
+            WorkloadQueue {
+                resource: serving.resource.clone(),
+                sender: serving.sender.clone(),
+            },
+        );
+}
+
+fn stop(
+    kind: WorkloadKind,
+    running: &mut HashMap<WorkloadKind, AbortHandle>,
+    index: &Index,
+    senders: &TriggerSenders,
+    stores: &std::sync::RwLock<HashMap<WorkloadKind, WorkloadStore>>,
+    served: &tokio::sync::watch::Sender<Served>,
+) {
+    if let Some(handle) = running.remove(&kind) {
+        handle.abort();
+    }
+    senders
+        .workloads
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&kind);
+    stores.write().unwrap_or_else(|e| e.into_inner()).remove(&kind);
+    let mut gone = None;
+    served.send_modify(|s| gone = s.remove(&kind));
+    if let Some(gone) = gone {
+        gone.stopped.send_replace(true);
+    }
+    index.forget_workloads(kind);
+}
+
+/// The watch of one served kind: fills its store and the index; while this replica leads, each
+/// object applied is also queued for its controller (see `runtime::stored_watch`).
+fn start(
+    client: &Client,
+    namespace: Option<&str>,
+    kind: WorkloadKind,
+    resource: ApiResource,
+    index: &Arc<Index>,
+    refused: UnboundedSender<(WorkloadKind, u16)>,
+) -> (Arc<ServedKind>, BoxFuture<'static, ()>) {
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let writer = reflector::store::Writer::new(resource.clone());
+    let reader = writer.as_reader();
+    let (sender, receiver) = unbounded();
+    let serving = Arc::new(ServedKind {
+        kind,
+        resource: resource.clone(),
+        store: reader,
+        receiver: Mutex::new(Some(receiver)),
+        sender: sender.clone(),
+        stopped: tokio::sync::watch::Sender::new(false),
+    });
+    index.expect(kind.as_str());
+    let index = index.clone();
+    let config = watcher::Config::default().labels(&workloads::selector());
+    let watch = crate::runtime::relist_at_once_on_expiry(kind.as_str(), watcher(api, config))
+        .backoff(crate::runtime::watch_backoff())
+        .modify(move |obj| workloads::slim(kind, obj))
+        .reflect(writer)
+        .for_each(move |event| {
+            match event {
+                Ok(event) => {
+                    index.handle_workload(kind, &event);
+                    if let watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) = &event
+                        && index.is_leading()
+                    {
+                        let _ = sender.unbounded_send(ObjectRef::from_obj_with(obj, resource.clone()));
+                    }
+                }
+                Err(e) => match refusal(&e) {
+                    Some(code) => {
+                        let _ = refused.unbounded_send((kind, code));
+                    }
+                    None => crate::runtime::log_watch_error(kind.as_str(), &e),
+                },
+            }
+            futures::future::ready(())
+        })
+        .boxed();
+    (serving, watch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_stable_built_in_kinds_skip_discovery() {
+        for kind in [
+            WorkloadKind::Deployment,
+            WorkloadKind::StatefulSet,
+            WorkloadKind::DaemonSet,
+            WorkloadKind::Job,
+        ] {
+            let resource = always_served(kind).expect("always served");
+            assert_eq!(resource.kind, kind.as_str());
+            assert_eq!(Some(resource.plural.as_str()), kind.spec().plural);
+        }
+        assert_eq!(always_served(WorkloadKind::Job).unwrap().api_version, "batch/v1");
+        assert!(
+            always_served(WorkloadKind::CronJob).is_none(),
+            "its version depends on the server"
+        );
+        assert!(
+            always_served(WorkloadKind::Rollout).is_none(),
+            "only once its CRD is installed"
+        );
+    }
+}
