@@ -693,9 +693,12 @@ async fn rollouts_in_waves_a_degraded_rollout_is_rolled_back_and_the_next_wave_n
     let r = status.rollout.as_ref().unwrap();
     assert_eq!(r.wave, 0, "failed in wave 0: {r:?}");
     assert!(
-        r.message.as_deref().is_some_and(|m| m.contains(FIRST)),
-        "the rollout's message names the Rollout: {r:?}"
+        r.message
+            .as_deref()
+            .is_some_and(|m| m.contains(FIRST) && m.contains("Degraded")),
+        "the rollout's message names the Rollout and Argo's verdict: {r:?}"
     );
+    eprintln!("the failed rollout's message: {:?}", r.message);
     assert!(
         status.history.iter().any(|h| h.name == bad && h.failed),
         "the bad revision is marked failed: {:?}",
