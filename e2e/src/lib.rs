@@ -22,9 +22,11 @@ pub use cmset_api;
 pub use k8s_openapi;
 pub use kube;
 
+pub mod argo;
 pub mod fault_proxy;
 pub mod fixtures;
 pub mod invariants;
+pub mod kinds;
 pub mod proxy;
 pub mod webhook;
 
