@@ -39,7 +39,7 @@ webhooks:
         resources: ["cronjobs"]
       - apiGroups: ["batch"]
         apiVersions: ["v1"]
-        operations: ["CREATE"]
+        operations: ["CREATE", "UPDATE"]
         resources: ["jobs"]
       - apiGroups: ["argoproj.io"]
         apiVersions: ["v1alpha1"]

@@ -306,6 +306,22 @@ async fn a_job_created_naming_the_set_runs_the_current_revision_and_keeps_it() {
         (only(&v1), generation),
         "cmset never patches a Job"
     );
+
+    // A GitOps tool applies the manifest again (naming the set): the API server would refuse a change
+    // of the template; admission keeps the revision the Job was created with, so it is no change.
+    let reapplied = ns
+        .api::<Job>()
+        .patch(JOB, &PatchParams::apply("gitops").force(), &Patch::Apply(&job))
+        .await
+        .expect("re-applying the manifest is not refused as a change to an immutable field");
+    assert_eq!(
+        (
+            names_at(&serde_json::to_value(&reapplied).unwrap(), POD_SPEC),
+            reapplied.metadata.generation
+        ),
+        (only(&v1), generation),
+        "the re-applied Job still runs the revision it was created with"
+    );
     delete_job(&ns, JOB).await;
     wait_pruned(&ns, &v1, "the Job that named it is gone").await;
 }
