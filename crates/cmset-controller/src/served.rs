@@ -397,4 +397,81 @@ mod tests {
             "only once its CRD is installed"
         );
     }
+
+    /// A client whose requests `answer` answers by path, and the paths it was asked.
+    fn discovery_server(answer: fn(&str) -> (u16, serde_json::Value)) -> (Client, Arc<Mutex<Vec<String>>>) {
+        use http_body_util::BodyExt;
+        type Body = kube::client::Body;
+        let (service, mut handle) = tower_test::mock::pair::<http::Request<Body>, http::Response<Body>>();
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let record = asked.clone();
+        tokio::spawn(async move {
+            while let Some((request, send)) = handle.next_request().await {
+                let path = request.uri().path().to_string();
+                let _ = request.into_body().collect().await;
+                let (code, body) = answer(&path);
+                record.lock().unwrap().push(path);
+                send.send_response(
+                    http::Response::builder()
+                        .status(code)
+                        .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                        .unwrap(),
+                );
+            }
+        });
+        (Client::new(service, "default"), asked)
+    }
+
+    fn resources(group_version: &str, kinds: &[(&str, &str)]) -> serde_json::Value {
+        let resources: Vec<_> = kinds
+            .iter()
+            .map(|(kind, plural)| {
+                serde_json::json!({"name": plural, "singularName": "", "namespaced": true, "kind": kind,
+                                   "verbs": ["list", "watch", "patch"]})
+            })
+            .collect();
+        serde_json::json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
+                           "resources": resources})
+    }
+
+    fn failure(code: u16) -> (u16, serde_json::Value) {
+        let status =
+            serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code});
+        (code, status)
+    }
+
+    #[tokio::test]
+    async fn discovery_finds_the_version_the_server_serves_and_tells_absent_from_unknown() {
+        // Kubernetes 1.20: batch/v1 has Jobs but no CronJobs; no Argo Rollouts installed.
+        let (client, asked) = discovery_server(|path| match path {
+            "/apis/batch/v1" => (200, resources("batch/v1", &[("Job", "jobs")])),
+            "/apis/batch/v1beta1" => (200, resources("batch/v1beta1", &[("CronJob", "cronjobs")])),
+            _ => failure(404),
+        });
+        let Found::Served(cron) = find(&client, WorkloadKind::CronJob).await else {
+            panic!("CronJobs are served at batch/v1beta1")
+        };
+        assert_eq!(
+            (cron.api_version.as_str(), cron.plural.as_str()),
+            ("batch/v1beta1", "cronjobs")
+        );
+        assert_eq!(find(&client, WorkloadKind::Rollout).await, Found::Absent);
+        assert!(matches!(
+            find(&client, WorkloadKind::Deployment).await,
+            Found::Served(_)
+        ));
+        assert_eq!(
+            *asked.lock().unwrap(),
+            [
+                "/apis/batch/v1",
+                "/apis/batch/v1beta1",
+                "/apis/argoproj.io/v1alpha1"
+            ],
+            "the stable kinds cost no request"
+        );
+
+        // A server that fails to answer: nothing is decided about the kind.
+        let (client, _) = discovery_server(|_| failure(500));
+        assert_eq!(find(&client, WorkloadKind::Rollout).await, Found::Unknown);
+    }
 }
