@@ -30,5 +30,11 @@ pub const MAX_WAVE: i32 = 1000;
 /// not exist yet): when the hold began, RFC 3339. The controller unpauses it in the patch that points it
 /// at the revisions, or after [`HOLD_LIMIT_SECONDS`] whatever happens, and removes the annotation.
 pub const HELD_SINCE: &str = "cmset.dev/held-since";
+/// On a set: `"true"` holds its rollout as `spec.rollout.paused` does, without changing the spec (so a
+/// GitOps tool sees no drift). `kubectl cmset pause` sets it, `kubectl cmset resume` removes it.
+pub const PAUSED: &str = "cmset.dev/paused";
+/// On a set whose `spec.rollout.promotion` is `Manual`: `<revision>/<wave>`, the wave of that
+/// revision's rollout after which the next wave may open. `kubectl cmset promote` writes it.
+pub const PROMOTED: &str = "cmset.dev/promoted";
 /// How long a new Deployment is held at most.
 pub const HOLD_LIMIT_SECONDS: i64 = 30;

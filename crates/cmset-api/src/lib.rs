@@ -114,6 +114,32 @@ pub struct RolloutSpec {
     /// undo` would. Either way a failure stops the rollout: later waves never receive the revision.
     #[serde(default)]
     pub auto_rollback: bool,
+
+    /// Hold the rollout: no workload is moved to a new revision and no wave opens until it is false
+    /// again; workloads already moved stay where they are. (`kubectl cmset pause` holds it without
+    /// changing the spec: annotation `cmset.dev/paused`.)
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+
+    /// `Manual`: after each wave's stabilization window the next wave waits for `kubectl cmset
+    /// promote` (recorded in annotation `cmset.dev/promoted`, outside the spec). `Auto` (the default):
+    /// it opens at once.
+    #[serde(default, skip_serializing_if = "Promotion::is_auto")]
+    pub promotion: Promotion,
+}
+
+/// Whether the next wave opens by itself or when someone promotes the rollout.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Promotion {
+    #[default]
+    Auto,
+    Manual,
+}
+
+impl Promotion {
+    pub fn is_auto(&self) -> bool {
+        *self == Self::Auto
+    }
 }
 
 fn default_progress_deadline_seconds() -> i32 {
@@ -126,6 +152,8 @@ impl Default for RolloutSpec {
             stabilization_seconds: 0,
             progress_deadline_seconds: DEFAULT_PROGRESS_DEADLINE_SECONDS,
             auto_rollback: false,
+            paused: false,
+            promotion: Promotion::Auto,
         }
     }
 }
@@ -228,7 +256,9 @@ pub struct ConfigMapSetStatus {
 pub struct RolloutStatus {
     /// The revision being rolled out (the current one).
     pub revision: String,
-    /// `Progressing`, `Complete` or `Failed`.
+    /// `Progressing`, `Paused` (held: `spec.rollout.paused` or `kubectl cmset pause`),
+    /// `AwaitingPromotion` (a wave is done; the next waits for `kubectl cmset promote`), `Complete` or
+    /// `Failed`.
     pub phase: RolloutPhase,
     /// The wave in progress: workloads of this wave and lower ones may run the revision, higher waves
     /// wait. When the rollout failed, the wave it failed in.
@@ -247,12 +277,17 @@ pub struct RolloutStatus {
     /// Why it failed, naming the workload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Since when it has been `Paused` or `AwaitingPromotion`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_since: Option<Time>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
 pub enum RolloutPhase {
     #[default]
     Progressing,
+    Paused,
+    AwaitingPromotion,
     Complete,
     Failed,
 }
@@ -261,9 +296,16 @@ impl RolloutPhase {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Progressing => "Progressing",
+            Self::Paused => "Paused",
+            Self::AwaitingPromotion => "AwaitingPromotion",
             Self::Complete => "Complete",
             Self::Failed => "Failed",
         }
+    }
+
+    /// Still under way: progressing, or held by a person (paused, awaiting promotion).
+    pub fn is_under_way(self) -> bool {
+        matches!(self, Self::Progressing | Self::Paused | Self::AwaitingPromotion)
     }
 }
 

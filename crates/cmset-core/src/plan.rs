@@ -567,6 +567,9 @@ fn plan_rollout(
         previous_entries: &previous_entries,
         revisions: &revisions,
         now: &input.now,
+        paused: input.set.paused(),
+        manual_promotion: input.set.manual_promotion(),
+        promoted: input.set.promoted(),
     };
     plan_waves(&wave_input, members)
 }
@@ -604,6 +607,16 @@ fn wave_event(event: WaveEvent) -> PlannedEvent {
             kind: EventKind::Warning,
             reason: "RolloutFailed",
             message: capitalized(&message),
+        },
+        WaveEvent::Paused(message) => PlannedEvent {
+            kind: EventKind::Normal,
+            reason: "RolloutPaused",
+            message,
+        },
+        WaveEvent::AwaitingPromotion(message) => PlannedEvent {
+            kind: EventKind::Normal,
+            reason: "AwaitingPromotion",
+            message,
         },
     }
 }
@@ -685,6 +698,33 @@ fn ready_condition(
             message: format!(
                 "Revision {number} ({name}): {}{rolled_back}{held}",
                 failed.message.as_deref().unwrap_or("the rollout failed")
+            ),
+        }
+    } else if let Some(held) =
+        rollout.filter(|r| matches!(r.phase, RolloutPhase::Paused | RolloutPhase::AwaitingPromotion))
+    {
+        let (reason, what) = match held.phase {
+            RolloutPhase::Paused => (
+                "RolloutPaused",
+                "paused (kubectl cmset resume, or spec.rollout.paused: false)",
+            ),
+            _ => (
+                "AwaitingPromotion",
+                "waiting for the next wave to be promoted (kubectl cmset promote)",
+            ),
+        };
+        let since = held
+            .held_since
+            .as_ref()
+            .map(|t| format!(" since {}", t.0))
+            .unwrap_or_default();
+        Desired {
+            type_: READY,
+            status: false,
+            reason,
+            message: format!(
+                "Revision {number} ({name}) is {what}{since}, in wave {} of {:?}; {waiting} of {total} workloads wait",
+                held.wave, held.waves
             ),
         }
     } else if pending > 0 {

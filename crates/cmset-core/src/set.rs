@@ -160,6 +160,35 @@ impl<'a> SetRef<'a> {
         }
     }
 
+    /// Whether its rollout is held: `spec.rollout.paused`, or annotation `cmset.dev/paused: "true"`.
+    pub fn paused(self) -> bool {
+        let annotated = self
+            .metadata()
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(cmset_api::labels::PAUSED))
+            .is_some_and(|v| v == "true");
+        annotated || self.rollout().is_some_and(|r| r.paused)
+    }
+
+    /// Whether each next wave waits to be promoted (`spec.rollout.promotion: Manual`).
+    pub fn manual_promotion(self) -> bool {
+        self.rollout()
+            .is_some_and(|r| r.promotion == cmset_api::Promotion::Manual)
+    }
+
+    /// The promotion recorded on it (annotation `cmset.dev/promoted`): the revision and the wave after
+    /// which the next wave may open.
+    pub fn promoted(self) -> Option<(&'a str, i32)> {
+        let value = self
+            .metadata()
+            .annotations
+            .as_ref()?
+            .get(cmset_api::labels::PROMOTED)?;
+        let (revision, wave) = value.rsplit_once('/')?;
+        Some((revision, wave.parse().ok()?))
+    }
+
     pub fn revision_history_limit(self) -> i32 {
         match self {
             Self::ConfigMap(s) => s.spec.revision_history_limit,

@@ -13,6 +13,12 @@
 //!   revision. With `autoRollback`, each failing workload of wave `w` becomes `RolledBack`: the
 //!   workload controller moves it to its `previousRevision`.
 //! - A new current revision (the content changed) starts a fresh rollout at the lowest wave.
+//! - **Paused** (`spec.rollout.paused`, or `kubectl cmset pause`): no workload is moved to the revision
+//!   and no wave opens; workloads already moved stay, and a failure among them still fails the rollout.
+//!   Resumed, it goes on where it stood.
+//! - **AwaitingPromotion** (`spec.rollout.promotion: Manual`): a wave that is done and stable does not
+//!   open the next one until the set records a promotion of that wave (`kubectl cmset promote`).
+//!   After the last wave nothing is left to promote: the rollout completes.
 //!
 //! Workloads pinned by a manual rollback take no part. A set is tracked only when it asks for it
 //! (`spec.rollout`), a workload that reads it has a wave, or a rollout of its current revision is still
@@ -69,6 +75,12 @@ pub struct WaveInput<'a> {
     /// Names of the set's revisions that exist, current included.
     pub revisions: &'a BTreeSet<String>,
     pub now: &'a Time,
+    /// The rollout is held (see [`crate::set::SetRef::paused`]).
+    pub paused: bool,
+    /// Each next wave waits for a promotion.
+    pub manual_promotion: bool,
+    /// The promotion recorded: the revision and the wave after which the next may open.
+    pub promoted: Option<(&'a str, i32)>,
 }
 
 /// What the rollout planner decided.
@@ -87,6 +99,10 @@ pub struct WaveOutcome {
 pub enum WaveEvent {
     /// The next wave may move.
     WaveStarted(String),
+    /// Held by a person: paused.
+    Paused(String),
+    /// A wave is done; the next waits for a promotion.
+    AwaitingPromotion(String),
     Complete(String),
     /// Failed, with the message that names the workload and why.
     Failed(String),
@@ -115,7 +131,10 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
     let unfinished = input
         .previous
         .is_some_and(|p| p.revision == input.current && p.phase != RolloutPhase::Complete);
-    let tracked = input.spec.is_some() || members.iter().any(|m| *m.wave != Wave::Number(0)) || unfinished;
+    let tracked = input.spec.is_some()
+        || input.paused
+        || members.iter().any(|m| *m.wave != Wave::Number(0))
+        || unfinished;
     if !tracked {
         return WaveOutcome {
             entries: members.into_iter().map(|m| m.entry).collect(),
@@ -151,9 +170,19 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
             wave_healthy_since: None,
             started_at: Some(whole_second_after(now)),
             message: None,
+            held_since: None,
         },
     };
     rollout.waves = waves.clone();
+    // Held by a person, the rollout is planned as progressing; it is held again below if it still is.
+    let held_before = rollout
+        .phase
+        .is_under_way()
+        .then(|| (rollout.phase, rollout.held_since.take()));
+    if held_before.is_some() {
+        rollout.phase = RolloutPhase::Progressing;
+    }
+    let mut held = None;
 
     let mut events = Vec::new();
     let mut recheck: Vec<Duration> = Vec::new();
@@ -205,12 +234,27 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
                 break;
             }
         }
+        let next = waves.iter().find(|&&w| w > wave).copied();
+        if next.is_some() && input.paused {
+            held = Some(RolloutPhase::Paused);
+            break;
+        }
+        let promoted = input.promoted == Some((input.current, wave));
+        if next.is_some() && input.manual_promotion && !promoted {
+            held = Some(RolloutPhase::AwaitingPromotion);
+            break;
+        }
         rollout.wave_healthy_since = None;
-        match waves.iter().find(|&&w| w > wave) {
-            Some(&next) => {
+        match next {
+            Some(next) => {
                 rollout.wave = next;
+                let how = if input.manual_promotion {
+                    "promoted"
+                } else {
+                    "healthy"
+                };
                 events.push(WaveEvent::WaveStarted(format!(
-                    "Wave {wave} is healthy on {}; wave {next} moves now",
+                    "Wave {wave} of {} is {how}; wave {next} moves now",
                     input.current
                 )));
             }
@@ -223,6 +267,21 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
                 )));
             }
         }
+    }
+
+    // Paused, the rollout is held wherever it stands (the gate keeps every workload not moved yet).
+    if rollout.phase == RolloutPhase::Progressing && input.paused {
+        held = Some(RolloutPhase::Paused);
+    }
+    if let Some(phase) = held.filter(|_| rollout.phase == RolloutPhase::Progressing) {
+        rollout.phase = phase;
+        rollout.held_since = match held_before {
+            Some((before, since)) if before == phase => since,
+            _ => {
+                events.push(hold_event(phase, &rollout, input.current));
+                Some(whole_second_after(now))
+            }
+        };
     }
 
     // A failed rollout moves its failing workloads back, if asked to; the others stay as they are.
@@ -245,6 +304,18 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
         entries,
         recheck_in: recheck.into_iter().min(),
         events,
+    }
+}
+
+fn hold_event(phase: RolloutPhase, rollout: &RolloutStatus, current: &str) -> WaveEvent {
+    let wave = rollout.wave;
+    match phase {
+        RolloutPhase::AwaitingPromotion => WaveEvent::AwaitingPromotion(format!(
+            "Wave {wave} of {current} is done; the next wave waits for `kubectl cmset promote`"
+        )),
+        _ => WaveEvent::Paused(format!(
+            "The rollout of {current} is paused in wave {wave}: nothing more moves until it is resumed"
+        )),
     }
 }
 
@@ -348,6 +419,12 @@ fn decide_entry(
                     Some(format!("waiting for wave {} to complete", rollout.wave))
                 }
                 (Some(_), RolloutPhase::Progressing) => None,
+                (Some(_), RolloutPhase::Paused) => Some("held: the rollout is paused".to_string()),
+                (Some(w), RolloutPhase::AwaitingPromotion) if w > rollout.wave => Some(format!(
+                    "waiting for wave {} to be promoted (kubectl cmset promote)",
+                    rollout.wave
+                )),
+                (Some(_), RolloutPhase::AwaitingPromotion) => None,
             };
             match held {
                 Some(message) => {
@@ -393,9 +470,11 @@ pub fn gate(set: SetRef<'_>, current: &str, workload: &WorkloadView, lowest_wave
             .or_else(|| status.and_then(|s| last_good(s, current)))
     };
     let wave = workload.wave.number();
+    // Paused, nothing more moves to the revision (what moved already stays: a hold keeps it).
+    let paused = set.paused();
     let Some(rollout) = rollout else {
         return match wave {
-            Some(w) if w <= lowest_wave => Gate::Open,
+            Some(w) if w <= lowest_wave && !paused => Gate::Open,
             _ => Gate::Held { keep: keep() },
         };
     };
@@ -407,7 +486,7 @@ pub fn gate(set: SetRef<'_>, current: &str, workload: &WorkloadView, lowest_wave
     }
     match (rollout.phase, wave) {
         (RolloutPhase::Complete, Some(_)) => Gate::Open,
-        (RolloutPhase::Progressing, Some(w)) if w <= rollout.wave => Gate::Open,
+        (phase, Some(w)) if phase.is_under_way() && w <= rollout.wave && !paused => Gate::Open,
         _ => Gate::Held { keep: keep() },
     }
 }

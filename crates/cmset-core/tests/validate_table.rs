@@ -62,6 +62,7 @@ impl Spec {
             stabilization_seconds: stabilization,
             progress_deadline_seconds: deadline,
             auto_rollback: true,
+            ..Default::default()
         });
         self
     }

@@ -246,6 +246,23 @@ fn rollout(stabilization: i32, deadline: i32, auto_rollback: bool) -> RolloutSpe
         stabilization_seconds: stabilization,
         progress_deadline_seconds: deadline,
         auto_rollback,
+        ..RolloutSpec::default()
+    }
+}
+
+impl World {
+    /// Sets or removes annotation `key` on the set (what `kubectl cmset pause|resume|promote` write).
+    fn annotate(&mut self, key: &str, value: Option<&str>) {
+        let annotations = self.set.metadata.annotations.get_or_insert_with(Default::default);
+        match value {
+            Some(v) => annotations.insert(key.to_string(), v.to_string()),
+            None => annotations.remove(key),
+        };
+    }
+
+    /// How many events told `text` (the planner merges one reconcile's events into one).
+    fn told(&self, text: &str) -> usize {
+        self.events.iter().filter(|(_, _, m)| m.contains(text)).count()
     }
 }
 
@@ -715,4 +732,118 @@ fn a_set_that_no_workload_reads_completes_its_rollout_at_once() {
     assert_eq!(world.rollout().revision, world.current());
     assert_eq!(world.rollout().phase, RolloutPhase::Complete);
     assert_eq!(plan.recheck_in, None, "nothing to look at again");
+}
+
+// ------------------------------------------------------------------------- pause and promotion --
+
+#[test]
+fn a_paused_rollout_moves_nothing_until_resumed_and_survives_a_restart() {
+    let (mut world, old) = two_waves(Some(rollout(0, 600, false)));
+    world.annotate(cmset_api::labels::PAUSED, Some("true"));
+    world.change_content("v2");
+    world.now += 10;
+    world.settle();
+    let new = world.current();
+    assert_eq!(
+        (world.reads("first"), world.reads("second")),
+        (old.clone(), old.clone()),
+        "nothing moves"
+    );
+    let rollout = world.rollout();
+    assert_eq!(
+        (rollout.phase, rollout.wave, rollout.held_since.clone()),
+        (RolloutPhase::Paused, 0, Some(at(310)))
+    );
+    assert_eq!(world.ready(), ("False".into(), "RolloutPaused".into()));
+    assert!(
+        world.ready_message().contains("since"),
+        "{}",
+        world.ready_message()
+    );
+    assert_eq!(world.entry("first").state, WorkloadState::Waiting);
+    assert_eq!(
+        world.entry("first").message.as_deref(),
+        Some("held: the rollout is paused")
+    );
+    assert_eq!(world.told("is paused in wave 0"), 1, "{:?}", world.events);
+
+    // Later, and after a restart (the planner reads only the status): still paused, since the same time.
+    world.now += 100;
+    world.settle();
+    assert_eq!(world.rollout().held_since, Some(at(310)));
+    assert_eq!(world.told("is paused in wave 0"), 1, "told once");
+
+    world.annotate(cmset_api::labels::PAUSED, None);
+    world.settle();
+    assert_eq!(world.reads("first"), new, "resumed: wave 0 moves");
+    assert_eq!(world.reads("second"), old);
+    assert_eq!(world.rollout().phase, RolloutPhase::Progressing);
+    assert_eq!(world.rollout().held_since, None);
+    world.heal_all();
+    world.heal_all();
+    assert_eq!(world.reads("second"), new);
+    assert_eq!(world.rollout().phase, RolloutPhase::Complete);
+}
+
+#[test]
+fn paused_in_the_spec_mid_rollout_keeps_what_moved_and_opens_no_wave() {
+    let (mut world, old) = two_waves(Some(rollout(0, 600, false)));
+    world.change_content("v2");
+    world.settle();
+    let new = world.current();
+    assert_eq!(world.reads("first"), new);
+    world.set.spec.rollout.as_mut().unwrap().paused = true;
+    world.heal_all();
+    assert_eq!(world.reads("first"), new, "what moved stays");
+    assert_eq!(world.reads("second"), old, "the next wave does not open");
+    assert_eq!(
+        (world.rollout().phase, world.rollout().wave),
+        (RolloutPhase::Paused, 0)
+    );
+    assert_eq!(world.entry("second").state, WorkloadState::Waiting);
+
+    // A moved workload that fails still fails the rollout: a pause does not hide a failure.
+    world.workload("first").health = Health::Failed("crashed".into());
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::Failed);
+}
+
+#[test]
+fn manual_promotion_holds_each_next_wave_until_that_wave_is_promoted() {
+    let (mut world, old) = two_waves(Some(rollout(0, 600, false)));
+    world.set.spec.rollout.as_mut().unwrap().promotion = cmset_api::Promotion::Manual;
+    world.change_content("v2");
+    world.settle();
+    let new = world.current();
+    world.heal_all();
+    assert_eq!(world.reads("second"), old, "wave 1 waits for a promotion");
+    let rollout = world.rollout();
+    assert_eq!(
+        (rollout.phase, rollout.wave),
+        (RolloutPhase::AwaitingPromotion, 0)
+    );
+    assert!(rollout.held_since.is_some());
+    assert_eq!(world.ready(), ("False".into(), "AwaitingPromotion".into()));
+    assert_eq!(
+        world.entry("second").message.as_deref(),
+        Some("waiting for wave 0 to be promoted (kubectl cmset promote)")
+    );
+    assert_eq!(world.told("waits for `kubectl cmset promote`"), 1);
+
+    // A promotion of another revision, or of another wave, does not count.
+    world.annotate(cmset_api::labels::PROMOTED, Some(&format!("{old}/0")));
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::AwaitingPromotion);
+    world.annotate(cmset_api::labels::PROMOTED, Some(&format!("{new}/1")));
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::AwaitingPromotion);
+
+    world.annotate(cmset_api::labels::PROMOTED, Some(&format!("{new}/0")));
+    world.settle();
+    assert_eq!(world.reads("second"), new, "promoted: wave 1 moves");
+    assert_eq!(world.rollout().held_since, None);
+    // After the last wave nothing is left to promote.
+    world.heal_all();
+    assert_eq!(world.rollout().phase, RolloutPhase::Complete);
+    assert_eq!(world.ready().0, "True");
 }

@@ -20,6 +20,8 @@ Examples:
   kubectl cmset history app-config -o json    the same, for scripts
   kubectl cmset history secretset/db          a SecretSet's revisions (Secrets)
   kubectl cmset diff secset/db                which keys changed; a Secret's values are never shown
+  kubectl cmset pause app-config              hold its rollout; resume lets it go on
+  kubectl cmset promote app-config            let the next wave open (spec.rollout.promotion: Manual)
 
 A set is NAME, or KIND/NAME as kubectl writes it: configmapset/NAME (or cmset/NAME) and
 secretset/NAME (or secset/NAME). A bare NAME is the ConfigMapSet of that name if there is one,
@@ -29,7 +31,8 @@ Exit status: 0 on success; 2 on any error (unknown set or revision, API errors, 
 `diff` exits 1 when the revisions differ, as diff(1) and kubectl diff do.
 
 Colour: --color=auto colours only when standard output is a terminal and NO_COLOR is not set.
-The plugin reads the cluster with your kubeconfig and writes nothing.";
+The plugin reads the cluster with your kubeconfig; only pause, resume and promote write (an
+annotation on the set).";
 
 /// `kubectl cmset`.
 #[derive(Clone, Debug, Parser)]
@@ -157,6 +160,37 @@ each workload's wave (a WAVE column)."
         /// Only this workload: NAME, or KIND/NAME (deployment/web, sts/db, ds/agent, cronjob/report,
         /// job/migrate, rollout/web)
         workload: Option<String>,
+    },
+
+    /// Hold the set's rollout: nothing more moves to a new revision until resumed
+    #[command(long_about = "\
+Hold the set's rollout: no workload is moved to a new revision and no wave opens until
+`kubectl cmset resume`; workloads already moved stay where they are. Writes the annotation
+cmset.dev/paused: \"true\" on the set (not its spec, so a GitOps tool sees no drift); the same as
+spec.rollout.paused: true. Needs the right to patch the set.")]
+    Pause {
+        /// The set: NAME, configmapset/NAME or secretset/NAME
+        set: String,
+    },
+
+    /// Let a paused rollout go on where it stood
+    #[command(long_about = "\
+Remove the annotation cmset.dev/paused from the set: its rollout goes on where it stood. A set
+paused by its spec (spec.rollout.paused: true) is resumed by changing the spec.")]
+    Resume {
+        /// The set: NAME, configmapset/NAME or secretset/NAME
+        set: String,
+    },
+
+    /// Let the next wave open (spec.rollout.promotion: Manual)
+    #[command(long_about = "\
+For a set whose spec.rollout.promotion is Manual: let the wave after the one in progress open, now
+if that wave is done and stable (AwaitingPromotion), else as soon as it is. Writes the annotation
+cmset.dev/promoted: <revision>/<wave> on the set, so the promotion survives an operator restart and
+applies to that revision and wave only.")]
+    Promote {
+        /// The set: NAME, configmapset/NAME or secretset/NAME
+        set: String,
     },
 }
 

@@ -17,9 +17,9 @@ use cmset_core::naming::set_label_value;
 use cmset_core::observe::WorkloadKind;
 use cmset_core::set::SetKind;
 use k8s_openapi::api::core::v1::{ConfigMap, PodSpec, Secret};
-use kube::api::{ApiResource, DynamicObject, ListParams, PartialObjectMeta};
+use kube::api::{ApiResource, DynamicObject, ListParams, PartialObjectMeta, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
+use kube::{Api, Client, Config, ResourceExt};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use tokio::task::JoinSet;
@@ -105,6 +105,25 @@ impl Cluster {
                 pick(name, ns, config_map_set, secret_set)
             }
         }
+    }
+
+    /// Merge-patches the set's metadata (the annotations `kubectl cmset pause|resume|promote` write).
+    pub async fn patch_set_metadata(&self, set: &Set, patch: &serde_json::Value) -> Result<(), Error> {
+        let params = PatchParams::default();
+        let patch = Patch::Merge(patch);
+        let result = match set {
+            Set::ConfigMap(s) => self
+                .api::<ConfigMapSet>()
+                .patch_metadata(&s.name_any(), &params, &patch)
+                .await
+                .map(drop),
+            Set::Secret(s) => self
+                .api::<SecretSet>()
+                .patch_metadata(&s.name_any(), &params, &patch)
+                .await
+                .map(drop),
+        };
+        result.map_err(|e| Error::kube(format!("annotating {}", set.id()), e))
     }
 
     async fn lookup<K>(&self, name: &str) -> Result<Lookup<K>, kube::Error>

@@ -17,6 +17,7 @@ pub mod output;
 pub mod revisions;
 pub mod secret_diff;
 pub mod status;
+pub mod steer;
 pub mod style;
 pub mod table;
 
@@ -77,9 +78,12 @@ impl Listed {
 pub async fn run(cli: Cli, palette: Palette, now: Timestamp) -> Result<Outcome, Error> {
     let g = &cli.global;
     let address = match &cli.command {
-        Command::History { set } | Command::Diff { set, .. } | Command::Status { set, .. } => {
-            Address::parse(set).map_err(Error::Usage)?
-        }
+        Command::History { set }
+        | Command::Diff { set, .. }
+        | Command::Status { set, .. }
+        | Command::Pause { set }
+        | Command::Resume { set }
+        | Command::Promote { set } => Address::parse(set).map_err(Error::Usage)?,
     };
     let cluster = Cluster::connect(
         g.kubeconfig.as_deref(),
@@ -89,6 +93,23 @@ pub async fn run(cli: Cli, palette: Palette, now: Timestamp) -> Result<Outcome, 
     .await?;
     let set = cluster.set(&address).await?;
     let view = set.view();
+    let action = match &cli.command {
+        Command::Pause { .. } => Some(steer::Action::Pause),
+        Command::Resume { .. } => Some(steer::Action::Resume),
+        Command::Promote { .. } => Some(steer::Action::Promote),
+        _ => None,
+    };
+    if let Some(action) = action {
+        let id = set.id().to_string();
+        let steer = steer::steer(action, view, &id).map_err(Error::Usage)?;
+        if let Some(patch) = &steer.patch {
+            cluster.patch_set_metadata(&set, patch).await?;
+        }
+        return Ok(Outcome::print(match output::structured(&steer, g.output)? {
+            Some(text) => text,
+            None => format!("{}\n", steer.message),
+        }));
+    }
     let listed = Listed::of(&cluster, view).await?;
     let revisions = listed.revisions(view);
     match &cli.command {
@@ -164,6 +185,9 @@ pub async fn run(cli: Cli, palette: Palette, now: Timestamp) -> Result<Outcome, 
                 Some(text) => text,
                 None => status::render_text(&report, palette),
             }))
+        }
+        Command::Pause { .. } | Command::Resume { .. } | Command::Promote { .. } => {
+            unreachable!("steering commands returned above")
         }
     }
 }

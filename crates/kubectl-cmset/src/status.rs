@@ -178,6 +178,8 @@ pub struct StatusReport {
 #[serde(rename_all = "camelCase")]
 pub enum Phase {
     Progressing,
+    Paused,
+    AwaitingPromotion,
     Complete,
     Failed,
 }
@@ -186,6 +188,8 @@ impl Phase {
     fn of(phase: RolloutPhase) -> Self {
         match phase {
             RolloutPhase::Progressing => Self::Progressing,
+            RolloutPhase::Paused => Self::Paused,
+            RolloutPhase::AwaitingPromotion => Self::AwaitingPromotion,
             RolloutPhase::Complete => Self::Complete,
             RolloutPhase::Failed => Self::Failed,
         }
@@ -225,6 +229,12 @@ pub struct RolloutReport {
     /// Why it failed, naming the workload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Since when it has been paused or awaiting promotion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_since: Option<Time>,
+    /// For how many seconds, as of when the plugin ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_seconds: Option<i64>,
 }
 
 /// What the plugin knows about the set: its revisions' names and numbers, and what cmset's decision
@@ -380,8 +390,11 @@ fn waiting_why(set: SetRef<'_>, known: &Known, entry: Option<&WorkloadStatus>, w
             r.wave
         );
     }
+    if let Some(r) = rollout.filter(|r| r.phase == RolloutPhase::Paused) {
+        return format!("held: the rollout is paused in wave {}", r.wave);
+    }
     if let (Some(r), Some(own)) = (rollout, wave.number())
-        && r.phase == RolloutPhase::Progressing
+        && r.phase.is_under_way()
     {
         let before: Vec<i32> = r
             .waves
@@ -692,6 +705,11 @@ fn rollout_report(set: SetRef<'_>, known: &Known, now: Timestamp) -> Option<Roll
         wave_healthy_seconds: healthy,
         stabilization_left_seconds: left,
         message: r.message.clone(),
+        held_since: r.held_since.clone(),
+        held_seconds: r
+            .held_since
+            .as_ref()
+            .map(|since| (now.as_second() - since.0.as_second()).max(0)),
     })
 }
 
@@ -943,6 +961,21 @@ fn rollout_lines(r: &RolloutReport) -> Vec<(String, Option<Role>)> {
                     None,
                 ));
             }
+        }
+        Phase::Paused | Phase::AwaitingPromotion => {
+            let (what, how) = if r.phase == Phase::Paused {
+                ("paused", "kubectl cmset resume")
+            } else {
+                ("done; the next wave awaits promotion", "kubectl cmset promote")
+            };
+            let since = r
+                .held_seconds
+                .map_or(String::new(), |s| format!(" for {}", human_duration(s)));
+            lines.push((
+                format!("{revision}: wave {} {what}{since}", r.wave),
+                Some(Role::Attention),
+            ));
+            lines.push((format!("to go on: {how}"), None));
         }
         Phase::Complete => {
             let waves = if r.waves.len() > 1 {
@@ -1642,6 +1675,7 @@ Deployment/web      3          app-cccccccccc   current (updated by cmset)
             wave_healthy_since: healthy_since,
             started_at: Some(ago(120)),
             message: None,
+            held_since: None,
         }
     }
 
@@ -1698,6 +1732,39 @@ Deployment/web      3          app-cccccccccc   current (updated by cmset)
                 ),
             ],
         )
+    }
+
+    #[test]
+    fn a_paused_rollout_and_one_awaiting_promotion_say_since_when_and_what_goes_on() {
+        let mut set = mid_rollout();
+        let rollout = set.status.as_mut().unwrap().rollout.as_mut().unwrap();
+        rollout.phase = RolloutPhase::Paused;
+        rollout.held_since = Some(ago(90));
+        let report = rollout_report_of(&set, &rollout_workloads(NEW, OLD, OLD));
+        let text = render_text(&report, Palette::PLAIN);
+        assert!(
+            text.contains("Rollout:      revision 4 (app-dddddddddd): wave 0 paused for 90s\n              to go on: kubectl cmset resume\n"),
+            "{text}"
+        );
+        assert!(text.contains("held: the rollout is paused in wave 0"), "{text}");
+        let value = serde_json::to_value(&report).unwrap();
+        assert_eq!(value["rollout"]["phase"], "paused");
+        assert_eq!(value["rollout"]["heldSince"], "2026-01-01T00:08:30Z");
+        assert_eq!(value["rollout"]["heldSeconds"], 90);
+
+        let rollout = set.status.as_mut().unwrap().rollout.as_mut().unwrap();
+        rollout.phase = RolloutPhase::AwaitingPromotion;
+        let report = rollout_report_of(&set, &rollout_workloads(NEW, OLD, OLD));
+        let text = render_text(&report, Palette::PLAIN);
+        assert!(
+            text.contains("wave 0 done; the next wave awaits promotion for 90s\n              to go on: kubectl cmset promote\n"),
+            "{text}"
+        );
+        assert!(text.contains("waiting: wave 0 must complete"), "{text}");
+        assert_eq!(
+            serde_json::to_value(&report).unwrap()["rollout"]["phase"],
+            "awaitingPromotion"
+        );
     }
 
     #[test]
