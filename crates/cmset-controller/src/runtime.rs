@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cmset_api::{ConfigMapSet, SecretSet};
-use cmset_core::observe::WorkloadKind;
 use futures::channel::mpsc::UnboundedSender;
 use futures::{FutureExt, Stream, StreamExt, future::BoxFuture};
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
@@ -253,11 +252,6 @@ impl Scope {
     /// Whether every watch needed at start-up has listed everything once.
     pub fn is_ready(&self) -> bool {
         self.index.is_ready()
-    }
-
-    /// The workload kind of this name that the scope serves now, if any.
-    pub fn served_kind(&self, kind: &str) -> Option<WorkloadKind> {
-        self.served.borrow().keys().find(|k| k.as_str() == kind).copied()
     }
 
     /// Reconciles from the warm index, from now until `shutdown` resolves and the reconciles in flight
