@@ -217,3 +217,80 @@ impl Cli {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("cmset-controller").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn declared_kinds_come_from_flags_and_a_file_and_bad_ones_name_themselves() {
+        let kinds = cli(&[
+            "--workload-kind",
+            "apps.kruise.io/v1alpha1/CloneSet=spec.template",
+            "--workload-kind",
+            "example.com/v1/Worker=spec.pod.template,example.com/v1/Batch=/spec/template",
+        ])
+        .kinds()
+        .unwrap();
+        let declared: Vec<&str> = kinds.declared().map(|k| k.as_str()).collect();
+        assert_eq!(declared, ["CloneSet", "Worker", "Batch"]);
+        assert_eq!(cli(&[]).kinds().unwrap(), Kinds::built_in());
+
+        let error = cli(&["--workload-kind", "apps/v1/Thing=spec.template"])
+            .kinds()
+            .unwrap_err();
+        assert!(
+            error.starts_with("--workload-kind: workload kind \"apps/v1/Thing=spec.template\""),
+            "{error}"
+        );
+        assert!(
+            error.contains("not the API group of a custom resource"),
+            "{error}"
+        );
+
+        let dir = std::env::temp_dir().join(format!("cmset-kinds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("kinds.yaml");
+        std::fs::write(
+            &file,
+            "- {group: apps.kruise.io, version: v1alpha1, kind: CloneSet, template: spec.template}\n",
+        )
+        .unwrap();
+        let path = file.to_str().unwrap();
+        let from_file = cli(&["--workload-kinds-file", path]).kinds().unwrap();
+        assert!(from_file.parse("CloneSet").is_some());
+
+        std::fs::write(
+            &file,
+            "- {group: apps.kruise.io, version: v1alpha1, kind: CloneSet, templat: spec.template}\n",
+        )
+        .unwrap();
+        let error = cli(&["--workload-kinds-file", path]).kinds().unwrap_err();
+        assert!(
+            error.contains("not a list of {group, version, kind, template}"),
+            "{error}"
+        );
+        std::fs::write(
+            &file,
+            "- {group: apps.kruise.io, version: v1alpha1, kind: Deployment, template: spec.template}\n",
+        )
+        .unwrap();
+        let error = cli(&["--workload-kinds-file", path]).kinds().unwrap_err();
+        assert!(
+            error.contains("already served as the built-in Deployment"),
+            "{error}"
+        );
+        let error = cli(&["--workload-kinds-file", "/nonexistent/kinds.yaml"])
+            .kinds()
+            .unwrap_err();
+        assert!(
+            error.starts_with("--workload-kinds-file /nonexistent/kinds.yaml:"),
+            "{error}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
