@@ -188,19 +188,17 @@ async fn manual_promotion_opens_each_next_wave_only_when_promoted() {
     let v1 = write_set(&ns, "one", manual);
     ns.apply(&deployment(FIRST, 0));
     ns.apply(&deployment(SECOND, 1));
-    wait_reads(&ns, FIRST, &v1).await;
-    let awaiting = wait_phase(&ns, &v1, RolloutPhase::AwaitingPromotion).await;
-    assert_eq!(awaiting.wave, 0);
-    assert_eq!(ready_reason(&ns).await.as_deref(), Some("AwaitingPromotion"));
-    let out = cmset(&ns, &["promote", SET]);
-    assert!(out.contains("wave 1 opens now"), "{out}");
+    // The first revision's rollout was complete before any workload read it: they opt in at once.
     wait_reads(&ns, SECOND, &v1).await;
     wait_phase(&ns, &v1, RolloutPhase::Complete).await;
 
-    // A new revision: wave 0 moves, wave 1 waits for its own promotion, across a restart.
+    // A new revision: wave 0 moves, wave 1 waits for a promotion, across a restart.
     let v2 = write_set(&ns, "two", manual);
     wait_reads(&ns, FIRST, &v2).await;
-    wait_phase(&ns, &v2, RolloutPhase::AwaitingPromotion).await;
+    let awaiting = wait_phase(&ns, &v2, RolloutPhase::AwaitingPromotion).await;
+    assert_eq!(awaiting.wave, 0);
+    assert!(awaiting.held_since.is_some());
+    assert_eq!(ready_reason(&ns).await.as_deref(), Some("AwaitingPromotion"));
     operator.restart().await;
     stays("wave 1 waits for a promotion of this revision", STILL, || async {
         reads(&ns, SECOND).await == only(&v1)
@@ -208,7 +206,8 @@ async fn manual_promotion_opens_each_next_wave_only_when_promoted() {
     .await;
     let status = cmset(&ns, &["status", SET]);
     assert!(status.contains("awaits promotion"), "{status}");
-    cmset(&ns, &["promote", SET]);
+    let out = cmset(&ns, &["promote", SET]);
+    assert!(out.contains("wave 1 opens now"), "{out}");
     wait_reads(&ns, SECOND, &v2).await;
     wait_phase(&ns, &v2, RolloutPhase::Complete).await;
     let set = ns.api::<ConfigMapSet>().get(SET).await.unwrap();
