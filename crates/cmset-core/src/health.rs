@@ -244,6 +244,41 @@ pub fn progress(rule: HealthRule, generation: i64, object: &Value) -> Progress {
     }
 }
 
+/// The fields of a workload's body that `rule` reads (JSON pointers; `/status/conditions` whole): what
+/// a slim copy of the object keeps for its health (see [`crate::slim::workload_body`]).
+pub fn fields(rule: HealthRule) -> &'static [&'static str] {
+    match rule {
+        HealthRule::Deployment => &[
+            "/spec/replicas",
+            "/status/observedGeneration",
+            "/status/replicas",
+            "/status/updatedReplicas",
+            "/status/availableReplicas",
+            "/status/conditions",
+        ],
+        HealthRule::StatefulSet => &[
+            "/spec/replicas",
+            "/spec/updateStrategy/type",
+            "/spec/updateStrategy/rollingUpdate/partition",
+            "/status/observedGeneration",
+            "/status/updatedReplicas",
+            "/status/readyReplicas",
+            "/status/currentRevision",
+            "/status/updateRevision",
+        ],
+        HealthRule::DaemonSet => &[
+            "/spec/updateStrategy/type",
+            "/status/observedGeneration",
+            "/status/desiredNumberScheduled",
+            "/status/updatedNumberScheduled",
+            "/status/numberAvailable",
+        ],
+        HealthRule::ArgoRollout => &["/status/observedGeneration", "/status/phase", "/status/message"],
+        HealthRule::Conditions => &["/status/observedGeneration", "/status/conditions"],
+        HealthRule::Moved => &[],
+    }
+}
+
 /// `status.observedGeneration`, as a number or a string holding one (Argo Rollouts writes a string).
 fn observed_generation(object: &Value) -> Option<i64> {
     match object.pointer("/status/observedGeneration")? {

@@ -9,10 +9,89 @@
 //! - a JSON patch planned from the slim spec addresses the same fields of the real object, and its
 //!   `test` guards compare the same values.
 
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::health;
+use crate::kinds::WorkloadKind;
 use k8s_openapi::api::core::v1::{
     ConfigMapKeySelector, Container, EnvFromSource, EnvVar, EnvVarSource, EphemeralContainer, PodSpec,
     ProjectedVolumeSource, SecretKeySelector, Volume, VolumeProjection,
 };
+
+/// The body of a workload of `kind` (its JSON without `metadata`) reduced to what decisions read, so
+/// that a store of thousands of workloads stays small:
+///
+/// - the template's metadata with only its labels, and its pod spec with only its references
+///   ([`references_only`]): [`crate::observe::WorkloadView::of_parts`] and the patches planned from it
+///   see what they would see in the whole object;
+/// - the metadata the kind's entry also labels (a CronJob's job template), with only its labels;
+/// - the fields the kind's health rule reads ([`health::fields`]), conditions cut to their type,
+///   status and reason.
+///
+/// A metadata object is kept (emptied) when the object has one, so that a patch adding a label to it
+/// adds to it rather than replacing it.
+pub fn workload_body(kind: WorkloadKind, body: &Value) -> Value {
+    let mut slim = Value::Object(Map::new());
+    let template = kind.template().as_str();
+    keep_labels(body, &mut slim, &kind.template_metadata());
+    if let Some(spec) = body.pointer(kind.pod_spec().as_str())
+        && let Ok(spec) = PodSpec::deserialize(spec)
+        && let Ok(spec) = serde_json::to_value(references_only(&spec))
+    {
+        put(&mut slim, kind.pod_spec().as_str(), spec);
+    } else if body.pointer(template).is_some() && slim.pointer(template).is_none() {
+        // A template whose pod spec does not parse: keep that it is there, for what it is.
+        put(&mut slim, template, Value::Object(Map::new()));
+    }
+    for metadata in kind.spec().managed_metadata {
+        keep_labels(body, &mut slim, metadata);
+    }
+    for field in health::fields(kind.spec().health) {
+        if let Some(value) = body.pointer(field) {
+            put(&mut slim, field, value.clone());
+        }
+    }
+    if let Some(conditions) = slim
+        .pointer_mut("/status/conditions")
+        .and_then(Value::as_array_mut)
+    {
+        for condition in conditions.iter_mut().filter_map(Value::as_object_mut) {
+            condition.retain(|k, _| matches!(k.as_str(), "type" | "status" | "reason"));
+        }
+    }
+    slim
+}
+
+/// Copies the object metadata at `pointer` of `from` into `to`, with its labels only.
+fn keep_labels(from: &Value, to: &mut Value, pointer: &str) {
+    let Some(Value::Object(metadata)) = from.pointer(pointer) else {
+        return;
+    };
+    let mut kept = Map::new();
+    if let Some(labels) = metadata.get("labels") {
+        kept.insert("labels".into(), labels.clone());
+    }
+    put(to, pointer, Value::Object(kept));
+}
+
+/// Puts `value` at JSON pointer `pointer` of `to`, making the objects on the way (the pointers given
+/// here are plain field names).
+fn put(to: &mut Value, pointer: &str, value: Value) {
+    let mut at = to;
+    let mut tokens = pointer.trim_start_matches('/').split('/').peekable();
+    while let Some(token) = tokens.next() {
+        let token = token.replace("~1", "/").replace("~0", "~");
+        let Value::Object(map) = at else {
+            return;
+        };
+        if tokens.peek().is_none() {
+            map.insert(token, value);
+            return;
+        }
+        at = map.entry(token).or_insert_with(|| Value::Object(Map::new()));
+    }
+}
 
 /// `spec` reduced to its ConfigMap and Secret references, every list element kept at its index.
 pub fn references_only(spec: &PodSpec) -> PodSpec {
@@ -108,6 +187,37 @@ fn projection(p: &VolumeProjection) -> VolumeProjection {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    #[test]
+    fn template_metadata_is_kept_as_an_object_only_where_there_is_one() {
+        let kind = crate::kinds::WorkloadKind::Deployment;
+        let with = |template: serde_json::Value| json!({"spec": {"replicas": 2, "template": template}});
+        let slim = workload_body(
+            kind,
+            &with(json!({"metadata": {"annotations": {"a": "b"}}, "spec": {"containers": []}})),
+        );
+        assert_eq!(
+            slim["spec"]["template"]["metadata"],
+            json!({}),
+            "an add of labels adds to it"
+        );
+        let slim = workload_body(kind, &with(json!({"spec": {"containers": []}})));
+        assert_eq!(
+            slim["spec"]["template"].get("metadata"),
+            None,
+            "an add of metadata adds it"
+        );
+        let slim = workload_body(
+            kind,
+            &with(json!({"metadata": {"labels": {"app": "w"}, "name": "x"}})),
+        );
+        assert_eq!(
+            slim["spec"]["template"]["metadata"],
+            json!({"labels": {"app": "w"}})
+        );
+        assert_eq!(slim["spec"]["replicas"], 2, "health reads it");
+    }
+
 
     use super::*;
     use crate::refs::find_refs;

@@ -116,8 +116,75 @@ fn object(kind: WorkloadKind, spec: &PodSpec, decoy: &PodSpec, kinds: &[Workload
     object
 }
 
+/// A status and the spec fields health rules read, with values of every shape they may have.
+fn rollout_fields() -> impl Strategy<Value = (Value, Value)> {
+    let int = || prop_oneof![Just(Value::Null), (0i64..4).prop_map(Value::from)];
+    let generation = prop_oneof![int(), (0i64..4).prop_map(|n| Value::from(n.to_string()))];
+    let condition = (
+        prop::sample::select(vec!["Ready", "Available", "Progressing", "Other"]),
+        prop::sample::select(vec!["True", "False", "Unknown"]),
+        prop::sample::select(vec!["ProgressDeadlineExceeded", "NewReplicaSetAvailable", ""]),
+    )
+        .prop_map(
+            |(t, s, r)| json!({"type": t, "status": s, "reason": r, "message": "m", "lastUpdateTime": "t"}),
+        );
+    (
+        (int(), prop::sample::select(vec!["RollingUpdate", "OnDelete"]), int()),
+        (generation, int(), int(), int(), int(), int()),
+        prop::collection::vec(condition, 0..3),
+        prop::sample::select(vec!["Healthy", "Progressing", "Paused", "Degraded"]),
+    )
+        .prop_map(|((replicas, strategy, partition), (observed, total, updated, available, ready, desired), conditions, phase)| {
+            let spec = json!({"replicas": replicas, "paused": false, "selector": {"matchLabels": {"a": "b"}},
+                              "updateStrategy": {"type": strategy, "rollingUpdate": {"partition": partition}}});
+            let status = json!({
+                "observedGeneration": observed, "replicas": total, "updatedReplicas": updated,
+                "availableReplicas": available, "readyReplicas": ready, "desiredNumberScheduled": desired,
+                "updatedNumberScheduled": updated, "numberAvailable": available,
+                "currentRevision": "r-1", "updateRevision": "r-2", "conditions": conditions,
+                "phase": phase, "message": "why", "somethingElse": {"big": [1, 2, 3]},
+            });
+            (spec, status)
+        })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// What the operator keeps of a workload decides exactly as the whole object would: the same view
+    /// (references, labels, wave, health) and the same guarded patch.
+    #[test]
+    fn a_slim_workload_decides_as_the_whole_one(
+        spec in pod_spec(),
+        decoy in pod_spec(),
+        (extra_spec, status) in rollout_fields(),
+        generation in 1i64..4,
+    ) {
+        let kinds = all_kinds();
+        let target = app_target();
+        for kind in kinds.iter().copied() {
+            let mut full = object(kind, &spec, &decoy, &kinds);
+            for (key, value) in extra_spec.as_object().unwrap() {
+                full["spec"][key] = value.clone();
+            }
+            full["status"] = status.clone();
+            full["metadata"]["generation"] = json!(generation);
+            let mut slim = cmset_core::slim::workload_body(kind, &full);
+            slim["metadata"] = full["metadata"].clone();
+            let (whole, kept) = (WorkloadView::of(kind, &full), WorkloadView::of(kind, &slim));
+            prop_assert_eq!(&whole, &kept, "{}", kind);
+            let view = whole.expect("a template");
+            let plan = plan_workload(&view, std::slice::from_ref(&target));
+            prop_assert_eq!(
+                plan.json_patch(kind, "uid-w", &full),
+                plan.json_patch(kind, "uid-w", &slim),
+                "{}", kind
+            );
+            prop_assert!(
+                serde_json::to_string(&slim).unwrap().len() <= serde_json::to_string(&full).unwrap().len()
+            );
+        }
+    }
 
     #[test]
     fn every_kind_finds_rewrites_and_admits_at_its_own_template_only(

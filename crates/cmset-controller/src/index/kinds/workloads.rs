@@ -4,9 +4,7 @@
 
 use cmset_api::labels;
 use cmset_core::observe::WorkloadKind;
-use k8s_openapi::api::core::v1::PodSpec;
 use kube::api::DynamicObject;
-use serde::Deserialize;
 
 use super::Ops;
 use crate::index::{Key, ReaderKind, State, Triggers};
@@ -17,33 +15,20 @@ pub fn selector() -> String {
     format!("{}={}", labels::ENABLED, labels::ENABLED_VALUE)
 }
 
-/// Drops what no decision reads, before the object is stored or indexed: managed fields, every
-/// annotation but cmset's hold, all of the pod spec but its references, and of each status condition
-/// all but its type, status and reason (health reads no more).
+/// Drops what no decision reads, before the object is stored or indexed: managed fields, owner
+/// references, every annotation but cmset's hold, and of its body all but the template's labels and
+/// references and the fields its health rule reads ([`cmset_core::slim::workload_body`]).
 pub fn slim(kind: WorkloadKind, obj: &mut DynamicObject) {
     let metadata = &mut obj.metadata;
     metadata.managed_fields = None;
+    metadata.owner_references = None;
     if let Some(a) = metadata.annotations.as_mut() {
         a.retain(|k, _| k == cmset_core::hold::HELD_SINCE);
     }
     if metadata.annotations.as_ref().is_some_and(|a| a.is_empty()) {
         metadata.annotations = None;
     }
-    if let Some(pod) = obj.data.pointer_mut(kind.pod_spec().as_str())
-        && let Ok(spec) = PodSpec::deserialize(&*pod)
-        && let Ok(slim) = serde_json::to_value(cmset_core::slim::references_only(&spec))
-    {
-        *pod = slim;
-    }
-    if let Some(conditions) = obj
-        .data
-        .pointer_mut("/status/conditions")
-        .and_then(serde_json::Value::as_array_mut)
-    {
-        for condition in conditions.iter_mut().filter_map(serde_json::Value::as_object_mut) {
-            condition.retain(|k, _| matches!(k.as_str(), "type" | "status" | "reason"));
-        }
-    }
+    obj.data = cmset_core::slim::workload_body(kind, &obj.data);
 }
 
 impl Ops<DynamicObject> for WorkloadKind {
