@@ -218,7 +218,6 @@ mod tests {
         assert_eq!(slim["spec"]["replicas"], 2, "health reads it");
     }
 
-
     use super::*;
     use crate::refs::find_refs;
 
