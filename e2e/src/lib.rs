@@ -256,21 +256,30 @@ fn kubectl_in(namespace: Option<&str>, args: &[&str], stdin: Option<&str>) -> St
 }
 
 /// Polls `check` until it returns `Some`, or panics with `what` after [`CONVERGE`].
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + CONVERGE;
+    eventually_within(CONVERGE, what, check).await
+}
+
+/// Polls `check` until it returns `Some`, or panics with `what` after `timeout`.
+pub async fn eventually_within<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = check().await {
             return v;
         }
         assert!(
             Instant::now() < deadline,
-            "timed out after {CONVERGE:?} waiting for: {what}"
+            "timed out after {timeout:?} waiting for: {what}"
         );
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

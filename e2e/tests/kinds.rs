@@ -22,7 +22,7 @@ use cmset_e2e::kinds::{
 };
 use cmset_e2e::kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use cmset_e2e::kube::{Api, ResourceExt};
-use cmset_e2e::{Operator, TestNamespace, eventually, http_get, kustomize_name, stays};
+use cmset_e2e::{Operator, TestNamespace, eventually, eventually_within, http_get, kustomize_name, stays};
 use serde_json::{Value, json};
 
 /// How long the slower waits last at most (rollouts on the local cluster, discovery).
@@ -77,25 +77,6 @@ fn opted_in(wave: Option<i32>) -> Value {
     labels
 }
 
-/// Polls `check` until it returns `Some`, or panics with `what` after `timeout`.
-async fn eventually_for<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
 async fn set_status(ns: &TestNamespace) -> ConfigMapSetStatus {
     ns.set(APP_CONFIG).await.status.unwrap_or_default()
 }
@@ -112,7 +93,7 @@ async fn entry(ns: &TestNamespace, kind: &str, name: &str) -> Option<WorkloadSta
 /// Waits until the set reports workload `kind`/`name` in `state` on `revision`.
 async fn wait_entry(ns: &TestNamespace, kind: &str, name: &str, state: WorkloadState, revision: &str) {
     let what = format!("the set to report {kind}/{name} {state:?} on {revision}");
-    eventually_for(WAIT, &what, || async {
+    eventually_within(WAIT, &what, || async {
         let e = entry(ns, kind, name).await?;
         (e.state == state && e.revision == revision).then_some(())
     })
@@ -375,7 +356,7 @@ fn phase(rollout: &DynamicObject) -> Option<&str> {
 /// Waits until Rollout `name` names exactly `revision` and its controller reports it `Healthy`.
 async fn wait_healthy_on(ns: &TestNamespace, name: &str, revision: &str) -> DynamicObject {
     let what = format!("Rollout {name} to name {revision} and be Healthy");
-    eventually_for(WAIT, &what, || async {
+    eventually_within(WAIT, &what, || async {
         let rollout = get_rollout(ns, name).await;
         (names_at(&rollout.data, POD_SPEC) == only(revision) && phase(&rollout) == Some("Healthy"))
             .then_some(rollout)
@@ -471,7 +452,7 @@ async fn the_simulated_argo_controller_rolls_out_like_argo() {
         .unwrap()
         .to_string();
     assert_ne!(second_hash, hash);
-    let sets = eventually_for(WAIT, "the first ReplicaSet to be scaled to 0", || async {
+    let sets = eventually_within(WAIT, "the first ReplicaSet to be scaled to 0", || async {
         let sets = argo::replica_sets_of(&ns, NAME).await;
         (sets.len() == 2 && replicas(&sets[0]) == 0).then_some(sets)
     })
@@ -484,7 +465,7 @@ async fn the_simulated_argo_controller_rolls_out_like_argo() {
     assert_eq!(back_to, format!("{NAME}-{hash}"));
     let rollout = wait_healthy_on(&ns, NAME, "one").await;
     assert_eq!(rollout.data["status"]["currentPodHash"], json!(hash));
-    let sets = eventually_for(WAIT, "the second ReplicaSet to be scaled to 0", || async {
+    let sets = eventually_within(WAIT, "the second ReplicaSet to be scaled to 0", || async {
         let sets = argo::replica_sets_of(&ns, NAME).await;
         (sets.len() == 2 && replicas(&sets[0]) == 0).then_some(sets)
     })
@@ -506,7 +487,7 @@ async fn the_simulated_argo_controller_rolls_out_like_argo() {
     api.patch(NAME, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    let degraded = eventually_for(WAIT, "the Rollout to be Degraded", || async {
+    let degraded = eventually_within(WAIT, "the Rollout to be Degraded", || async {
         let rollout = get_rollout(&ns, NAME).await;
         (phase(&rollout) == Some("Degraded")).then_some(rollout)
     })
@@ -664,7 +645,7 @@ async fn rollouts_in_waves_a_degraded_rollout_is_rolled_back_and_the_next_wave_n
 
     // The change adds the key that keeps the new pods from ever becoming ready.
     let bad = write_set(&ns, &[("APP_VERSION", "1"), (FAIL_KEY, "true")], SET_DEADLINE);
-    let moved = eventually_for(WAIT, "first to be moved to the bad revision", || async {
+    let moved = eventually_within(WAIT, "first to be moved to the bad revision", || async {
         (rollout_names(&ns, FIRST).await == only(&bad)).then(Instant::now)
     })
     .await;
@@ -750,7 +731,7 @@ async fn rollouts_in_waves_a_degraded_rollout_is_rolled_back_and_the_next_wave_n
     let fixed = write_set(&ns, &[("APP_VERSION", "3")], SET_DEADLINE);
     wait_healthy_on(&ns, FIRST, &fixed).await;
     wait_healthy_on(&ns, SECOND, &fixed).await;
-    eventually_for(WAIT, "the rollout of the fixed revision to complete", || async {
+    eventually_within(WAIT, "the rollout of the fixed revision to complete", || async {
         let status = set_status(&ns).await;
         status
             .rollout

@@ -28,8 +28,8 @@ use cmset_e2e::k8s_openapi::api::core::v1::Node;
 use cmset_e2e::k8s_openapi::jiff::{SignedDuration, Timestamp};
 use cmset_e2e::kube::{Api, ResourceExt};
 use cmset_e2e::{
-    Operator, TestNamespace, kustomize_name, kustomize_secret_name, put_secret, secret_names, stays,
-    warning_event,
+    Operator, TestNamespace, eventually_within, kustomize_name, kustomize_secret_name, put_secret,
+    secret_names, stays, warning_event,
 };
 
 /// How long any one wait lasts at most: rollouts of several waves on a slow local cluster.
@@ -289,26 +289,6 @@ fn ready(status: &ConfigMapSetStatus) -> Option<(String, String, String)> {
 }
 
 // --------------------------------------------------------------------------------------- waits --
-
-/// Polls `check` until it returns `Some`, or panics with `what` (and the last thing `describe` said of
-/// the state, for the post-mortem) after `timeout`.
-async fn eventually_for<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for: {what}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
-}
 
 /// What a scenario looks at, for failure messages.
 async fn describe(ns: &TestNamespace, kind: Kind) -> String {
@@ -587,7 +567,7 @@ async fn a_bad_change_fails_in_wave_0_is_rolled_back_and_wave_1_never_sees_it() 
     let bad = kind
         .write(&ns, &[("APP_VERSION", "1"), (FAIL_KEY, "true")], rollout)
         .await;
-    eventually_for(WAIT, "first to be moved to the bad revision", || async {
+    eventually_within(WAIT, "first to be moved to the bad revision", || async {
         (kind.reads(&ns.deployment(FIRST).await) == only(&bad)).then_some(())
     })
     .await;
@@ -768,7 +748,7 @@ async fn an_operator_restart_during_stabilization_changes_nothing() {
     // Wave 0 moves and is healthy: the stabilization window is open.
     let v2 = kind.write(&ns, &[("APP_VERSION", "2")], rollout).await;
     let window = SignedDuration::from_secs(STABILIZATION.into());
-    let healthy_since = eventually_for(WAIT, "wave 0 to be moved and healthy on v2", || async {
+    let healthy_since = eventually_within(WAIT, "wave 0 to be moved and healthy on v2", || async {
         let first = ns.deployment(FIRST).await;
         if kind.reads(&first) != only(&v2) || !rolled_out(&first) {
             return None;
