@@ -760,7 +760,15 @@ fn widget_json(name: &str, wave: Option<i32>) -> Value {
 }
 
 /// What a Widget's controller would write: it saw generation `generation` and is (not) `Ready`.
-async fn report(widgets: &Api<DynamicObject>, name: &str, generation: i64, ready: bool) {
+/// Writes the Widget's status as its controller would: its current generation observed, Ready or not.
+async fn report(widgets: &Api<DynamicObject>, name: &str, ready: bool) {
+    let generation = widgets
+        .get(name)
+        .await
+        .expect("read the Widget")
+        .metadata
+        .generation
+        .expect("a stored object has a generation");
     let status = json!({"status": {
         "observedGeneration": generation,
         "conditions": [{
@@ -806,14 +814,7 @@ async fn a_declared_kind_moves_and_its_conditions_hold_the_next_wave() {
         .await;
         wait_entry(&ns, "Widget", name, WorkloadState::Current, &v1).await;
     }
-    let generation = widgets
-        .get("reporting")
-        .await
-        .unwrap()
-        .metadata
-        .generation
-        .unwrap();
-    report(&widgets, "reporting", generation, true).await;
+    report(&widgets, "reporting", true).await;
     set_ready(&ns, APP_CONFIG).await;
 
     // A change moves wave 0; `reporting` has not seen its new generation, so wave 1 waits.
@@ -832,14 +833,7 @@ async fn a_declared_kind_moves_and_its_conditions_hold_the_next_wave() {
     )
     .await;
     // It has now, and is not Ready yet: still waiting.
-    let generation = widgets
-        .get("reporting")
-        .await
-        .unwrap()
-        .metadata
-        .generation
-        .unwrap();
-    report(&widgets, "reporting", generation, false).await;
+    report(&widgets, "reporting", false).await;
     stays(
         "later waits while reporting is not Ready",
         Duration::from_secs(3),
@@ -847,7 +841,7 @@ async fn a_declared_kind_moves_and_its_conditions_hold_the_next_wave() {
     )
     .await;
     // Ready: wave 1 moves, and the rollout completes.
-    report(&widgets, "reporting", generation, true).await;
+    report(&widgets, "reporting", true).await;
     eventually("Widget later to name the second revision", || async {
         (names("later").await == only(&v2)).then_some(())
     })

@@ -847,3 +847,15 @@ fn manual_promotion_holds_each_next_wave_until_that_wave_is_promoted() {
     assert_eq!(world.rollout().phase, RolloutPhase::Complete);
     assert_eq!(world.ready().0, "True");
 }
+
+#[test]
+fn a_paused_set_that_nothing_reads_has_nothing_to_hold() {
+    let mut world = World::new(Some(rollout(0, 600, false)), vec![]);
+    world.annotate(cmset_api::labels::PAUSED, Some("true"));
+    world.settle();
+    world.change_content("v2");
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::Complete);
+    assert_eq!(world.ready().0, "True");
+    assert_eq!(world.told("is paused"), 0, "no hold to report");
+}
