@@ -100,9 +100,9 @@ impl Context {
     fn still_cached(&self, object: &Reconciled) -> bool {
         match object {
             Reconciled::Set(key) => self.stores.set(key).is_some(),
-            Reconciled::Workload(kind, key) => {
-                self.stores.workload(*kind, &key.namespace, &key.name).is_some()
-            }
+            Reconciled::Workload(kind, key) => (self.stores)
+                .workload_object(*kind, &key.namespace, &key.name)
+                .is_some(),
         }
     }
 

@@ -19,6 +19,7 @@ pub mod runtime;
 pub mod served;
 pub mod server;
 pub mod set_controller;
+pub mod stored_workload;
 pub mod stores;
 pub mod views;
 pub mod webhook;

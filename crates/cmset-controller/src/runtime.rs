@@ -28,7 +28,6 @@ use futures::{FutureExt, Stream, StreamExt, future::BoxFuture};
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
-use kube::api::DynamicObject;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::utils::ResetTimerBackoff;
@@ -42,6 +41,7 @@ use crate::error::Error;
 use crate::index::{Index, Indexed, TriggerReceivers, TriggerSenders, trigger_channels};
 use crate::metrics::Metrics;
 use crate::served::{self, Served, ServedKind};
+use crate::stored_workload::StoredWorkload;
 use crate::stores::Stores;
 use crate::views::Object;
 use crate::{set_controller, workload_controller};
@@ -426,7 +426,7 @@ where
     fn workload_controller(
         &self,
         kind: &ServedKind,
-        queue: futures::channel::mpsc::UnboundedReceiver<ObjectRef<DynamicObject>>,
+        queue: futures::channel::mpsc::UnboundedReceiver<ObjectRef<StoredWorkload>>,
     ) -> BoxFuture<'static, ()> {
         let workload_kind = kind.kind;
         let stopped = futures::future::select(self.shutdown.clone().boxed(), kind.stopped().boxed())

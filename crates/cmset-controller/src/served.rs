@@ -18,7 +18,7 @@ use cmset_core::observe::WorkloadKind;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures::future::{AbortHandle, Abortable};
 use futures::stream::FuturesUnordered;
-use futures::{FutureExt, StreamExt, future::BoxFuture};
+use futures::{FutureExt, StreamExt, TryStreamExt, future::BoxFuture};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -27,21 +27,22 @@ use tracing::{debug, info, warn};
 
 use crate::index::workloads;
 use crate::index::{Index, TriggerSenders, WorkloadQueue};
+use crate::stored_workload::StoredWorkload;
 use crate::stores::WorkloadStore;
 
 /// A workload kind being served: its resource, its store and its controller's queue.
 pub struct ServedKind {
     pub kind: WorkloadKind,
     pub resource: ApiResource,
-    pub store: Store<DynamicObject>,
-    receiver: Mutex<Option<UnboundedReceiver<ObjectRef<DynamicObject>>>>,
-    sender: UnboundedSender<ObjectRef<DynamicObject>>,
+    pub store: Store<StoredWorkload>,
+    receiver: Mutex<Option<UnboundedReceiver<ObjectRef<StoredWorkload>>>>,
+    sender: UnboundedSender<ObjectRef<StoredWorkload>>,
     stopped: tokio::sync::watch::Sender<bool>,
 }
 
 impl ServedKind {
     /// The receiving end of its controller's queue: taken once, by the controller of a leader.
-    pub fn take_queue(&self) -> Option<UnboundedReceiver<ObjectRef<DynamicObject>>> {
+    pub fn take_queue(&self) -> Option<UnboundedReceiver<ObjectRef<StoredWorkload>>> {
         self.receiver.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
@@ -346,7 +347,7 @@ fn start(
     let config = watcher::Config::default().labels(&workloads::selector());
     let watch = crate::runtime::relist_at_once_on_expiry(kind.as_str(), watcher(api, config))
         .backoff(crate::runtime::watch_backoff())
-        .modify(move |obj| workloads::slim(kind, obj))
+        .map_ok(move |event| StoredWorkload::event(kind, event))
         .reflect(writer)
         .for_each(move |event| {
             match event {

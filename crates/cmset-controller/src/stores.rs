@@ -8,14 +8,15 @@ use std::sync::{Arc, RwLock};
 use cmset_api::{ConfigMapSet, SecretSet};
 use cmset_core::observe::{WorkloadKind, WorkloadView};
 use cmset_core::set::{SetKind, SetRef};
-use kube::api::{ApiResource, DynamicObject};
+use kube::api::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::index::{Key, SetId};
+use crate::stored_workload::StoredWorkload;
 use crate::views;
 
 /// The reflector stores the controllers are keyed by: sets (whole, since revisions are stamped from
-/// them) and opted-in workloads (slimmed to their references, see [`crate::index::workloads::slim`]).
+/// them) and opted-in workloads (slimmed to their references, see [`crate::stored_workload`]).
 /// Everything else lives in the [`Index`](crate::index::Index).
 #[derive(Clone)]
 pub struct Stores {
@@ -30,7 +31,7 @@ pub struct Stores {
 #[derive(Clone)]
 pub struct WorkloadStore {
     pub resource: ApiResource,
-    pub store: Store<DynamicObject>,
+    pub store: Store<StoredWorkload>,
 }
 
 impl Stores {
@@ -56,7 +57,7 @@ impl Stores {
         kind: WorkloadKind,
         namespace: &str,
         name: &str,
-    ) -> Option<Arc<DynamicObject>> {
+    ) -> Option<Arc<StoredWorkload>> {
         let stores = self.workloads.read().unwrap_or_else(|e| e.into_inner());
         let served = stores.get(&kind)?;
         served

@@ -9,11 +9,12 @@ use cmset_core::refs;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::DynamicObject;
 use kube::core::PartialObjectMeta;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+use crate::stored_workload::StoredWorkload;
 
 /// A namespaced kind a controller is keyed by, kept whole in a store: what kube's controller and store
 /// need of it.
@@ -53,7 +54,7 @@ pub fn opted_in<K: Resource>(obj: &K) -> bool {
 
 /// The view of an opted-in workload of `kind`; `None` when it did not opt in or has no pod template
 /// where its kind keeps one.
-pub fn workload_view(kind: WorkloadKind, obj: &DynamicObject) -> Option<WorkloadView> {
+pub fn workload_view(kind: WorkloadKind, obj: &StoredWorkload) -> Option<WorkloadView> {
     if !opted_in(obj) {
         return None;
     }
@@ -65,7 +66,7 @@ pub fn workload_view(kind: WorkloadKind, obj: &DynamicObject) -> Option<Workload
         generation: meta.generation.unwrap_or(0),
         labels: meta.labels.as_ref().unwrap_or(&no_labels),
     };
-    WorkloadView::of_parts(kind, &identity, &obj.data)
+    WorkloadView::of_parts(kind, &identity, &obj.body())
 }
 
 fn controller_uid<K: Resource>(obj: &K) -> Option<String> {
@@ -130,8 +131,9 @@ mod tests {
 
     use super::*;
 
-    fn dynamic(value: serde_json::Value) -> DynamicObject {
-        serde_json::from_value(value).unwrap()
+    fn dynamic(value: serde_json::Value) -> StoredWorkload {
+        let kind = WorkloadKind::parse(value["kind"].as_str().unwrap()).unwrap();
+        StoredWorkload::slim(kind, serde_json::from_value(value).unwrap())
     }
 
     #[test]
@@ -165,6 +167,7 @@ mod tests {
     fn a_rollouts_health_is_its_phase_once_its_generation_is_observed() {
         let rollout = |observed: &str, phase: &str| {
             dynamic(json!({
+                "kind": "Rollout",
                 "metadata": {"name": "web", "uid": "u", "generation": 3, "labels": {"cmset.dev/enabled": "true"}},
                 "spec": {"template": {"spec": {"containers": []}}},
                 "status": {"observedGeneration": observed, "phase": phase, "message": "too slow"}

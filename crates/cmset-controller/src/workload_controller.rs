@@ -36,6 +36,7 @@ use crate::context::{Context, Reconciled};
 use crate::decisions::Gathered;
 use crate::error::{Error, Result};
 use crate::index::Key;
+use crate::stored_workload::StoredWorkload;
 use crate::views;
 
 pub const NAME: &str = "workload";
@@ -47,12 +48,12 @@ const WAIT_FOR_SETS: Duration = Duration::from_secs(30);
 /// One workload of `kind`, as its store holds it.
 struct Workload<'a> {
     kind: WorkloadKind,
-    object: &'a DynamicObject,
+    object: &'a StoredWorkload,
 }
 
 pub async fn reconcile(
     kind: WorkloadKind,
-    workload: Arc<DynamicObject>,
+    workload: Arc<StoredWorkload>,
     ctx: Arc<Context>,
 ) -> Result<Action> {
     let started = Instant::now();
@@ -75,7 +76,7 @@ pub async fn reconcile(
     result
 }
 
-fn reconciled(kind: WorkloadKind, workload: &DynamicObject) -> Reconciled {
+fn reconciled(kind: WorkloadKind, workload: &StoredWorkload) -> Reconciled {
     let key = Key::new(&workload.namespace().unwrap_or_default(), &workload.name_any());
     Reconciled::Workload(kind, key)
 }
@@ -156,7 +157,7 @@ async fn reconcile_inner(this: &Workload<'_>, ctx: &Context) -> Result<Action> {
         };
     }
     let what = format!("{kind} {namespace}/{}", view.name);
-    let mut patch = plan.json_patch(kind, &view.uid, &workload.data);
+    let mut patch = plan.json_patch(kind, &view.uid, &workload.body());
     // A held workload is released by the same patch: its first ReplicaSet (or Job) names the revisions.
     if let Some(hold) = &held {
         patch.0.extend(hold::release_operations(kind, &hold.since));
@@ -237,7 +238,7 @@ struct Hold {
 }
 
 impl Hold {
-    fn of(workload: &DynamicObject) -> Option<Self> {
+    fn of(workload: &StoredWorkload) -> Option<Self> {
         let since = workload.annotations().get(hold::HELD_SINCE)?.clone();
         let since_second = since.parse::<jiff::Timestamp>().ok().map(|t| t.as_second());
         Some(Self { since, since_second })
@@ -330,7 +331,7 @@ fn dedup(items: &[String]) -> Vec<String> {
 /// Retries back off per workload, as the set controller's do (see [`crate::backoff`]).
 pub fn error_policy(
     kind: WorkloadKind,
-    workload: Arc<DynamicObject>,
+    workload: Arc<StoredWorkload>,
     error: &Error,
     ctx: Arc<Context>,
 ) -> Action {

@@ -7,8 +7,9 @@ use std::sync::{Arc, RwLock};
 
 use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, SecretSet, SecretSetSpec, labels};
 use cmset_controller::context::{Clock, Context};
-use cmset_controller::index::{Index, Indexed, Key, workloads};
+use cmset_controller::index::{Index, Indexed, Key};
 use cmset_controller::metrics::Metrics;
+use cmset_controller::stored_workload::StoredWorkload;
 use cmset_controller::stores::{Stores, WorkloadStore};
 use cmset_controller::{set_controller, workload_controller};
 use cmset_core::observe::WorkloadKind;
@@ -78,7 +79,7 @@ fn ok_responder(set: ConfigMapSet) -> Responder {
 struct World {
     sets: Writer<ConfigMapSet>,
     secret_sets: Writer<SecretSet>,
-    deployments: Writer<DynamicObject>,
+    deployments: Writer<StoredWorkload>,
     index: Arc<Index>,
     stores: Stores,
 }
@@ -88,11 +89,10 @@ fn deployment_resource() -> ApiResource {
     ApiResource::erase::<Deployment>(&())
 }
 
-/// A Deployment as its watch delivers it: a dynamic object, slimmed.
-fn dynamic(d: &Deployment) -> DynamicObject {
-    let mut object: DynamicObject = serde_json::from_value(serde_json::to_value(d).unwrap()).unwrap();
-    workloads::slim(WorkloadKind::Deployment, &mut object);
-    object
+/// A Deployment as its watch stores it: a dynamic object, slimmed.
+fn dynamic(d: &Deployment) -> StoredWorkload {
+    let object: DynamicObject = serde_json::from_value(serde_json::to_value(d).unwrap()).unwrap();
+    StoredWorkload::slim(WorkloadKind::Deployment, object)
 }
 
 impl World {

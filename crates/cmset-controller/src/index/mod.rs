@@ -40,8 +40,9 @@ use cmset_core::observe::{HistoryObject, RefNames, RevisionView, WorkloadKind};
 use cmset_core::refs::Referenced;
 use cmset_core::set::SetKind;
 use kube::Resource;
-use kube::api::DynamicObject;
 use kube::runtime::watcher;
+
+use crate::stored_workload::StoredWorkload;
 
 mod graph;
 mod kinds;
@@ -161,7 +162,7 @@ impl Index {
     }
 
     /// Applies one watch event of the workload kind `kind` and sends the reconciles it triggers.
-    pub fn handle_workload(&self, kind: WorkloadKind, event: &watcher::Event<DynamicObject>) -> Triggers {
+    pub fn handle_workload(&self, kind: WorkloadKind, event: &watcher::Event<StoredWorkload>) -> Triggers {
         self.apply(kind.as_str(), event, &kind)
     }
 
@@ -215,7 +216,7 @@ impl Index {
         {
             let mut guard = self.write();
             let state = &mut *guard;
-            let ops: &dyn kinds::Ops<DynamicObject> = &kind;
+            let ops: &dyn kinds::Ops<StoredWorkload> = &kind;
             for key in ops.keys(state) {
                 ops.unindex(&key, state, &mut out);
             }

@@ -15,6 +15,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 
 use super::{Index, Indexed, Key, SetId, SourceLookup, Triggers};
+use crate::stored_workload::StoredWorkload;
 
 const NS: &str = "team";
 
@@ -45,29 +46,32 @@ impl Indexed for Deployment {
     }
 
     fn slim(&mut self) {
-        let mut object = dynamic(self);
-        super::workloads::slim(WorkloadKind::Deployment, &mut object);
-        *self = serde_json::from_value(serde_json::to_value(object).unwrap()).unwrap();
+        let stored = stored(self);
+        let mut object = stored.body();
+        object["metadata"] = serde_json::to_value(&stored.metadata).unwrap();
+        *self = serde_json::from_value(object).unwrap();
     }
 
     fn index(&self, key: &Key, state: &mut super::State, out: &mut Triggers) {
-        let ops: &dyn super::kinds::Ops<kube::api::DynamicObject> = &WorkloadKind::Deployment;
-        ops.index(&dynamic(self), key, state, out);
+        let ops: &dyn super::kinds::Ops<StoredWorkload> = &WorkloadKind::Deployment;
+        ops.index(&stored(self), key, state, out);
     }
 
     fn unindex(key: &Key, state: &mut super::State, out: &mut Triggers) {
-        let ops: &dyn super::kinds::Ops<kube::api::DynamicObject> = &WorkloadKind::Deployment;
+        let ops: &dyn super::kinds::Ops<StoredWorkload> = &WorkloadKind::Deployment;
         ops.unindex(key, state, out);
     }
 
     fn indexed_keys(state: &super::State) -> Vec<Key> {
-        let ops: &dyn super::kinds::Ops<kube::api::DynamicObject> = &WorkloadKind::Deployment;
+        let ops: &dyn super::kinds::Ops<StoredWorkload> = &WorkloadKind::Deployment;
         ops.keys(state)
     }
 }
 
-fn dynamic(d: &Deployment) -> kube::api::DynamicObject {
-    serde_json::from_value(serde_json::to_value(d).unwrap()).unwrap()
+/// A Deployment as its watch stores it.
+fn stored(d: &Deployment) -> StoredWorkload {
+    let object = serde_json::from_value(serde_json::to_value(d).unwrap()).unwrap();
+    StoredWorkload::slim(WorkloadKind::Deployment, object)
 }
 
 fn set(name: &str, generation: i64) -> ConfigMapSet {
@@ -362,6 +366,7 @@ fn a_kind_no_longer_served_drops_its_readers_and_tells_their_sets() {
         "spec": {"template": {"spec": {"containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": "app"}}]}]}}}
     }))
     .unwrap();
+    let rollout = StoredWorkload::slim(WorkloadKind::Rollout, rollout);
     let out = index.handle_workload(WorkloadKind::Rollout, &watcher::Event::Apply(rollout));
     assert_eq!(out.sets, [cms("app")].into());
     assert_eq!(

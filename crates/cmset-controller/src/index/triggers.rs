@@ -9,10 +9,11 @@ use cmset_core::observe::WorkloadKind;
 use cmset_core::set::SetKind;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use kube::Resource;
-use kube::api::{ApiResource, DynamicObject};
+use kube::api::ApiResource;
 use kube::runtime::reflector::ObjectRef;
 
 use super::{Key, SetId};
+use crate::stored_workload::StoredWorkload;
 
 /// Reconciles a change asks for.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -31,7 +32,7 @@ fn send_to<K: Resource<DynamicType = ()>>(queue: &UnboundedSender<ObjectRef<K>>,
 #[derive(Clone)]
 pub struct WorkloadQueue {
     pub resource: ApiResource,
-    pub sender: UnboundedSender<ObjectRef<DynamicObject>>,
+    pub sender: UnboundedSender<ObjectRef<StoredWorkload>>,
 }
 
 impl WorkloadQueue {
