@@ -133,6 +133,13 @@ pub struct Cli {
     #[arg(long, env = "CMSET_KIND_DISCOVERY_SECONDS", default_value_t = 20,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub kind_discovery_seconds: u64,
+
+    /// The cluster-wide rollout budget: at most this many workloads moving at once (moved to a new
+    /// revision and not yet healthy), across every namespace; the rest wait their turn, oldest change
+    /// first (state `Waiting`). Rollbacks of a failed rollout never wait. Unset: no cap.
+    #[arg(long, env = "CMSET_MAX_MOVING_WORKLOADS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_moving_workloads: Option<u64>,
 }
 
 impl Cli {
@@ -161,6 +168,14 @@ impl Cli {
 
     pub fn kind_discovery(&self) -> Duration {
         Duration::from_secs(self.kind_discovery_seconds)
+    }
+
+    /// The rollout budget `--max-moving-workloads` sets, shared by every scope.
+    pub fn rollout_budget(&self) -> Option<std::sync::Arc<crate::rollout_budget::RolloutBudget>> {
+        let cap = usize::try_from(self.max_moving_workloads?).unwrap_or(usize::MAX);
+        Some(std::sync::Arc::new(crate::rollout_budget::RolloutBudget::new(
+            cap,
+        )))
     }
 
     pub fn multi_set_window(&self) -> Duration {

@@ -95,6 +95,12 @@ impl Gathered {
         decide::targets(&self.observed(), workload)
     }
 
+    /// When the latest change of these sets' content was made: the turn of a move waiting for the
+    /// rollout budget (see [`crate::rollout_budget`]).
+    pub fn last_change(&self) -> Option<Instant> {
+        self.entries.iter().map(|e| e.facts.changed_at).max()
+    }
+
     /// How long a workload reading several sets still waits for more changes of the same apply.
     pub fn gathering_left(&self, window: Duration) -> Option<Duration> {
         let now = Instant::now();

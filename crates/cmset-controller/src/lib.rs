@@ -15,6 +15,7 @@ pub mod leader;
 pub mod memory;
 pub mod metrics;
 pub mod redact;
+pub mod rollout_budget;
 pub mod runtime;
 pub mod served;
 pub mod server;

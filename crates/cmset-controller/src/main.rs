@@ -87,14 +87,16 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         scopes: Vec::new(),
         multi_set_window: cli.multi_set_window(),
         kinds: kinds.clone(),
+        budgeted: cli.max_moving_workloads.is_some(),
     };
+    let budget = cli.rollout_budget();
     let mut watches = Vec::new();
     for namespace in namespaces {
         let served = cmset_controller::served::Settings {
             kinds: kinds.clone(),
             discovery: cli.kind_discovery(),
         };
-        let (scope, watch) = Scope::watch(&client, namespace, cli.secret_sets, served);
+        let (scope, watch) = Scope::watch(&client, namespace, cli.secret_sets, served, budget.clone());
         scopes.scopes.push(scope);
         watches.push(watch);
     }

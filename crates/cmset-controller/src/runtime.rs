@@ -40,6 +40,7 @@ use crate::context::{Clock, Context};
 use crate::error::Error;
 use crate::index::{Index, Indexed, TriggerReceivers, TriggerSenders, trigger_channels};
 use crate::metrics::Metrics;
+use crate::rollout_budget::RolloutBudget;
 use crate::served::{self, Served, ServedKind};
 use crate::stored_workload::StoredWorkload;
 use crate::stores::Stores;
@@ -192,10 +193,11 @@ impl Scope {
         namespace: Option<String>,
         secret_sets: bool,
         kinds: served::Settings,
+        budget: Option<Arc<RolloutBudget>>,
     ) -> (Arc<Self>, BoxFuture<'static, ()>) {
         let ns = namespace.as_deref();
         let (senders, receivers) = trigger_channels();
-        let index = Arc::new(Index::new(Some(senders.clone())));
+        let index = Arc::new(Index::new(Some(senders.clone())).with_budget(budget));
 
         let (sets, sets_watch) =
             stored_watch::<ConfigMapSet>(client, ns, index.clone(), senders.sets.clone());
@@ -372,6 +374,9 @@ pub struct Scopes {
     pub multi_set_window: Duration,
     /// The workload kinds of the table, declared ones included.
     pub kinds: cmset_core::kinds::Kinds,
+    /// A cluster-wide rollout budget is set: admission leaves references where they are on update,
+    /// and the workload controller moves them in the budget's order.
+    pub budgeted: bool,
 }
 
 impl Scopes {

@@ -7,7 +7,7 @@
 //! and keeps only the identity of its content. The content itself is read again only to create a
 //! revision, and never leaves the reconcile that read it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -96,20 +96,46 @@ fn field_manager() -> PatchParams {
     }
 }
 
-/// What a set's plan reads, from the index: its revisions by label, and the workloads and history
-/// objects that name it. Nothing else in the namespace is looked at.
-fn observe(ctx: &Context, id: &SetId) -> (Vec<RevisionView>, Vec<WorkloadView>, Vec<HistoryObject>) {
+/// What a set's plan reads, from the index.
+struct Observation {
+    revisions: Vec<RevisionView>,
+    workloads: Vec<WorkloadView>,
+    history: Vec<HistoryObject>,
+    pod_refs: BTreeSet<String>,
+    /// Where each of its workloads waiting for the rollout budget stands, by UID.
+    budget_waiting: BTreeMap<String, String>,
+}
+
+/// What a set's plan reads, from the index: its revisions by label, the workloads and history objects
+/// that name it, and the names its Pods reference. Nothing else in the namespace is looked at.
+fn observe(ctx: &Context, id: &SetId) -> Observation {
     let (kind, key) = id;
     let revisions = ctx
         .index
         .revisions(*kind, &key.namespace, &naming::set_label_value(&key.name));
     let readers = ctx.index.readers(id);
-    let workloads = readers
+    let workloads: Vec<WorkloadView> = readers
         .workloads
         .iter()
         .filter_map(|(kind, workload)| ctx.stores.workload(*kind, &key.namespace, workload))
         .collect();
-    (revisions, workloads, readers.history)
+    let budget_waiting = match ctx.index.budget() {
+        Some(budget) => workloads
+            .iter()
+            .filter_map(|w| {
+                let waiting = budget.position(&(w.kind, Key::new(&key.namespace, &w.name)))?;
+                Some((w.uid.clone(), waiting.to_string()))
+            })
+            .collect(),
+        None => BTreeMap::new(),
+    };
+    Observation {
+        revisions,
+        workloads,
+        history: readers.history,
+        pod_refs: ctx.index.pod_refs(id, kind.revision_kind()),
+        budget_waiting,
+    }
 }
 
 /// A ConfigMap or Secret read whole: a source, or an object holding a revision's name. Its content stays
@@ -241,14 +267,13 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
         ctx.forget_set(&id);
         return Ok(Action::await_change());
     }
-    let (revisions, workloads, history) = observe(ctx, &id);
-    let pod_refs = ctx.index.pod_refs(&id, S::KIND.revision_kind());
+    let seen = observe(ctx, &id);
     let mut held = hold_source(ctx, set, &namespace, false).await?;
-    let mut plan = plan_once(ctx, set, &held, &revisions, &workloads, &history, Some(&pod_refs));
+    let mut plan = plan_set(&input(ctx, set, &held, &seen));
     if plan.needs_content {
         // A new revision is to be made of the source: read its content now.
         held = hold_source(ctx, set, &namespace, true).await?;
-        plan = plan_once(ctx, set, &held, &revisions, &workloads, &history, Some(&pod_refs));
+        plan = plan_set(&input(ctx, set, &held, &seen));
     }
     if plan.is_quiet(set) {
         debug!("nothing to do");
@@ -278,7 +303,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
             Created::Adopted => return Ok(Action::requeue(SOON)),
             Created::Collision(taken) => {
                 // Record the bumped collision count first: the next reconcile picks the next name.
-                let input = input(ctx, set, &held, &revisions, &workloads, &history, Some(&pod_refs));
+                let input = input(ctx, set, &held, &seen);
                 let previous = set.status().cloned().unwrap_or_default();
                 plan = plan_collision(&input, &previous, &taken);
                 write_status::<S>(ctx, object, &plan).await?;
@@ -358,36 +383,17 @@ fn count_rollout(ctx: &Context, set: SetRef<'_>, plan: &SetPlan) {
     }
 }
 
-fn input<'a>(
-    ctx: &Context,
-    set: SetRef<'a>,
-    held: &'a Held,
-    revisions: &'a [RevisionView],
-    workloads: &'a [WorkloadView],
-    history: &'a [HistoryObject],
-    pod_refs: Option<&'a BTreeSet<String>>,
-) -> SetInput<'a> {
+fn input<'a>(ctx: &Context, set: SetRef<'a>, held: &'a Held, seen: &'a Observation) -> SetInput<'a> {
     SetInput {
         set,
         source: held.state(),
-        revisions,
-        workloads,
-        history,
-        pod_refs,
+        revisions: &seen.revisions,
+        workloads: &seen.workloads,
+        history: &seen.history,
+        pod_refs: Some(&seen.pod_refs),
         now: (ctx.clock)(),
+        budget_waiting: &seen.budget_waiting,
     }
-}
-
-fn plan_once(
-    ctx: &Context,
-    set: SetRef<'_>,
-    held: &Held,
-    revisions: &[RevisionView],
-    workloads: &[WorkloadView],
-    history: &[HistoryObject],
-    pod_refs: Option<&BTreeSet<String>>,
-) -> SetPlan {
-    plan_set(&input(ctx, set, held, revisions, workloads, history, pod_refs))
 }
 
 async fn patch_revision_metadata(

@@ -187,6 +187,7 @@ async fn answer(handler: &Handler, review: &Value) -> Value {
         stored: (!creating)
             .then(|| request.get("oldObject").filter(|o| o.is_object()).cloned())
             .flatten(),
+        budgeted: handler.scopes.budgeted,
     };
     let patch = admission::mutate(kind, object, &workload, &decided, &circumstances);
     let result = if patch.is_some() { "patched" } else { "unchanged" };

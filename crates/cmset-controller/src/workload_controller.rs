@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cmset_api::labels;
+use cmset_core::budget::Admit;
 use cmset_core::decide::Undecided;
 use cmset_core::hold;
 use cmset_core::observe::WorkloadKind;
@@ -44,6 +45,9 @@ pub const NAME: &str = "workload";
 /// Bounds a wait for a set whose revision does not exist yet: its creation triggers this workload
 /// anyway, the requeue only covers a missed event.
 const WAIT_FOR_SETS: Duration = Duration::from_secs(30);
+
+/// How often a workload waiting for the rollout budget looks again by itself.
+const BUDGET_RECHECK: Duration = Duration::from_secs(10);
 
 /// One workload of `kind`, as its store holds it.
 struct Workload<'a> {
@@ -81,6 +85,12 @@ fn reconciled(kind: WorkloadKind, workload: &StoredWorkload) -> Reconciled {
     Reconciled::Workload(kind, key)
 }
 
+/// The targets of the sets a workload reads, and when the latest of their changes was made.
+struct Decided {
+    targets: Vec<SetTarget>,
+    turn: Instant,
+}
+
 /// Why a workload does not move yet.
 enum Wait {
     /// A set it reads has no revision for its spec yet (or the index has not caught up with it).
@@ -95,13 +105,16 @@ fn targets(
     ctx: &Context,
     namespace: &str,
     view: &cmset_core::observe::WorkloadView,
-) -> Result<Vec<SetTarget>, Wait> {
+) -> Result<Decided, Wait> {
     let undecided = |u: Undecided| Wait::ForSet(u.to_string());
     let gathered = Gathered::of(&ctx.index, &ctx.stores, namespace, view).map_err(undecided)?;
     let targets = gathered.decide(view).map_err(undecided)?;
     match gathered.gathering_left(ctx.multi_set_window) {
         Some(left) => Err(Wait::Window(left)),
-        None => Ok(targets),
+        None => Ok(Decided {
+            targets,
+            turn: gathered.last_change().unwrap_or_else(Instant::now),
+        }),
     }
 }
 
@@ -124,8 +137,8 @@ async fn reconcile_inner(this: &Workload<'_>, ctx: &Context) -> Result<Action> {
     }
     let held = Hold::of(workload);
     // Sets of the workload's own namespace only: a cross-namespace reference cannot be expressed.
-    let targets = match targets(ctx, &namespace, &view) {
-        Ok(targets) => targets,
+    let Decided { targets, turn } = match targets(ctx, &namespace, &view) {
+        Ok(decided) => decided,
         Err(wait) => {
             let wait = match wait {
                 Wait::ForSet(set) => {
@@ -148,7 +161,12 @@ async fn reconcile_inner(this: &Workload<'_>, ctx: &Context) -> Result<Action> {
         }
     };
     let plan = plan_workload(&view, &targets);
+    let id = (kind, Key::new(&namespace, &view.name));
+    let budget = ctx.index.budget();
     if plan.is_empty() {
+        if let Some(budget) = &budget {
+            ctx.index.wake(budget.withdraw(&id));
+        }
         return match held.as_ref().map(|h| h.left(ctx)) {
             // Held for a name no set ever took: let it go once the hold is over.
             Some(None) => release(this, &namespace, &view.uid, held.as_ref(), ctx).await,
@@ -156,13 +174,36 @@ async fn reconcile_inner(this: &Workload<'_>, ctx: &Context) -> Result<Action> {
             None => Ok(Action::await_change()),
         };
     }
+    let rolled_back = rollbacks(&targets, &plan.changes);
+    // The budget holds moves to a new revision; a rollback, or the first start of a workload cmset
+    // created paused, never waits.
+    if let Some(budget) = budget
+        .as_ref()
+        .filter(|_| held.is_none() && rolled_back.is_empty())
+    {
+        let generation = workload.meta().generation.unwrap_or(0);
+        if let (Admit::Wait(waiting), began) = budget.request(&id, turn, generation) {
+            debug!(%waiting, "waiting for the rollout budget");
+            if began {
+                ctx.index.remind_sets(kind, &id.1);
+            }
+            // Woken by the index when its turn comes; the requeue covers a slot freed in another scope.
+            return Ok(Action::requeue(BUDGET_RECHECK));
+        }
+    }
     let what = format!("{kind} {namespace}/{}", view.name);
     let mut patch = plan.json_patch(kind, &view.uid, &workload.body());
     // A held workload is released by the same patch: its first ReplicaSet (or Job) names the revisions.
     if let Some(hold) = &held {
         patch.0.extend(hold::release_operations(kind, &hold.since));
     }
-    patch_workload(this, ctx, &namespace, &view.name, patch, &what).await?;
+    let patched = patch_workload(this, ctx, &namespace, &view.name, patch, &what).await;
+    if patched.is_err()
+        && let Some(budget) = &budget
+    {
+        ctx.index.wake(budget.release(&id));
+    }
+    patched?;
     ctx.metrics
         .workloads_updated
         .get_or_create(&crate::metrics::KindLabel { kind: kind.as_str() })
@@ -173,7 +214,6 @@ async fn reconcile_inner(this: &Workload<'_>, ctx: &Context) -> Result<Action> {
         .map(|c| format!("{} → {}", c.from, c.to))
         .collect();
     info!(workload = %what, changes = ?moves, "moved references");
-    let rolled_back = rollbacks(&targets, &plan.changes);
     let event = if rolled_back.is_empty() {
         Event {
             type_: EventType::Normal,

@@ -9,6 +9,7 @@ use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, SecretSet, Se
 use cmset_controller::context::{Clock, Context};
 use cmset_controller::index::{Index, Indexed, Key};
 use cmset_controller::metrics::Metrics;
+use cmset_controller::rollout_budget::RolloutBudget;
 use cmset_controller::stored_workload::StoredWorkload;
 use cmset_controller::stores::{Stores, WorkloadStore};
 use cmset_controller::{set_controller, workload_controller};
@@ -97,10 +98,15 @@ fn dynamic(d: &Deployment) -> StoredWorkload {
 
 impl World {
     fn new() -> Self {
+        Self::with_budget(None)
+    }
+
+    /// A world whose index feeds the cluster-wide rollout budget `budget`.
+    fn with_budget(budget: Option<Arc<RolloutBudget>>) -> Self {
         let (sets_r, sets) = reflector::store();
         let (secret_sets_r, secret_sets) = reflector::store();
         let deployments = Writer::new(deployment_resource());
-        let index = Arc::new(Index::new(None));
+        let index = Arc::new(Index::new(None).with_budget(budget));
         // Every watch has listed (nothing yet): the caches count as ready.
         for kind in [
             "ConfigMapSet",
@@ -368,6 +374,7 @@ fn settle(world: &mut World, set: &ConfigMapSet) -> ConfigMapSet {
         history: &history,
         pod_refs: Some(&pods),
         now: fixed_clock()(),
+        budget_waiting: &Default::default(),
     };
     let plan = plan_set(&input);
     if let Some(cm) = plan.create.as_ref().and_then(NewRevision::config_map) {
@@ -900,6 +907,7 @@ async fn a_status_already_written_is_not_written_again_while_the_store_lags() {
         history: &[],
         pod_refs: Some(&pods),
         now: fixed_clock()(),
+        budget_waiting: &Default::default(),
     };
     let status = plan_set(&input).status;
     let wrote_it = |ctx: &Context| {
@@ -1322,5 +1330,61 @@ async fn a_standby_decides_a_source_mode_set_by_its_status_and_the_leader_waits_
     assert!(
         decide(&world).is_err(),
         "undecided until the leader reads the source"
+    );
+}
+
+/// `d` at generation 1, its rollout complete and every replica available.
+fn healthy(mut d: Deployment) -> Deployment {
+    d.metadata.generation = Some(1);
+    d.status = Some(serde_json::from_value(json!({
+        "observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1,
+        "conditions": [{"type": "Available", "status": "True"}, {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]
+    })).unwrap());
+    d
+}
+
+#[tokio::test]
+async fn under_a_full_rollout_budget_a_workload_waits_its_turn_sending_nothing_then_moves() {
+    let budget = Arc::new(RolloutBudget::new(1));
+    let mut world = World::with_budget(Some(budget.clone()));
+    let deployment = healthy(web(V1, true));
+    world.add_deployment(&deployment);
+    // Another workload is rolling out: it holds the only slot.
+    let mut api = web(V1, true);
+    api.metadata.name = Some("api".into());
+    api.metadata.uid = Some("uid-api".into());
+    world.add_deployment(&api);
+    assert_eq!(budget.usage().moving, 1);
+    let set = settle(&mut world, &nginx_set("1"));
+    let changed = changed_with_revision(&mut world, &set, "2", V2);
+
+    let (result, seen) = reconcile_deployment(&world, &changed, &deployment).await;
+    assert!(
+        matches!(result, Ok(action) if action != Action::await_change()),
+        "it looks again later"
+    );
+    assert_no_requests(&seen);
+    let web = (WorkloadKind::Deployment, Key::new(NS, "web"));
+    let waiting = budget.position(&web).expect("in line");
+    assert_eq!((waiting.position, waiting.moving, waiting.cap), (1, 1, 1));
+
+    // "api" is seen healthy: the slot is free, and "web" moves with one patch.
+    world.add_deployment(&healthy(api));
+    assert_eq!(budget.usage().moving, 0);
+    let (result, seen) = reconcile_deployment(&world, &changed, &deployment).await;
+    result.unwrap();
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(
+        lines,
+        vec![
+            "PATCH /apis/apps/v1/namespaces/team/deployments/web",
+            "POST /apis/events.k8s.io/v1/namespaces/team/events"
+        ]
+    );
+    assert_eq!(budget.position(&web), None);
+    assert_eq!(
+        budget.usage().moving,
+        1,
+        "its move holds the slot until the watch shows it"
     );
 }

@@ -32,6 +32,10 @@ pub struct Circumstances {
     pub now: String,
     /// The object as stored, when it is being updated.
     pub stored: Option<Value>,
+    /// A cluster-wide rollout budget is set (see [`crate::budget`]): an update never moves a
+    /// reference the stored object already points at a revision of the same set; the workload
+    /// controller moves it when the budget lets it.
+    pub budgeted: bool,
 }
 
 /// The opted-in workload being admitted, as the planner sees it; `None` when it is not opted in or has
@@ -84,6 +88,14 @@ pub fn mutate(
         Ok(targets) => plan_workload(workload, targets),
         Err(_) => WorkloadPlan::default(),
     };
+    let plan = match (
+        circumstances.budgeted && !circumstances.creating,
+        &circumstances.stored,
+    ) {
+        (false, _) => plan,
+        (true, Some(stored)) => within_budget(kind, plan, stored),
+        (true, None) => WorkloadPlan::default(),
+    };
     // A kind whose template cannot change after creation is rewritten only when created; an update
     // keeps the revisions it was created with.
     if !kind.is_mutable() && !circumstances.creating {
@@ -108,6 +120,37 @@ fn same_set(name: &str, revision: &str) -> bool {
     naming::set_candidates(revision)
         .filter(|set| *set != revision)
         .any(|set| naming::refers_to_set(set, name))
+}
+
+/// `plan` for an update under the rollout budget: a reference the stored object holds as a revision of
+/// the same set stays as stored (a manifest naming the bare set, sent again, does not roll the
+/// workload); a reference the stored object does not have (added by this update) moves as planned.
+fn within_budget(kind: WorkloadKind, plan: WorkloadPlan, stored: &Value) -> WorkloadPlan {
+    let Some(stored) = WorkloadView::of(kind, stored) else {
+        return WorkloadPlan::default();
+    };
+    let kept: BTreeMap<_, _> = [Referenced::ConfigMap, Referenced::Secret]
+        .into_iter()
+        .flat_map(|of| refs::find_refs_to(&stored.pod_spec, of))
+        .map(|r| (r.pointer, r.name))
+        .collect();
+    let changes: Vec<NameChange> = plan
+        .changes
+        .into_iter()
+        .filter_map(|change| match kept.get(&change.pointer) {
+            Some(name) if same_set(&change.from, name) || same_set(&change.to, name) => {
+                (*name != change.from).then(|| NameChange {
+                    to: name.clone(),
+                    ..change
+                })
+            }
+            _ => Some(change),
+        })
+        .collect();
+    WorkloadPlan {
+        add_managed_label: plan.add_managed_label && !changes.is_empty(),
+        changes,
+    }
 }
 
 /// For an object whose template cannot change (a Job) being updated with a manifest that names its
@@ -430,6 +473,7 @@ mod tests {
                 .collect(),
             now: "2026-11-23T10:00:00Z".into(),
             stored: None,
+            budgeted: false,
         }
     }
 
@@ -474,6 +518,63 @@ mod tests {
         // Without the stored object (no oldObject), nothing is rewritten on update.
         let view = admitted_workload(kind, &manifest).unwrap();
         assert!(mutate(kind, &manifest, &view, &Ok(vec![]), &Circumstances::default()).is_none());
+    }
+
+    #[test]
+    fn under_the_rollout_budget_an_update_moves_no_reference_the_stored_object_holds() {
+        let sets = [set(1, 1, vec![])];
+        let update = |incoming: &Value, stored: &Value| {
+            let circumstances = Circumstances {
+                stored: Some(stored.clone()),
+                budgeted: true,
+                ..Circumstances::default()
+            };
+            mutate_with(WorkloadKind::Deployment, incoming, &sets, &circumstances)
+                .map(|p| serde_json::to_value(p).unwrap())
+        };
+        let running_old = deployment("app-hhhhhhhhhh", None, true);
+        // Re-applied as it is stored: without the budget it would move to app-2222222222 now.
+        assert!(mutated(&running_old, &sets).is_some());
+        assert_eq!(
+            update(&running_old, &running_old),
+            None,
+            "the controller moves it in turn"
+        );
+        // A manifest naming the bare set keeps the revision it runs.
+        assert_eq!(
+            update(&deployment("app", None, true), &running_old),
+            Some(json!([
+                {"op": "test", "path": PATH, "value": "app"},
+                {"op": "replace", "path": PATH, "value": "app-hhhhhhhhhh"},
+                {"op": "add", "path": "/spec/template/metadata/labels/cmset.dev~1managed", "value": "true"}
+            ]))
+        );
+        // A reference the update adds is rewritten as planned: it rolls the workload anyway.
+        let unrelated = deployment("other", None, true);
+        assert!(update(&deployment("app", None, true), &unrelated).is_some());
+        // A new workload is not a move: created as planned.
+        let creating = Circumstances {
+            budgeted: true,
+            ..Circumstances::default()
+        };
+        let created = mutate_with(
+            WorkloadKind::Deployment,
+            &deployment("app", None, true),
+            &sets,
+            &creating,
+        );
+        assert!(created.is_none(), "no oldObject on an update: left alone");
+        let creating = Circumstances {
+            creating: true,
+            ..creating
+        };
+        let created = mutate_with(
+            WorkloadKind::Deployment,
+            &deployment("app", None, true),
+            &sets,
+            &creating,
+        );
+        assert_eq!(paths(&created).len(), 3);
     }
 
     fn new_set() -> ConfigMapSet {

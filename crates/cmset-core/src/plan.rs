@@ -1,7 +1,7 @@
 //! The set planner: from one set (a ConfigMapSet or a SecretSet) and what was observed around it, every
 //! write its controller should make. An unchanged world plans no write at all.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use cmset_api::{
@@ -43,6 +43,9 @@ pub struct SetInput<'a> {
     /// wants to prune ([`SetPlan::needs_pods`]).
     pub pod_refs: Option<&'a BTreeSet<String>>,
     pub now: Time,
+    /// The workloads waiting for the cluster-wide rollout budget, by UID, with where each stands
+    /// (see [`crate::budget`]): their state is `Waiting` rather than `Pending`.
+    pub budget_waiting: &'a BTreeMap<String, String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -570,6 +573,7 @@ fn plan_rollout(
         paused: input.set.paused(),
         manual_promotion: input.set.manual_promotion(),
         promoted: input.set.promoted(),
+        budget_waiting: input.budget_waiting,
     };
     plan_waves(&wave_input, members)
 }

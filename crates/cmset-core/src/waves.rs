@@ -81,6 +81,8 @@ pub struct WaveInput<'a> {
     pub manual_promotion: bool,
     /// The promotion recorded: the revision and the wave after which the next may open.
     pub promoted: Option<(&'a str, i32)>,
+    /// Workloads waiting for the cluster-wide rollout budget, by UID, with where each stands.
+    pub budget_waiting: &'a BTreeMap<String, String>,
 }
 
 /// What the rollout planner decided.
@@ -136,8 +138,12 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
         || members.iter().any(|m| *m.wave != Wave::Number(0))
         || unfinished;
     if !tracked {
+        let entries = members
+            .into_iter()
+            .map(|m| waiting_for_budget(m.entry, input))
+            .collect();
         return WaveOutcome {
-            entries: members.into_iter().map(|m| m.entry).collect(),
+            entries,
             ..WaveOutcome::default()
         };
     }
@@ -435,7 +441,19 @@ fn decide_entry(
             }
         }
     }
-    m.entry
+    waiting_for_budget(m.entry, input)
+}
+
+/// A workload that would move now but waits for the cluster-wide rollout budget is `Waiting`, saying
+/// where it stands.
+fn waiting_for_budget(mut entry: WorkloadStatus, input: &WaveInput<'_>) -> WorkloadStatus {
+    if entry.state == WorkloadState::Pending
+        && let Some(waiting) = input.budget_waiting.get(&entry.uid)
+    {
+        entry.state = WorkloadState::Waiting;
+        entry.message = Some(waiting.clone());
+    }
+    entry
 }
 
 /// What the workload controller may do with a workload's references to one set, by what the set's

@@ -669,6 +669,7 @@ proptest! {
             missing: [(Referenced::ConfigMap, "later".to_string())].into(),
             now: "2026-11-23T10:00:00Z".into(),
             stored: None,
+            budgeted: false,
         };
         let decisions = [Ok(targets), Err(Undecided::Set("ConfigMapSet later".into()))];
         for (kind, decided) in WorkloadKind::BUILT_IN.into_iter().flat_map(|k| decisions.iter().map(move |d| (k, d))) {

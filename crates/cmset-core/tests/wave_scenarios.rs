@@ -73,6 +73,9 @@ struct World {
     events: Vec<(EventKind, &'static str, String)>,
     /// Every move a workload made: (workload, from, to).
     moves: Vec<(String, String, String)>,
+    /// Workloads waiting for the cluster-wide rollout budget, by UID (the budget itself is tested in
+    /// `budget_props`): the workload controller does not move them.
+    budget_waiting: BTreeMap<String, String>,
 }
 
 impl World {
@@ -99,6 +102,7 @@ impl World {
             now: 0,
             events: Vec::new(),
             moves: Vec::new(),
+            budget_waiting: BTreeMap::new(),
         }
     }
 
@@ -111,6 +115,7 @@ impl World {
             history: &[],
             pod_refs: Some(&Default::default()),
             now: at(self.now),
+            budget_waiting: &self.budget_waiting,
         })
     }
 
@@ -141,6 +146,9 @@ impl World {
             .unwrap_or(0);
         let mut moved = Vec::new();
         for (i, workload) in self.workloads.iter().enumerate() {
+            if self.budget_waiting.contains_key(&workload.uid) {
+                continue;
+            }
             let Some(target) = SetTarget::observed(set, identity.as_deref(), &self.revisions, &workload.uid)
             else {
                 continue;
@@ -858,4 +866,31 @@ fn a_paused_set_that_nothing_reads_has_nothing_to_hold() {
     assert_eq!(world.rollout().phase, RolloutPhase::Complete);
     assert_eq!(world.ready().0, "True");
     assert_eq!(world.told("is paused"), 0, "no hold to report");
+}
+
+#[test]
+fn a_workload_waiting_for_the_rollout_budget_is_waiting_says_where_it_stands_then_moves() {
+    let line = "waiting for the cluster-wide rollout budget: 5 of 5 workloads moving, number 2 in line";
+    for spec in [None, Some(rollout(0, 600, true))] {
+        let mut world = World::new(
+            spec.clone(),
+            vec![deployment("a", None, "app"), deployment("b", None, "app")],
+        );
+        world.heal_all();
+        world.change_content("v2");
+        let b = world.workload("b").uid.clone();
+        world.budget_waiting.insert(b.clone(), line.to_string());
+        world.settle();
+        let current = world.current();
+        assert_eq!(world.reads("a"), current, "{spec:?}");
+        assert_ne!(world.reads("b"), current, "{spec:?}");
+        let entry = world.entry("b");
+        assert_eq!(entry.state, WorkloadState::Waiting, "{spec:?}");
+        assert_eq!(entry.message.as_deref(), Some(line));
+        // Its turn comes: it moves, and is no longer waiting.
+        world.budget_waiting.clear();
+        world.heal_all();
+        assert_eq!(world.reads("b"), current);
+        assert_eq!(world.entry("b").state, WorkloadState::Current);
+    }
 }

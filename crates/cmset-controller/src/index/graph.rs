@@ -126,6 +126,13 @@ impl Graph {
         }
     }
 
+    /// Asks the sets `kind` `key` names to reconcile.
+    pub(super) fn trigger_sets_read(&self, kind: ReaderKind, key: &Key, sets: &Sets, out: &mut Triggers) {
+        if let Some(names) = self.names.get(&(kind, key.clone())) {
+            sets.trigger_named(&key.namespace, names, out);
+        }
+    }
+
     pub(super) fn insert_history(&mut self, kind: HistoryKind, key: &Key, view: HistoryObject) {
         self.history.insert((kind, key.clone()), Arc::new(view));
     }

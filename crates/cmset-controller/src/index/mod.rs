@@ -31,8 +31,8 @@
 //! handle: the lock, whether this replica leads, change notifications, and the queries.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use cmset_core::naming;
@@ -42,6 +42,7 @@ use cmset_core::set::SetKind;
 use kube::Resource;
 use kube::runtime::watcher;
 
+use crate::rollout_budget::{RolloutBudget, WorkloadId};
 use crate::stored_workload::StoredWorkload;
 
 mod graph;
@@ -102,6 +103,9 @@ pub struct State {
     graph: graph::Graph,
     sources: sources::Sources,
     relist: relist::Relist,
+    /// The cluster-wide rollout budget, when one is set: fed the workloads' progress (see
+    /// [`crate::rollout_budget`]).
+    budget: Option<Arc<RolloutBudget>>,
 }
 
 /// The index of one scope, shared by its watches (writers) and its readers: the reconcilers on the
@@ -127,6 +131,42 @@ impl Index {
             leading: AtomicBool::new(false),
             changes: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// An index that feeds `budget` what the workload watches show.
+    pub fn with_budget(self, budget: Option<Arc<RolloutBudget>>) -> Self {
+        self.write().budget = budget;
+        self
+    }
+
+    /// The cluster-wide rollout budget, if one is set.
+    pub fn budget(&self) -> Option<Arc<RolloutBudget>> {
+        self.read().budget.clone()
+    }
+
+    /// Wakes the workloads whose turn in the budget came (a slot freed up).
+    pub fn wake(&self, workloads: Vec<WorkloadId>) {
+        if workloads.is_empty() {
+            return;
+        }
+        let out = Triggers {
+            workloads: workloads.into_iter().collect(),
+            ..Triggers::default()
+        };
+        self.send(&out);
+    }
+
+    /// Asks the sets `kind` `key` reads to reconcile: what it waits for changed, and their status
+    /// says so.
+    pub fn remind_sets(&self, kind: WorkloadKind, key: &Key) {
+        let mut out = Triggers::default();
+        {
+            let state = self.read();
+            state
+                .graph
+                .trigger_sets_read(ReaderKind::Workload(kind), key, &state.sets, &mut out);
+        }
+        self.send(&out);
     }
 
     /// From now on the reconciles that changes trigger are sent (this replica leads).

@@ -30,6 +30,7 @@ pub fn plan_seeing(
         history,
         pod_refs: pods,
         now: Time(Timestamp::from_second(1_800_000_000).unwrap()),
+        budget_waiting: &Default::default(),
     })
 }
 

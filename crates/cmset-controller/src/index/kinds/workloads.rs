@@ -3,6 +3,7 @@
 //! the slim object for the controller keyed by it, and the index their names, wave and health.
 
 use cmset_api::labels;
+use cmset_core::health::Health;
 use cmset_core::observe::WorkloadKind;
 
 use super::Ops;
@@ -20,15 +21,28 @@ impl Ops<StoredWorkload> for WorkloadKind {
         let kind = *self;
         let view = views::workload_view(kind, obj);
         let names = view.as_ref().map(|v| v.referenced()).unwrap_or_default();
+        let reads = !names.is_empty();
         state
             .graph
             .link(ReaderKind::Workload(kind), key, names, &state.sets, out);
         // A kind whose template never changes after creation (a Job) has no rollout to follow.
         let progress = view.filter(|_| kind.is_mutable()).map(|v| (v.wave, v.health));
+        if let Some(budget) = &state.budget {
+            // Moving, for the budget: rolling out a template that names something a set may version.
+            let rolling = progress
+                .as_ref()
+                .is_some_and(|(_, health)| *health == Health::Progressing && reads);
+            let generation = obj.metadata.generation.unwrap_or(0);
+            let woken = budget.observe(&(kind, key.clone()), generation, rolling);
+            out.workloads.extend(woken);
+        }
         state.graph.progress(kind, key, progress, &state.sets, out);
     }
 
     fn unindex(&self, key: &Key, state: &mut State, out: &mut Triggers) {
+        if let Some(budget) = &state.budget {
+            out.workloads.extend(budget.forget(&(*self, key.clone())));
+        }
         state.graph.progress(*self, key, None, &state.sets, out);
         state.graph.link(
             ReaderKind::Workload(*self),
