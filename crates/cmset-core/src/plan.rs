@@ -168,18 +168,31 @@ pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
     }
 }
 
-/// The Normal events merged into one, in the place of the first: its reason, and every message in order.
-/// Warnings are left as they are, each its own problem to act on.
+/// Reasons of the events that tell a rollout's phase changes: each stands alone, so that whoever
+/// watches a set's rollout (a person, an alert, a notification) can select it by reason.
+pub const ROLLOUT_REASONS: [&str; 6] = [
+    "RolloutStarted",
+    "WaveStarted",
+    "RolloutPaused",
+    "RolloutResumed",
+    "AwaitingPromotion",
+    "RolloutComplete",
+];
+
+/// The other Normal events merged into one, in the place of the first: its reason, and every message in
+/// order. Warnings and the rollout's phase changes are left as they are, each its own news.
 fn merge_normal_events(events: Vec<PlannedEvent>) -> Vec<PlannedEvent> {
+    let alone = |e: &PlannedEvent| e.kind == EventKind::Warning || ROLLOUT_REASONS.contains(&e.reason);
     let messages: Vec<String> = events
         .iter()
-        .filter(|e| e.kind == EventKind::Normal)
+        .filter(|e| !alone(e))
         .map(|e| e.message.clone())
         .collect();
     let mut merged_in = false;
     events
         .into_iter()
         .filter_map(|event| match event.kind {
+            _ if alone(&event) => Some(event),
             EventKind::Warning => Some(event),
             EventKind::Normal if merged_in => None,
             EventKind::Normal => {
@@ -597,9 +610,19 @@ fn mark_failed(
 
 fn wave_event(event: WaveEvent) -> PlannedEvent {
     match event {
+        WaveEvent::Started(message) => PlannedEvent {
+            kind: EventKind::Normal,
+            reason: "RolloutStarted",
+            message,
+        },
         WaveEvent::WaveStarted(message) => PlannedEvent {
             kind: EventKind::Normal,
             reason: "WaveStarted",
+            message,
+        },
+        WaveEvent::Resumed(message) => PlannedEvent {
+            kind: EventKind::Normal,
+            reason: "RolloutResumed",
             message,
         },
         WaveEvent::Complete(message) => PlannedEvent {

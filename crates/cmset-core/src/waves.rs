@@ -99,8 +99,12 @@ pub struct WaveOutcome {
 /// Something worth an event on the set.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WaveEvent {
+    /// The rollout of a new revision began: its first wave may move.
+    Started(String),
     /// The next wave may move.
     WaveStarted(String),
+    /// A paused rollout goes on.
+    Resumed(String),
     /// Held by a person: paused.
     Paused(String),
     /// A wave is done; the next waits for a promotion.
@@ -185,12 +189,21 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
         .phase
         .is_under_way()
         .then(|| (rollout.phase, rollout.held_since.take()));
+    let was_paused = rollout.phase == RolloutPhase::Paused;
     if held_before.is_some() {
         rollout.phase = RolloutPhase::Progressing;
     }
     let mut held = None;
 
     let mut events = Vec::new();
+    if fresh {
+        events.push(WaveEvent::Started(format!(
+            "Rollout of {} started: wave {} moves ({})",
+            input.current,
+            rollout.wave,
+            wave_list(&waves)
+        )));
+    }
     let mut recheck: Vec<Duration> = Vec::new();
     let deadline = i64::from(spec.progress_deadline_seconds);
     while rollout.phase == RolloutPhase::Progressing {
@@ -288,6 +301,13 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
                 Some(whole_second_after(now))
             }
         };
+    }
+
+    if was_paused && rollout.phase != RolloutPhase::Paused {
+        events.push(WaveEvent::Resumed(format!(
+            "The rollout of {} is resumed in wave {}",
+            input.current, rollout.wave
+        )));
     }
 
     // A failed rollout moves its failing workloads back, if asked to; the others stay as they are.

@@ -369,6 +369,12 @@ fn a_good_change_moves_wave_0_then_after_the_stabilization_window_wave_1() {
     assert_eq!(world.reads("second"), new, "the window is over: wave 1 moves");
     assert_eq!(world.rollout().wave, 1);
     assert!(world.reasons().contains(&"WaveStarted"));
+    assert_eq!(
+        world.told(&format!("Rollout of {new} started: wave 0 moves (waves 0, 1)")),
+        1,
+        "{:?}",
+        world.events
+    );
 
     // Every workload is on the new revision, but the last wave has not proven itself: not Ready yet.
     assert_eq!(world.ready(), ("False".into(), "RolloutProgressing".into()));
@@ -785,6 +791,7 @@ fn a_paused_rollout_moves_nothing_until_resumed_and_survives_a_restart() {
     world.settle();
     assert_eq!(world.reads("first"), new, "resumed: wave 0 moves");
     assert_eq!(world.reads("second"), old);
+    assert_eq!(world.told("is resumed in wave 0"), 1, "{:?}", world.events);
     assert_eq!(world.rollout().phase, RolloutPhase::Progressing);
     assert_eq!(world.rollout().held_since, None);
     world.heal_all();
