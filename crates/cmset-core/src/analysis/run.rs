@@ -162,24 +162,23 @@ pub fn new_run(
     }
 }
 
-/// Whether `a` and `b` are the same run: the same template, wave and workload, the same rendered query
-/// and condition. A template edited during a rollout thus starts its runs afresh.
-fn same_run(a: &AnalysisRunStatus, b: &AnalysisRunStatus) -> bool {
+/// What tells runs apart: the template, wave and workload, the rendered query and the condition. A
+/// template edited during a rollout thus starts its runs afresh.
+type RunKey<'r> = (&'r str, i32, Option<&'r str>, Option<&'r str>, &'r str, &'r str);
+
+fn key(run: &AnalysisRunStatus) -> RunKey<'_> {
     (
-        &a.template,
-        a.wave,
-        &a.workload_kind,
-        &a.workload,
-        &a.query,
-        &a.condition,
-    ) == (
-        &b.template,
-        b.wave,
-        &b.workload_kind,
-        &b.workload,
-        &b.query,
-        &b.condition,
+        &run.template,
+        run.wave,
+        run.workload_kind.as_deref(),
+        run.workload.as_deref(),
+        &run.query,
+        &run.condition,
     )
+}
+
+fn same_run(a: &AnalysisRunStatus, b: &AnalysisRunStatus) -> bool {
+    key(a) == key(b)
 }
 
 /// The runs of the rollout once `subject.wave` is analysed: the runs `previous` records of other waves,
