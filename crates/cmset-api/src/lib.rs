@@ -1,5 +1,6 @@
-//! The `ConfigMapSet` custom resource (`configmapsets.cmset.dev`, version `v1alpha1`), and the
-//! `SecretSet` ([`secret_set`], `secretsets.cmset.dev`).
+//! The `ConfigMapSet` custom resource (`configmapsets.cmset.dev`, version `v1alpha1`), the
+//! `SecretSet` ([`secret_set`], `secretsets.cmset.dev`) and the `AnalysisTemplate` their rollouts
+//! name ([`analysis`], `analysistemplates.cmset.dev`).
 //!
 //! This crate holds only types and constants: no client, no async. Everything a user writes in YAML and
 //! everything cmset reports back is defined here, so the CRD generated from it is the API contract.
@@ -13,9 +14,13 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub mod analysis;
 pub mod labels;
 pub mod secret_set;
 
+pub use analysis::{
+    AnalysisArg, AnalysisRef, AnalysisRunStatus, AnalysisTemplate, AnalysisTemplateSpec, AnalysisVerdict,
+};
 pub use secret_set::{SecretSet, SecretSetSpec, SecretSetStatus, SecretTemplate};
 
 /// API group of every cmset resource.
@@ -126,6 +131,14 @@ pub struct RolloutSpec {
     /// it opens at once.
     #[serde(default, skip_serializing_if = "Promotion::is_auto")]
     pub promotion: Promotion,
+
+    /// Metric analysis: AnalysisTemplates (cluster-scoped, installed by cluster admins) whose
+    /// Prometheus queries run during each wave's stabilization window, with the arguments each
+    /// declares. A query that fails its condition more often than the template's failureLimit fails
+    /// the wave, as an unhealthy workload does; one with no data, or an unreachable Prometheus, holds
+    /// the wave until the progress deadline fails it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub analysis: Vec<AnalysisRef>,
 }
 
 /// Whether the next wave opens by itself or when someone promotes the rollout.
@@ -154,6 +167,7 @@ impl Default for RolloutSpec {
             auto_rollback: false,
             paused: false,
             promotion: Promotion::Auto,
+            analysis: Vec::new(),
         }
     }
 }
@@ -280,6 +294,10 @@ pub struct RolloutStatus {
     /// Since when it has been `Paused` or `AwaitingPromotion`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_since: Option<Time>,
+    /// The metric analysis of this rollout (`spec.rollout.analysis`): each query of each wave so far,
+    /// its last value, its condition and its verdict.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub analysis: Vec<AnalysisRunStatus>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
@@ -400,6 +418,7 @@ pub fn crd_yamls() -> Vec<(&'static str, String)> {
     vec![
         (ConfigMapSet::crd_name(), crd_yaml()),
         (SecretSet::crd_name(), to_yaml(&secret_set::crd())),
+        (AnalysisTemplate::crd_name(), to_yaml(&AnalysisTemplate::crd())),
     ]
 }
 

@@ -7,6 +7,7 @@ use clap::{Parser, ValueEnum};
 use cmset_core::kinds::{Declaration, Kinds};
 
 use crate::cert_keeper::{CertSource, SecretSource};
+use crate::prometheus::{Prometheus, PrometheusConfig};
 use crate::webhook_certs::Policy;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -140,6 +141,23 @@ pub struct Cli {
     #[arg(long, env = "CMSET_MAX_MOVING_WORKLOADS",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_moving_workloads: Option<u64>,
+
+    /// Prometheus' HTTP API, for the metric analysis of rollouts (`spec.rollout.analysis`), e.g.
+    /// `http://prometheus.monitoring:9090` (Thanos, Mimir or another API compatible with
+    /// `/api/v1/query` too; a path prefix is kept). Without it, a set that asks for analysis does not
+    /// roll out, and its status says why.
+    #[arg(long, env = "CMSET_PROMETHEUS_URL")]
+    pub prometheus_url: Option<String>,
+
+    /// A file holding the bearer token sent to Prometheus; read at every query, so a rotated token is
+    /// used at once.
+    #[arg(long, env = "CMSET_PROMETHEUS_BEARER_TOKEN_FILE")]
+    pub prometheus_bearer_token_file: Option<std::path::PathBuf>,
+
+    /// PEM certificates to trust for an https `--prometheus-url`, instead of the system's (the
+    /// operator's image has none).
+    #[arg(long, env = "CMSET_PROMETHEUS_CA_FILE")]
+    pub prometheus_ca_file: Option<std::path::PathBuf>,
 }
 
 impl Cli {
@@ -164,6 +182,37 @@ impl Cli {
             declared.extend(listed);
         }
         Kinds::with_declared(&declared).map_err(|e| e.to_string())
+    }
+
+    /// Where metric analysis asks Prometheus, if anywhere. A token or CA file without a URL is an
+    /// error, as is a URL that cannot be used; an empty URL (an unset environment variable in a
+    /// manifest) counts as none.
+    pub fn prometheus_config(&self) -> Result<Option<PrometheusConfig>, String> {
+        let url = self
+            .prometheus_url
+            .as_deref()
+            .map(str::trim)
+            .filter(|u| !u.is_empty());
+        let Some(url) = url else {
+            return match (&self.prometheus_bearer_token_file, &self.prometheus_ca_file) {
+                (None, None) => Ok(None),
+                (Some(_), _) => Err("--prometheus-bearer-token-file needs --prometheus-url".to_string()),
+                (None, Some(_)) => Err("--prometheus-ca-file needs --prometheus-url".to_string()),
+            };
+        };
+        Ok(Some(PrometheusConfig {
+            bearer_token_file: self.prometheus_bearer_token_file.clone(),
+            ca_file: self.prometheus_ca_file.clone(),
+            ..PrometheusConfig::new(url)
+        }))
+    }
+
+    /// The Prometheus client metric analysis uses, if one is configured (see
+    /// [`Cli::prometheus_config`]).
+    pub fn prometheus(&self) -> Result<Option<Prometheus>, String> {
+        self.prometheus_config()?
+            .map(|config| Prometheus::new(config).map_err(|e| e.to_string()))
+            .transpose()
     }
 
     pub fn kind_discovery(&self) -> Duration {
@@ -307,5 +356,57 @@ mod tests {
             "{error}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn prometheus_is_optional_and_its_files_need_its_url() {
+        assert_eq!(cli(&[]).prometheus_config(), Ok(None));
+        assert_eq!(cli(&["--prometheus-url", " "]).prometheus_config(), Ok(None));
+        let config = cli(&[
+            "--prometheus-url",
+            "https://prometheus.monitoring:9090",
+            "--prometheus-bearer-token-file",
+            "/var/run/secrets/prometheus/token",
+            "--prometheus-ca-file",
+            "/etc/prometheus-ca/ca.crt",
+        ])
+        .prometheus_config()
+        .unwrap()
+        .unwrap();
+        assert_eq!(config.url, "https://prometheus.monitoring:9090");
+        assert_eq!(
+            config.bearer_token_file.as_deref(),
+            Some(std::path::Path::new("/var/run/secrets/prometheus/token"))
+        );
+        assert_eq!(config.timeout, crate::prometheus::QUERY_TIMEOUT);
+        assert_eq!(
+            cli(&["--prometheus-bearer-token-file", "/t"]).prometheus_config(),
+            Err("--prometheus-bearer-token-file needs --prometheus-url".to_string())
+        );
+        assert_eq!(
+            cli(&["--prometheus-ca-file", "/ca"]).prometheus_config(),
+            Err("--prometheus-ca-file needs --prometheus-url".to_string())
+        );
+        let client = cli(&["--prometheus-url", "http://prometheus:9090/"])
+            .prometheus()
+            .unwrap()
+            .unwrap();
+        assert_eq!(client.url(), "http://prometheus:9090");
+        let error = cli(&["--prometheus-url", "prometheus:9090"])
+            .prometheus()
+            .unwrap_err();
+        assert!(error.contains("must start with http:// or https://"), "{error}");
+        let error = cli(&[
+            "--prometheus-url",
+            "https://p",
+            "--prometheus-ca-file",
+            "/nonexistent/ca.crt",
+        ])
+        .prometheus()
+        .unwrap_err();
+        assert!(
+            error.starts_with("--prometheus-ca-file /nonexistent/ca.crt:"),
+            "{error}"
+        );
     }
 }

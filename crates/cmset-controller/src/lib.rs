@@ -14,6 +14,7 @@ pub mod index;
 pub mod leader;
 pub mod memory;
 pub mod metrics;
+pub mod prometheus;
 pub mod redact;
 pub mod rollout_budget;
 pub mod runtime;

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod analysis;
 pub mod budget;
 pub mod conditions;
 pub mod decide;

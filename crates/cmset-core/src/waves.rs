@@ -181,6 +181,7 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
             started_at: Some(whole_second_after(now)),
             message: None,
             held_since: None,
+            analysis: Vec::new(),
         },
     };
     rollout.waves = waves.clone();

@@ -1676,6 +1676,7 @@ Deployment/web      3          app-cccccccccc   current (updated by cmset)
             started_at: Some(ago(120)),
             message: None,
             held_since: None,
+            analysis: Vec::new(),
         }
     }
 

@@ -1,0 +1,369 @@
+//! Runs: one rendered query during one wave. Which runs a wave has, when each is measured next, what a
+//! measurement showed, and the verdicts of a run and of the wave.
+//!
+//! A run's whole memory is its [`AnalysisRunStatus`] in the set's status (counts, last value, last
+//! verdict, when it was last measured), so an operator that restarts continues every run as it stood.
+
+use std::time::Duration;
+
+use cmset_api::{AnalysisRunStatus, AnalysisVerdict};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::SignedDuration;
+
+use super::condition::Condition;
+use super::response::{QueryOutcome, format_value, parse_value};
+use super::{Analysis, WaveSubject, Workload};
+
+/// What one measurement showed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Measurement {
+    /// Every sample satisfies the condition; `value` is the one closest to the threshold.
+    Passed { value: f64, samples: usize },
+    /// `failing` of `samples` samples do not; `value` is the one furthest past the threshold.
+    Failed {
+        value: f64,
+        failing: usize,
+        samples: usize,
+    },
+    /// Nothing can be concluded: no data, a NaN sample (and none failing), or the query failed.
+    Inconclusive { value: Option<f64>, why: String },
+}
+
+impl Measurement {
+    /// Judges `outcome` by `condition`. A sample that fails decides even next to a NaN one: it is
+    /// evidence that the condition does not hold; NaN alone proves nothing.
+    pub fn judge(outcome: &QueryOutcome, condition: &Condition) -> Self {
+        let samples = match outcome {
+            QueryOutcome::Samples(samples) if !samples.is_empty() => samples,
+            QueryOutcome::Samples(_) | QueryOutcome::NoData => {
+                return Self::Inconclusive {
+                    value: None,
+                    why: "the query returned no data".to_string(),
+                };
+            }
+            QueryOutcome::Error(why) => {
+                return Self::Inconclusive {
+                    value: None,
+                    why: format!("the query failed: {why}"),
+                };
+            }
+        };
+        let distance = |v: &&f64| (**v - condition.threshold()).abs();
+        let failing: Vec<&f64> = samples
+            .iter()
+            .filter(|v| !v.is_nan() && !condition.holds(**v))
+            .collect();
+        if let Some(worst) = failing
+            .iter()
+            .copied()
+            .max_by(|a, b| distance(a).total_cmp(&distance(b)))
+        {
+            return Self::Failed {
+                value: *worst,
+                failing: failing.len(),
+                samples: samples.len(),
+            };
+        }
+        if samples.iter().any(|v| v.is_nan()) {
+            return Self::Inconclusive {
+                value: Some(f64::NAN),
+                why: "the result is NaN".to_string(),
+            };
+        }
+        let closest = samples
+            .iter()
+            .min_by(|a, b| distance(a).total_cmp(&distance(b)))
+            .copied()
+            .unwrap_or_default();
+        Self::Passed {
+            value: closest,
+            samples: samples.len(),
+        }
+    }
+
+    /// The value shown in status.
+    pub fn value(&self) -> Option<f64> {
+        match self {
+            Self::Passed { value, .. } | Self::Failed { value, .. } => Some(*value),
+            Self::Inconclusive { value, .. } => *value,
+        }
+    }
+
+    /// One line for status: what the measurement showed against `condition`.
+    pub fn describe(&self, condition: &Condition) -> String {
+        match self {
+            Self::Passed { value, samples: 1 } => format!("{} meets {condition}", format_value(*value)),
+            Self::Passed { value, samples } => format!(
+                "all {samples} series meet {condition} (closest {})",
+                format_value(*value)
+            ),
+            Self::Failed {
+                value, samples: 1, ..
+            } => format!("{} fails {condition}", format_value(*value)),
+            Self::Failed {
+                value,
+                failing,
+                samples,
+            } => format!(
+                "{failing} of {samples} series fail {condition} (worst {})",
+                format_value(*value)
+            ),
+            Self::Inconclusive { why, .. } => why.clone(),
+        }
+    }
+}
+
+/// Where the wave stands, as a run's verdict depends on it. The wave's rules (see [`crate::waves`])
+/// decide both; the analysis only reads them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaveStage {
+    /// The wave's stabilization window is over: its workloads have been healthy that long.
+    pub window_over: bool,
+    /// The wave's progress deadline has passed.
+    pub deadline_passed: bool,
+}
+
+/// The last measurement of a run, as its status records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Latest {
+    Passed,
+    Failed,
+    Inconclusive,
+}
+
+/// Read back from the last value alone: a failing measurement shows a failing sample, a passing one a
+/// passing sample, and an inconclusive one NaN or nothing (see [`Measurement::judge`]).
+fn latest(run: &AnalysisRunStatus, condition: &Condition) -> Option<Latest> {
+    if run.measurements == 0 {
+        return None;
+    }
+    Some(match run.last_value.as_deref().and_then(parse_value) {
+        Some(v) if v.is_nan() => Latest::Inconclusive,
+        Some(v) if condition.holds(v) => Latest::Passed,
+        Some(_) => Latest::Failed,
+        None => Latest::Inconclusive,
+    })
+}
+
+/// A fresh run of `analysis` for `subject` (and `workload`).
+pub fn new_run(
+    analysis: &Analysis,
+    subject: &WaveSubject<'_>,
+    workload: Option<&Workload<'_>>,
+) -> AnalysisRunStatus {
+    AnalysisRunStatus {
+        template: analysis.template.clone(),
+        workload_kind: workload.map(|w| w.kind.to_string()),
+        workload: workload.map(|w| w.name.to_string()),
+        wave: subject.wave,
+        query: analysis.render(subject, workload),
+        condition: analysis.condition.to_string(),
+        ..AnalysisRunStatus::default()
+    }
+}
+
+/// What tells runs apart: the template, wave and workload, the rendered query and the condition. A
+/// template edited during a rollout thus starts its runs afresh.
+type RunKey<'r> = (&'r str, i32, Option<&'r str>, Option<&'r str>, &'r str, &'r str);
+
+fn key(run: &AnalysisRunStatus) -> RunKey<'_> {
+    (
+        &run.template,
+        run.wave,
+        run.workload_kind.as_deref(),
+        run.workload.as_deref(),
+        &run.query,
+        &run.condition,
+    )
+}
+
+fn same_run(a: &AnalysisRunStatus, b: &AnalysisRunStatus) -> bool {
+    key(a) == key(b)
+}
+
+/// The runs of the rollout once `subject.wave` is analysed: the runs `previous` records of other waves,
+/// as they are, then one run of each analysis for this wave, or one per workload of `workloads` for an
+/// analysis whose query names a workload. A run `previous` records already is carried on with what
+/// it measured; the others start fresh. `previous` is what the status records of this rollout (empty
+/// for a rollout that starts).
+pub fn plan_runs(
+    analyses: &[Analysis],
+    subject: &WaveSubject<'_>,
+    workloads: &[Workload<'_>],
+    previous: &[AnalysisRunStatus],
+) -> Vec<AnalysisRunStatus> {
+    let mut workloads = workloads.to_vec();
+    workloads.sort();
+    workloads.dedup();
+    let mut runs: Vec<AnalysisRunStatus> = previous
+        .iter()
+        .filter(|r| r.wave != subject.wave)
+        .cloned()
+        .collect();
+    let mut this_wave: Vec<AnalysisRunStatus> = Vec::new();
+    for analysis in analyses {
+        let fresh: Vec<AnalysisRunStatus> = if analysis.names_workload() {
+            workloads
+                .iter()
+                .map(|w| new_run(analysis, subject, Some(w)))
+                .collect()
+        } else {
+            vec![new_run(analysis, subject, None)]
+        };
+        for run in fresh {
+            if this_wave.iter().any(|r| same_run(r, &run)) {
+                continue;
+            }
+            let carried = previous.iter().find(|p| same_run(p, &run)).cloned();
+            this_wave.push(carried.unwrap_or(run));
+        }
+    }
+    runs.extend(this_wave);
+    runs
+}
+
+/// How long until `run` is due to be measured: zero when it is due now (never measured, or its interval
+/// has passed), `None` when it is never measured again (it failed).
+pub fn due_in(run: &AnalysisRunStatus, analysis: &Analysis, now: &Time) -> Option<Duration> {
+    if run.verdict == AnalysisVerdict::Failed || run.failures > analysis.failure_limit {
+        return None;
+    }
+    let Some(last) = &run.last_measured_at else {
+        return Some(Duration::ZERO);
+    };
+    let due = last
+        .0
+        .checked_add(SignedDuration::from_secs(analysis.interval_seconds))
+        .ok()?;
+    let left = due.duration_since(now.0);
+    Some(Duration::try_from(left).unwrap_or_default())
+}
+
+/// Whether `run` is to be measured now.
+pub fn due(run: &AnalysisRunStatus, analysis: &Analysis, now: &Time) -> bool {
+    due_in(run, analysis, now) == Some(Duration::ZERO)
+}
+
+/// Records a measurement of `run` taken at `now`: its count, its failure, its value, what it showed.
+/// A run that already failed records nothing more, so failures never exceed `failureLimit + 1`. Call
+/// [`settle`] afterwards for its verdict.
+pub fn record(run: &mut AnalysisRunStatus, analysis: &Analysis, outcome: &QueryOutcome, now: &Time) {
+    if due_in(run, analysis, now).is_none() {
+        return;
+    }
+    let measurement = Measurement::judge(outcome, &analysis.condition);
+    run.measurements = run.measurements.saturating_add(1);
+    if matches!(measurement, Measurement::Failed { .. }) {
+        run.failures = run.failures.saturating_add(1);
+    }
+    run.last_value = measurement.value().map(format_value);
+    run.message = Some(measurement.describe(&analysis.condition));
+    // Whole seconds, as the API keeps them: what is decided before the status is written is what a
+    // restarted operator reads back.
+    run.last_measured_at = Some(whole_second(now));
+}
+
+/// A run's verdict and its message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunVerdict {
+    pub verdict: AnalysisVerdict,
+    pub message: Option<String>,
+}
+
+/// The verdict of `run` at `stage`:
+/// - `Failed` once its failures exceed the failure limit, and for good;
+/// - `Passed` when the window is over and its last measurement passed;
+/// - `Failed` when the deadline has passed and its last measurement is inconclusive or there is none;
+/// - `Inconclusive` while its last measurement is (the wave waits);
+/// - `Running` otherwise.
+///
+/// The message is the last measurement's, or on failure why the run failed.
+pub fn verdict(run: &AnalysisRunStatus, analysis: &Analysis, stage: WaveStage) -> RunVerdict {
+    let failed = |message: String| RunVerdict {
+        verdict: AnalysisVerdict::Failed,
+        message: Some(message),
+    };
+    if run.verdict == AnalysisVerdict::Failed {
+        return RunVerdict {
+            verdict: AnalysisVerdict::Failed,
+            message: run.message.clone(),
+        };
+    }
+    let last = run.message.as_deref().unwrap_or_default();
+    if run.failures > analysis.failure_limit {
+        return failed(format!(
+            "{} of {} measurements failed, more than failureLimit {}; last: {last}",
+            run.failures, run.measurements, analysis.failure_limit
+        ));
+    }
+    let latest = latest(run, &analysis.condition);
+    let verdict = match latest {
+        Some(Latest::Passed) if stage.window_over => AnalysisVerdict::Passed,
+        None if stage.deadline_passed => {
+            return failed("not measured by the progress deadline".to_string());
+        }
+        Some(Latest::Inconclusive) if stage.deadline_passed => {
+            return failed(format!(
+                "nothing conclusive by the progress deadline; last: {last}"
+            ));
+        }
+        Some(Latest::Inconclusive) => AnalysisVerdict::Inconclusive,
+        _ => AnalysisVerdict::Running,
+    };
+    RunVerdict {
+        verdict,
+        message: run.message.clone(),
+    }
+}
+
+/// Writes [`verdict`] into `run`. Call it after [`record`] and whenever the stage may have changed.
+pub fn settle(run: &mut AnalysisRunStatus, analysis: &Analysis, stage: WaveStage) {
+    let RunVerdict { verdict, message } = verdict(run, analysis, stage);
+    run.verdict = verdict;
+    run.message = message;
+}
+
+/// The verdict of `wave`'s analysis from the verdicts of its runs in `runs`: `Failed` if any failed,
+/// else `Passed` if all passed (a wave without runs has nothing to wait for), else `Inconclusive` if
+/// any is, else `Running`.
+pub fn wave_verdict(runs: &[AnalysisRunStatus], wave: i32) -> AnalysisVerdict {
+    let verdicts: Vec<AnalysisVerdict> = runs
+        .iter()
+        .filter(|r| r.wave == wave)
+        .map(|r| r.verdict)
+        .collect();
+    let any = |v: AnalysisVerdict| verdicts.contains(&v);
+    if any(AnalysisVerdict::Failed) {
+        AnalysisVerdict::Failed
+    } else if verdicts.iter().all(|v| *v == AnalysisVerdict::Passed) {
+        AnalysisVerdict::Passed
+    } else if any(AnalysisVerdict::Inconclusive) {
+        AnalysisVerdict::Inconclusive
+    } else {
+        AnalysisVerdict::Running
+    }
+}
+
+/// `analysis error-rate` or `analysis error-rate of Deployment web`: the run, as messages name it.
+pub fn run_name(run: &AnalysisRunStatus) -> String {
+    match (&run.workload_kind, &run.workload) {
+        (Some(kind), Some(name)) => format!("analysis {} of {kind} {name}", run.template),
+        _ => format!("analysis {}", run.template),
+    }
+}
+
+/// One clause per run of `wave` with `verdict`, naming it and saying why: for the rollout's message
+/// and events (join them with [`crate::message::join_capped`]).
+pub fn clauses(runs: &[AnalysisRunStatus], wave: i32, verdict: AnalysisVerdict) -> Vec<String> {
+    runs.iter()
+        .filter(|r| r.wave == wave && r.verdict == verdict)
+        .map(|r| match &r.message {
+            Some(message) => format!("{}: {message}", run_name(r)),
+            None => run_name(r),
+        })
+        .collect()
+}
+
+fn whole_second(now: &Time) -> Time {
+    Time(k8s_openapi::jiff::Timestamp::from_second(now.0.as_second()).unwrap_or(now.0))
+}

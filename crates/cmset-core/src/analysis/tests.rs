@@ -1,0 +1,491 @@
+//! Tables of the analysis rules: resolving, planning runs, pacing, measurements and verdicts.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cmset_api::{AnalysisArg, AnalysisRef, AnalysisRunStatus, AnalysisTemplateSpec, AnalysisVerdict};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use super::*;
+
+const ERRORS: &str =
+    r#"sum(rate(http_errors_total{namespace="{{namespace}}",service="{{args.service}}"}[1m]))"#;
+const PER_WORKLOAD: &str =
+    r#"max(restarts{namespace="{{namespace}}",{{workload.kind}}="{{workload.name}}"})"#;
+
+fn at(secs: i64) -> Time {
+    Time(Timestamp::from_second(secs).unwrap())
+}
+
+fn template(query: &str, condition: &str, failure_limit: i32) -> AnalysisTemplateSpec {
+    AnalysisTemplateSpec {
+        args: vec![AnalysisArg {
+            name: "service".into(),
+            default: Some("web".into()),
+        }],
+        query: query.into(),
+        success_condition: condition.into(),
+        interval_seconds: 30,
+        failure_limit,
+    }
+}
+
+fn reference(name: &str) -> AnalysisRef {
+    AnalysisRef {
+        template: name.into(),
+        args: BTreeMap::new(),
+    }
+}
+
+fn analysis(failure_limit: i32) -> Analysis {
+    Analysis::resolve(
+        &reference("error-rate"),
+        &template(ERRORS, "result < 0.05", failure_limit),
+    )
+    .unwrap()
+}
+
+const SUBJECT: WaveSubject<'static> = WaveSubject {
+    namespace: "shop",
+    revision: "app-5g7bm8k4f2",
+    wave: 1,
+};
+
+fn fresh(analysis: &Analysis) -> AnalysisRunStatus {
+    new_run(analysis, &SUBJECT, None)
+}
+
+fn value(v: f64) -> QueryOutcome {
+    QueryOutcome::Samples(vec![v])
+}
+
+const RUNNING: WaveStage = WaveStage {
+    window_over: false,
+    deadline_passed: false,
+};
+const WINDOW_OVER: WaveStage = WaveStage {
+    window_over: true,
+    deadline_passed: false,
+};
+const DEADLINE: WaveStage = WaveStage {
+    window_over: false,
+    deadline_passed: true,
+};
+
+/// Measures `run` with each outcome in turn, 30 s apart, settling it at `stage` after each.
+fn measure(analysis: &Analysis, outcomes: &[QueryOutcome], stage: WaveStage) -> AnalysisRunStatus {
+    let mut run = fresh(analysis);
+    for (i, outcome) in outcomes.iter().enumerate() {
+        record(&mut run, analysis, outcome, &at(1_000 + 30 * i as i64));
+        settle(&mut run, analysis, stage);
+    }
+    run
+}
+
+#[test]
+fn resolving_renders_the_sets_namespace_and_the_arguments() {
+    let mut with_args = reference("error-rate");
+    with_args.args.insert("service".into(), "checkout".into());
+    let analysis = Analysis::resolve(&with_args, &template(ERRORS, "result < 0.05", 0)).unwrap();
+    assert!(!analysis.names_workload());
+    assert_eq!(
+        analysis.render(&SUBJECT, None),
+        r#"sum(rate(http_errors_total{namespace="shop",service="checkout"}[1m]))"#
+    );
+    assert_eq!(analysis.interval(), Duration::from_secs(30));
+    // Stored without the schema's bounds, the pace still keeps them.
+    let mut unbounded = template(ERRORS, "result < 0.05", -3);
+    unbounded.interval_seconds = 0;
+    let analysis = Analysis::resolve(&with_args, &unbounded).unwrap();
+    assert_eq!((analysis.interval_seconds, analysis.failure_limit), (5, 0));
+}
+
+#[test]
+fn resolving_errors_name_the_template_and_the_problem() {
+    let templates = BTreeMap::from([
+        ("error-rate".to_string(), template(ERRORS, "result < 0.05", 0)),
+        ("bad-condition".to_string(), template(ERRORS, "result ~ 1", 0)),
+        ("bad-variable".to_string(), template("{{pod}}", "result < 1", 0)),
+    ]);
+    let resolve = |r: AnalysisRef| {
+        resolve_all(&[r], |name| templates.get(name))
+            .unwrap_err()
+            .to_string()
+    };
+    assert_eq!(
+        resolve(reference("missing")),
+        r#"AnalysisTemplate "missing" not found"#
+    );
+    assert_eq!(
+        resolve(reference("bad-condition")),
+        r#"AnalysisTemplate "bad-condition": successCondition "result ~ 1" is not `result`, one of <, <=, >, >=, ==, != and a number (e.g. `result < 0.05`)"#
+    );
+    assert!(
+        resolve(reference("bad-variable"))
+            .starts_with(r#"AnalysisTemplate "bad-variable": the query uses {{pod}}"#)
+    );
+    let mut namespace = reference("error-rate");
+    namespace.args.insert("namespace".into(), "kube-system".into());
+    assert_eq!(
+        resolve(namespace),
+        r#"AnalysisTemplate "error-rate": the template declares no argument "namespace""#
+    );
+    let mut quote = reference("error-rate");
+    quote
+        .args
+        .insert("service".into(), r#"x"} or vector(1) or {a=""#.into());
+    assert_eq!(
+        resolve(quote),
+        r#"AnalysisTemplate "error-rate": the value of argument "service" contains '"', which a value may not contain"#
+    );
+    let all = resolve_all(&[reference("error-rate"), reference("error-rate")], |n| {
+        templates.get(n)
+    })
+    .unwrap();
+    assert_eq!(all.len(), 2);
+}
+
+#[test]
+fn a_wave_has_one_run_per_analysis_or_per_workload() {
+    let per_wave = analysis(0);
+    let per_workload =
+        Analysis::resolve(&reference("restarts"), &template(PER_WORKLOAD, "result == 0", 0)).unwrap();
+    assert!(per_workload.names_workload());
+    let workloads = [
+        Workload {
+            kind: "StatefulSet",
+            name: "db",
+        },
+        Workload {
+            kind: "Deployment",
+            name: "web",
+        },
+        Workload {
+            kind: "Deployment",
+            name: "web",
+        },
+    ];
+    let earlier = AnalysisRunStatus {
+        wave: 0,
+        verdict: AnalysisVerdict::Passed,
+        ..fresh(&per_wave)
+    };
+    let runs = plan_runs(
+        &[per_wave.clone(), per_workload.clone()],
+        &SUBJECT,
+        &workloads,
+        std::slice::from_ref(&earlier),
+    );
+    let shown: Vec<(i32, &str, Option<&str>, &str)> = runs
+        .iter()
+        .map(|r| {
+            (
+                r.wave,
+                r.template.as_str(),
+                r.workload.as_deref(),
+                r.query.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (0, "error-rate", None, earlier.query.as_str()),
+            (1, "error-rate", None, earlier.query.as_str()),
+            (
+                1,
+                "restarts",
+                Some("web"),
+                r#"max(restarts{namespace="shop",Deployment="web"})"#
+            ),
+            (
+                1,
+                "restarts",
+                Some("db"),
+                r#"max(restarts{namespace="shop",StatefulSet="db"})"#
+            ),
+        ]
+    );
+    assert_eq!(runs[2].workload_kind.as_deref(), Some("Deployment"));
+    assert_eq!(runs[1].condition, "result < 0.05");
+    assert_eq!(runs[1].verdict, AnalysisVerdict::Running);
+
+    // Planned again, a run keeps what it measured; a run whose query changed starts afresh.
+    let mut measured = runs.clone();
+    record(&mut measured[1], &per_wave, &value(0.01), &at(1_000));
+    record(&mut measured[2], &per_workload, &value(0.0), &at(1_000));
+    let edited_query = format!("{PER_WORKLOAD} > 0");
+    let edited =
+        Analysis::resolve(&reference("restarts"), &template(&edited_query, "result == 0", 0)).unwrap();
+    let again = plan_runs(&[per_wave, edited], &SUBJECT, &workloads, &measured);
+    assert_eq!(again[1], measured[1]);
+    assert_eq!(again[2].measurements, 0);
+    assert_eq!(again.len(), 4);
+}
+
+#[test]
+fn a_run_is_due_at_once_then_every_interval_until_it_fails() {
+    let analysis = analysis(0);
+    let mut run = fresh(&analysis);
+    assert!(due(&run, &analysis, &at(1_000)));
+    // Measured at 1000.7 it counts from 1000, as the API keeps it.
+    let now = Time(Timestamp::from_second(1_000).unwrap() + Duration::from_millis(700));
+    record(&mut run, &analysis, &value(0.01), &now);
+    assert_eq!(run.last_measured_at, Some(at(1_000)));
+    assert_eq!(due_in(&run, &analysis, &at(1_010)), Some(Duration::from_secs(20)));
+    assert!(!due(&run, &analysis, &at(1_029)));
+    assert!(due(&run, &analysis, &at(1_030)));
+    assert!(due(&run, &analysis, &at(5_000)));
+    record(&mut run, &analysis, &value(1.0), &at(1_030));
+    settle(&mut run, &analysis, RUNNING);
+    assert_eq!(run.verdict, AnalysisVerdict::Failed);
+    assert_eq!(due_in(&run, &analysis, &at(9_000)), None);
+    // A failed run records nothing more.
+    let before = run.clone();
+    record(&mut run, &analysis, &value(2.0), &at(9_000));
+    assert_eq!(run, before);
+}
+
+#[test]
+fn measurements_are_judged_sample_by_sample() {
+    let condition = Condition::parse("result < 0.05").unwrap();
+    let judge = |outcome: QueryOutcome| {
+        let m = Measurement::judge(&outcome, &condition);
+        (m.value().map(format_value), m.describe(&condition))
+    };
+    let s = |v: &[f64]| QueryOutcome::Samples(v.to_vec());
+    let some = |t: &str, d: &str| (Some(t.to_string()), d.to_string());
+    assert_eq!(judge(s(&[0.0123])), some("0.0123", "0.0123 meets result < 0.05"));
+    assert_eq!(
+        judge(s(&[0.01, 0.04, 0.02])),
+        some("0.04", "all 3 series meet result < 0.05 (closest 0.04)")
+    );
+    assert_eq!(judge(s(&[0.2])), some("0.2", "0.2 fails result < 0.05"));
+    assert_eq!(
+        judge(s(&[0.01, 0.3, 0.06, f64::NAN])),
+        some("0.3", "2 of 4 series fail result < 0.05 (worst 0.3)")
+    );
+    assert_eq!(judge(s(&[0.01, f64::NAN])), some("NaN", "the result is NaN"));
+    assert_eq!(
+        judge(QueryOutcome::NoData),
+        (None, "the query returned no data".into())
+    );
+    assert_eq!(judge(s(&[])), (None, "the query returned no data".into()));
+    assert_eq!(
+        judge(QueryOutcome::Error("HTTP 503".into())),
+        (None, "the query failed: HTTP 503".into())
+    );
+}
+
+#[test]
+fn run_verdicts() {
+    let nan = value(f64::NAN);
+    let none = QueryOutcome::NoData;
+    let down = QueryOutcome::Error("connection refused".into());
+    let table: [(&str, i32, Vec<QueryOutcome>, WaveStage, AnalysisVerdict); 16] = [
+        ("not measured yet", 0, vec![], RUNNING, AnalysisVerdict::Running),
+        (
+            "passing, window running",
+            0,
+            vec![value(0.01)],
+            RUNNING,
+            AnalysisVerdict::Running,
+        ),
+        (
+            "passing, window over",
+            0,
+            vec![value(0.01)],
+            WINDOW_OVER,
+            AnalysisVerdict::Passed,
+        ),
+        (
+            "one failure, limit 0",
+            0,
+            vec![value(0.1)],
+            RUNNING,
+            AnalysisVerdict::Failed,
+        ),
+        (
+            "one failure, limit 1",
+            1,
+            vec![value(0.1)],
+            WINDOW_OVER,
+            AnalysisVerdict::Running,
+        ),
+        (
+            "failed then passed, limit 1",
+            1,
+            vec![value(0.1), value(0.01)],
+            WINDOW_OVER,
+            AnalysisVerdict::Passed,
+        ),
+        (
+            "two failures, limit 1",
+            1,
+            vec![value(0.1), value(0.01), value(0.1)],
+            RUNNING,
+            AnalysisVerdict::Failed,
+        ),
+        (
+            "no data",
+            0,
+            vec![none.clone()],
+            WINDOW_OVER,
+            AnalysisVerdict::Inconclusive,
+        ),
+        (
+            "NaN",
+            0,
+            vec![nan.clone()],
+            WINDOW_OVER,
+            AnalysisVerdict::Inconclusive,
+        ),
+        (
+            "unreachable",
+            0,
+            vec![down.clone()],
+            RUNNING,
+            AnalysisVerdict::Inconclusive,
+        ),
+        (
+            "passed, then unreachable",
+            0,
+            vec![value(0.01), down.clone()],
+            WINDOW_OVER,
+            AnalysisVerdict::Inconclusive,
+        ),
+        (
+            "unreachable, then passed",
+            0,
+            vec![down.clone(), value(0.01)],
+            WINDOW_OVER,
+            AnalysisVerdict::Passed,
+        ),
+        (
+            "inconclusive at the deadline",
+            0,
+            vec![value(0.01), none.clone()],
+            DEADLINE,
+            AnalysisVerdict::Failed,
+        ),
+        (
+            "never measured at the deadline",
+            0,
+            vec![],
+            DEADLINE,
+            AnalysisVerdict::Failed,
+        ),
+        (
+            "passing at the deadline, window running",
+            0,
+            vec![value(0.01)],
+            DEADLINE,
+            AnalysisVerdict::Running,
+        ),
+        (
+            "failed within limit at the deadline",
+            1,
+            vec![value(0.1)],
+            DEADLINE,
+            AnalysisVerdict::Running,
+        ),
+    ];
+    for (case, limit, outcomes, stage, expected) in table {
+        let analysis = analysis(limit);
+        let mut run = measure(&analysis, &outcomes, RUNNING);
+        settle(&mut run, &analysis, stage);
+        assert_eq!(run.verdict, expected, "{case}: {run:?}");
+    }
+}
+
+#[test]
+fn failure_messages_say_why() {
+    let analysis = analysis(1);
+    let run = measure(&analysis, &[value(0.1), value(0.2)], RUNNING);
+    assert_eq!(
+        run.message.as_deref(),
+        Some("2 of 2 measurements failed, more than failureLimit 1; last: 0.2 fails result < 0.05")
+    );
+    assert_eq!((run.measurements, run.failures), (2, 2));
+    assert_eq!(run.last_value.as_deref(), Some("0.2"));
+
+    let analysis = super::tests::analysis(0);
+    let down = QueryOutcome::Error("HTTP 503".into());
+    let mut run = measure(&analysis, &[down], RUNNING);
+    assert_eq!(run.message.as_deref(), Some("the query failed: HTTP 503"));
+    settle(&mut run, &analysis, DEADLINE);
+    assert_eq!(
+        run.message.as_deref(),
+        Some("nothing conclusive by the progress deadline; last: the query failed: HTTP 503")
+    );
+    // The verdict and its message stay, whatever comes after.
+    let failed = run.clone();
+    settle(&mut run, &analysis, WINDOW_OVER);
+    assert_eq!(run, failed);
+    let mut never = fresh(&analysis);
+    settle(&mut never, &analysis, DEADLINE);
+    assert_eq!(
+        never.message.as_deref(),
+        Some("not measured by the progress deadline")
+    );
+    assert_eq!(
+        clauses(std::slice::from_ref(&never), 1, AnalysisVerdict::Failed),
+        ["analysis error-rate: not measured by the progress deadline"]
+    );
+}
+
+#[test]
+fn a_restarted_operator_continues_from_the_status() {
+    let analysis = analysis(1);
+    let run = measure(&analysis, &[value(0.1), value(0.01)], RUNNING);
+    let stored: AnalysisRunStatus = serde_json::from_value(serde_json::to_value(&run).unwrap()).unwrap();
+    assert_eq!(stored, run);
+    for stage in [RUNNING, WINDOW_OVER, DEADLINE] {
+        assert_eq!(
+            verdict(&stored, &analysis, stage),
+            verdict(&run, &analysis, stage)
+        );
+    }
+    assert_eq!(
+        verdict(&stored, &analysis, WINDOW_OVER).verdict,
+        AnalysisVerdict::Passed
+    );
+    assert_eq!(
+        due_in(&stored, &analysis, &at(1_040)),
+        Some(Duration::from_secs(20))
+    );
+}
+
+#[test]
+fn wave_verdicts() {
+    use AnalysisVerdict::*;
+    let runs = |wave_verdicts: &[AnalysisVerdict]| -> Vec<AnalysisRunStatus> {
+        let mut runs: Vec<AnalysisRunStatus> = wave_verdicts
+            .iter()
+            .map(|v| AnalysisRunStatus {
+                wave: 1,
+                verdict: *v,
+                ..AnalysisRunStatus::default()
+            })
+            .collect();
+        // Another wave's runs never count.
+        runs.push(AnalysisRunStatus {
+            wave: 0,
+            verdict: Failed,
+            ..AnalysisRunStatus::default()
+        });
+        runs
+    };
+    let table = [
+        (vec![], Passed),
+        (vec![Passed, Passed], Passed),
+        (vec![Passed, Running], Running),
+        (vec![Passed, Inconclusive, Running], Inconclusive),
+        (vec![Inconclusive, Failed, Passed], Failed),
+        (vec![Running, Running], Running),
+    ];
+    for (verdicts, expected) in table {
+        assert_eq!(wave_verdict(&runs(&verdicts), 1), expected, "{verdicts:?}");
+    }
+}
