@@ -3,11 +3,12 @@
 //!
 //! Without a cluster (`cargo test -p cmset-e2e --test monitoring`, run by `make monitoring-check`): the
 //! harness itself (Prometheus scrapes the test exporter and sees its values change, reports a bad
-//! query, leaves nothing behind), and the alert rules of `config/monitoring/rules.yaml` evaluated by
-//! Prometheus on values the test sets, from two replicas at once.
+//! query, leaves nothing behind); the alert rules of `config/monitoring/rules.yaml` evaluated by
+//! Prometheus on values the test sets, from two replicas at once; and every query of
+//! `config/monitoring/dashboard.json` answered from cmset's own `/metrics` endpoint and registry.
 //!
-//! With a cluster (`make e2e`): every query of `config/monitoring/dashboard.json` returns data from a
-//! running cmset taking a set through a rollout. Skipped, with a message, when `CMSET_CONTROLLER_BIN` is
+//! With a cluster (`make e2e`): every dashboard query returns data from a running cmset operator taking
+//! a set through a rollout. Skipped, with a message, when `CMSET_CONTROLLER_BIN` is
 //! not set (it is by `e2e/run.sh`).
 
 use std::collections::BTreeSet;
@@ -200,6 +201,102 @@ async fn the_alert_rules_evaluate_in_prometheus_on_series_from_two_replicas() {
 
 // ------------------------------------------------------------------------- the dashboard on cmset --
 
+/// cmset's own metrics and `/metrics` endpoint, as a leader in the middle of a rollout with analysis
+/// would report them: every kind of series the dashboard reads has a sample.
+async fn serve_cmset_metrics() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    use cmset_controller::metrics::{
+        KindLabel, Metrics, RequestLabels, ResultLabel, RolloutGauges, RolloutLabel, SetLabels,
+    };
+    let metrics = Metrics::default();
+    let set = SetLabels {
+        namespace: "team-a".into(),
+        kind: "ConfigMapSet",
+        name: "web".into(),
+    };
+    metrics.observe_rollout(
+        &set,
+        Some(&RolloutGauges {
+            phase: "Progressing",
+            wave: 1,
+            wave_opened_at: Some(now_seconds() as i64 - 30),
+            progress_deadline_seconds: 600,
+        }),
+    );
+    metrics.analysis_measured(&set, "error-rate", "frontend", "passed", Some(0.02));
+    metrics.analysis_measured(&set, "smoke", "", "failed", Some(0.0));
+    metrics.observe_budget(Some(4), 2, 0);
+    metrics
+        .rollouts
+        .get_or_create(&RolloutLabel { event: "started" })
+        .inc();
+    metrics.reconciled("set", Duration::from_millis(4));
+    metrics.reconciled("workload", Duration::from_millis(2));
+    metrics.wrote("create_revision");
+    metrics.wrote("patch_workload");
+    metrics
+        .workloads_updated
+        .get_or_create(&KindLabel { kind: "Deployment" })
+        .inc();
+    metrics
+        .admissions
+        .get_or_create(&ResultLabel { result: "patched" })
+        .inc();
+    metrics.admission_duration.observe(0.0004);
+    metrics
+        .admission_requests
+        .get_or_create(&RequestLabels {
+            verb: "get",
+            resource: "configmaps",
+        })
+        .inc();
+    metrics.leader.set(1);
+
+    // The registry's type is the operator's (prometheus-client), named by `register`'s signature.
+    let mut registry = Default::default();
+    metrics.register(&mut registry);
+    let health = cmset_controller::server::Health {
+        ready: std::sync::Arc::new(true.into()),
+        registry: std::sync::Arc::new(registry),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let server = tokio::spawn(cmset_controller::server::serve(
+        listener,
+        health,
+        futures::future::pending(),
+    ));
+    (address, server)
+}
+
+/// Every dashboard query answers from cmset's real `/metrics` (served by the operator's own endpoint
+/// code, with the operator's registry), and the alert rules evaluate on it without an error. The
+/// cluster test below proves the same on a running operator; this one needs no cluster and covers the
+/// analysis panels too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_dashboard_query_returns_data_from_cmsets_metrics() {
+    let (address, server) = serve_cmset_metrics().await;
+    let prometheus = Prometheus::builder("dashboard-metrics")
+        .scrape("cmset", address)
+        .rule_file(repo_path("config/monitoring/rules.yaml"))
+        .start()
+        .await;
+    let queries = dashboard_queries();
+    assert!(queries.len() > 20, "{queries:?}");
+    // (A query that stays empty fails with its expression.)
+    for (_, expr) in &queries {
+        prometheus
+            .wait_for(SEEN, expr, |samples| !samples.is_empty())
+            .await;
+    }
+    let groups = prometheus.api("/api/v1/rules").expect("rules");
+    for group in groups["groups"].as_array().unwrap() {
+        for rule in group["rules"].as_array().unwrap() {
+            assert_eq!(rule["health"], "ok", "{rule}");
+        }
+    }
+    server.abort();
+}
+
 /// Grafana's interval variables as Prometheus would see them here (scraped every second).
 fn as_prometheus_sees_it(expr: &str) -> String {
     expr.replace("$__rate_interval", "1m")
@@ -285,7 +382,8 @@ spec:
 }
 
 /// The queries are polled all through a rollout of two waves, each stabilizing for 10 s (so a wave is
-/// open for a while): each must return data at some point of it.
+/// open for a while): each must return data at some point of it. The alert rules are loaded too, and
+/// must evaluate without an error on the operator's series.
 #[tokio::test]
 async fn every_dashboard_query_returns_data_from_a_running_cmset() {
     if std::env::var_os("CMSET_CONTROLLER_BIN").is_none() {
@@ -296,6 +394,7 @@ async fn every_dashboard_query_returns_data_from_a_running_cmset() {
     let operator = Operator::start(&ns.name).await;
     let prometheus = Prometheus::builder(&ns.name)
         .scrape("cmset", format!("127.0.0.1:{}", operator.metrics_port))
+        .rule_file(repo_path("config/monitoring/rules.yaml"))
         .start()
         .await;
 
@@ -342,6 +441,13 @@ async fn every_dashboard_query_returns_data_from_a_running_cmset() {
                 .join("\n")
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // The alert rules evaluate on the operator's real series without an error.
+    let groups = prometheus.api("/api/v1/rules").expect("rules");
+    for group in groups["groups"].as_array().unwrap() {
+        for rule in group["rules"].as_array().unwrap() {
+            assert_eq!(rule["health"], "ok", "{rule}");
+        }
     }
     for panel in WITHOUT_ANALYSIS {
         if !answered.iter().any(|a| a.starts_with(panel)) {
