@@ -65,7 +65,7 @@ pub struct RequestLabels {
 }
 
 /// A ConfigMapSet or SecretSet, as the labels `namespace`, `set_kind` and `set`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct SetLabels {
     pub namespace: String,
     /// `ConfigMapSet` or `SecretSet`.
@@ -150,20 +150,24 @@ pub struct Metrics {
     pub admission_duration: Histogram,
     /// Requests the admission handler itself sent to the API server, by verb and resource.
     pub admission_requests: Family<RequestLabels, Counter>,
+    // Written only through their methods (observe_rollout, analysis_measured, observe_budget), which
+    // keep one phase per set and know which series to remove.
     /// 1 for each set's current rollout phase.
-    pub rollout_phase: Family<PhaseLabels, Gauge>,
-    pub rollout_wave: Family<SetLabels, Gauge>,
-    pub rollout_wave_opened: Family<SetLabels, Gauge>,
-    pub rollout_progress_deadline: Family<SetLabels, Gauge>,
-    pub analysis_measurements: Family<VerdictLabels, Counter>,
-    pub analysis_value: Family<MeasuredLabels, Gauge<f64, AtomicU64>>,
+    rollout_phase: Family<PhaseLabels, Gauge>,
+    rollout_wave: Family<SetLabels, Gauge>,
+    rollout_wave_opened: Family<SetLabels, Gauge>,
+    rollout_progress_deadline: Family<SetLabels, Gauge>,
+    analysis_measurements: Family<VerdictLabels, Counter>,
+    analysis_value: Family<MeasuredLabels, Gauge<f64, AtomicU64>>,
+    /// Held while the two analysis families change, so that a measurement and a `forget_analysis`
+    /// of the same set cannot leave a series behind.
     analysis_keys: AnalysisKeys,
     /// Workloads moving at once at most (0: no cap).
-    pub budget_limit: Gauge,
+    budget_limit: Gauge,
     /// Workloads moved and not yet healthy.
-    pub budget_in_use: Gauge,
+    budget_in_use: Gauge,
     /// Workloads waiting for the budget to move.
-    pub budget_waiting: Gauge,
+    budget_waiting: Gauge,
 }
 
 impl Default for Metrics {
@@ -378,10 +382,8 @@ impl Metrics {
         verdict: &'static str,
         value: Option<f64>,
     ) {
-        self.analysis_keys
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(set.clone())
+        let mut keys = self.analysis_keys.lock().unwrap_or_else(PoisonError::into_inner);
+        keys.entry(set.clone())
             .or_default()
             .insert((template.to_string(), workload.to_string()));
         self.analysis_measurements
@@ -408,12 +410,8 @@ impl Metrics {
 
     /// Removes every analysis series of `set` (the set is gone, or its rollout no longer analyses).
     pub fn forget_analysis(&self, set: &SetLabels) {
-        let keys = self
-            .analysis_keys
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(set)
-            .unwrap_or_default();
+        let mut all = self.analysis_keys.lock().unwrap_or_else(PoisonError::into_inner);
+        let keys = all.remove(set).unwrap_or_default();
         let templates: BTreeSet<&String> = keys.iter().map(|(template, _)| template).collect();
         for template in templates {
             for verdict in ANALYSIS_VERDICTS {
