@@ -96,9 +96,10 @@ e2e: ## End-to-end tests on a real API server (the local one unless E2E_KUBECONF
 IMAGE ?= ghcr.io/cmset/cmset-controller
 IMAGE_ARCHIVE := target/image/cmset-controller.oci.tar
 
+# config/monitoring is validated against the Prometheus Operator's CRDs (a copy in e2e/monitoring).
 .PHONY: manifests-check
 manifests-check: ## Build every kustomization in config/ and validate it offline (kubernetes-validate, CRD schema)
-	@bash config/validate.sh
+	@bash config/validate.sh config/monitoring e2e/monitoring/prometheus-operator-crds
 
 .PHONY: image
 image: ## Build the operator's OCI image with buildah (no daemon) into target/image/cmset-controller.oci.tar
@@ -111,6 +112,12 @@ image-check: ## Check the OCI archive: layout, size budget, entrypoint runs from
 .PHONY: gitops-check
 gitops-check: ## Run the Argo CD health check on sample ConfigMapSets (Lua) and check argocd-cm embeds it
 	@bash config/gitops/test.sh
+
+.PHONY: monitoring-check
+monitoring-check: ## Alerts and dashboard: promtool check and test rules, every dashboard query parsed, every metric they use exposed by cmset, the Prometheus harness
+	@bash e2e/monitoring/prometheus.sh check
+	$(CARGO) test --locked -q -p cmset-controller --test monitoring
+	$(CARGO) test --locked -q -p cmset-e2e --test monitoring
 
 ##@ Benchmark
 # `make bench` measures the working tree's operator, or BENCH_OPERATOR_BIN; figures are also given as

@@ -23,10 +23,12 @@ pub use k8s_openapi;
 pub use kube;
 
 pub mod argo;
+pub mod exporter;
 pub mod fault_proxy;
 pub mod fixtures;
 pub mod invariants;
 pub mod kinds;
+pub mod prometheus;
 pub mod proxy;
 pub mod webhook;
 
