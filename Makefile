@@ -27,7 +27,7 @@ dev: ## Start a local cluster if none is configured, install cmset and a sample,
 	@bash e2e/dev.sh
 
 .PHONY: test
-test: fmt-check lint crd-check manifests-check gitops-check unit e2e bench-smoke image image-check ## Every test: format, lints, CRD drift, manifests, unit and scenario tests, end-to-end, a benchmark smoke run, the image
+test: fmt-check lint crd-check manifests-check gitops-check monitoring-check unit e2e bench-smoke image image-check ## Every test: format, lints, CRD drift, manifests, unit and scenario tests, end-to-end, a benchmark smoke run, the image
 	@echo "make test: all checks passed"
 
 .PHONY: run

@@ -39,6 +39,9 @@ pub struct Context {
     memory: SetMemory,
     /// Consecutive reconcile failures per object, for the backoff of `error_policy`.
     pub failures: Failures<Reconciled>,
+    /// Where the metric analysis of rollouts queries (`--prometheus-url`); `None`: a set that asks for
+    /// analysis holds its rollout and says why.
+    pub prometheus: Option<Arc<crate::prometheus::Prometheus>>,
 }
 
 /// An object a controller reconciles: the key of its failure count.
@@ -74,6 +77,7 @@ impl Context {
             multi_set_window: Duration::from_millis(500),
             memory: SetMemory::default(),
             failures: Failures::default(),
+            prometheus: None,
         }
     }
 

@@ -2,6 +2,7 @@
 //! `cmset-core` what to do, and carries out exactly those writes.
 #![forbid(unsafe_code)]
 
+pub mod analysis_io;
 pub mod backoff;
 pub mod cert_keeper;
 pub mod cli;

@@ -59,6 +59,8 @@ async fn main() -> std::process::ExitCode {
 async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     // A bad declaration stops the operator before it does anything.
     let kinds = cli.kinds()?;
+    // So does a Prometheus setting that cannot work.
+    let prometheus = cli.prometheus()?.map(Arc::new);
     let endpoints = bind(cli.metrics_address).await?;
     let client = kube::Client::try_default()
         .await
@@ -171,6 +173,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         multi_set_window: cli.multi_set_window(),
         instance: Some(cli.identity()),
         secret_sets: cli.secret_sets,
+        prometheus,
     };
     info!("leading: reconciling");
     let leading = futures::future::join_all(scopes.scopes.iter().map(|scope| {

@@ -57,6 +57,8 @@ pub struct Settings {
     pub instance: Option<String>,
     /// Whether SecretSets (and so Secrets) are served.
     pub secret_sets: bool,
+    /// Where the metric analysis of rollouts queries, if anywhere (`--prometheus-url`).
+    pub prometheus: Option<Arc<crate::prometheus::Prometheus>>,
 }
 
 fn api<K: Indexed>(client: &Client, namespace: Option<&str>) -> Api<K> {
@@ -281,6 +283,15 @@ impl Scope {
             settings.instance.clone(),
         );
         context.multi_set_window = settings.multi_set_window;
+        context.prometheus = settings.prometheus.clone();
+        // A deleted set's series go with it (only the leader reports them).
+        let gone_metrics = context.metrics.clone();
+        self.index
+            .on_set_gone(Arc::new(move |(kind, key): &crate::index::SetId| {
+                let labels = set_controller::set_labels(*kind, &key.namespace, &key.name);
+                gone_metrics.observe_rollout(&labels, None);
+                gone_metrics.forget_analysis(&labels);
+            }));
         let wiring = Wiring {
             config: controller::Config::default().concurrency(settings.concurrency),
             ctx: Arc::new(context),

@@ -27,10 +27,13 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use crate::analysis_io::{self, Prepared};
 use crate::context::{Context, Reconciled};
 use crate::error::{Error, Result, api_code};
 use crate::index::{Key, SetId, SourceLookup};
+use crate::metrics::{RolloutGauges, SetLabels};
 use crate::views;
+use cmset_core::waves::WaveAnalysis;
 
 pub const NAME: &str = "set";
 
@@ -268,13 +271,16 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
         return Ok(Action::await_change());
     }
     let seen = observe(ctx, &id);
+    let analysis = analysis_io::prepare(ctx, set).await;
+    let analysis = analysis.as_ref();
     let mut held = hold_source(ctx, set, &namespace, false).await?;
-    let mut plan = plan_set(&input(ctx, set, &held, &seen));
+    let mut plan = plan_set(&input(ctx, set, &held, &seen, analysis));
     if plan.needs_content {
         // A new revision is to be made of the source: read its content now.
         held = hold_source(ctx, set, &namespace, true).await?;
-        plan = plan_set(&input(ctx, set, &held, &seen));
+        plan = plan_set(&input(ctx, set, &held, &seen, analysis));
     }
+    observe_rollout(ctx, set, &plan.status);
     if plan.is_quiet(set) {
         debug!("nothing to do");
         ctx.forget_deferred(&id);
@@ -303,7 +309,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
             Created::Adopted => return Ok(Action::requeue(SOON)),
             Created::Collision(taken) => {
                 // Record the bumped collision count first: the next reconcile picks the next name.
-                let input = input(ctx, set, &held, &seen);
+                let input = input(ctx, set, &held, &seen, analysis);
                 let previous = set.status().cloned().unwrap_or_default();
                 plan = plan_collision(&input, &previous, &taken);
                 write_status::<S>(ctx, object, &plan).await?;
@@ -365,6 +371,42 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     ))
 }
 
+/// The labels of `set`'s series.
+pub fn set_labels(kind: SetKind, namespace: &str, name: &str) -> SetLabels {
+    SetLabels {
+        namespace: namespace.to_string(),
+        kind: kind.as_str(),
+        name: name.to_string(),
+    }
+}
+
+/// Reports where the rollout `status` plans stands, on every reconcile: a replica that takes the lease
+/// reports every set at once, written or not.
+fn observe_rollout(ctx: &Context, set: SetRef<'_>, status: &cmset_api::ConfigMapSetStatus) {
+    let labels = set_labels(set.kind(), set.namespace(), set.name());
+    let Some(rollout) = &status.rollout else {
+        ctx.metrics.observe_rollout(&labels, None);
+        return;
+    };
+    // The wave in progress opened when its first workload moved (or the rollout began).
+    let wave_opened_at = status
+        .workloads
+        .iter()
+        .filter(|w| w.wave == rollout.wave)
+        .filter_map(|w| w.moved_at.as_ref())
+        .map(|t| t.0.as_second())
+        .min()
+        .or_else(|| rollout.started_at.as_ref().map(|t| t.0.as_second()));
+    let deadline = set.rollout().map(|r| r.progress_deadline_seconds).unwrap_or(600);
+    let gauges = RolloutGauges {
+        phase: rollout.phase.as_str(),
+        wave: i64::from(rollout.wave),
+        wave_opened_at,
+        progress_deadline_seconds: i64::from(deadline),
+    };
+    ctx.metrics.observe_rollout(&labels, Some(&gauges));
+}
+
 /// Counts what the status just written tells of the rollout.
 fn count_rollout(ctx: &Context, set: SetRef<'_>, plan: &SetPlan) {
     let old = set.status().cloned().unwrap_or_default();
@@ -383,7 +425,13 @@ fn count_rollout(ctx: &Context, set: SetRef<'_>, plan: &SetPlan) {
     }
 }
 
-fn input<'a>(ctx: &Context, set: SetRef<'a>, held: &'a Held, seen: &'a Observation) -> SetInput<'a> {
+fn input<'a>(
+    ctx: &Context,
+    set: SetRef<'a>,
+    held: &'a Held,
+    seen: &'a Observation,
+    analysis: Option<&'a Prepared>,
+) -> SetInput<'a> {
     SetInput {
         set,
         source: held.state(),
@@ -393,6 +441,10 @@ fn input<'a>(ctx: &Context, set: SetRef<'a>, held: &'a Held, seen: &'a Observati
         pod_refs: Some(&seen.pod_refs),
         now: (ctx.clock)(),
         budget_waiting: &seen.budget_waiting,
+        analysis: analysis.map(|a| WaveAnalysis {
+            analyses: &a.analyses,
+            runs: &a.runs,
+        }),
     }
 }
 

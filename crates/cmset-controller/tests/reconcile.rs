@@ -375,6 +375,7 @@ fn settle(world: &mut World, set: &ConfigMapSet) -> ConfigMapSet {
         pod_refs: Some(&pods),
         now: fixed_clock()(),
         budget_waiting: &Default::default(),
+        analysis: None,
     };
     let plan = plan_set(&input);
     if let Some(cm) = plan.create.as_ref().and_then(NewRevision::config_map) {
@@ -908,6 +909,7 @@ async fn a_status_already_written_is_not_written_again_while_the_store_lags() {
         pod_refs: Some(&pods),
         now: fixed_clock()(),
         budget_waiting: &Default::default(),
+        analysis: None,
     };
     let status = plan_set(&input).status;
     let wrote_it = |ctx: &Context| {

@@ -46,6 +46,8 @@ pub struct SetInput<'a> {
     /// The workloads waiting for the cluster-wide rollout budget, by UID, with where each stands
     /// (see [`crate::budget`]): their state is `Waiting` rather than `Pending`.
     pub budget_waiting: &'a BTreeMap<String, String>,
+    /// The set's metric analysis, when its spec asks for one (see [`crate::waves::WaveAnalysis`]).
+    pub analysis: Option<crate::waves::WaveAnalysis<'a>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -587,6 +589,8 @@ fn plan_rollout(
         manual_promotion: input.set.manual_promotion(),
         promoted: input.set.promoted(),
         budget_waiting: input.budget_waiting,
+        namespace: input.set.namespace(),
+        analysis: input.analysis,
     };
     plan_waves(&wave_input, members)
 }
@@ -618,6 +622,11 @@ fn wave_event(event: WaveEvent) -> PlannedEvent {
         WaveEvent::WaveStarted(message) => PlannedEvent {
             kind: EventKind::Normal,
             reason: "WaveStarted",
+            message,
+        },
+        WaveEvent::AnalysisFailed(message) => PlannedEvent {
+            kind: EventKind::Warning,
+            reason: "AnalysisFailed",
             message,
         },
         WaveEvent::Resumed(message) => PlannedEvent {

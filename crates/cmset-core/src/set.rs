@@ -126,6 +126,10 @@ impl<'a> SetRef<'a> {
         self.metadata().name.as_deref().unwrap_or_default()
     }
 
+    pub fn namespace(self) -> &'a str {
+        self.metadata().namespace.as_deref().unwrap_or_default()
+    }
+
     pub fn uid(self) -> String {
         self.metadata().uid.clone().unwrap_or_default()
     }

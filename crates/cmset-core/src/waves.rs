@@ -28,11 +28,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use cmset_api::{
-    ConfigMapSetStatus, RolloutPhase, RolloutSpec, RolloutStatus, WorkloadState, WorkloadStatus,
+    AnalysisRunStatus, AnalysisVerdict, ConfigMapSetStatus, RolloutPhase, RolloutSpec, RolloutStatus,
+    WorkloadState, WorkloadStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::SignedDuration;
 
+use crate::analysis::{self, Analysis, WaveStage, WaveSubject, Workload};
 use crate::health::{Health, Wave};
 use crate::observe::WorkloadView;
 use crate::refs::Referenced;
@@ -83,6 +85,58 @@ pub struct WaveInput<'a> {
     pub promoted: Option<(&'a str, i32)>,
     /// Workloads waiting for the cluster-wide rollout budget, by UID, with where each stands.
     pub budget_waiting: &'a BTreeMap<String, String>,
+    /// The set's namespace: `{{namespace}}` in its analysis queries.
+    pub namespace: &'a str,
+    /// The set's metric analysis, when its spec asks for one.
+    pub analysis: Option<WaveAnalysis<'a>>,
+}
+
+/// What the planner knows of a set's metric analysis (see [`crate::analysis`]).
+#[derive(Clone, Copy, Debug)]
+pub struct WaveAnalysis<'a> {
+    /// The set's analyses, resolved against their templates, or why they cannot run (a template
+    /// missing, an argument refused, no Prometheus configured): then the wave holds as for an
+    /// inconclusive measurement, and fails at its deadline.
+    pub analyses: &'a Result<Vec<Analysis>, String>,
+    /// The runs of this rollout with the measurements just taken recorded (the I/O layer measured the
+    /// ones due; see [`runs_to_measure`]).
+    pub runs: &'a [AnalysisRunStatus],
+}
+
+/// The runs of this rollout that `status` records, with those of the wave it records as in its
+/// stabilization window planned afresh (carrying on what they measured), and that wave: the I/O layer
+/// measures its runs that are [`analysis::due`] before planning. No wave when none is being analysed.
+pub fn runs_to_measure(
+    status: &ConfigMapSetStatus,
+    analyses: &[Analysis],
+    namespace: &str,
+) -> (Vec<AnalysisRunStatus>, Option<i32>) {
+    let Some(rollout) = status
+        .rollout
+        .as_ref()
+        .filter(|r| status.current_revision.as_deref() == Some(r.revision.as_str()))
+    else {
+        return (Vec::new(), None);
+    };
+    if rollout.phase != RolloutPhase::Progressing || rollout.wave_healthy_since.is_none() {
+        return (rollout.analysis.clone(), None);
+    }
+    let subject = WaveSubject {
+        namespace,
+        revision: &rollout.revision,
+        wave: rollout.wave,
+    };
+    let workloads: Vec<Workload<'_>> = status
+        .workloads
+        .iter()
+        .filter(|w| w.wave == rollout.wave && w.state == WorkloadState::Current)
+        .map(|w| Workload {
+            kind: &w.kind,
+            name: &w.name,
+        })
+        .collect();
+    let runs = analysis::plan_runs(analyses, &subject, &workloads, &rollout.analysis);
+    (runs, Some(rollout.wave))
 }
 
 /// What the rollout planner decided.
@@ -105,6 +159,8 @@ pub enum WaveEvent {
     WaveStarted(String),
     /// A paused rollout goes on.
     Resumed(String),
+    /// A wave's metric analysis failed (the rollout fails with it).
+    AnalysisFailed(String),
     /// Held by a person: paused.
     Paused(String),
     /// A wave is done; the next waits for a promotion.
@@ -206,6 +262,7 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
         )));
     }
     let mut recheck: Vec<Duration> = Vec::new();
+    let mut analysis_failure: Option<String> = None;
     let deadline = i64::from(spec.progress_deadline_seconds);
     while rollout.phase == RolloutPhase::Progressing {
         let wave = rollout.wave;
@@ -249,7 +306,40 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
                 .wave_healthy_since
                 .get_or_insert_with(|| whole_second_after(now))
                 .clone();
-            if let Some(left) = time_left(&since, i64::from(spec.stabilization_seconds), now) {
+            let window_left = time_left(&since, i64::from(spec.stabilization_seconds), now);
+            if let Some(analysis) = &input.analysis {
+                let stage = WaveStage {
+                    window_over: window_left.is_none(),
+                    deadline_passed: wave_deadline_passed(&in_wave, &rollout, deadline, now),
+                };
+                let judged = judge_wave(analysis, input, wave, &in_wave, stage, input.previous_runs(fresh));
+                rollout.analysis = judged.runs;
+                match judged.verdict {
+                    AnalysisVerdict::Passed => {}
+                    AnalysisVerdict::Failed => {
+                        let message = format!(
+                            "the rollout of {} failed in wave {wave}: {}",
+                            input.current, judged.why
+                        );
+                        rollout.phase = RolloutPhase::Failed;
+                        rollout.wave_healthy_since = None;
+                        rollout.message = Some(message.clone());
+                        events.push(WaveEvent::AnalysisFailed(format!(
+                            "Analysis of wave {wave} of {} failed: {}",
+                            input.current, judged.why
+                        )));
+                        events.push(WaveEvent::Failed(message));
+                        analysis_failure = Some(format!("failed its wave's analysis: {}", judged.why));
+                        break;
+                    }
+                    AnalysisVerdict::Running | AnalysisVerdict::Inconclusive => {
+                        recheck.extend(judged.due_in);
+                        recheck.extend(window_left);
+                        break;
+                    }
+                }
+            }
+            if let Some(left) = window_left {
                 recheck.push(left);
                 break;
             }
@@ -314,8 +404,16 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
     // A failed rollout moves its failing workloads back, if asked to; the others stay as they are.
     if rollout.phase == RolloutPhase::Failed && spec.auto_rollback {
         for m in members.iter_mut() {
-            let why = (takes_part(m) && m.wave.number() == Some(rollout.wave))
-                .then(|| failure(m, deadline, now))
+            let in_failed_wave = takes_part(m) && m.wave.number() == Some(rollout.wave);
+            let why = in_failed_wave
+                .then(|| {
+                    failure(m, deadline, now).or_else(|| {
+                        // A failed analysis fails every workload of the wave that runs the revision.
+                        analysis_failure
+                            .clone()
+                            .filter(|_| m.entry.state == WorkloadState::Current)
+                    })
+                })
                 .flatten();
             if let Some(why) = why {
                 roll_back(m, &why, input);
@@ -353,6 +451,117 @@ fn wave_list(waves: &[i32]) -> String {
 
 /// `now`, rounded up to a whole second. The API keeps timestamps to the second; rounding down would
 /// end a window or a deadline up to a second early.
+impl WaveInput<'_> {
+    /// The analysis runs this rollout has so far: none for a rollout that starts.
+    fn previous_runs(&self, fresh: bool) -> &[AnalysisRunStatus] {
+        match &self.analysis {
+            Some(analysis) if !fresh => analysis.runs,
+            _ => &[],
+        }
+    }
+}
+
+/// A wave's analysis, judged.
+struct JudgedWave {
+    runs: Vec<AnalysisRunStatus>,
+    verdict: AnalysisVerdict,
+    /// Why it failed, or what it waits for.
+    why: String,
+    /// When a run of the wave is next due to be measured.
+    due_in: Option<Duration>,
+}
+
+/// The runs of wave `wave` planned (carrying on `previous`), each settled at `stage`, and the wave's
+/// verdict. Analyses that cannot run make one run that is inconclusive, failing at the deadline.
+fn judge_wave(
+    analysis: &WaveAnalysis<'_>,
+    input: &WaveInput<'_>,
+    wave: i32,
+    in_wave: &[&Member<'_>],
+    stage: WaveStage,
+    previous: &[AnalysisRunStatus],
+) -> JudgedWave {
+    let subject = WaveSubject {
+        namespace: input.namespace,
+        revision: input.current,
+        wave,
+    };
+    let analyses = match analysis.analyses {
+        Ok(analyses) => analyses,
+        Err(why) => {
+            let verdict = if stage.deadline_passed {
+                AnalysisVerdict::Failed
+            } else {
+                AnalysisVerdict::Inconclusive
+            };
+            let why = format!("the analysis cannot run: {why}");
+            let mut runs: Vec<AnalysisRunStatus> =
+                previous.iter().filter(|r| r.wave != wave).cloned().collect();
+            runs.push(AnalysisRunStatus {
+                template: input
+                    .spec
+                    .map(|s| {
+                        s.analysis
+                            .iter()
+                            .map(|a| a.template.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    })
+                    .unwrap_or_default(),
+                wave,
+                verdict,
+                message: Some(why.clone()),
+                ..AnalysisRunStatus::default()
+            });
+            return JudgedWave {
+                runs,
+                verdict,
+                why,
+                // Looked at again when the templates or the operator's settings change; and anyway
+                // at the deadline.
+                due_in: Some(Duration::from_secs(30)),
+            };
+        }
+    };
+    let workloads: Vec<Workload<'_>> = in_wave
+        .iter()
+        .map(|m| Workload {
+            kind: &m.entry.kind,
+            name: &m.entry.name,
+        })
+        .collect();
+    let mut runs = analysis::plan_runs(analyses, &subject, &workloads, previous);
+    let mut due_in: Option<Duration> = None;
+    for run in runs.iter_mut().filter(|r| r.wave == wave) {
+        let Some(a) = analyses.iter().find(|a| a.template == run.template) else {
+            continue;
+        };
+        analysis::settle(run, a, stage);
+        if let Some(due) = analysis::due_in(run, a, input.now) {
+            due_in = Some(due_in.map_or(due, |d| d.min(due)));
+        }
+    }
+    let verdict = analysis::wave_verdict(&runs, wave);
+    let why = crate::message::join_capped(&analysis::clauses(&runs, wave, verdict), 512);
+    JudgedWave {
+        runs,
+        verdict,
+        why,
+        due_in,
+    }
+}
+
+/// Whether the progress deadline of wave members has passed: counted from the latest move into the
+/// wave (or the rollout's start), as a workload's own deadline is.
+fn wave_deadline_passed(in_wave: &[&Member<'_>], rollout: &RolloutStatus, deadline: i64, now: &Time) -> bool {
+    let latest = in_wave
+        .iter()
+        .filter_map(|m| m.entry.moved_at.as_ref())
+        .max_by_key(|t| t.0)
+        .or(rollout.started_at.as_ref());
+    latest.is_some_and(|since| time_left(since, deadline, now).is_none())
+}
+
 fn whole_second_after(now: &Time) -> Time {
     let second = now.0.as_second() + i64::from(now.0.subsec_nanosecond() > 0);
     Time(k8s_openapi::jiff::Timestamp::from_second(second).unwrap_or(now.0))

@@ -69,6 +69,7 @@ fn plan(
         pod_refs: None,
         now: Time(Timestamp::from_second(1_800_000_000).unwrap()),
         budget_waiting: &Default::default(),
+        analysis: None,
     })
 }
 

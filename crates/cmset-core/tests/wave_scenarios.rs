@@ -6,16 +6,17 @@
 use std::collections::BTreeMap;
 
 use cmset_api::{
-    ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, RolloutPhase, RolloutSpec, WorkloadState,
-    WorkloadStatus, labels,
+    AnalysisRef, AnalysisRunStatus, AnalysisTemplateSpec, AnalysisVerdict, ConfigMapSet, ConfigMapSetSpec,
+    ConfigMapTemplate, RolloutPhase, RolloutSpec, WorkloadState, WorkloadStatus, labels,
 };
+use cmset_core::analysis::{self, Analysis, QueryOutcome};
 use cmset_core::health::{Health, Wave};
 use cmset_core::observe::{RevisionView, WorkloadKind, WorkloadView};
 use cmset_core::plan::{EventKind, SetInput, SetPlan, plan_set};
 use cmset_core::revision::inline_identity;
 use cmset_core::rollout::{SetTarget, plan_workload};
 use cmset_core::set::{SetRef, SourceState};
-use cmset_core::waves::{Gate, gate, transitions};
+use cmset_core::waves::{Gate, WaveAnalysis, gate, runs_to_measure, transitions};
 use k8s_openapi::api::core::v1::{ConfigMapEnvSource, Container, EnvFromSource, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -76,6 +77,10 @@ struct World {
     /// Workloads waiting for the cluster-wide rollout budget, by UID (the budget itself is tested in
     /// `budget_props`): the workload controller does not move them.
     budget_waiting: BTreeMap<String, String>,
+    /// The set's analyses as the I/O layer resolves them; `None`: no analysis.
+    analyses: Option<Result<Vec<Analysis>, String>>,
+    /// Runs measured since the last plan (else the status's runs are planned from).
+    measured: Option<Vec<AnalysisRunStatus>>,
 }
 
 impl World {
@@ -103,10 +108,20 @@ impl World {
             events: Vec::new(),
             moves: Vec::new(),
             budget_waiting: BTreeMap::new(),
+            analyses: None,
+            measured: None,
         }
     }
 
     fn plan(&self) -> SetPlan {
+        let recorded = self
+            .set
+            .status
+            .as_ref()
+            .and_then(|s| s.rollout.as_ref())
+            .map(|r| r.analysis.clone())
+            .unwrap_or_default();
+        let runs = self.measured.clone().unwrap_or(recorded);
         plan_set(&SetInput {
             set: (&self.set).into(),
             source: SourceState::Inline,
@@ -116,12 +131,17 @@ impl World {
             pod_refs: Some(&Default::default()),
             now: at(self.now),
             budget_waiting: &self.budget_waiting,
+            analysis: self.analyses.as_ref().map(|analyses| WaveAnalysis {
+                analyses,
+                runs: &runs,
+            }),
         })
     }
 
     /// One reconcile of the set: what it plans is carried out.
     fn reconcile_set(&mut self) -> SetPlan {
         let plan = self.plan();
+        self.measured = None;
         if let Some(new) = &plan.create {
             let number = plan.status.revision.unwrap();
             self.revisions.push(revision_of(&self.set, new.name(), number));
@@ -266,6 +286,24 @@ impl World {
             Some(v) => annotations.insert(key.to_string(), v.to_string()),
             None => annotations.remove(key),
         };
+    }
+
+    /// Prometheus answers `outcome` to every query of the wave in its window that is due now, as the
+    /// I/O layer asks them before planning.
+    fn measure(&mut self, outcome: QueryOutcome) {
+        let Some(Ok(analyses)) = &self.analyses else {
+            return;
+        };
+        let status = self.set.status.clone().unwrap_or_default();
+        let (mut runs, wave) = runs_to_measure(&status, analyses, "team");
+        let now = at(self.now);
+        for run in runs.iter_mut().filter(|r| Some(r.wave) == wave) {
+            let analysis = analyses.iter().find(|a| a.template == run.template).unwrap();
+            if analysis::due(run, analysis, &now) {
+                analysis::record(run, analysis, &outcome, &now);
+            }
+        }
+        self.measured = Some(runs);
     }
 
     /// How many events told `text` (the planner merges one reconcile's events into one).
@@ -900,4 +938,160 @@ fn a_workload_waiting_for_the_rollout_budget_is_waiting_says_where_it_stands_the
         assert_eq!(world.reads("b"), current);
         assert_eq!(world.entry("b").state, WorkloadState::Current);
     }
+}
+
+/// Two waves with an analysis of `error-rate` (fails above 0.05, one failure tolerated, measured
+/// every 10 s) and a 30 s stabilization window.
+fn analysed(auto_rollback: bool) -> (World, String) {
+    let mut spec = rollout(30, 300, auto_rollback);
+    let reference = AnalysisRef {
+        template: "error-rate".into(),
+        args: BTreeMap::from([("service".to_string(), "checkout".to_string())]),
+    };
+    spec.analysis = vec![reference.clone()];
+    let (mut world, old) = two_waves(Some(spec));
+    let template = AnalysisTemplateSpec {
+        args: vec![cmset_api::AnalysisArg {
+            name: "service".into(),
+            default: None,
+        }],
+        query: r#"errors{namespace="{{namespace}}",service="{{args.service}}",wave="{{wave}}"}"#.into(),
+        success_condition: "result < 0.05".into(),
+        interval_seconds: 10,
+        failure_limit: 1,
+    };
+    world.analyses = Some(Ok(vec![Analysis::resolve(&reference, &template).unwrap()]));
+    (world, old)
+}
+
+fn runs_of_wave(world: &World, wave: i32) -> Vec<AnalysisRunStatus> {
+    world
+        .rollout()
+        .analysis
+        .into_iter()
+        .filter(|r| r.wave == wave)
+        .collect()
+}
+
+/// Measures every 10 s with `value` until `seconds` have passed, settling the world after each.
+fn measure_for(world: &mut World, seconds: i64, outcome: &QueryOutcome) {
+    for _ in 0..seconds / 10 {
+        world.now += 10;
+        world.measure(outcome.clone());
+        world.settle();
+    }
+}
+
+#[test]
+fn a_good_change_passes_analysis_wave_by_wave() {
+    let (mut world, _) = analysed(true);
+    world.change_content("v2");
+    world.settle();
+    let new = world.current();
+    assert_eq!((world.reads("first"), world.rollout().wave), (new.clone(), 0));
+    // The window has not begun: nothing is measured yet, and wave 1 waits.
+    world.heal_all();
+    let runs = runs_of_wave(&world, 0);
+    assert_eq!(runs.len(), 1);
+    assert_eq!(
+        runs[0].query,
+        r#"errors{namespace="team",service="checkout",wave="0"}"#
+    );
+    assert_eq!(
+        (runs[0].verdict, runs[0].measurements),
+        (AnalysisVerdict::Running, 0)
+    );
+    assert_ne!(world.reads("second"), new);
+
+    // Measured during the window: passing, and the window ends: wave 1 moves.
+    measure_for(&mut world, 30, &QueryOutcome::Samples(vec![0.01]));
+    assert_eq!(world.reads("second"), new, "wave 0 passed its analysis");
+    let passed = &runs_of_wave(&world, 0)[0];
+    assert_eq!(passed.verdict, AnalysisVerdict::Passed);
+    assert_eq!(passed.last_value.as_deref(), Some("0.01"));
+    assert_eq!(passed.condition, "result < 0.05");
+    assert!(passed.measurements >= 3, "{passed:?}");
+
+    world.heal_all();
+    measure_for(&mut world, 30, &QueryOutcome::Samples(vec![0.02]));
+    assert_eq!(world.rollout().phase, RolloutPhase::Complete);
+    assert_eq!(runs_of_wave(&world, 1)[0].verdict, AnalysisVerdict::Passed);
+}
+
+#[test]
+fn a_metric_gone_bad_fails_wave_0_and_rolls_it_back() {
+    let (mut world, old) = analysed(true);
+    world.change_content("bad");
+    world.settle();
+    world.heal_all();
+    let bad = world.current();
+    // One failure is tolerated; the second fails the wave.
+    world.now += 10;
+    world.measure(QueryOutcome::Samples(vec![0.3]));
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::Progressing);
+    assert_eq!(runs_of_wave(&world, 0)[0].failures, 1);
+    world.now += 10;
+    world.measure(QueryOutcome::Samples(vec![0.4]));
+    world.settle();
+    let rollout = world.rollout();
+    assert_eq!((rollout.phase, rollout.wave), (RolloutPhase::Failed, 0));
+    assert!(
+        rollout.message.as_deref().unwrap().contains("error-rate"),
+        "{rollout:?}"
+    );
+    assert_eq!(runs_of_wave(&world, 0)[0].verdict, AnalysisVerdict::Failed);
+    assert_eq!(world.reads("first"), old, "rolled back");
+    assert_eq!(world.entry("first").state, WorkloadState::RolledBack);
+    assert!(
+        world
+            .moves
+            .iter()
+            .all(|(w, _, to)| !(w == "second" && *to == bad))
+    );
+    assert!(world.reasons().contains(&"AnalysisFailed"), "{:?}", world.events);
+    assert_eq!(world.ready(), ("False".into(), "RolloutFailed".into()));
+    let history = &world.set.status.as_ref().unwrap().history;
+    assert!(history.iter().any(|h| h.name == bad && h.failed));
+}
+
+#[test]
+fn inconclusive_analysis_holds_the_wave_then_fails_at_the_deadline() {
+    let (mut world, old) = analysed(true);
+    world.change_content("v2");
+    world.settle();
+    world.heal_all();
+    let new = world.current();
+    // No data for longer than the window: the wave holds, never promotes.
+    measure_for(&mut world, 100, &QueryOutcome::NoData);
+    assert_eq!(world.rollout().phase, RolloutPhase::Progressing);
+    assert_ne!(world.reads("second"), new);
+    let held = &runs_of_wave(&world, 0)[0];
+    assert_eq!(held.verdict, AnalysisVerdict::Inconclusive);
+    // Prometheus unreachable: still inconclusive, and at the deadline (300 s after the move) it fails.
+    measure_for(&mut world, 200, &QueryOutcome::Error("connection refused".into()));
+    let rollout = world.rollout();
+    assert_eq!(rollout.phase, RolloutPhase::Failed, "{rollout:?}");
+    assert_eq!(world.reads("first"), old);
+    assert_ne!(world.reads("second"), new);
+}
+
+#[test]
+fn an_analysis_that_cannot_run_holds_and_says_why() {
+    let (mut world, _) = analysed(false);
+    world.analyses = Some(Err("AnalysisTemplate \"error-rate\" not found".into()));
+    world.change_content("v2");
+    world.settle();
+    world.heal_all();
+    world.now += 100;
+    world.settle();
+    let new = world.current();
+    assert_eq!(world.rollout().phase, RolloutPhase::Progressing);
+    assert_ne!(world.reads("second"), new);
+    let run = &runs_of_wave(&world, 0)[0];
+    assert_eq!(run.verdict, AnalysisVerdict::Inconclusive);
+    assert!(run.message.as_deref().unwrap().contains("not found"), "{run:?}");
+    world.now += 300;
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::Failed);
 }

@@ -119,7 +119,12 @@ pub struct Index {
     /// Counts every change applied, so that a reader can wait for the next one (admission waiting for
     /// a set created moments before to get its revision).
     changes: tokio::sync::watch::Sender<u64>,
+    /// Told of every set deleted (the leader drops the set's metric series).
+    set_gone: RwLock<Option<SetGone>>,
 }
+
+/// What is told of a deleted set.
+pub type SetGone = Arc<dyn Fn(&SetId) + Send + Sync>;
 
 impl Index {
     /// An index sending what changes trigger to `senders` (none in tests that drive reconciles by
@@ -130,6 +135,7 @@ impl Index {
             senders,
             leading: AtomicBool::new(false),
             changes: tokio::sync::watch::Sender::new(0),
+            set_gone: RwLock::new(None),
         }
     }
 
@@ -198,7 +204,20 @@ impl Index {
 
     /// Applies one watch event and sends the reconciles it triggers.
     pub fn handle<K: Indexed>(&self, event: &watcher::Event<K>) -> Triggers {
-        self.apply(K::NAME, event, &kinds::Static::<K>::default())
+        let out = self.apply(K::NAME, event, &kinds::Static::<K>::default());
+        if let watcher::Event::Delete(obj) = event
+            && let Some(kind) = SetKind::ALL.into_iter().find(|k| k.as_str() == K::NAME)
+            && let Some(key) = Key::of(obj)
+            && let Some(gone) = self.set_gone.read().unwrap_or_else(|e| e.into_inner()).as_ref()
+        {
+            gone(&(kind, key));
+        }
+        out
+    }
+
+    /// From now on `gone` is told of every set deleted.
+    pub fn on_set_gone(&self, gone: SetGone) {
+        *self.set_gone.write().unwrap_or_else(|e| e.into_inner()) = Some(gone);
     }
 
     /// Applies one watch event of the workload kind `kind` and sends the reconciles it triggers.

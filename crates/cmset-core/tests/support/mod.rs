@@ -31,6 +31,7 @@ pub fn plan_seeing(
         pod_refs: pods,
         now: Time(Timestamp::from_second(1_800_000_000).unwrap()),
         budget_waiting: &Default::default(),
+        analysis: None,
     })
 }
 
