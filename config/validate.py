@@ -194,6 +194,15 @@ def rule_tuples(rules):
     return atoms
 
 
+# Cluster-scoped resources the operator reads: no Role in a watched namespace can grant them, so in
+# config/namespaced a cluster admin grants them once, through config/namespaced/cluster-admin.
+CLUSTER_SCOPED = {("cmset.dev", "analysistemplates")}
+
+
+def cluster_scoped(atom):
+    return (atom[0], atom[1]) in CLUSTER_SCOPED
+
+
 def on_secrets(atom):
     """Whether an RBAC atom grants anything on Secrets, wildcards included."""
     group, resource = atom[0], atom[1]
@@ -343,7 +352,10 @@ def check_operator(chk, where, objs, mode, secrets, cluster_role_atoms, version)
             extra = granted.get(None, set()) - cluster_role_atoms
             chk.rule(where, not extra, f"the operator's cluster-wide rights exceed the ClusterRole's: {sorted(extra)}")
     else:
-        chk.rule(where, None not in granted, "the namespaced installation grants cluster-wide rights")
+        wide = {a for a in granted.get(None, set()) if not cluster_scoped(a)}
+        chk.rule(where, not wide, f"the namespaced installation grants cluster-wide rights: {sorted(wide)}")
+        chk.rule(where, {a for a in cluster_role_atoms if cluster_scoped(a)} <= granted.get(None, set()),
+                 "the operator cannot read the cluster-scoped resources it needs")
         watched = sorted(n.strip() for n in (listed or "").split(",") if n.strip())
         # Namespaces where the ServiceAccount is granted anything besides its Lease.
         bound_in = sorted(n for n, atoms in granted.items() if n is not None and atoms - lease)
@@ -351,7 +363,7 @@ def check_operator(chk, where, objs, mode, secrets, cluster_role_atoms, version)
         chk.rule(where, watched == bound_in,
                  f"CMSET_NAMESPACES lists {watched}, but the operator is granted rights in {bound_in}")
         for n in bound_in:
-            missing = cluster_role_atoms - granted[n]
+            missing = {a for a in cluster_role_atoms if not cluster_scoped(a)} - granted[n]
             extra = granted[n] - cluster_role_atoms - (lease if n == ns else set())
             chk.rule(where, not missing, f"the operator's rights in {n} lack what the ClusterRole has: {sorted(missing)}")
             chk.rule(where, not extra, f"the operator's rights in {n} exceed the ClusterRole's: {sorted(extra)}")
@@ -398,9 +410,20 @@ def check_aggregates(chk, builds, cluster_role_atoms):
         for role in builds["config/namespaced/cluster-admin"]:
             if role["kind"] == "ClusterRole" and role["metadata"].get("labels", {}).get(AGGREGATE_LABEL + "admin") == "true":
                 admin |= rule_tuples(role.get("rules", []))
-        missing = sorted(a for a in cluster_role_atoms if a[0] not in ("", "apps", "batch") and a not in admin)
+        missing = sorted(a for a in cluster_role_atoms
+                         if a[0] not in ("", "apps", "batch") and a not in admin and not cluster_scoped(a))
         chk.rule("config/namespaced/cluster-admin", not missing,
                  f"a namespace admin cannot grant the operator its Role: the aggregated admin roles lack {missing}")
+        # What no Role can grant, the cluster admin grants the operator's ServiceAccount once.
+        objs = builds["config/namespaced/cluster-admin"]
+        roles = {o["metadata"]["name"]: rule_tuples(o.get("rules", [])) for o in objs if o["kind"] == "ClusterRole"}
+        bound = set()
+        for b in (o for o in objs if o["kind"] == "ClusterRoleBinding"):
+            if any(s.get("kind") == "ServiceAccount" and s.get("name") == OPERATOR for s in b.get("subjects", [])):
+                bound |= roles.get(b["roleRef"]["name"], set())
+        wanted = {a for a in cluster_role_atoms if cluster_scoped(a)}
+        chk.rule("config/namespaced/cluster-admin", wanted == bound,
+                 f"the operator's cluster-scoped rights {sorted(wanted)} are granted as {sorted(bound)}")
 
 
 def check_webhook(chk, where, by_kind, ns, labels, c, ports, granted):
