@@ -235,6 +235,10 @@ pub struct RolloutReport {
     /// For how many seconds, as of when the plugin ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_seconds: Option<i64>,
+    /// Each query of the rollout's metric analysis: its last value, its condition and its verdict
+    /// (`status.rollout.analysis`, as the operator recorded it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub analysis: Vec<cmset_api::AnalysisRunStatus>,
 }
 
 /// What the plugin knows about the set: its revisions' names and numbers, and what cmset's decision
@@ -710,6 +714,7 @@ fn rollout_report(set: SetRef<'_>, known: &Known, now: Timestamp) -> Option<Roll
             .held_since
             .as_ref()
             .map(|since| (now.as_second() - since.0.as_second()).max(0)),
+        analysis: r.analysis.clone(),
     })
 }
 
@@ -807,6 +812,40 @@ pub fn select(report: &mut StatusReport, selector: &str) -> Result<(), String> {
 }
 
 /// The report as text: a few lines about the set, then a table of workloads.
+/// One line per query of the analysis: wave, template (and workload), verdict, last value against
+/// its condition, measurements, and what the last one said.
+fn analysis_lines(runs: &[cmset_api::AnalysisRunStatus]) -> Vec<(String, Option<Role>)> {
+    use cmset_api::AnalysisVerdict;
+    runs.iter()
+        .map(|run| {
+            let role = match run.verdict {
+                AnalysisVerdict::Passed => Some(Role::Good),
+                AnalysisVerdict::Failed => Some(Role::Bad),
+                AnalysisVerdict::Inconclusive => Some(Role::Attention),
+                AnalysisVerdict::Running => None,
+            };
+            let of = match (&run.workload_kind, &run.workload) {
+                (Some(kind), Some(name)) => format!(" of {kind} {name}"),
+                _ => String::new(),
+            };
+            let value = run.last_value.as_deref().unwrap_or("no value yet");
+            let mut text = format!(
+                "wave {}: {}{of} {}: {value} (wants {}), {} measured, {} failed",
+                run.wave,
+                run.template,
+                run.verdict.as_str(),
+                run.condition,
+                run.measurements,
+                run.failures
+            );
+            if let Some(message) = &run.message {
+                text.push_str(&format!(": {message}"));
+            }
+            (text, role)
+        })
+        .collect()
+}
+
 pub fn render_text(report: &StatusReport, palette: Palette) -> String {
     let mut out = String::new();
     // A field without a name continues the one before it.
@@ -858,6 +897,9 @@ pub fn render_text(report: &StatusReport, palette: Palette) -> String {
     if let Some(rollout) = &report.rollout {
         for (i, (text, role)) in rollout_lines(rollout).into_iter().enumerate() {
             field(if i == 0 { "Rollout" } else { "" }, text, role);
+        }
+        for (i, (text, role)) in analysis_lines(&rollout.analysis).into_iter().enumerate() {
+            field(if i == 0 { "Analysis" } else { "" }, text, role);
         }
     }
     let number = |g: Option<i64>| g.map_or("none".to_string(), |g| g.to_string());
@@ -2366,5 +2408,46 @@ StatefulSet/db      1          app-ffffffffff   pinned to revision 1 by a rollba
             select(&mut report, "Pod/web").unwrap_err(),
             "unknown workload kind \"pod\": use deployment, statefulset, daemonset, cronjob, job or rollout"
         );
+    }
+
+    #[test]
+    fn each_analysis_query_shows_its_value_condition_and_verdict() {
+        use cmset_api::{AnalysisRunStatus, AnalysisVerdict};
+        let runs = [
+            AnalysisRunStatus {
+                template: "error-rate".into(),
+                wave: 0,
+                query: "q".into(),
+                condition: "result < 0.05".into(),
+                last_value: Some("0.01".into()),
+                verdict: AnalysisVerdict::Passed,
+                measurements: 3,
+                ..AnalysisRunStatus::default()
+            },
+            AnalysisRunStatus {
+                template: "latency".into(),
+                workload_kind: Some("Deployment".into()),
+                workload: Some("web".into()),
+                wave: 1,
+                condition: "result <= 0.3".into(),
+                verdict: AnalysisVerdict::Inconclusive,
+                measurements: 1,
+                message: Some("no data".into()),
+                ..AnalysisRunStatus::default()
+            },
+        ];
+        let lines = analysis_lines(&runs);
+        assert_eq!(
+            lines[0],
+            (
+                "wave 0: error-rate Passed: 0.01 (wants result < 0.05), 3 measured, 0 failed".to_string(),
+                Some(Role::Good)
+            )
+        );
+        assert_eq!(
+            lines[1].0,
+            "wave 1: latency of Deployment web Inconclusive: no value yet (wants result <= 0.3), 1 measured, 0 failed: no data"
+        );
+        assert_eq!(lines[1].1, Some(Role::Attention));
     }
 }
