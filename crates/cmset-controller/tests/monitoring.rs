@@ -368,3 +368,25 @@ fn the_dashboard_reads_from_its_datasource_variable() {
         }
     }
 }
+
+/// The README's table of panels lists every panel of the dashboard with its queries, as they are.
+#[test]
+fn the_readme_lists_every_panel_and_its_queries() {
+    let readme = repo_file("README.md");
+    let dashboard = dashboard();
+    for panel in panels(&dashboard) {
+        let title = panel["title"].as_str().unwrap_or_default();
+        let exprs: Vec<String> = panel["targets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["expr"].as_str())
+            .map(|e| format!("`{}`", e.replace('|', "\\|")))
+            .collect();
+        if exprs.is_empty() {
+            continue;
+        }
+        let row = format!("| {title} | {} |", exprs.join("<br>"));
+        assert!(readme.contains(&row), "README.md lacks the row\n{row}");
+    }
+}
