@@ -343,3 +343,34 @@ pub async fn set_ready(ns: &TestNamespace, set: &str) {
     )
     .await;
 }
+
+/// An opted-in Deployment `name` with one replica, in rollout wave `wave` (label `cmset.dev/wave`),
+/// reading ConfigMap `reads` through `envFrom`; its own progress deadline is an hour, so that only
+/// cmset's decides a test.
+pub fn wave_deployment_yaml(name: &str, wave: i32, reads: &str) -> String {
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+  labels:
+    cmset.dev/enabled: "true"
+    cmset.dev/wave: "{wave}"
+spec:
+  replicas: 1
+  progressDeadlineSeconds: 3600
+  selector:
+    matchLabels: {{app: {name}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+    spec:
+      containers:
+        - name: app
+          image: registry.k8s.io/pause:3.9
+          envFrom:
+            - configMapRef: {{name: {reads}}}
+"#
+    )
+}

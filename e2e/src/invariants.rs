@@ -85,7 +85,12 @@ pub async fn history_within_limit(ns: &TestNamespace, set: &str) {
             let s = ns.set(set).await;
             let limit = usize::try_from(s.spec.revision_history_limit).unwrap_or(0);
             let current = s.status.as_ref()?.current_revision.clone()?;
-            let referenced = referenced_names(ns).await;
+            let mut referenced = referenced_names(ns).await;
+            // A Pod still terminating runs its containers until it is gone: what it names is in use,
+            // and cmset keeps it (after a control-plane restart the node may take a while to finish it).
+            for pod in ns.pods().await {
+                referenced.extend(pod.spec.as_ref().map(configmap_names).unwrap_or_default());
+            }
             let unused = ns
                 .revision_names(set)
                 .await

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use cmset_e2e::cmset_api::{AnalysisRunStatus, AnalysisVerdict, ConfigMapSet, RolloutPhase, RolloutStatus};
 use cmset_e2e::exporter::Exporter;
-use cmset_e2e::fixtures::template_names;
+use cmset_e2e::fixtures::{template_names, wave_deployment_yaml};
 use cmset_e2e::prometheus::Prometheus;
 use cmset_e2e::{Operator, TestNamespace, eventually_within, kustomize_name, stays};
 
@@ -88,31 +88,7 @@ spec:
 }
 
 fn deployment(name: &str, wave: i32) -> String {
-    format!(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {name}
-  labels:
-    cmset.dev/enabled: "true"
-    cmset.dev/wave: "{wave}"
-spec:
-  replicas: 1
-  progressDeadlineSeconds: 3600
-  selector:
-    matchLabels: {{app: {name}}}
-  template:
-    metadata:
-      labels: {{app: {name}}}
-    spec:
-      containers:
-        - name: app
-          image: registry.k8s.io/pause:3.9
-          envFrom:
-            - configMapRef: {{name: {SET}}}
-"#
-    )
+    wave_deployment_yaml(name, wave, SET)
 }
 
 async fn reads(ns: &TestNamespace, name: &str) -> BTreeSet<String> {

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use cmset_e2e::exporter::Exporter;
-use cmset_e2e::fixtures::template_names;
+use cmset_e2e::fixtures::{template_names, wave_deployment_yaml};
 use cmset_e2e::k8s_openapi::api::apps::v1::Deployment;
 use cmset_e2e::prometheus::{Prometheus, Sample};
 use cmset_e2e::{Operator, TestNamespace, kustomize_name};
@@ -353,31 +353,7 @@ spec:
 }
 
 fn deployment_yaml(name: &str, wave: i32) -> String {
-    format!(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {name}
-  labels:
-    cmset.dev/enabled: "true"
-    cmset.dev/wave: "{wave}"
-spec:
-  replicas: 1
-  progressDeadlineSeconds: 3600
-  selector:
-    matchLabels: {{app: {name}}}
-  template:
-    metadata:
-      labels: {{app: {name}}}
-    spec:
-      containers:
-        - name: app
-          image: registry.k8s.io/pause:3.9
-          envFrom:
-            - configMapRef: {{name: {SET}}}
-"#
-    )
+    wave_deployment_yaml(name, wave, SET)
 }
 
 /// The queries are polled all through a rollout of two waves, each stabilizing for 10 s (so a wave is

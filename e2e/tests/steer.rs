@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use cmset_e2e::cmset_api::{ConfigMapSet, ConfigMapSetStatus, RolloutPhase, RolloutStatus};
-use cmset_e2e::fixtures::template_names;
+use cmset_e2e::fixtures::{template_names, wave_deployment_yaml};
 use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name, stays};
 
 const SET: &str = "app-config";
@@ -74,31 +74,7 @@ spec:
 }
 
 fn deployment(name: &str, wave: i32) -> String {
-    format!(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {name}
-  labels:
-    cmset.dev/enabled: "true"
-    cmset.dev/wave: "{wave}"
-spec:
-  replicas: 1
-  progressDeadlineSeconds: 3600
-  selector:
-    matchLabels: {{app: {name}}}
-  template:
-    metadata:
-      labels: {{app: {name}}}
-    spec:
-      containers:
-        - name: app
-          image: registry.k8s.io/pause:3.9
-          envFrom:
-            - configMapRef: {{name: {SET}}}
-"#
-    )
+    wave_deployment_yaml(name, wave, SET)
 }
 
 async fn reads(ns: &TestNamespace, name: &str) -> BTreeSet<String> {

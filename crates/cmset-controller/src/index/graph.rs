@@ -89,6 +89,10 @@ impl Graph {
         if kind != ReaderKind::Pod {
             sets.trigger_named(&key.namespace, &previous, out);
             sets.trigger_named(&key.namespace, &names, out);
+        } else if names.is_empty() {
+            // A Pod gone may have been the last to name an old revision (its ReplicaSet went first):
+            // its sets may prune now. A Pod that appears changes nothing a set decides.
+            sets.trigger_named(&key.namespace, &previous, out);
         }
         if !names.is_empty() {
             self.names.insert((kind, key.clone()), names);

@@ -293,6 +293,25 @@ fn a_revision_triggers_its_set_and_the_set_s_readers() {
 }
 
 #[test]
+fn a_pod_that_appears_triggers_nothing_and_one_that_goes_tells_the_sets_it_named() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web-1", "namespace": NS, "labels": {"cmset.dev/managed": "true"}},
+        "spec": {"containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": "app-d2c65kk9hm"}}]}]}
+    }))
+    .unwrap();
+    assert_eq!(
+        index.handle(&watcher::Event::Apply(pod.clone())),
+        Triggers::default()
+    );
+    // The last reader of an old revision may be a terminating Pod: once it is gone the set may prune.
+    let gone = index.handle(&watcher::Event::Delete(pod));
+    assert_eq!(gone.sets, [cms("app")].into());
+    assert!(gone.workloads.is_empty());
+}
+
+#[test]
 fn facts_are_computed_once_per_spec_change() {
     let index = index();
     index.handle(&watcher::Event::Apply(set("app", 1)));
