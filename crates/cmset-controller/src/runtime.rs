@@ -127,6 +127,35 @@ fn indexed_watch<K: Indexed>(
         .boxed()
 }
 
+/// Whether a list's objects reach the controller's queue, when this replica takes the lease while the
+/// list is under way. An object listed before then is not queued as it arrives (a standby queues
+/// nothing), and the queueing of everything stored that leading starts with does not see it either: a
+/// store shows a list only once the list is done. So the objects listed while following are queued
+/// when the list ends, if this replica leads by then; otherwise leading will queue them from the
+/// store.
+#[derive(Debug, Default)]
+pub(crate) struct ListedWhileFollowing {
+    missed: bool,
+}
+
+impl ListedWhileFollowing {
+    /// Observes one event of the watch; true when every object of the store must be queued now.
+    pub(crate) fn queue_all_now<K>(&mut self, event: &watcher::Event<K>, leading: bool) -> bool {
+        match event {
+            watcher::Event::Init => {
+                self.missed = false;
+                false
+            }
+            watcher::Event::InitApply(_) => {
+                self.missed |= !leading;
+                false
+            }
+            watcher::Event::InitDone => std::mem::take(&mut self.missed) && leading,
+            watcher::Event::Apply(_) | watcher::Event::Delete(_) => false,
+        }
+    }
+}
+
 /// A watch that fills a store a controller is keyed by, and feeds the index. While this replica leads,
 /// each object applied is also sent to its own controller's queue (`own`): the controller reconciles
 /// what changed, as kube's own store subscription would make it, but a standby queues nothing.
@@ -138,6 +167,8 @@ fn stored_watch<K: Indexed>(
 ) -> (Store<K>, BoxFuture<'static, ()>) {
     let (reader, writer) = reflector::store();
     index.expect(K::NAME);
+    let stored = reader.clone();
+    let mut listed = ListedWhileFollowing::default();
     let driver = relist_at_once_on_expiry(K::NAME, watcher(api::<K>(client, namespace), watch_config::<K>()))
         .backoff(watch_backoff())
         .modify(K::slim)
@@ -146,10 +177,14 @@ fn stored_watch<K: Indexed>(
             match event {
                 Ok(event) => {
                     index.handle(&event);
+                    let leading = index.is_leading();
                     if let watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) = &event
-                        && index.is_leading()
+                        && leading
                     {
                         let _ = own.unbounded_send(ObjectRef::from_obj(obj));
+                    }
+                    if listed.queue_all_now(&event, leading) {
+                        queue_all(&stored, &own);
                     }
                 }
                 Err(e) => log_watch_error(K::NAME, &e),
@@ -463,5 +498,59 @@ where
         )
         .map(|r| r.map_err(|e| crate::redact::controller_error(&e).to_string()));
         log_results(stream, workload_controller::NAME)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::watcher::Event;
+
+    use super::ListedWhileFollowing;
+
+    /// Feeds `events`, each with whether this replica leads as it arrives; returns the events after
+    /// which everything stored is queued.
+    fn queued_after(events: &[(Event<()>, bool)]) -> Vec<usize> {
+        let mut listed = ListedWhileFollowing::default();
+        events
+            .iter()
+            .enumerate()
+            .filter(|(_, (event, leading))| listed.queue_all_now(event, *leading))
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    #[test]
+    fn a_list_that_began_while_following_is_queued_whole_once_it_ends_under_the_lease() {
+        use Event::*;
+        // The lease is taken after the first page: the store only shows the list at its end.
+        let taken_mid_list = [
+            (Init, false),
+            (InitApply(()), false),
+            (InitApply(()), true),
+            (InitDone, true),
+            (Apply(()), true),
+        ];
+        assert_eq!(queued_after(&taken_mid_list), vec![3]);
+        // Leading before the list began: each object was queued as it came.
+        let led_throughout = [(Init, true), (InitApply(()), true), (InitDone, true)];
+        assert_eq!(queued_after(&led_throughout), Vec::<usize>::new());
+        // Still following at the end: leading queues the then complete store itself.
+        let followed_throughout = [(Init, false), (InitApply(()), false), (InitDone, false)];
+        assert_eq!(queued_after(&followed_throughout), Vec::<usize>::new());
+        // A relist under the lease forgets what an earlier, followed list missed.
+        let relisted = [
+            (Init, false),
+            (InitApply(()), false),
+            (InitDone, false),
+            (Init, true),
+            (InitApply(()), true),
+            (InitDone, true),
+        ];
+        assert_eq!(queued_after(&relisted), Vec::<usize>::new());
+        // An empty list missed nothing.
+        assert_eq!(
+            queued_after(&[(Init, false), (InitDone, true)]),
+            Vec::<usize>::new()
+        );
     }
 }

@@ -344,6 +344,8 @@ fn start(
     });
     index.expect(kind.as_str());
     let index = index.clone();
+    let stored = serving.store.clone();
+    let mut listed = crate::runtime::ListedWhileFollowing::default();
     let config = watcher::Config::default().labels(&workloads::selector());
     let watch = crate::runtime::relist_at_once_on_expiry(kind.as_str(), watcher(api, config))
         .backoff(crate::runtime::watch_backoff())
@@ -353,10 +355,17 @@ fn start(
             match event {
                 Ok(event) => {
                     index.handle_workload(kind, &event);
+                    let leading = index.is_leading();
                     if let watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) = &event
-                        && index.is_leading()
+                        && leading
                     {
                         let _ = sender.unbounded_send(ObjectRef::from_obj_with(obj, resource.clone()));
+                    }
+                    if listed.queue_all_now(&event, leading) {
+                        for obj in stored.state() {
+                            let _ = sender
+                                .unbounded_send(ObjectRef::from_obj_with(obj.as_ref(), resource.clone()));
+                        }
                     }
                 }
                 Err(e) => match refusal(&e) {
