@@ -30,6 +30,13 @@ use crate::index::{Index, TriggerSenders, WorkloadQueue};
 use crate::stored_workload::StoredWorkload;
 use crate::stores::WorkloadStore;
 
+/// Workloads listed per request. A listed workload arrives as a whole `DynamicObject`, a tree of
+/// small allocations several times the size of the slim copy kept, and a page of them is alive at
+/// once while the slim copies are allocated in between: glibc cannot give that peak back. With kube's
+/// 500, 1,000 Deployments left the arenas 13 MiB larger than what stayed in use; 100 costs 10 list
+/// requests per 1,000 workloads, at start-up and on a relist only.
+const WORKLOAD_LIST_PAGE: u32 = 100;
+
 /// A workload kind being served: its resource, its store and its controller's queue.
 pub struct ServedKind {
     pub kind: WorkloadKind,
@@ -346,7 +353,9 @@ fn start(
     let index = index.clone();
     let stored = serving.store.clone();
     let mut listed = crate::runtime::ListedWhileFollowing::default();
-    let config = watcher::Config::default().labels(&workloads::selector());
+    let config = watcher::Config::default()
+        .labels(&workloads::selector())
+        .page_size(WORKLOAD_LIST_PAGE);
     let watch = crate::runtime::relist_at_once_on_expiry(kind.as_str(), watcher(api, config))
         .backoff(crate::runtime::watch_backoff())
         .map_ok(move |event| StoredWorkload::event(kind, event))
