@@ -37,6 +37,17 @@ use crate::stores::WorkloadStore;
 /// requests per 1,000 workloads, at start-up and on a relist only.
 const WORKLOAD_LIST_PAGE: u32 = 100;
 
+/// Queues a reconcile of every workload `store` holds.
+fn queue_stored(
+    store: &Store<StoredWorkload>,
+    queue: &UnboundedSender<ObjectRef<StoredWorkload>>,
+    resource: &ApiResource,
+) {
+    for obj in store.state() {
+        let _ = queue.unbounded_send(ObjectRef::from_obj_with(obj.as_ref(), resource.clone()));
+    }
+}
+
 /// A workload kind being served: its resource, its store and its controller's queue.
 pub struct ServedKind {
     pub kind: WorkloadKind,
@@ -56,11 +67,7 @@ impl ServedKind {
     /// Queues a reconcile of every object its store holds (a new leader, or a controller started
     /// late).
     pub fn queue_all(&self) {
-        for obj in self.store.state() {
-            let _ = self
-                .sender
-                .unbounded_send(ObjectRef::from_obj_with(obj.as_ref(), self.resource.clone()));
-        }
+        queue_stored(&self.store, &self.sender, &self.resource);
     }
 
     /// Resolves once the kind is no longer served.
@@ -371,10 +378,7 @@ fn start(
                         let _ = sender.unbounded_send(ObjectRef::from_obj_with(obj, resource.clone()));
                     }
                     if listed.queue_all_now(&event, leading) {
-                        for obj in stored.state() {
-                            let _ = sender
-                                .unbounded_send(ObjectRef::from_obj_with(obj.as_ref(), resource.clone()));
-                        }
+                        queue_stored(&stored, &sender, &resource);
                     }
                 }
                 Err(e) => match refusal(&e) {
