@@ -510,7 +510,8 @@ impl Operator {
             .filter(|l| !l.starts_with('#'))
             .filter(|l| l.split(['{', ' ']).next() == Some(name))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+            // Not `sum()`: an empty f64 sum is -0, which prints as "-0".
+            .fold(0.0, |total, v| total + v)
     }
 
     /// Write requests sent so far, by operation (`create_revision`, `patch_workload`, ...).

@@ -9,19 +9,19 @@
 //! references; living with that is the admission webhook's job (see `gitops.rs`).
 //!
 //! Afterwards none of their edits is lost, cmset's references name the current revision (and unrelated
-//! ones are left alone), and nobody ping-pongs: the Deployment's generation and resourceVersion, and the
-//! operator's write count, stay put.
+//! ones are left alone), and nobody ping-pongs: once the last rollout has finished, the Deployment's
+//! generation and resourceVersion, and the operator's write count, stay put.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use cmset_e2e::fixtures::{
-    APP_CONFIG, APP_VERSION, DeploymentYaml, Reads, app_config_revision, app_config_yaml, set_ready,
-    template_names, wait_names,
+    APP_CONFIG, APP_VERSION, DeploymentYaml, Reads, app_config_revision, app_config_yaml, rollout_status,
+    set_ready, template_names, wait_names,
 };
 use cmset_e2e::k8s_openapi::api::apps::v1::Deployment;
 use cmset_e2e::kube::ResourceExt;
-use cmset_e2e::{CONVERGE, Operator, TestNamespace, eventually, stays};
+use cmset_e2e::{CONVERGE, Operator, TestNamespace, eventually};
 
 const ROUNDS: u32 = 4;
 const VOLUMES_PER_ROUND: u32 = 4;
@@ -195,17 +195,27 @@ async fn edits_by_others_survive_cmset_moving_references_and_nobody_ping_pongs()
         .collect();
     assert!(managers.contains("sidecar-team"), "{managers:?}");
 
-    // Nobody ping-pongs. The Deployment controller may still be writing status for the last rollout:
-    // settled once a whole second passes without any write to the object.
+    // Nobody ping-pongs. First the last rollout finishes: until it does, the Deployment controller
+    // writes the Deployment's status as pods come and go, and cmset records the workload's progress in
+    // the set's status. Then settled once a whole second passes without any write to the object or by
+    // cmset.
+    rollout_status(&ns, "deployment/web").await;
     let deadline = Instant::now() + CONVERGE;
-    let mut seen = d.resource_version();
+    let written = || async {
+        let version = ns.deployment("web").await.resource_version();
+        (version, operator.writes_by_operation())
+    };
+    let mut seen = written().await;
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = ns.deployment("web").await.resource_version();
+        let now = written().await;
         if now == seen {
             break;
         }
-        assert!(Instant::now() < deadline, "the Deployment is still changing");
+        assert!(
+            Instant::now() < deadline,
+            "the Deployment or cmset is still writing"
+        );
         seen = now;
     }
     // How often a guard caught a stale plan depends on timing: told, not asserted.
@@ -214,17 +224,27 @@ async fn edits_by_others_survive_cmset_moving_references_and_nobody_ping_pongs()
         operator.metric("cmset_workloads_updated_total"),
         operator.metric("cmset_reconcile_errors_total"),
     );
+    // Each check names what moved, so that a failure says who wrote.
     let settled = ns.deployment("web").await;
-    let writes = operator.writes();
-    stays(
-        "the Deployment's generation and resourceVersion and cmset's writes stay put",
-        Duration::from_secs(5),
-        || async {
-            let now = ns.deployment("web").await;
-            now.metadata.generation == settled.metadata.generation
-                && now.resource_version() == settled.resource_version()
-                && operator.writes() == writes
-        },
-    )
-    .await;
+    let writes = operator.writes_by_operation();
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        let now = ns.deployment("web").await;
+        assert_eq!(
+            now.metadata.generation,
+            settled.metadata.generation,
+            "the Deployment's spec changed again; managers: {:?}",
+            now.managed_fields()
+        );
+        assert_eq!(
+            now.resource_version(),
+            settled.resource_version(),
+            "the Deployment was written again; status {:?} became {:?}; managers: {:?}",
+            settled.status,
+            now.status,
+            now.managed_fields()
+        );
+        assert_eq!(operator.writes_by_operation(), writes, "cmset wrote again");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
