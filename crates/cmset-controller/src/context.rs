@@ -54,6 +54,10 @@ pub enum Reconciled {
 /// The longest a set's deferrable writes wait to be batched.
 pub const BATCH_WINDOW: Duration = Duration::from_secs(1);
 
+/// How long a reconcile waits for the caches to fill before it is requeued. Short: a replica shutting
+/// down waits for the reconciles in flight.
+pub const CACHES_WAIT: Duration = Duration::from_secs(1);
+
 impl Context {
     pub fn new(
         client: Client,
@@ -122,6 +126,16 @@ impl Context {
     /// revision nothing else names.
     pub fn caches_complete(&self) -> bool {
         self.index.is_complete()
+    }
+
+    /// Waits at most [`CACHES_WAIT`] for [`Context::caches_ready`]; whether they are.
+    pub async fn wait_caches_ready(&self) -> bool {
+        self.index.wait_until(CACHES_WAIT, Index::is_ready).await
+    }
+
+    /// Waits at most [`CACHES_WAIT`] for [`Context::caches_complete`]; whether they are.
+    pub async fn wait_caches_complete(&self) -> bool {
+        self.index.wait_until(CACHES_WAIT, Index::is_complete).await
     }
 
     /// Marks `set`'s pending writes as deferred (batched until [`BATCH_WINDOW`] has passed or an

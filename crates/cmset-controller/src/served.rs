@@ -16,7 +16,7 @@ use std::time::Duration;
 use cmset_core::kinds::Kinds;
 use cmset_core::observe::WorkloadKind;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
-use futures::future::{AbortHandle, Abortable};
+use futures::future::{AbortHandle, Abortable, join_all};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt, TryStreamExt, future::BoxFuture};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
@@ -228,9 +228,11 @@ impl Supervisor {
     /// answer.
     async fn round(&mut self, kinds: &Kinds, watches: &mut Watches) -> bool {
         let mut answered_all = true;
-        for kind in kinds.iter() {
+        // Asked all at once: readiness waits for the whole round, and each answer is a round trip.
+        let found = join_all(kinds.iter().map(|kind| find(&self.client, kind))).await;
+        for (kind, found) in kinds.iter().zip(found) {
             let current = self.served.borrow().get(&kind).map(|s| s.resource.clone());
-            match find(&self.client, kind).await {
+            match found {
                 Found::Served(resource) if current.as_ref() == Some(&resource) => {}
                 Found::Served(resource) => {
                     if current.is_some() {

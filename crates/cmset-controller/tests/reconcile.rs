@@ -447,6 +447,46 @@ async fn a_new_set_creates_its_revision_then_writes_status_then_tells() {
 }
 
 #[tokio::test]
+async fn a_set_waits_for_a_kind_still_listing_then_plans_without_a_poll() {
+    let mut world = World::new();
+    let set = nginx_set("1");
+    world.add_set(&set);
+    // A kind found moments ago has not listed yet: a plan now could prune what its objects name.
+    world.index.expect("CronJob");
+    let (result, seen) = reconcile_set(&world, &set).await;
+    assert_eq!(
+        result.unwrap(),
+        Action::requeue(std::time::Duration::from_millis(250)),
+        "its list never ends: requeued"
+    );
+    assert_no_requests(&seen);
+
+    // Its list ends while the reconcile waits: the plan goes on at once.
+    let index = world.index.clone();
+    let lists = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        index.handle_workload(WorkloadKind::CronJob, &watcher::Event::InitDone);
+    });
+    let started = std::time::Instant::now();
+    let (result, seen) = reconcile_set(&world, &set).await;
+    result.unwrap();
+    lists.await.unwrap();
+    assert!(
+        started.elapsed() < cmset_controller::context::CACHES_WAIT,
+        "woken by the list's end: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        seen.iter().map(Seen::line).collect::<Vec<_>>(),
+        vec![
+            "POST /api/v1/namespaces/team/configmaps",
+            "PATCH /apis/cmset.dev/v1alpha1/namespaces/team/configmapsets/nginx-config/status",
+            "POST /apis/events.k8s.io/v1/namespaces/team/events",
+        ]
+    );
+}
+
+#[tokio::test]
 async fn an_unchanged_set_sends_no_request() {
     let mut world = World::new();
     world.add_deployment(&web(V1, true));

@@ -290,6 +290,7 @@ impl Index {
     /// complete.
     pub fn expect(&self, name: &'static str) {
         self.write().relist.expect(name);
+        self.changed();
     }
 
     /// Every watch the replica needs to serve has been started ([`Index::expect`]): once they have all
@@ -297,6 +298,8 @@ impl Index {
     /// unready again.
     pub fn settle(&self) {
         self.write().relist.settle();
+        // Every list may have ended already: settling alone can make the index ready.
+        self.changed();
     }
 
     fn send(&self, out: &Triggers) {
@@ -315,6 +318,23 @@ impl Index {
     /// missing from the index, so reconcilers may plan (and prune) from it.
     pub fn is_complete(&self) -> bool {
         self.read().relist.is_complete()
+    }
+
+    /// Waits until `holds` holds of the index, checked after every change, for at most `timeout`;
+    /// whether it held. A reconciler waiting for the first lists starts the moment they end rather
+    /// than at its next poll.
+    pub async fn wait_until(&self, timeout: std::time::Duration, holds: impl Fn(&Self) -> bool) -> bool {
+        // Subscribed before the first check, so that a change in between is not missed.
+        let mut changes = self.changes();
+        let until_holds = async {
+            while !holds(self) {
+                if changes.changed().await.is_err() {
+                    // The index is being dropped: nothing will change any more.
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, until_holds).await.is_ok()
     }
 
     pub fn set_facts(&self, set: &SetId) -> Option<SetFacts> {

@@ -1,6 +1,7 @@
 //! The index's tests: watch events in, triggered reconciles and query answers out.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, SecretSet, labels};
 use cmset_core::observe::WorkloadKind;
@@ -373,6 +374,51 @@ fn readiness_waits_for_the_kinds_of_start_up_and_completeness_for_every_kind_wat
     assert!(!index.is_complete());
     index.forget_workloads(WorkloadKind::CronJob);
     assert!(index.is_ready() && index.is_complete());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_wakes_when_the_last_list_ends_or_settling_makes_the_index_ready() {
+    use std::time::Duration;
+    let index = Arc::new(Index::new(None));
+    index.expect("ConfigMapSet");
+    index.expect("Deployment");
+    index.settle();
+    // Nothing lists: the wait ends at its timeout, not ready.
+    assert!(!index.wait_until(Duration::from_millis(50), Index::is_ready).await);
+
+    let waiting = tokio::spawn({
+        let index = index.clone();
+        async move {
+            let start = tokio::time::Instant::now();
+            let ready = index.wait_until(Duration::from_secs(5), Index::is_complete).await;
+            (ready, start.elapsed())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    index.handle::<ConfigMapSet>(&watcher::Event::InitDone);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(!waiting.is_finished(), "one of two kinds has listed");
+    index.handle::<Deployment>(&watcher::Event::InitDone);
+    let (ready, after) = waiting.await.unwrap();
+    assert!(ready);
+    assert_eq!(
+        after,
+        Duration::from_millis(20),
+        "woken by the list's end, not by a poll"
+    );
+
+    // Every list ended before the replica settled: settling alone wakes the waiter.
+    let index = Arc::new(Index::new(None));
+    index.expect("ConfigMapSet");
+    index.handle::<ConfigMapSet>(&watcher::Event::InitDone);
+    let waiting = tokio::spawn({
+        let index = index.clone();
+        async move { index.wait_until(Duration::from_secs(5), Index::is_ready).await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(!waiting.is_finished());
+    index.settle();
+    assert!(waiting.await.unwrap());
 }
 
 #[test]
