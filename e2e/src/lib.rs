@@ -325,7 +325,7 @@ fn leader_election_default(extra: &[String]) -> Vec<&'static str> {
 /// A loopback port nothing listens on, for an operator to bind a moment later. Taken from a counter below
 /// the kernel's ephemeral range (32768 and up), so that neither another test of this process nor the
 /// kernel (for a `bind(0)` or an outgoing connection) is handed the same port in that moment.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     const FIRST: u32 = 10_000;
     const COUNT: u32 = 22_000;

@@ -47,8 +47,10 @@ pub struct Operator {
     frozen: AtomicBool,
 }
 
+/// Not `bind(0)`: the kernel hands out the same ephemeral range to outgoing connections, and a
+/// replica once failed to start because one took its port between the pick and its bind.
 fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(cmset_e2e::free_port())
 }
 
 impl Operator {
