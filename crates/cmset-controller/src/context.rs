@@ -114,26 +114,16 @@ impl Context {
         }
     }
 
-    /// False until every watch has listed everything once. Planning from a half-filled index would
-    /// take objects not yet listed for absent ones (a revision to create again, a workload record to
-    /// drop), so reconcilers wait for it.
-    pub fn caches_ready(&self) -> bool {
-        self.index.is_ready()
-    }
-
-    /// False also while a watch started later (a workload kind installed after start-up) has not
-    /// listed once: a set's status and pruning must see every reader, and that kind's may name a
-    /// revision nothing else names.
-    pub fn caches_complete(&self) -> bool {
-        self.index.is_complete()
-    }
-
-    /// Waits at most [`CACHES_WAIT`] for [`Context::caches_ready`]; whether they are.
+    /// Waits at most [`CACHES_WAIT`] until every watch has listed everything once; whether it has.
+    /// Planning from a half-filled index would take objects not yet listed for absent ones (a
+    /// revision to create again, a workload record to drop), so reconcilers wait for it.
     pub async fn wait_caches_ready(&self) -> bool {
         self.index.wait_until(CACHES_WAIT, Index::is_ready).await
     }
 
-    /// Waits at most [`CACHES_WAIT`] for [`Context::caches_complete`]; whether they are.
+    /// As [`Context::wait_caches_ready`], and also until a watch started later (a workload kind
+    /// installed after start-up) has listed once: a set's status and pruning must see every reader,
+    /// and that kind's may name a revision nothing else names.
     pub async fn wait_caches_complete(&self) -> bool {
         self.index.wait_until(CACHES_WAIT, Index::is_complete).await
     }

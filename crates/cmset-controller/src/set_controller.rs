@@ -255,7 +255,7 @@ async fn hold_source(ctx: &Context, set: SetRef<'_>, namespace: &str, force: boo
 }
 
 async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Action> {
-    if !ctx.caches_complete() && !ctx.wait_caches_complete().await {
+    if !ctx.wait_caches_complete().await {
         return Ok(Action::requeue(SOON));
     }
     let set = object.as_set();

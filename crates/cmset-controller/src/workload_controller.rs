@@ -121,7 +121,7 @@ fn targets(
 
 async fn reconcile_inner(this: &Workload<'_>, ctx: &Context) -> Result<Action> {
     // Planning from half-filled caches could miss a set's record; wait for the first full lists.
-    if !ctx.caches_ready() && !ctx.wait_caches_ready().await {
+    if !ctx.wait_caches_ready().await {
         return Ok(Action::requeue(Duration::from_millis(250)));
     }
     let (kind, workload) = (this.kind, this.object);

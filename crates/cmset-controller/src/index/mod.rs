@@ -324,7 +324,11 @@ impl Index {
     /// whether it held. A reconciler waiting for the first lists starts the moment they end rather
     /// than at its next poll.
     pub async fn wait_until(&self, timeout: std::time::Duration, holds: impl Fn(&Self) -> bool) -> bool {
-        // Subscribed before the first check, so that a change in between is not missed.
+        // Every reconcile asks: when it holds, no subscription and no timer.
+        if holds(self) {
+            return true;
+        }
+        // Subscribed before the next check, so that a change in between is not missed.
         let mut changes = self.changes();
         let until_holds = async {
             while !holds(self) {
