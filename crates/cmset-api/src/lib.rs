@@ -282,7 +282,8 @@ pub struct RolloutStatus {
     #[serde(default)]
     pub waves: Vec<i32>,
     /// When every workload of the wave in progress was last seen complete and healthy, while it still
-    /// is: the stabilization window counts from here.
+    /// is: the stabilization window counts from here. A hold stops that clock: when the rollout goes
+    /// on, this moves later by the time it was held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wave_healthy_since: Option<Time>,
     /// When this rollout began.
@@ -291,9 +292,14 @@ pub struct RolloutStatus {
     /// Why it failed, naming the workload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// Since when it has been `Paused` or `AwaitingPromotion`.
+    /// Since when it has been `Paused` or `AwaitingPromotion`. While held, no deadline, window or
+    /// analysis interval runs out: the rollout's clocks stand still at this instant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_since: Option<Time>,
+    /// A promotion (`cmset.dev/promoted` naming no rollout) that was on the set when this rollout
+    /// began: it was given to an earlier rollout of the same revision and does not promote this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale_promotion: Option<String>,
     /// The metric analysis of this rollout (`spec.rollout.analysis`): each query of each wave so far,
     /// its last value, its condition and its verdict.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -346,7 +352,9 @@ pub struct WorkloadStatus {
     /// Its rollout wave: the `cmset.dev/wave` label (absent means 0).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub wave: i32,
-    /// When cmset saw it move to the current revision: its progress deadline counts from here.
+    /// When cmset saw it move to the current revision: its progress deadline counts from here. A hold
+    /// of the rollout (paused, awaiting promotion) stops that clock: when the rollout goes on, this
+    /// moves later by the time it was held, so the deadline keeps the time it had left.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moved_at: Option<Time>,
     /// The revision it ran before the current one: where an automatic rollback takes it.

@@ -39,6 +39,8 @@ pub async fn prepare(ctx: &Context, set: SetRef<'_>) -> Option<Prepared> {
         return Some(Prepared { analyses, runs });
     };
     let (mut runs, wave) = waves::runs_to_measure(&status, resolved, set.namespace());
+    // Paused, nothing measures: the pause may have begun since the status was written.
+    let wave = wave.filter(|_| !set.paused());
     if let (Some(wave), Some(prometheus)) = (wave, &ctx.prometheus) {
         let now = (ctx.clock)();
         let labels = SetLabels {

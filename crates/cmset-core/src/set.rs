@@ -12,7 +12,7 @@ use std::fmt;
 use cmset_api::{ConfigMapSet, ConfigMapSetStatus, ConfigMapTemplate, SecretSet, TemplateMetadata};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 
 use crate::hash::content_hash;
 use crate::hash::secret::{DEFAULT_SECRET_TYPE, secret_hash};
@@ -181,16 +181,14 @@ impl<'a> SetRef<'a> {
             .is_some_and(|r| r.promotion == cmset_api::Promotion::Manual)
     }
 
-    /// The promotion recorded on it (annotation `cmset.dev/promoted`): the revision and the wave after
-    /// which the next wave may open.
-    pub fn promoted(self) -> Option<(&'a str, i32)> {
+    /// The promotion recorded on it (annotation `cmset.dev/promoted`), if it reads as one.
+    pub fn promoted(self) -> Option<Promoted<'a>> {
         let value = self
             .metadata()
             .annotations
             .as_ref()?
             .get(cmset_api::labels::PROMOTED)?;
-        let (revision, wave) = value.rsplit_once('/')?;
-        Some((revision, wave.parse().ok()?))
+        Promoted::parse(value)
     }
 
     pub fn revision_history_limit(self) -> i32 {
@@ -435,4 +433,39 @@ mod tests {
         let cm: ConfigMap = serde_json::from_value(json!({"data": {"k": "v"}})).unwrap();
         assert!(!Content::of_config_map(&cm).same(&Content::of_secret(&opaque)));
     }
+}
+
+/// A promotion as annotation `cmset.dev/promoted` records it: `<revision>/<wave>@<rollout>` lets the
+/// wave after `wave` open in the rollout of `revision` that started at `rollout` (its `startedAt`, see
+/// [`rollout_id`]). The form without `@<rollout>`, written by hand or by an older plugin, names no
+/// rollout: it promotes the rollout under way unless it was already there when that rollout began.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Promoted<'a> {
+    pub revision: &'a str,
+    pub wave: i32,
+    pub rollout: Option<&'a str>,
+    /// The annotation's whole value.
+    pub value: &'a str,
+}
+
+impl<'a> Promoted<'a> {
+    pub fn parse(value: &'a str) -> Option<Self> {
+        let (promotion, rollout) = match value.split_once('@') {
+            Some((promotion, rollout)) => (promotion, Some(rollout)),
+            None => (value, None),
+        };
+        let (revision, wave) = promotion.rsplit_once('/')?;
+        Some(Self {
+            revision,
+            wave: wave.parse().ok()?,
+            rollout,
+            value,
+        })
+    }
+}
+
+/// How a promotion names one rollout: the instant it started, as RFC 3339 text. Two rollouts of the
+/// same revision (a revert, then the change applied again) start at different seconds.
+pub fn rollout_id(started_at: &Time) -> String {
+    started_at.0.to_string()
 }

@@ -38,7 +38,7 @@ use crate::analysis::{self, Analysis, WaveStage, WaveSubject, Workload};
 use crate::health::{Health, Wave};
 use crate::observe::WorkloadView;
 use crate::refs::Referenced;
-use crate::set::SetRef;
+use crate::set::{Promoted, SetRef, rollout_id};
 
 /// One workload that reads the set, with the status entry the reference rules gave it (`Current`,
 /// `Pending` or `Pinned`).
@@ -81,8 +81,8 @@ pub struct WaveInput<'a> {
     pub paused: bool,
     /// Each next wave waits for a promotion.
     pub manual_promotion: bool,
-    /// The promotion recorded: the revision and the wave after which the next may open.
-    pub promoted: Option<(&'a str, i32)>,
+    /// The promotion recorded on the set, if any.
+    pub promoted: Option<Promoted<'a>>,
     /// Workloads waiting for the cluster-wide rollout budget, by UID, with where each stands.
     pub budget_waiting: &'a BTreeMap<String, String>,
     /// The set's namespace: `{{namespace}}` in its analysis queries.
@@ -210,9 +210,18 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
     let spec = input.spec.cloned().unwrap_or_default();
     let now = input.now;
     let fresh = input.previous.is_none_or(|p| p.revision != input.current);
+    // A held rollout (paused, awaiting promotion) is planned on its own clock, which stands still at
+    // the instant the hold began: no deadline, window or interval runs out while it is held. When the
+    // hold ends, its clocks move later by the hold's length (see `resume_clocks`).
+    let frozen_at = input
+        .previous
+        .filter(|p| !fresh && p.phase.is_under_way())
+        .and_then(|p| p.held_since.clone());
+    let clock = frozen_at.clone().unwrap_or_else(|| now.clone());
+    let clock = &clock;
     let mut members: Vec<Member<'_>> = members
         .into_iter()
-        .map(|m| carry_forward(m, input, fresh))
+        .map(|m| carry_forward(m, input, fresh, clock))
         .collect();
 
     let takes_part = |m: &Member<'_>| {
@@ -237,6 +246,10 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
             started_at: Some(whole_second_after(now)),
             message: None,
             held_since: None,
+            stale_promotion: input
+                .promoted
+                .filter(|p| p.rollout.is_none() && p.revision == input.current)
+                .map(|p| p.value.to_string()),
             analysis: Vec::new(),
         },
     };
@@ -273,7 +286,7 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
         let failures: Vec<String> = in_wave
             .iter()
             .filter_map(|m| {
-                failure(m, deadline, now).map(|why| format!("{} {} {why}", m.entry.kind, m.entry.name))
+                failure(m, deadline, clock).map(|why| format!("{} {} {why}", m.entry.kind, m.entry.name))
             })
             .collect();
         if !failures.is_empty() {
@@ -292,7 +305,7 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
             .iter()
             .filter(|m| m.entry.state == WorkloadState::Current && !m.health.is_healthy())
             .filter_map(|m| m.entry.moved_at.as_ref())
-            .filter_map(|moved| time_left(moved, deadline, now));
+            .filter_map(|moved| time_left(moved, deadline, clock));
         recheck.extend(overdue_in);
         let done = in_wave
             .iter()
@@ -304,15 +317,16 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
         if !in_wave.is_empty() {
             let since = rollout
                 .wave_healthy_since
-                .get_or_insert_with(|| whole_second_after(now))
+                .get_or_insert_with(|| whole_second_after(clock))
                 .clone();
-            let window_left = time_left(&since, i64::from(spec.stabilization_seconds), now);
+            let window_left = time_left(&since, i64::from(spec.stabilization_seconds), clock);
             if let Some(analysis) = &input.analysis {
                 let stage = WaveStage {
                     window_over: window_left.is_none(),
-                    deadline_passed: wave_deadline_passed(&in_wave, &rollout, deadline, now),
+                    deadline_passed: wave_deadline_passed(&in_wave, &rollout, deadline, clock),
                 };
-                let judged = judge_wave(analysis, input, wave, &in_wave, stage, input.previous_runs(fresh));
+                let previous = input.previous_runs(fresh);
+                let judged = judge_wave(analysis, input, wave, &in_wave, stage, previous, clock);
                 rollout.analysis = judged.runs;
                 match judged.verdict {
                     AnalysisVerdict::Passed => {}
@@ -349,7 +363,7 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
             held = Some(RolloutPhase::Paused);
             break;
         }
-        let promoted = input.promoted == Some((input.current, wave));
+        let promoted = input.promoted.is_some_and(|p| promotes(&p, &rollout, wave));
         if next.is_some() && input.manual_promotion && !promoted {
             held = Some(RolloutPhase::AwaitingPromotion);
             break;
@@ -407,7 +421,7 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
             let in_failed_wave = takes_part(m) && m.wave.number() == Some(rollout.wave);
             let why = in_failed_wave
                 .then(|| {
-                    failure(m, deadline, now).or_else(|| {
+                    failure(m, deadline, clock).or_else(|| {
                         // A failed analysis fails every workload of the wave that runs the revision.
                         analysis_failure
                             .clone()
@@ -420,15 +434,63 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
             }
         }
     }
+    // The hold ended (or another began): the clocks go on with the time they had left.
+    let still_held = frozen_at.is_some() && rollout.held_since == frozen_at;
+    if let Some(since) = frozen_at.as_ref().filter(|_| !still_held) {
+        resume_clocks(&mut rollout, &mut members, since, now);
+    }
+    let clock = if still_held { clock } else { now };
     let entries = members
         .into_iter()
-        .map(|m| decide_entry(m, &rollout, deadline, input))
+        .map(|m| decide_entry(m, &rollout, deadline, input, clock))
         .collect();
+    // Held, nothing runs out: the next look comes with the change that ends the hold.
+    let held_now = matches!(
+        rollout.phase,
+        RolloutPhase::Paused | RolloutPhase::AwaitingPromotion
+    );
     WaveOutcome {
         rollout: Some(rollout),
         entries,
-        recheck_in: recheck.into_iter().min(),
+        recheck_in: recheck.into_iter().min().filter(|_| !held_now),
         events,
+    }
+}
+
+/// Whether `promotion` lets the wave after `wave` open in `rollout`: it names the rollout's revision
+/// and that wave, and either this very rollout or (naming none) it was not already there when the
+/// rollout began.
+fn promotes(promotion: &Promoted<'_>, rollout: &RolloutStatus, wave: i32) -> bool {
+    if promotion.revision != rollout.revision || promotion.wave != wave {
+        return false;
+    }
+    match promotion.rollout {
+        Some(id) => rollout.started_at.as_ref().is_some_and(|t| rollout_id(t) == id),
+        None => rollout.stale_promotion.as_deref() != Some(promotion.value),
+    }
+}
+
+/// A hold that began at `since` is over at `now`: every clock of the rollout that was running when it
+/// began, or was started while it lasted (at `since`), moves later by its length in whole seconds.
+/// Each deadline, stabilization window and analysis interval then has the time it had left.
+fn resume_clocks(rollout: &mut RolloutStatus, members: &mut [Member<'_>], since: &Time, now: &Time) {
+    let held = whole_second_after(now).0.duration_since(since.0);
+    if !held.is_positive() {
+        return;
+    }
+    let shift = |t: &mut Option<Time>| {
+        if let Some(time) = t.as_mut().filter(|time| time.0 <= since.0)
+            && let Ok(later) = time.0.checked_add(held)
+        {
+            time.0 = later;
+        }
+    };
+    shift(&mut rollout.wave_healthy_since);
+    for run in &mut rollout.analysis {
+        shift(&mut run.last_measured_at);
+    }
+    for m in members {
+        shift(&mut m.entry.moved_at);
     }
 }
 
@@ -480,6 +542,7 @@ fn judge_wave(
     in_wave: &[&Member<'_>],
     stage: WaveStage,
     previous: &[AnalysisRunStatus],
+    clock: &Time,
 ) -> JudgedWave {
     let subject = WaveSubject {
         namespace: input.namespace,
@@ -537,7 +600,7 @@ fn judge_wave(
             continue;
         };
         analysis::settle(run, a, stage);
-        if let Some(due) = analysis::due_in(run, a, input.now) {
+        if let Some(due) = analysis::due_in(run, a, clock) {
             due_in = Some(due_in.map_or(due, |d| d.min(due)));
         }
     }
@@ -576,7 +639,7 @@ fn time_left(since: &Time, seconds: i64, now: &Time) -> Option<Duration> {
 
 /// The member's entry with what the status recorded of this rollout: when it moved, what it ran
 /// before, and a rollback already decided.
-fn carry_forward<'a>(mut m: Member<'a>, input: &WaveInput<'_>, fresh: bool) -> Member<'a> {
+fn carry_forward<'a>(mut m: Member<'a>, input: &WaveInput<'_>, fresh: bool, clock: &Time) -> Member<'a> {
     let previous = input
         .previous_entries
         .get(&m.entry.uid)
@@ -592,7 +655,7 @@ fn carry_forward<'a>(mut m: Member<'a>, input: &WaveInput<'_>, fresh: bool) -> M
     } else if m.entry.state == WorkloadState::Current {
         m.entry.moved_at = this_rollout
             .and_then(|p| p.moved_at.clone())
-            .or_else(|| Some(whole_second_after(input.now)));
+            .or_else(|| Some(whole_second_after(clock)));
         m.entry.previous_revision = this_rollout
             .and_then(|p| p.previous_revision.clone())
             .or_else(|| {
@@ -625,10 +688,11 @@ fn decide_entry(
     rollout: &RolloutStatus,
     deadline: i64,
     input: &WaveInput<'_>,
+    clock: &Time,
 ) -> WorkloadStatus {
     let wave = m.wave.number();
     m.entry.wave = wave.unwrap_or(0);
-    let failed = failure(&m, deadline, input.now);
+    let failed = failure(&m, deadline, clock);
     let entry = &mut m.entry;
     match entry.state {
         WorkloadState::Pinned | WorkloadState::RolledBack => {}

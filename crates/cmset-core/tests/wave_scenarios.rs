@@ -15,7 +15,7 @@ use cmset_core::observe::{RevisionView, WorkloadKind, WorkloadView};
 use cmset_core::plan::{EventKind, SetInput, SetPlan, plan_set};
 use cmset_core::revision::inline_identity;
 use cmset_core::rollout::{SetTarget, plan_workload};
-use cmset_core::set::{SetRef, SourceState};
+use cmset_core::set::{SetRef, SourceState, rollout_id};
 use cmset_core::waves::{Gate, WaveAnalysis, gate, runs_to_measure, transitions};
 use k8s_openapi::api::core::v1::{ConfigMapEnvSource, Container, EnvFromSource, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -145,6 +145,13 @@ impl World {
         if let Some(new) = &plan.create {
             let number = plan.status.revision.unwrap();
             self.revisions.push(revision_of(&self.set, new.name(), number));
+        } else if let (Some(current), Some(number)) = (&plan.status.current_revision, plan.status.revision) {
+            // Back to an earlier content: the revision that holds it is numbered anew, as the I/O
+            // layer renumbers it.
+            for r in self.revisions.iter_mut().filter(|r| r.name == *current) {
+                r.annotations
+                    .insert(labels::REVISION.to_string(), number.to_string());
+            }
         }
         for event in &plan.events {
             self.events
@@ -296,6 +303,8 @@ impl World {
         };
         let status = self.set.status.clone().unwrap_or_default();
         let (mut runs, wave) = runs_to_measure(&status, analyses, "team");
+        // As the I/O layer: a paused set measures nothing.
+        let wave = wave.filter(|_| !SetRef::from(&self.set).paused());
         let now = at(self.now);
         for run in runs.iter_mut().filter(|r| Some(r.wave) == wave) {
             let analysis = analyses.iter().find(|a| a.template == run.template).unwrap();
@@ -899,6 +908,219 @@ fn manual_promotion_holds_each_next_wave_until_that_wave_is_promoted() {
     world.heal_all();
     assert_eq!(world.rollout().phase, RolloutPhase::Complete);
     assert_eq!(world.ready().0, "True");
+}
+
+#[test]
+fn a_paused_rollout_never_fails_by_time_and_resumes_with_the_time_it_had_left() {
+    let (mut world, _) = two_waves(Some(rollout(0, 300, true)));
+    world.change_content("v2");
+    world.settle();
+    let new = world.current();
+    assert_eq!(world.reads("first"), new);
+    let moved_at = world.entry("first").moved_at.unwrap();
+    // 100 s into its 300 s deadline, still rolling out, the rollout is paused for far longer.
+    world.now += 100;
+    world.annotate(labels::PAUSED, Some("true"));
+    let plan = world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::Paused);
+    let held_since = world.rollout().held_since.unwrap();
+    assert_eq!(plan.recheck_in, None, "held, nothing runs out: no timer");
+    world.now += 1_000;
+    world.settle();
+    let rollout = world.rollout();
+    assert_eq!(
+        (rollout.phase, rollout.held_since),
+        (RolloutPhase::Paused, Some(held_since.clone()))
+    );
+    assert_eq!(world.reads("first"), new, "not rolled back while paused");
+    assert_eq!(world.entry("first").moved_at, Some(moved_at.clone()));
+
+    // Resumed: its clock moved later by the pause, so it has the ~200 s it had left, not 0.
+    world.annotate(labels::PAUSED, None);
+    world.settle();
+    let rollout = world.rollout();
+    assert_eq!(
+        (rollout.phase, rollout.held_since),
+        (RolloutPhase::Progressing, None)
+    );
+    let shifted = world.entry("first").moved_at.unwrap();
+    let held = shifted.0.duration_since(moved_at.0).as_secs();
+    assert!(
+        (1_000..=1_001).contains(&held),
+        "moved later by the pause: {held} s"
+    );
+    world.now += 190;
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::Progressing);
+    world.now += 20;
+    world.settle();
+    let rollout = world.rollout();
+    assert_eq!(
+        rollout.phase,
+        RolloutPhase::Failed,
+        "its deadline still counts: {rollout:?}"
+    );
+}
+
+#[test]
+fn a_workload_that_reports_failure_fails_a_paused_rollout() {
+    let (mut world, _) = two_waves(Some(rollout(0, 300, false)));
+    world.change_content("v2");
+    world.settle();
+    world.annotate(labels::PAUSED, Some("true"));
+    world.settle();
+    world.now += 10;
+    world.workload("first").health = Health::Failed("ProgressDeadlineExceeded".into());
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::Failed);
+}
+
+#[test]
+fn pausing_an_inconclusive_analysis_stops_its_deadline_and_it_resumes_where_it_stood() {
+    let (mut world, old) = analysed(true);
+    world.change_content("v2");
+    world.settle();
+    world.heal_all();
+    let new = world.current();
+    measure_for(&mut world, 50, &QueryOutcome::NoData);
+    let before = runs_of_wave(&world, 0)[0].clone();
+    assert_eq!(before.verdict, AnalysisVerdict::Inconclusive);
+
+    world.annotate(labels::PAUSED, Some("true"));
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::Paused);
+    // Far past the 300 s deadline, while paused: nothing is measured and nothing fails.
+    for _ in 0..10 {
+        world.now += 100;
+        world.measure(QueryOutcome::NoData);
+        world.settle();
+    }
+    let rollout = world.rollout();
+    assert_eq!(rollout.phase, RolloutPhase::Paused, "{rollout:?}");
+    assert_eq!(runs_of_wave(&world, 0)[0].measurements, before.measurements);
+    assert_eq!(world.reads("first"), new);
+    assert_ne!(world.reads("second"), new);
+
+    // Resumed with good data: the analysis goes on, the window ends, wave 1 moves; no failure.
+    world.annotate(labels::PAUSED, None);
+    world.settle();
+    measure_for(&mut world, 40, &QueryOutcome::Samples(vec![0.01]));
+    assert_eq!(world.reads("second"), new, "{:?}", world.rollout());
+    world.heal_all();
+    measure_for(&mut world, 40, &QueryOutcome::Samples(vec![0.01]));
+    assert_eq!(world.rollout().phase, RolloutPhase::Complete);
+    assert!(!world.reasons().contains(&"RolloutFailed"), "{:?}", world.events);
+    assert_ne!(world.reads("first"), old);
+}
+
+#[test]
+fn awaiting_promotion_stops_the_clocks_too() {
+    let (mut world, _) = two_waves(Some(rollout(30, 300, true)));
+    world.set.spec.rollout.as_mut().unwrap().promotion = cmset_api::Promotion::Manual;
+    world.change_content("v2");
+    world.settle();
+    world.heal_all();
+    world.now += 40;
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::AwaitingPromotion);
+    // A day waiting for a promotion; then a pod of wave 0 restarts: it has its deadline's time left.
+    world.now += 86_400;
+    world.workload("first").health = Health::Progressing;
+    world.settle();
+    let rollout = world.rollout();
+    assert_eq!(rollout.phase, RolloutPhase::Progressing, "{rollout:?}");
+    world.now += 100;
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::Progressing);
+}
+
+#[test]
+fn a_promotion_names_its_rollout_and_a_later_rollout_of_the_same_revision_needs_its_own() {
+    let (mut world, _) = two_waves(Some(rollout(0, 600, false)));
+    world.set.spec.rollout.as_mut().unwrap().promotion = cmset_api::Promotion::Manual;
+    world.change_content("v2");
+    world.settle();
+    world.heal_all();
+    let v2 = world.current();
+    assert_eq!(world.rollout().phase, RolloutPhase::AwaitingPromotion);
+    let first_rollout = rollout_id(world.rollout().started_at.as_ref().unwrap());
+    let promotion = format!("{v2}/0@{first_rollout}");
+    world.annotate(labels::PROMOTED, Some(&promotion));
+    world.settle();
+    assert_eq!(world.reads("second"), v2, "promoted");
+    world.heal_all();
+    assert_eq!(world.rollout().phase, RolloutPhase::Complete);
+
+    // Another change, promoted, then a revert to v2: a new rollout of the same revision.
+    world.now += 100;
+    world.change_content("v3");
+    world.settle();
+    world.heal_all();
+    promote_current(&mut world);
+    assert_eq!(world.rollout().phase, RolloutPhase::Complete);
+    world.now += 100;
+    world.change_content("v2");
+    world.settle();
+    world.heal_all();
+    let rollout = world.rollout();
+    assert_eq!(
+        (rollout.revision.as_str(), rollout.phase),
+        (v2.as_str(), RolloutPhase::AwaitingPromotion)
+    );
+    assert_ne!(rollout_id(rollout.started_at.as_ref().unwrap()), first_rollout);
+    // The first rollout's promotion does not promote this one.
+    world.annotate(labels::PROMOTED, Some(&promotion));
+    world.settle();
+    world.now += 100;
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::AwaitingPromotion);
+    assert_ne!(world.reads("second"), v2);
+    // Its own does.
+    let own = format!("{v2}/0@{}", rollout_id(rollout.started_at.as_ref().unwrap()));
+    world.annotate(labels::PROMOTED, Some(&own));
+    world.settle();
+    assert_eq!(world.reads("second"), v2);
+}
+
+/// What `kubectl cmset promote` writes for the wave under way, then everything healthy.
+fn promote_current(world: &mut World) {
+    let rollout = world.rollout();
+    let id = rollout_id(rollout.started_at.as_ref().unwrap());
+    let value = format!("{}/{}@{id}", rollout.revision, rollout.wave);
+    world.annotate(labels::PROMOTED, Some(&value));
+    world.settle();
+    world.heal_all();
+}
+
+#[test]
+fn a_promotion_that_names_no_rollout_counts_only_if_given_after_the_rollout_began() {
+    let (mut world, _) = two_waves(Some(rollout(0, 600, false)));
+    world.set.spec.rollout.as_mut().unwrap().promotion = cmset_api::Promotion::Manual;
+    world.change_content("v2");
+    world.settle();
+    world.heal_all();
+    let v2 = world.current();
+    let legacy = format!("{v2}/0");
+    world.annotate(labels::PROMOTED, Some(&legacy));
+    world.settle();
+    assert_eq!(world.reads("second"), v2, "given during the rollout: it promotes");
+    world.heal_all();
+    world.now += 100;
+    world.change_content("v3");
+    world.settle();
+    world.heal_all();
+    promote_current(&mut world);
+    // Reverted, while a GitOps sync has put the old promotion back on the set: it is stale for the new
+    // rollout of v2.
+    world.annotate(labels::PROMOTED, Some(&legacy));
+    world.now += 100;
+    world.change_content("v2");
+    world.settle();
+    world.heal_all();
+    let rollout = world.rollout();
+    assert_eq!(rollout.phase, RolloutPhase::AwaitingPromotion);
+    assert_eq!(rollout.stale_promotion.as_deref(), Some(legacy.as_str()));
+    assert_ne!(world.reads("second"), v2);
 }
 
 #[test]

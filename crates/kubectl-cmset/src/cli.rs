@@ -186,8 +186,9 @@ paused by its spec (spec.rollout.paused: true) is resumed by changing the spec."
     #[command(long_about = "\
 For a set whose spec.rollout.promotion is Manual: let the wave after the one in progress open, now
 if that wave is done and stable (AwaitingPromotion), else as soon as it is. Writes the annotation
-cmset.dev/promoted: <revision>/<wave> on the set, so the promotion survives an operator restart and
-applies to that revision and wave only.")]
+cmset.dev/promoted: <revision>/<wave>@<startedAt> on the set, so the promotion survives an operator
+restart and applies to that wave of that rollout only: a later rollout of the same revision needs its
+own.")]
     Promote {
         /// The set: NAME, configmapset/NAME or secretset/NAME
         set: String,

@@ -1719,6 +1719,7 @@ Deployment/web      3          app-cccccccccc   current (updated by cmset)
             message: None,
             held_since: None,
             analysis: Vec::new(),
+            ..cmset_api::RolloutStatus::default()
         }
     }
 

@@ -2,11 +2,12 @@
 //!
 //! Each is an annotation (never the spec, so a GitOps tool that owns the spec sees no drift), written
 //! with a merge patch of the set's metadata: `cmset.dev/paused: "true"` holds the rollout,
-//! `cmset.dev/promoted: <revision>/<wave>` lets the wave after that one open. The controller reads
+//! `cmset.dev/promoted: <revision>/<wave>@<rollout>` lets the wave after that one open in that rollout
+//! (named by its `startedAt`), and in no later rollout of the same revision. The controller reads
 //! them on its next reconcile; the record stays in the API, so a restart changes nothing.
 
 use cmset_api::{Promotion, RolloutPhase, labels};
-use cmset_core::set::SetRef;
+use cmset_core::set::{SetRef, rollout_id};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -111,7 +112,11 @@ fn promote(set: SetRef<'_>, id: &str) -> Result<Steer, String> {
             rollout.wave, rollout.revision
         ));
     };
-    let value = format!("{}/{}", rollout.revision, rollout.wave);
+    // Naming the rollout (its start), so that a later rollout of the same revision needs its own.
+    let value = match &rollout.started_at {
+        Some(started) => format!("{}/{}@{}", rollout.revision, rollout.wave, rollout_id(started)),
+        None => format!("{}/{}", rollout.revision, rollout.wave),
+    };
     let when = if rollout.phase == RolloutPhase::AwaitingPromotion {
         "now"
     } else {
@@ -225,6 +230,22 @@ mod tests {
             promoted.message.contains("wave 1 opens now"),
             "{}",
             promoted.message
+        );
+        // Naming the rollout by its start, so that a later rollout of the same revision needs its own.
+        let mut started = s.clone();
+        let rollout = started.status.as_mut().unwrap().rollout.as_mut().unwrap();
+        rollout.started_at = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-11-25T16:00:05Z".parse().unwrap(),
+        ));
+        let promoted = steer(Action::Promote, (&started).into(), ID).unwrap();
+        assert_eq!(
+            promoted.value.as_deref(),
+            Some("app-2222222222/0@2026-11-25T16:00:05Z")
+        );
+        let parsed = cmset_core::set::Promoted::parse(promoted.value.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            (parsed.revision, parsed.wave, parsed.rollout),
+            ("app-2222222222", 0, Some("2026-11-25T16:00:05Z"))
         );
         let early = set(manual(), Some((RolloutPhase::Progressing, 1)), &[]);
         let early = steer(Action::Promote, (&early).into(), ID).unwrap();
