@@ -728,6 +728,16 @@ fn admin_kubeconfig() -> PathBuf {
         .expect("KUBECONFIG names the cluster (run e2e/run.sh)")
 }
 
+/// A file removed when this is dropped, even by a failing test: the proxied kubeconfig holds the admin
+/// credentials.
+struct Removed(PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// An answer of the API server: status, the headers that say what the body is, and the body.
 #[derive(Debug, PartialEq, Eq)]
 struct Answer {
@@ -783,6 +793,7 @@ async fn the_plugin_works_with_and_without_argo_rollouts() {
     let proxy = FaultProxy::start(&admin_kubeconfig()).await;
     proxy.inject(Rule::unserved_group("argoproj.io"));
     let without = proxy.kubeconfig(&format!("{}-without-rollouts", ns.name));
+    let _remove = Removed(without.clone());
     // The server's own answer for a group it does not serve is what the proxy and the plugin's stand-in
     // server (crates/kubectl-cmset/src/stand_in.rs) were told it is.
     let not_served = raw_get(
