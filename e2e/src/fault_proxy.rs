@@ -13,6 +13,9 @@
 //! - drop every open watch connection mid-stream, as a network cut would ([`FaultProxy::drop_watches`]);
 //! - end every open watch with a `410 Gone` `ERROR` event, as the server does when the resourceVersion
 //!   a watch resumes from is compacted away ([`FaultProxy::expire_watches`]);
+//! - answer every request for an API group as a server that does not serve that group does
+//!   ([`Rule::unserved_group`]): a cluster without a CRD, for one client, while the CRD stays installed
+//!   for the tests running at the same time;
 //! - count the requests matching a [`Match`], to measure request rates.
 //!
 //! The proxy never logs headers: the Authorization header carries a credential.
@@ -163,11 +166,38 @@ impl Fault {
     }
 }
 
+/// The API server's answer to a request under a group it does not serve, as the e2e control plane
+/// (kube-apiserver v1.20.2) gave it for `/apis/argoproj.io/v1alpha1/namespaces/x/rollouts` without the
+/// Argo Rollouts CRD (`curl -i`, 2026-11-25): not a `Status`, but its handler chain's fallback, Go's
+/// plain-text `http.NotFound`, with these headers (and `Date`, `Content-Length` and the
+/// `X-Kubernetes-Pf-*` of its priority and fairness filter). kubectl-cmset's stand-in server
+/// (`crates/kubectl-cmset/src/stand_in.rs`) records the same answer; e2e/tests/plugin.rs checks both
+/// against the running server.
+pub const UNSERVED_HEADERS: [(&str, &str); 3] = [
+    ("cache-control", "no-cache, private"),
+    ("content-type", "text/plain; charset=utf-8"),
+    ("x-content-type-options", "nosniff"),
+];
+pub const UNSERVED_BODY: &str = "404 page not found\n";
+
+fn unserved_response() -> Response<ProxyBody> {
+    let mut response = Response::new(full(UNSERVED_BODY));
+    *response.status_mut() = StatusCode::NOT_FOUND;
+    for (name, value) in UNSERVED_HEADERS {
+        response
+            .headers_mut()
+            .insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
 /// What a rule does to a request it matches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Answer with this error; the API server never sees the request.
     Fail(Fault),
+    /// Answer as the API server answers for a group it does not serve; it never sees the request.
+    NotServed,
     /// Forward the request at once, and pass the API server's answer on this much later: a slow
     /// network on the way back, where the server has acted long before the client knows.
     DelayAnswer(Duration),
@@ -197,6 +227,19 @@ impl Rule {
         Self {
             matcher,
             action: Action::Fail(fault),
+            times: None,
+        }
+    }
+
+    /// While the rule is in place, the API group `group` (`argoproj.io`) is not served: every request
+    /// for a path under one of its versions gets the API server's answer for a group it does not
+    /// serve. Discovery (`/apis`, `/apis/<group>`) is passed on as it is: a client that reads it still
+    /// finds the group, so this stands in for a server without the group only for clients that ask
+    /// for its resources directly, as kubectl-cmset does.
+    pub fn unserved_group(group: &str) -> Self {
+        Self {
+            matcher: Match::path(&format!("/apis/{group}/")),
+            action: Action::NotServed,
             times: None,
         }
     }
@@ -476,6 +519,10 @@ async fn handle(state: Arc<State>, request: Request<Incoming>) -> Result<Respons
             let _ = request.into_body().collect().await;
             return Ok(fault.response());
         }
+        Some(Action::NotServed) => {
+            let _ = request.into_body().collect().await;
+            return Ok(unserved_response());
+        }
         Some(Action::DelayAnswer(by)) => by,
         None => Duration::ZERO,
     };
@@ -667,6 +714,28 @@ mod tests {
         assert!(is_watch("/api/v1/configmaps?watch=1"));
         assert!(!is_watch("/api/v1/configmaps?labelSelector=watch%3Dtrue"));
         assert!(!is_watch("/api/v1/watch=true"));
+    }
+
+    #[test]
+    fn an_unserved_group_is_every_path_under_it_and_only_those() {
+        let rule = Rule::unserved_group("argoproj.io");
+        assert_eq!(rule.action, Action::NotServed);
+        assert_eq!(rule.times, None);
+        for path in [
+            "/apis/argoproj.io/v1alpha1/namespaces/a/rollouts?limit=500",
+            "/apis/argoproj.io/v1alpha1",
+        ] {
+            assert!(rule.matcher.matches(&Method::GET, path), "{path}");
+        }
+        for path in ["/apis", "/apis/apps/v1/namespaces/argoproj.io/deployments"] {
+            assert!(!rule.matcher.matches(&Method::GET, path), "{path}");
+        }
+        let response = unserved_response();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        assert_eq!(
+            response.headers()[http::header::CONTENT_TYPE],
+            "text/plain; charset=utf-8"
+        );
     }
 
     #[test]

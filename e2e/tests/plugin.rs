@@ -4,17 +4,23 @@
 //! opted-in one is rolled back. `history`, `diff` and `status` must tell that story. A second test reads
 //! a SecretSet whose revisions and status it writes itself, and checks that no value is ever shown.
 //!
+//! A third runs the plugin once on a cluster without the Argo Rollouts CRD and once with it.
+//!
 //! The binary comes from `CMSET_PLUGIN_BIN`, else it sits next to this test's own target directory
 //! (`target/debug/kubectl-cmset`): build it first with `cargo build -p kubectl-cmset`.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use cmset_e2e::cmset_api::labels;
+use cmset_e2e::fault_proxy::{FaultProxy, Match, Rule, UNSERVED_BODY, UNSERVED_HEADERS};
 use cmset_e2e::fixtures::{DeploymentYaml, Reads, Template, rollout_status, set_yaml_with, wait_names};
-use cmset_e2e::kube::ResourceExt;
+use cmset_e2e::kinds::install_crd;
+use cmset_e2e::kube::config::{KubeConfigOptions, Kubeconfig};
+use cmset_e2e::kube::{Client, Config, ResourceExt};
 use cmset_e2e::{Operator, TestNamespace, eventually};
+use http_body_util::BodyExt;
 use serde_json::Value;
 
 const SET: &str = "app-config";
@@ -75,12 +81,19 @@ struct Run {
 #[derive(Default)]
 struct Transcript {
     piped: Vec<String>,
+    /// The kubeconfig the plugin is given (`--kubeconfig`); `$KUBECONFIG` when `None`.
+    kubeconfig: Option<PathBuf>,
 }
 
 impl Transcript {
     /// `kubectl cmset -n <ns> <args>` with standard output into a pipe, as in a script.
     fn run(&mut self, ns: &TestNamespace, args: &[&str]) -> Run {
+        let kubeconfig = self
+            .kubeconfig
+            .iter()
+            .flat_map(|k| [Path::new("--kubeconfig"), k]);
         let out = Command::new(plugin_bin())
+            .args(kubeconfig)
             .args(["-n", &ns.name])
             .args(args)
             .env_remove("NO_COLOR")
@@ -679,4 +692,196 @@ async fn the_plugin_reads_a_secret_set_and_never_shows_a_value() {
             "an escape sequence in piped output:\n{out}"
         );
     }
+}
+
+/// A Rollout reading the set, without the opt-in label: cmset leaves it alone, the plugin lists it
+/// wherever Rollouts are served. No Argo controller runs, and it asks for no pod.
+fn rollout_yaml(name: &str) -> String {
+    format!(
+        r#"
+apiVersion: argoproj.io/v1alpha1
+kind: Rollout
+metadata:
+  name: {name}
+spec:
+  replicas: 0
+  selector:
+    matchLabels: {{app: {name}}}
+  strategy:
+    canary: {{}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+    spec:
+      containers:
+        - name: app
+          image: registry.k8s.io/pause:3.9
+          envFrom:
+            - configMapRef: {{name: {SET}, optional: true}}
+"#
+    )
+}
+
+fn admin_kubeconfig() -> PathBuf {
+    std::env::var_os("KUBECONFIG")
+        .map(PathBuf::from)
+        .expect("KUBECONFIG names the cluster (run e2e/run.sh)")
+}
+
+/// A file removed when this is dropped, even by a failing test: the proxied kubeconfig holds the admin
+/// credentials.
+struct Removed(PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// An answer of the API server: status, the headers that say what the body is, and the body.
+#[derive(Debug, PartialEq, Eq)]
+struct Answer {
+    code: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+/// A GET of `path` with the client of `kubeconfig`, whatever it answers.
+async fn raw_get(kubeconfig: &Path, path: &str) -> Answer {
+    let file = Kubeconfig::read_from(kubeconfig).expect("read the kubeconfig");
+    let config = Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+        .await
+        .expect("a usable kubeconfig");
+    let client = Client::try_from(config).expect("a client");
+    let request = http::Request::get(path)
+        .body(Vec::new().into())
+        .expect("a request");
+    let response = client.send(request).await.expect("an answer");
+    let headers = UNSERVED_HEADERS
+        .iter()
+        .filter_map(|(name, _)| {
+            let value = response.headers().get(*name)?.to_str().ok()?;
+            Some((name.to_string(), value.to_string()))
+        })
+        .collect();
+    let code = response.status().as_u16();
+    let body = response.into_body().collect().await.expect("the body").to_bytes();
+    Answer {
+        code,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+/// The plugin on a cluster that does not serve Argo Rollouts, and on one that does (issue 25). The CRD
+/// stays installed, since tests running at the same time use it: for the first run the plugin reaches
+/// the API server through a proxy that answers every request under `argoproj.io` as a server without
+/// the CRD does (checked against the server's own answer for a group it does not serve); the second
+/// reaches it directly. Every command works in both; both show the set's Deployments, and only the
+/// second the Rollout that references the set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plugin_works_with_and_without_argo_rollouts() {
+    install_crd("argo-rollouts-crd.yaml", "rollouts.argoproj.io").await;
+    let ns = TestNamespace::new("plugin-rollouts").await;
+    let _operator = Operator::start(&ns.name).await;
+    ns.apply(&deployment_yaml("web", true));
+    ns.apply(&deployment_yaml("legacy", false));
+    roll_to(&ns, 1, &set_yaml("1", "blue", false)).await;
+    let v2 = roll_to(&ns, 2, &set_yaml("2", "red", false)).await;
+    ns.apply(&rollout_yaml("canary"));
+
+    let proxy = FaultProxy::start(&admin_kubeconfig()).await;
+    proxy.inject(Rule::unserved_group("argoproj.io"));
+    let without = proxy.kubeconfig(&format!("{}-without-rollouts", ns.name));
+    let _remove = Removed(without.clone());
+    // The server's own answer for a group it does not serve is what the proxy and the plugin's stand-in
+    // server (crates/kubectl-cmset/src/stand_in.rs) were told it is.
+    let not_served = raw_get(
+        &admin_kubeconfig(),
+        "/apis/not-served.cmset.dev/v1/namespaces/x/things",
+    )
+    .await;
+    let recorded = Answer {
+        code: 404,
+        headers: UNSERVED_HEADERS
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect(),
+        body: UNSERVED_BODY.to_string(),
+    };
+    assert_eq!(
+        not_served, recorded,
+        "the API server's answer for a group it does not serve"
+    );
+    let rollouts = format!("/apis/argoproj.io/v1alpha1/namespaces/{}/rollouts", ns.name);
+    assert_eq!(
+        raw_get(&without, &rollouts).await,
+        not_served,
+        "through the proxy"
+    );
+    assert_eq!(
+        raw_get(&admin_kubeconfig(), &rollouts).await.code,
+        200,
+        "directly"
+    );
+
+    let not_opted_in = "not opted in: label cmset.dev/enabled=true is missing; cmset does not manage it";
+    for (served, kubeconfig) in [(false, Some(without)), (true, None)] {
+        let mut t = Transcript {
+            kubeconfig,
+            ..Transcript::default()
+        };
+        let context = if served {
+            "Rollouts served"
+        } else {
+            "Rollouts not served"
+        };
+        let status = t.expect(&ns, &["status", SET], 0);
+        let table = status
+            .split("\n\n")
+            .nth(1)
+            .expect("a table after the set's fields");
+        let by_workload: BTreeMap<String, BTreeMap<String, String>> = parse_table(table)
+            .into_iter()
+            .map(|r| (r["WORKLOAD"].clone(), r))
+            .collect();
+        let mut expected = vec!["Deployment/legacy", "Deployment/web"];
+        if served {
+            expected.push("Rollout/canary");
+            assert_eq!(by_workload["Rollout/canary"]["WHY"], not_opted_in, "{status}");
+        }
+        assert_eq!(
+            by_workload.keys().collect::<Vec<_>>(),
+            expected,
+            "{context}: {status}"
+        );
+        // (After the first round's pause and resume, the set shows its rollout, and "; healthy" follows.)
+        assert!(
+            by_workload["Deployment/web"]["WHY"].starts_with("current (updated by cmset)"),
+            "{context}: {status}"
+        );
+        assert_eq!(by_workload["Deployment/web"]["CONFIGMAP"], v2, "{context}");
+        assert_eq!(by_workload["Deployment/legacy"]["WHY"], not_opted_in, "{context}");
+
+        let why = t.json(&ns, &["why", SET, "deploy/web", "-o", "json"], 0);
+        assert_eq!(why["workloads"][0]["state"], "current", "{context}: {why}");
+        let rollout = t.run(&ns, &["why", SET, "rollout/canary", "-o", "json"]);
+        assert_eq!(rollout.code, if served { 0 } else { 2 }, "{context}: {rollout:?}");
+        let history = parse_table(&t.expect(&ns, &["history", SET], 0));
+        assert_eq!(history.len(), 2, "{context}: {history:?}");
+        let diff = t.expect(&ns, &["diff", SET], 1);
+        assert!(
+            diff.contains("@@ APP_VERSION: changed @@\n-1\n+2\n"),
+            "{context}: {diff}"
+        );
+        let paused = t.expect(&ns, &["pause", SET], 0);
+        assert!(paused.contains(" paused: "), "{context}: {paused}");
+        let resumed = t.expect(&ns, &["resume", SET], 0);
+        assert!(resumed.contains(" resumed: "), "{context}: {resumed}");
+    }
+    let asked = proxy.count(&Match::path("/apis/argoproj.io/"));
+    assert!(
+        asked >= 2,
+        "the plugin asked for Rollouts through the proxy ({asked} requests) and was told they are not served"
+    );
 }

@@ -4,7 +4,8 @@
 //! Workloads are listed for every built-in kind of cmset's table ([`WorkloadKind::BUILT_IN`]), through
 //! the dynamic API and the kind's own entry (group, versions preferred first, plural, where its pod
 //! template lives), so a kind added to the table is listed here with no change. A kind the server does
-//! not serve (Argo Rollouts not installed, CronJob `batch/v1` before Kubernetes 1.21) simply has none.
+//! not serve (Argo Rollouts not installed, CronJob `batch/v1` before Kubernetes 1.21) simply has none
+//! ([`not_found`]).
 //!
 //! A SecretSet's revisions are listed by their metadata only; the only Secrets read in full are the two
 //! a diff compares ([`Cluster::secret`]), and no error about a Secret request repeats anything of the
@@ -19,6 +20,7 @@ use cmset_core::set::SetKind;
 use k8s_openapi::api::core::v1::{ConfigMap, PodSpec, Secret};
 use kube::api::{ApiResource, DynamicObject, ListParams, PartialObjectMeta, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::Status;
 use kube::{Api, Client, Config, ResourceExt};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -61,7 +63,12 @@ impl Cluster {
         };
         let namespace = namespace.map_or_else(|| config.default_namespace.clone(), str::to_string);
         let client = Client::try_from(config).map_err(|e| Error::Config(e.to_string()))?;
-        Ok(Self { client, namespace })
+        Ok(Self::new(client, namespace))
+    }
+
+    /// A cluster on `client`, acting in `namespace`.
+    pub fn new(client: Client, namespace: String) -> Self {
+        Self { client, namespace }
     }
 
     fn api<K>(&self) -> Api<K>
@@ -135,8 +142,9 @@ impl Cluster {
     {
         match self.api::<K>().get(name).await {
             Ok(set) => Ok(Lookup::Found(set)),
-            // A missing object names itself in the details; a missing API does not.
-            Err(kube::Error::Api(status)) if status.is_not_found() => {
+            // A missing object names itself in the details; a missing API (a Status without a name, or
+            // the plain-text 404 of a group the server does not serve) does not.
+            Err(kube::Error::Api(status)) if not_found(&status) => {
                 if status.details.as_ref().is_some_and(|d| !d.name.is_empty()) {
                     Ok(Lookup::Missing)
                 } else {
@@ -202,8 +210,8 @@ impl Cluster {
 }
 
 /// The objects of `kind` in `namespace`, at the first of its versions the server serves: none when it
-/// serves none of them (listing a resource the server does not serve answers 404; listing in a namespace
-/// that does not exist answers an empty list). The error names the version that failed.
+/// serves none of them ([`not_found`]; listing in a namespace that does not exist answers an empty
+/// list). The error names the version that failed.
 async fn list_kind(
     client: Client,
     namespace: &str,
@@ -225,11 +233,22 @@ async fn list_kind(
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
         match api.list(&ListParams::default()).await {
             Ok(list) => return Ok(list.items),
-            Err(kube::Error::Api(status)) if status.is_not_found() => continue,
+            Err(kube::Error::Api(status)) if not_found(&status) => continue,
             Err(e) => return Err((version, e)),
         }
     }
     Ok(Vec::new())
+}
+
+/// Whether the API server answered 404: for a collection, that it does not serve the resource. It says
+/// so in one of two ways (recorded in `crate::stand_in`): a group it does not serve at all
+/// (`argoproj.io` without Argo Rollouts) gets Go's plain-text `404 page not found`; a resource, or a
+/// version, unknown to a group it serves (`batch/v1` CronJobs before 1.21) a `NotFound` Status. kube
+/// turns a body that is not a Status into `Error::Api` with the HTTP code and the reason "Failed to
+/// parse error data", which `Status::is_not_found` (it looks at the reason only) misses: the code, the
+/// HTTP code or the Status's own (which the server sets to it), covers both.
+fn not_found(status: &Status) -> bool {
+    status.code == 404
 }
 
 /// What failed, for an error: `listing CronJobs (batch/v1beta1)`.
@@ -287,15 +306,13 @@ fn workload(kind: WorkloadKind, object: &DynamicObject) -> Workload {
 
 #[cfg(test)]
 mod tests {
-    use std::io::{Read, Write};
-    use std::net::TcpListener;
-    use std::sync::{Arc, Mutex};
-
-    use kube::core::Status;
     use serde_json::json;
 
     use super::*;
     use crate::revisions::fixtures::assert_no_secret_values;
+    use crate::stand_in::{
+        self, Answer, CRONJOBS, CRONJOBS_V1BETA1, DEPLOYMENTS, JOBS, ROLLOUTS, at, kubernetes_1_20, with,
+    };
 
     #[test]
     fn errors_about_secrets_never_repeat_the_answer() {
@@ -333,72 +350,16 @@ mod tests {
         );
     }
 
-    /// A stand-in API server on a loopback port: answers each GET path (query left out) with the status
-    /// and body `answers` gives it, and any other with the API server's 404 for a resource it does not
-    /// serve; one request per connection. Returns the cluster (namespace `demo`) and the paths asked.
-    /// Its thread waits for connections until the test process ends.
-    fn fake_api(answers: Vec<(String, u16, serde_json::Value)>) -> (Cluster, Arc<Mutex<Vec<String>>>) {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
-        let url = format!("http://{}", listener.local_addr().expect("its address"));
-        let asked = Arc::new(Mutex::new(Vec::new()));
-        let log = asked.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { return };
-                let mut request = Vec::new();
-                let mut buffer = [0u8; 4096];
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buffer) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => request.extend_from_slice(&buffer[..n]),
-                    }
-                }
-                let request = String::from_utf8_lossy(&request);
-                let target = request.split_whitespace().nth(1).unwrap_or_default();
-                let path = target.split('?').next().unwrap_or_default().to_string();
-                let (code, body) = answers
-                    .iter()
-                    .find(|(p, ..)| *p == path)
-                    .map(|(_, code, body)| (*code, body.clone()))
-                    .unwrap_or_else(|| {
-                        let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
-                            "status": "Failure", "message": "the server could not find the requested resource",
-                            "reason": "NotFound", "details": {}, "code": 404});
-                        (404, status)
-                    });
-                log.lock().expect("the log").push(path);
-                let body = body.to_string();
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 {code} Answer\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
-                     connection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            }
-        });
-        let config = Config::new(url.parse().expect("a URL"));
-        let client = Client::try_from(config).expect("a client");
-        let cluster = Cluster {
-            client,
-            namespace: "demo".into(),
-        };
-        (cluster, asked)
-    }
-
-    fn list(api_version: &str, items: Vec<serde_json::Value>) -> serde_json::Value {
-        json!({"apiVersion": api_version, "kind": "List", "metadata": {"resourceVersion": "7"}, "items": items})
+    fn object(name: &str, spec: serde_json::Value) -> serde_json::Value {
+        json!({"metadata": {"name": name, "namespace": "demo", "uid": format!("{name}-uid"),
+                            "labels": {"cmset.dev/enabled": "true"}},
+               "spec": spec})
     }
 
     /// A pod template reading ConfigMap `name`.
     fn template(name: &str) -> serde_json::Value {
         json!({"metadata": {"labels": {"app": "x"}},
                "spec": {"containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": name}}]}]}})
-    }
-
-    fn object(name: &str, spec: serde_json::Value) -> serde_json::Value {
-        json!({"metadata": {"name": name, "namespace": "demo", "uid": format!("{name}-uid"),
-                            "labels": {"cmset.dev/enabled": "true"}},
-               "spec": spec})
     }
 
     /// Each workload as `Kind/name` and the ConfigMap its pod spec reads.
@@ -417,48 +378,42 @@ mod tests {
             .collect()
     }
 
-    const NS: &str = "/namespaces/demo";
+    fn sorted(asked: &stand_in::Asked) -> Vec<String> {
+        let mut asked = asked.lock().unwrap().clone();
+        asked.sort();
+        asked
+    }
 
     #[tokio::test]
     async fn workloads_of_every_kind_the_server_serves_and_none_of_the_others() {
-        // A 1.20 server without Argo Rollouts: CronJobs only at batch/v1beta1, no rollouts at all.
-        let deployments = format!("/apis/apps/v1{NS}/deployments");
-        let statefulsets = format!("/apis/apps/v1{NS}/statefulsets");
-        let daemonsets = format!("/apis/apps/v1{NS}/daemonsets");
-        let cronjobs_v1beta1 = format!("/apis/batch/v1beta1{NS}/cronjobs");
-        let jobs = format!("/apis/batch/v1{NS}/jobs");
-        let (cluster, asked) = fake_api(vec![
-            (
-                deployments,
-                200,
-                list(
-                    "apps/v1",
-                    vec![object("web", json!({"template": template("app")}))],
+        // `argoproj.io` answers the plain-text 404 of a group the server does not serve, `batch/v1`
+        // CronJobs the NotFound Status of a resource its group does not have: both are none of a kind.
+        let cronjob = object(
+            "report",
+            json!({"schedule": "*/10 * * * *",
+                   "jobTemplate": {"spec": {"template": template("app-cccccccccc")}}}),
+        );
+        let answers = with(
+            kubernetes_1_20(),
+            vec![
+                at(
+                    DEPLOYMENTS,
+                    stand_in::list(
+                        "apps/v1",
+                        vec![object("web", json!({"template": template("app")}))],
+                    ),
                 ),
-            ),
-            (statefulsets, 200, list("apps/v1", vec![])),
-            (daemonsets, 200, list("apps/v1", vec![])),
-            (
-                cronjobs_v1beta1,
-                200,
-                list(
-                    "batch/v1beta1",
-                    vec![object(
-                        "report",
-                        json!({"schedule": "*/10 * * * *",
-                               "jobTemplate": {"spec": {"template": template("app-cccccccccc")}}}),
-                    )],
+                at(CRONJOBS_V1BETA1, stand_in::list("batch/v1beta1", vec![cronjob])),
+                at(
+                    JOBS,
+                    stand_in::list(
+                        "batch/v1",
+                        vec![object("migrate", json!({"template": template("app-bbbbbbbbbb")}))],
+                    ),
                 ),
-            ),
-            (
-                jobs,
-                200,
-                list(
-                    "batch/v1",
-                    vec![object("migrate", json!({"template": template("app-bbbbbbbbbb")}))],
-                ),
-            ),
-        ]);
+            ],
+        );
+        let (cluster, asked) = stand_in::start(answers);
         let workloads = cluster.workloads().await.expect("kinds not served are no error");
         assert_eq!(
             seen(&workloads),
@@ -473,55 +428,71 @@ mod tests {
             workloads[1].labels.get("cmset.dev/enabled").map(String::as_str),
             Some("true")
         );
-        let mut asked = asked.lock().unwrap().clone();
-        asked.sort();
         assert_eq!(
-            asked,
+            sorted(&asked),
             [
-                "/apis/apps/v1/namespaces/demo/daemonsets",
-                "/apis/apps/v1/namespaces/demo/deployments",
-                "/apis/apps/v1/namespaces/demo/statefulsets",
-                "/apis/argoproj.io/v1alpha1/namespaces/demo/rollouts",
-                "/apis/batch/v1/namespaces/demo/cronjobs",
-                "/apis/batch/v1/namespaces/demo/jobs",
-                "/apis/batch/v1beta1/namespaces/demo/cronjobs",
+                "GET /apis/apps/v1/namespaces/demo/daemonsets",
+                "GET /apis/apps/v1/namespaces/demo/deployments",
+                "GET /apis/apps/v1/namespaces/demo/statefulsets",
+                "GET /apis/argoproj.io/v1alpha1/namespaces/demo/rollouts",
+                "GET /apis/batch/v1/namespaces/demo/cronjobs",
+                "GET /apis/batch/v1/namespaces/demo/jobs",
+                "GET /apis/batch/v1beta1/namespaces/demo/cronjobs",
             ],
             "every kind at its versions, preferred first"
         );
     }
 
     #[tokio::test]
+    async fn a_namespace_that_does_not_exist_has_no_workloads() {
+        let answers = with(
+            kubernetes_1_20(),
+            vec![
+                at(CRONJOBS, stand_in::empty_list("batch/v1", "CronJob")),
+                at(ROLLOUTS, stand_in::empty_list("argoproj.io/v1alpha1", "Rollout")),
+            ],
+        );
+        let (cluster, asked) = stand_in::start(answers);
+        assert_eq!(seen(&cluster.workloads().await.unwrap()), []);
+        assert_eq!(
+            asked.lock().unwrap().len(),
+            6,
+            "batch/v1 CronJobs served: v1beta1 is not asked"
+        );
+    }
+
+    #[tokio::test]
     async fn rollouts_and_v1_cronjobs_where_served() {
-        let cronjobs = format!("/apis/batch/v1{NS}/cronjobs");
-        let rollouts = format!("/apis/argoproj.io/v1alpha1{NS}/rollouts");
-        let (cluster, asked) = fake_api(vec![
-            (
-                cronjobs,
-                200,
-                list(
-                    "batch/v1",
-                    vec![object(
-                        "report",
-                        json!({"jobTemplate": {"spec": {"template": template("app")}}}),
-                    )],
+        let answers = with(
+            kubernetes_1_20(),
+            vec![
+                at(
+                    CRONJOBS,
+                    stand_in::list(
+                        "batch/v1",
+                        vec![object(
+                            "report",
+                            json!({"jobTemplate": {"spec": {"template": template("app")}}}),
+                        )],
+                    ),
                 ),
-            ),
-            (
-                rollouts,
-                200,
-                list(
-                    "argoproj.io/v1alpha1",
-                    vec![
-                        object("canary", json!({"template": template("app-ffffffffff")})),
-                        // A Rollout whose template is a Deployment's (spec.workloadRef) has none here.
-                        object(
-                            "by-ref",
-                            json!({"workloadRef": {"kind": "Deployment", "name": "web"}}),
-                        ),
-                    ],
+                at(
+                    ROLLOUTS,
+                    stand_in::list(
+                        "argoproj.io/v1alpha1",
+                        vec![
+                            object("canary", json!({"template": template("app-ffffffffff")})),
+                            // A Rollout whose template is a Deployment's (spec.workloadRef) has none here.
+                            object(
+                                "by-ref",
+                                json!({"workloadRef": {"kind": "Deployment", "name": "web"}}),
+                            ),
+                        ],
+                    ),
                 ),
-            ),
-        ]);
+            ],
+        );
+        let (cluster, asked) = stand_in::start(answers);
         let workloads = cluster.workloads().await.unwrap();
         assert_eq!(
             seen(&workloads),
@@ -539,11 +510,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_kind_the_user_may_not_list_is_an_error_that_names_it() {
-        let rollouts = format!("/apis/argoproj.io/v1alpha1{NS}/rollouts");
-        let forbidden = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": "rollouts.argoproj.io is forbidden: User \"ana\" cannot list resource \"rollouts\"",
-            "reason": "Forbidden", "details": {"group": "argoproj.io", "kind": "rollouts"}, "code": 403});
-        let (cluster, _) = fake_api(vec![(rollouts, 403, forbidden)]);
+        let forbidden = stand_in::status(
+            403,
+            "Forbidden",
+            "rollouts.argoproj.io is forbidden: User \"ana\" cannot list resource \"rollouts\"",
+            json!({"group": "argoproj.io", "kind": "rollouts"}),
+        );
+        let (cluster, _) = stand_in::start(with(kubernetes_1_20(), vec![at(ROLLOUTS, forbidden)]));
         let error = cluster.workloads().await.unwrap_err();
         assert!(error.is_forbidden(), "{error}");
         let text = error.to_string();
@@ -551,6 +524,67 @@ mod tests {
             text.starts_with("listing Rollouts (argoproj.io/v1alpha1): ") && text.contains("cannot list"),
             "{text}"
         );
+    }
+
+    #[tokio::test]
+    async fn any_other_failure_of_a_kind_is_an_error_that_names_it() {
+        let internal = stand_in::status(500, "InternalError", "etcd is sad", json!({}));
+        // A proxy in front of the server, answering with a page of its own.
+        let bad_gateway = Answer::Http {
+            code: 502,
+            headers: vec![("Content-Type", "text/html")],
+            body: "<html>Bad Gateway</html>".to_string(),
+        };
+        for (kind, answer, told) in [
+            (DEPLOYMENTS, internal, "listing Deployments (apps/v1): "),
+            (ROLLOUTS, bad_gateway, "listing Rollouts (argoproj.io/v1alpha1): "),
+            (
+                CRONJOBS_V1BETA1,
+                Answer::HangUp,
+                "listing CronJobs (batch/v1beta1): ",
+            ),
+        ] {
+            let (cluster, _) = stand_in::start(with(kubernetes_1_20(), vec![at(kind, answer)]));
+            let error = cluster.workloads().await.expect_err(told).to_string();
+            assert!(error.starts_with(told), "{error}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_set_api_the_server_does_not_serve_is_told_as_such() {
+        let address = |arg: &str| Address::parse(arg).unwrap();
+        let no_api = |e: Result<Set, Error>| match e {
+            Err(Error::NoApi { kind }) => kind,
+            other => panic!("not NoApi: {:?}", other.map(|s| s.id())),
+        };
+        // No CRD of cmset installed: the group `cmset.dev` is not served.
+        let (cluster, _) = stand_in::start(kubernetes_1_20());
+        assert_eq!(no_api(cluster.set(&address("app")).await), None);
+        assert_eq!(
+            no_api(cluster.set(&address("secretset/app")).await),
+            Some(SetKind::SecretSet)
+        );
+
+        // Only the ConfigMapSet CRD: the group is served, and answers for `secretsets`, which it does
+        // not have, as for a group it does not serve (a CRD's group does); no ConfigMapSet `app`.
+        let cm = "/apis/cmset.dev/v1alpha1/namespaces/demo/configmapsets/app";
+        let answers = vec![(
+            cm.to_string(),
+            stand_in::object_not_found("configmapsets", "cmset.dev", "app"),
+        )];
+        let (cluster, _) = stand_in::start(answers);
+        assert_eq!(
+            no_api(cluster.set(&address("secretset/app")).await),
+            Some(SetKind::SecretSet)
+        );
+        let error = cluster.set(&address("app")).await.map(|s| s.id()).unwrap_err();
+        assert!(matches!(error, Error::NeitherFound { .. }), "{error}");
+        let error = cluster
+            .set(&address("cmset/app"))
+            .await
+            .map(|s| s.id())
+            .unwrap_err();
+        assert!(matches!(error, Error::SetNotFound { .. }), "{error}");
     }
 
     #[test]

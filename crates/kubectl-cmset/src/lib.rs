@@ -16,6 +16,8 @@ pub mod history;
 pub mod output;
 pub mod revisions;
 pub mod secret_diff;
+#[cfg(test)]
+mod stand_in;
 pub mod status;
 pub mod steer;
 pub mod style;
@@ -91,7 +93,19 @@ pub async fn run(cli: Cli, palette: Palette, now: Timestamp) -> Result<Outcome, 
         g.namespace.as_deref(),
     )
     .await?;
-    let set = cluster.set(&address).await?;
+    run_on(&cluster, &cli, &address, palette, now).await
+}
+
+/// Runs one command, about the set at `address`, against `cluster`.
+async fn run_on(
+    cluster: &Cluster,
+    cli: &Cli,
+    address: &Address,
+    palette: Palette,
+    now: Timestamp,
+) -> Result<Outcome, Error> {
+    let g = &cli.global;
+    let set = cluster.set(address).await?;
     let view = set.view();
     let action = match &cli.command {
         Command::Pause { .. } => Some(steer::Action::Pause),
@@ -110,7 +124,7 @@ pub async fn run(cli: Cli, palette: Palette, now: Timestamp) -> Result<Outcome, 
             None => format!("{}\n", steer.message),
         }));
     }
-    let listed = Listed::of(&cluster, view).await?;
+    let listed = Listed::of(cluster, view).await?;
     let revisions = listed.revisions(view);
     match &cli.command {
         Command::History { .. } => {
@@ -189,5 +203,111 @@ pub async fn run(cli: Cli, palette: Palette, now: Timestamp) -> Result<Outcome, 
         Command::Pause { .. } | Command::Resume { .. } | Command::Promote { .. } => {
             unreachable!("steering commands returned above")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use cmset_api::WorkloadState;
+    use serde_json::json;
+
+    use super::*;
+    use crate::revisions::fixtures::{holding_the_spec, revision, set, workload};
+    use crate::stand_in::{self, DEPLOYMENTS, at, kubernetes_1_20, with};
+
+    const SET_PATH: &str = "/apis/cmset.dev/v1alpha1/namespaces/demo/configmapsets/app";
+
+    /// ConfigMapSet `app` at revision 2, its two revisions, and Deployment `web` running the current
+    /// one, on Kubernetes 1.20 without Argo Rollouts.
+    fn without_rollouts() -> (Cluster, stand_in::Asked) {
+        let (one, two) = ("app-1111111111", "app-2222222222");
+        let set = set(
+            Some(two),
+            Some(2),
+            vec![workload("Deployment", "web", two, WorkloadState::Current)],
+        );
+        let revisions = [
+            revision(one, Some(1), "2026-11-01T00:00:00Z", &[("K", "1")]),
+            holding_the_spec(revision(two, Some(2), "2026-11-02T00:00:00Z", &[("K", "2")])),
+        ];
+        let web = json!({
+            "metadata": {"name": "web", "namespace": "demo", "uid": "web-uid",
+                         "labels": {"cmset.dev/enabled": "true"}},
+            "spec": {"template": {"spec": {"containers": [
+                {"name": "c", "envFrom": [{"configMapRef": {"name": two}}]}]}}},
+        });
+        let missing_secret_set = stand_in::object_not_found("secretsets", "cmset.dev", "app");
+        let answers = vec![
+            (SET_PATH.to_string(), stand_in::json(200, &json!(set))),
+            (
+                SET_PATH.replace("configmapsets", "secretsets"),
+                missing_secret_set,
+            ),
+            (
+                stand_in::collection("v1", "configmaps"),
+                stand_in::list("v1", revisions.iter().map(|r| json!(r)).collect()),
+            ),
+        ];
+        let workloads = vec![at(DEPLOYMENTS, stand_in::list("apps/v1", vec![web]))];
+        stand_in::start(with(kubernetes_1_20(), [answers, workloads].concat()))
+    }
+
+    /// `kubectl cmset <args>` (its second word the set) against `cluster`.
+    async fn cmset(cluster: &Cluster, args: &[&str]) -> Result<Outcome, Error> {
+        let cli = Cli::try_parse_from([&["kubectl-cmset"], args].concat()).expect("valid arguments");
+        let address = Address::parse(args[1]).expect("a set");
+        let now = "2026-11-25T00:00:00Z".parse().unwrap();
+        run_on(cluster, &cli, &address, Palette::PLAIN, now).await
+    }
+
+    #[tokio::test]
+    async fn every_command_works_on_a_server_without_argo_rollouts() {
+        let (cluster, asked) = without_rollouts();
+
+        let history = cmset(&cluster, &["history", "app"]).await.unwrap();
+        assert_eq!(history.code, 0);
+        assert!(history.stdout.contains("app-2222222222"), "{}", history.stdout);
+
+        let diff = cmset(&cluster, &["diff", "app"]).await.unwrap();
+        assert_eq!(diff.code, 1);
+        assert!(
+            diff.stdout.contains("@@ K: changed @@\n-1\n+2\n"),
+            "{}",
+            diff.stdout
+        );
+
+        let status = cmset(&cluster, &["status", "app"]).await.unwrap().stdout;
+        let table = status.split("\n\n").nth(1).expect("a table of workloads");
+        assert_eq!(
+            table,
+            "WORKLOAD         REVISION   CONFIGMAP        WHY\n\
+             Deployment/web   2          app-2222222222   current (updated by cmset)\n"
+        );
+        let why = cmset(&cluster, &["why", "app", "deploy/web", "-o", "json"])
+            .await
+            .unwrap();
+        let why: serde_json::Value = serde_json::from_str(&why.stdout).unwrap();
+        assert_eq!(why["workloads"][0]["state"], "current", "{why}");
+
+        let pause = cmset(&cluster, &["pause", "app"]).await.unwrap();
+        assert!(
+            pause.stdout.starts_with("configmapset \"app\" paused: "),
+            "{}",
+            pause.stdout
+        );
+        let resume = cmset(&cluster, &["resume", "app"]).await.unwrap();
+        assert_eq!(resume.stdout, "configmapset \"app\" is not paused\n");
+        let promote = cmset(&cluster, &["promote", "app"]).await.unwrap_err();
+        assert!(matches!(promote, Error::Usage(_)), "{promote}");
+
+        let asked = asked.lock().unwrap();
+        let rollouts = "GET /apis/argoproj.io/v1alpha1/namespaces/demo/rollouts";
+        assert_eq!(
+            asked.iter().filter(|r| *r == rollouts).count(),
+            2,
+            "status and why asked for Rollouts: {asked:?}"
+        );
+        assert!(asked.contains(&format!("PATCH {SET_PATH}")), "{asked:?}");
     }
 }
