@@ -5,6 +5,8 @@
 //!
 //! - A good change passes analysis wave by wave; a change whose metric goes bad fails in wave 0, is
 //!   rolled back, and wave 1 never receives it.
+//! - Paused while its analysis is inconclusive and left paused past the progress deadline: nothing is
+//!   measured, nothing fails; resumed, the rollout completes.
 //! - Prometheus stopped mid-rollout: the wave holds and says so (inconclusive), then fails at the
 //!   progress deadline.
 
@@ -204,6 +206,69 @@ async fn a_good_change_passes_analysis_wave_by_wave_and_a_bad_metric_fails_wave_
         "name",
     ]);
     assert!(!events.trim().is_empty(), "an AnalysisFailed event");
+}
+
+#[tokio::test]
+async fn paused_mid_analysis_past_the_deadline_then_resumed_the_rollout_completes() {
+    let deadline = 40;
+    let (ns, exporter, _prometheus, template, _operator, v1) = setup("pausing", deadline).await;
+    // The change's metric has no data yet: its first measurements are inconclusive.
+    let labels = [("namespace", ns.name.as_str()), ("service", "checkout")];
+    exporter.remove(METRIC, &labels);
+    let v2 = write_set(&ns, &template, "two", deadline);
+    wait_reads(&ns, FIRST, &v2).await;
+    eventually_within(LONG, "the analysis of wave 0 is inconclusive", || async {
+        rollout(&ns).await.filter(|r| {
+            r.revision == v2
+                && runs_of(r, 0)
+                    .iter()
+                    .any(|run| run.verdict == AnalysisVerdict::Inconclusive)
+        })
+    })
+    .await;
+
+    ns.kubectl(&["annotate", "configmapset", SET, "cmset.dev/paused=true"]);
+    let paused = wait_phase(&ns, &v2, RolloutPhase::Paused).await;
+    let measured = runs_of(&paused, 0)[0].measurements;
+    // Well past the progress deadline: a paused rollout neither measures, fails nor rolls back.
+    stays(
+        "paused past its deadline, the rollout holds where it stood",
+        Duration::from_secs(u64::from(deadline) + 5),
+        || async {
+            let Some(r) = rollout(&ns).await else { return false };
+            r.phase == RolloutPhase::Paused
+                && runs_of(&r, 0)[0].measurements == measured
+                && reads(&ns, FIRST).await == BTreeSet::from([v2.clone()])
+                && reads(&ns, SECOND).await == BTreeSet::from([v1.clone()])
+        },
+    )
+    .await;
+
+    // Resumed with good data: the analysis goes on where it stood and the rollout completes.
+    exporter.set(METRIC, &labels, 0.01);
+    ns.kubectl(&["annotate", "configmapset", SET, "cmset.dev/paused-"]);
+    let done = wait_phase(&ns, &v2, RolloutPhase::Complete).await;
+    assert_eq!(reads(&ns, FIRST).await, BTreeSet::from([v2.clone()]));
+    assert_eq!(reads(&ns, SECOND).await, BTreeSet::from([v2.clone()]));
+    assert_eq!(runs_of(&done, 0)[0].verdict, AnalysisVerdict::Passed, "{done:?}");
+    let failed = ns.kubectl(&[
+        "get",
+        "events",
+        "--field-selector",
+        "reason=RolloutFailed",
+        "-o",
+        "name",
+    ]);
+    assert!(failed.trim().is_empty(), "no failure: {failed}");
+    let resumed = ns.kubectl(&[
+        "get",
+        "events",
+        "--field-selector",
+        "reason=RolloutResumed",
+        "-o",
+        "name",
+    ]);
+    assert!(!resumed.trim().is_empty(), "a RolloutResumed event");
 }
 
 #[tokio::test]
