@@ -3,6 +3,9 @@
 //! of the Deployments (the API's view, not cmset's own count) never sees more than 5 of them on the new
 //! revision and not yet rolled out; the others show `Waiting` with the budget's reason meanwhile, and
 //! every one of them arrives.
+//!
+//! The budget counts moves, not sickness: four opted-in Deployments that were broken from the start
+//! (cmset never moved them) take no slot, so a budgeted rollout of sixteen others goes through.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -161,4 +164,113 @@ async fn fifty_workloads_under_a_budget_of_five_never_have_more_than_five_moving
         saw_waiting,
         "no workload was ever reported Waiting for the budget"
     );
+}
+
+/// An opted-in Deployment reading `reads`, and with `broken` a ConfigMap whose key the fake node
+/// answers with pods that never become ready.
+fn reader(name: &str, reads: &str, broken: bool) -> String {
+    let failing = if broken {
+        "\n            - configMapRef: {name: broken-config}"
+    } else {
+        ""
+    };
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+  labels:
+    cmset.dev/enabled: "true"
+spec:
+  replicas: 1
+  progressDeadlineSeconds: 3600
+  selector:
+    matchLabels: {{app: {name}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+    spec:
+      containers:
+        - name: app
+          image: registry.k8s.io/pause:3.9
+          envFrom:
+            - configMapRef: {{name: {reads}}}{failing}
+"#
+    )
+}
+
+/// `Some` once the sixteen healthy readers run `revision`, rolled out.
+async fn sixteen_on(ns: &TestNamespace, revision: &str) -> Option<()> {
+    let list = ns.api::<Deployment>().list(&Default::default()).await.ok()?;
+    let done = list
+        .items
+        .iter()
+        .filter(|d| d.metadata.name.as_deref().is_some_and(|n| n.starts_with("app-")))
+        .filter(|d| template_names(d).contains(revision) && rolled_out(d))
+        .count();
+    (done == 16).then_some(())
+}
+
+#[tokio::test]
+async fn four_broken_deployments_cmset_never_moved_do_not_stop_a_budgeted_rollout_of_sixteen_others() {
+    let ns = TestNamespace::new("budget-sick").await;
+    let _operator = Operator::start_with(&ns.name, &["--max-moving-workloads", "4"]).await;
+    let v1 = write_set(&ns, "one");
+    // Another set that never changes, read by the broken ones: they are readers cmset tracks.
+    ns.apply(
+        r#"
+apiVersion: cmset.dev/v1alpha1
+kind: ConfigMapSet
+metadata:
+  name: other-config
+spec:
+  template:
+    data:
+      KEEP: "same"
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: broken-config
+data:
+  CMSET_FAKE_NODE_FAIL: "never ready"
+"#,
+    );
+    let broken: Vec<String> = (0..4)
+        .map(|i| reader(&format!("broken-{i}"), "other-config", true))
+        .collect();
+    ns.apply(&broken.join("---"));
+    let healthy: Vec<String> = (0..16)
+        .map(|i| reader(&format!("app-{i:02}"), SET, false))
+        .collect();
+    ns.apply(&healthy.join("---"));
+    eventually_within(Duration::from_secs(180), "the sixteen run v1", || {
+        sixteen_on(&ns, &v1)
+    })
+    .await;
+    let broken_rolling = ns
+        .api::<Deployment>()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|d| {
+            d.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("broken-"))
+        })
+        .filter(|d| !rolled_out(d))
+        .count();
+    assert_eq!(broken_rolling, 4, "the four never become ready");
+
+    let v2 = write_set(&ns, "two");
+    eventually_within(
+        Duration::from_secs(120),
+        "the sixteen arrive on v2, past the four broken ones",
+        || sixteen_on(&ns, &v2),
+    )
+    .await;
 }

@@ -33,8 +33,14 @@ pub const HELD_SINCE: &str = "cmset.dev/held-since";
 /// On a set: `"true"` holds its rollout as `spec.rollout.paused` does, without changing the spec (so a
 /// GitOps tool sees no drift). `kubectl cmset pause` sets it, `kubectl cmset resume` removes it.
 pub const PAUSED: &str = "cmset.dev/paused";
-/// On a set whose `spec.rollout.promotion` is `Manual`: `<revision>/<wave>`, the wave of that
-/// revision's rollout after which the next wave may open. `kubectl cmset promote` writes it.
+/// On a set whose `spec.rollout.promotion` is `Manual`: `<revision>/<wave>@<startedAt>`, the wave of
+/// that rollout after which the next wave may open (see `cmset_core::set::Promoted`). `kubectl cmset
+/// promote` writes it.
 pub const PROMOTED: &str = "cmset.dev/promoted";
+/// Label on a workload cmset moved to a new revision while a cluster-wide rollout budget is set: the
+/// generation the move gave it, as a decimal string. The workload holds a budget slot while it rolls out
+/// at that generation; the controller removes the mark once it is healthy there. A workload cmset never
+/// moved, or moved on since (a rollback, someone else's edit), has no slot whatever its health.
+pub const MOVED: &str = "cmset.dev/moved";
 /// How long a new Deployment is held at most.
 pub const HOLD_LIMIT_SECONDS: i64 = 30;

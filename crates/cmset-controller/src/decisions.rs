@@ -95,10 +95,24 @@ impl Gathered {
         decide::targets(&self.observed(), workload)
     }
 
-    /// When the latest change of these sets' content was made: the turn of a move waiting for the
-    /// rollout budget (see [`crate::rollout_budget`]).
-    pub fn last_change(&self) -> Option<Instant> {
-        self.entries.iter().map(|e| e.facts.changed_at).max()
+    /// The turn of a move to `targets` in the rollout budget's line (see [`crate::rollout_budget`]):
+    /// when the newest of the revisions it moves to was created, in Unix seconds, as the API records
+    /// it, so that every replica, before and after a restart, puts the same move in the same place.
+    /// A revision not seen created yet counts as made at `now`. A change back to earlier content
+    /// keeps that content's first turn and goes ahead, as a rollback would.
+    pub fn turn(&self, targets: &[SetTarget], now: i64) -> i64 {
+        targets
+            .iter()
+            .map(|t| {
+                self.entries
+                    .iter()
+                    .flat_map(|e| e.revisions.iter())
+                    .find(|r| r.name == t.current)
+                    .and_then(|r| r.created)
+                    .unwrap_or(now)
+            })
+            .max()
+            .unwrap_or(now)
     }
 
     /// How long a workload reading several sets still waits for more changes of the same apply.

@@ -8,7 +8,6 @@
 //! woken by its own periodic check instead (see `workload_controller`).
 
 use std::sync::Mutex;
-use std::time::Instant;
 
 use cmset_core::budget::{Admit, Budget, Waiting};
 use cmset_core::observe::WorkloadKind;
@@ -18,9 +17,13 @@ use crate::index::Key;
 /// A workload, cluster-wide.
 pub type WorkloadId = (WorkloadKind, Key);
 
+/// A move's place in line: when the revision it moves to was created, in Unix seconds (see
+/// `decisions::Gathered::turn`); ties go by workload.
+pub type Turn = i64;
+
 /// The budget's bookkeeping, shared (see the module's doc).
 pub struct RolloutBudget {
-    book: Mutex<Budget<WorkloadId, Instant>>,
+    book: Mutex<Budget<WorkloadId, Turn>>,
 }
 
 /// How full the budget is: its cap, the workloads moving, and those waiting.
@@ -38,7 +41,7 @@ impl RolloutBudget {
         }
     }
 
-    fn book(&self) -> std::sync::MutexGuard<'_, Budget<WorkloadId, Instant>> {
+    fn book(&self) -> std::sync::MutexGuard<'_, Budget<WorkloadId, Turn>> {
         // A panic while holding the lock leaves plain maps behind, still consistent per entry.
         self.book.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -65,7 +68,7 @@ impl RolloutBudget {
 
     /// See [`Budget::request`]; also says whether `w` only now began to wait (its sets' status should
     /// say so).
-    pub fn request(&self, w: &WorkloadId, turn: Instant, generation: i64) -> (Admit, bool) {
+    pub fn request(&self, w: &WorkloadId, turn: Turn, generation: i64) -> (Admit, bool) {
         let mut book = self.book();
         let waited = book.position(w).is_some();
         let admit = book.request(w, turn, generation);

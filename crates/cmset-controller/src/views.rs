@@ -122,6 +122,7 @@ where
         annotations: cm.annotations().clone(),
         owner_references: cm.owner_references().to_vec(),
         being_deleted: cm.metadata.deletion_timestamp.is_some(),
+        created: cm.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()),
     }
 }
 

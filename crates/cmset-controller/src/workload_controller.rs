@@ -23,6 +23,7 @@ use cmset_api::labels;
 use cmset_core::budget::Admit;
 use cmset_core::decide::Undecided;
 use cmset_core::hold;
+use cmset_core::moved;
 use cmset_core::observe::WorkloadKind;
 use cmset_core::refs;
 use cmset_core::rollout::{SetTarget, plan_workload};
@@ -86,10 +87,10 @@ fn reconciled(kind: WorkloadKind, workload: &StoredWorkload) -> Reconciled {
     Reconciled::Workload(kind, key)
 }
 
-/// The targets of the sets a workload reads, and when the latest of their changes was made.
+/// The targets of the sets a workload reads, and the turn of a move to them in the budget's line.
 struct Decided {
     targets: Vec<SetTarget>,
-    turn: Instant,
+    turn: i64,
 }
 
 /// Why a workload does not move yet.
@@ -112,10 +113,11 @@ fn targets(
     let targets = gathered.decide(view).map_err(undecided)?;
     match gathered.gathering_left(ctx.multi_set_window) {
         Some(left) => Err(Wait::Window(left)),
-        None => Ok(Decided {
-            targets,
-            turn: gathered.last_change().unwrap_or_else(Instant::now),
-        }),
+        None => {
+            let now = (ctx.clock)().0.as_second();
+            let turn = gathered.turn(&targets, now);
+            Ok(Decided { targets, turn })
+        }
     }
 }
 
@@ -165,9 +167,19 @@ async fn reconcile_inner(this: &Workload<'_>, ctx: &Context) -> Result<Action> {
     let id = (kind, Key::new(&namespace, &view.name));
     let budget = ctx.index.budget();
     let _report = budget.as_ref().map(|b| BudgetReport(ctx, b.clone()));
+    let generation = workload.meta().generation.unwrap_or(0);
     if plan.is_empty() {
         if let Some(budget) = &budget {
             ctx.index.wake(budget.withdraw(&id));
+            // The move it marked is healthy (or the mark is stale): a later scale-up is no move.
+            let mark = workload.labels().get(moved::MOVED);
+            if let Some(mark) = mark.filter(|m| moved::mark_done(Some(m.as_str()), generation, &view.health))
+            {
+                let what = format!("{kind} {namespace}/{}", view.name);
+                let patch = json_patch::Patch(moved::unmark_operations(mark));
+                patch_workload(this, ctx, &namespace, &view.name, patch, &what).await?;
+                debug!(workload = %what, "removed its move mark");
+            }
         }
         return match held.as_ref().map(|h| h.left(ctx)) {
             // Held for a name no set ever took: let it go once the hold is over.
@@ -179,22 +191,26 @@ async fn reconcile_inner(this: &Workload<'_>, ctx: &Context) -> Result<Action> {
     let rolled_back = rollbacks(&targets, &plan.changes);
     // The budget holds moves to a new revision; a rollback, or the first start of a workload cmset
     // created paused, never waits.
-    if let Some(budget) = budget
+    let budgeted = budget
         .as_ref()
-        .filter(|_| held.is_none() && rolled_back.is_empty())
+        .filter(|_| held.is_none() && rolled_back.is_empty());
+    if let Some(budget) = budgeted
+        && let (Admit::Wait(waiting), began) = budget.request(&id, turn, generation)
     {
-        let generation = workload.meta().generation.unwrap_or(0);
-        if let (Admit::Wait(waiting), began) = budget.request(&id, turn, generation) {
-            debug!(%waiting, "waiting for the rollout budget");
-            if began {
-                ctx.index.remind_sets(kind, &id.1);
-            }
-            // Woken by the index when its turn comes; the requeue covers a slot freed in another scope.
-            return Ok(Action::requeue(BUDGET_RECHECK));
+        debug!(%waiting, "waiting for the rollout budget");
+        if began {
+            ctx.index.remind_sets(kind, &id.1);
         }
+        // Woken by the index when its turn comes; the requeue covers a slot freed in another scope.
+        return Ok(Action::requeue(BUDGET_RECHECK));
     }
     let what = format!("{kind} {namespace}/{}", view.name);
     let mut patch = plan.json_patch(kind, &view.uid, &workload.body());
+    // A move the budget granted marks the generation it gives: that is what holds the slot, on this
+    // replica and on any that leads later.
+    if budgeted.is_some() {
+        patch.0.extend(moved::mark_operations(generation));
+    }
     // A held workload is released by the same patch: its first ReplicaSet (or Job) names the revisions.
     if let Some(hold) = &held {
         patch.0.extend(hold::release_operations(kind, &hold.since));

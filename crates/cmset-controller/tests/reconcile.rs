@@ -1391,10 +1391,17 @@ async fn under_a_full_rollout_budget_a_workload_waits_its_turn_sending_nothing_t
     let mut world = World::with_budget(Some(budget.clone()));
     let deployment = healthy(web(V1, true));
     world.add_deployment(&deployment);
-    // Another workload is rolling out: it holds the only slot.
+    // Another workload is rolling out at the generation cmset's move gave it (its mark): it holds the
+    // only slot.
     let mut api = web(V1, true);
     api.metadata.name = Some("api".into());
     api.metadata.uid = Some("uid-api".into());
+    api.metadata.generation = Some(1);
+    let mut broken = api.clone();
+    api.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(cmset_api::labels::MOVED.into(), "1".into());
     world.add_deployment(&api);
     assert_eq!(budget.usage().moving, 1);
     let set = settle(&mut world, &nginx_set("1"));
@@ -1410,9 +1417,14 @@ async fn under_a_full_rollout_budget_a_workload_waits_its_turn_sending_nothing_t
     let waiting = budget.position(&web).expect("in line");
     assert_eq!((waiting.position, waiting.moving, waiting.cap), (1, 1, 1));
 
-    // "api" is seen healthy: the slot is free, and "web" moves with one patch.
+    // "api" is seen healthy: the slot is free, and "web" moves with one patch that marks its move.
     world.add_deployment(&healthy(api));
     assert_eq!(budget.usage().moving, 0);
+    // A workload rolling out that cmset never moved (created broken) takes no slot.
+    broken.metadata.name = Some("broken".into());
+    broken.metadata.uid = Some("uid-broken".into());
+    world.add_deployment(&broken);
+    assert_eq!(budget.usage().moving, 0, "sickness is not a move");
     let (result, seen) = reconcile_deployment(&world, &changed, &deployment).await;
     result.unwrap();
     let lines: Vec<String> = seen.iter().map(Seen::line).collect();
@@ -1423,10 +1435,58 @@ async fn under_a_full_rollout_budget_a_workload_waits_its_turn_sending_nothing_t
             "POST /apis/events.k8s.io/v1/namespaces/team/events"
         ]
     );
+    let patch = &seen[0].body;
+    let ops = patch.as_array().expect("a JSON patch");
+    assert!(
+        ops.contains(&json!({"op": "test", "path": "/metadata/generation", "value": 1})),
+        "{patch}"
+    );
+    assert!(
+        ops.contains(&json!({"op": "add", "path": "/metadata/labels/cmset.dev~1moved", "value": "2"})),
+        "{patch}"
+    );
     assert_eq!(budget.position(&web), None);
     assert_eq!(
         budget.usage().moving,
         1,
         "its move holds the slot until the watch shows it"
     );
+}
+
+#[tokio::test]
+async fn a_moved_workload_healthy_at_its_generation_loses_its_mark_in_one_guarded_patch() {
+    let budget = Arc::new(RolloutBudget::new(1));
+    let mut world = World::with_budget(Some(budget.clone()));
+    let set = settle(&mut world, &nginx_set("1"));
+    let mut deployment = healthy(web(V1, true));
+    deployment
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(cmset_api::labels::MOVED.into(), "1".into());
+    world.add_deployment(&deployment);
+    assert_eq!(budget.usage().moving, 0, "healthy: its move is done");
+    let (result, seen) = reconcile_deployment(&world, &set, &deployment).await;
+    result.unwrap();
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(lines, vec!["PATCH /apis/apps/v1/namespaces/team/deployments/web"]);
+    assert_eq!(
+        seen[0].body,
+        json!([
+            {"op": "test", "path": "/metadata/labels/cmset.dev~1moved", "value": "1"},
+            {"op": "remove", "path": "/metadata/labels/cmset.dev~1moved"}
+        ])
+    );
+
+    // Without the mark, nothing is sent.
+    deployment
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .remove(cmset_api::labels::MOVED);
+    world.add_deployment(&deployment);
+    let (result, seen) = reconcile_deployment(&world, &set, &deployment).await;
+    result.unwrap();
+    assert_no_requests(&seen);
 }

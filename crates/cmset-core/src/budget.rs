@@ -15,19 +15,22 @@
 //! the workloads whose turn has come, for the caller to wake.
 
 use std::collections::{BTreeMap, BTreeSet};
+
+use indexset::BTreeSet as RankedSet;
 use std::fmt;
 
 /// The budget's bookkeeping over workloads `W` with turns `T` (both ordered).
 #[derive(Clone, Debug)]
-pub struct Budget<W, T> {
+pub struct Budget<W: Ord, T: Ord> {
     cap: Option<usize>,
     /// Rolling out, as last observed.
     moving: BTreeSet<W>,
     /// Granted a move not observed yet, with the generation it had when granted: an observation of a
     /// later generation shows the move.
     granted: BTreeMap<W, i64>,
-    /// Waiting for a slot, in turn order.
-    queue: BTreeSet<(T, W)>,
+    /// Waiting for a slot, in turn order; ranked, so that a place in line costs O(log n), not the
+    /// length of the line.
+    queue: RankedSet<(T, W)>,
     turns: BTreeMap<W, T>,
 }
 
@@ -67,7 +70,7 @@ impl<W: Ord + Clone, T: Ord + Clone> Budget<W, T> {
             cap,
             moving: BTreeSet::new(),
             granted: BTreeMap::new(),
-            queue: BTreeSet::new(),
+            queue: RankedSet::new(),
             turns: BTreeMap::new(),
         }
     }
@@ -90,7 +93,7 @@ impl<W: Ord + Clone, T: Ord + Clone> Budget<W, T> {
     pub fn position(&self, w: &W) -> Option<Waiting> {
         let cap = self.cap?;
         let turn = self.turns.get(w)?;
-        let ahead = self.queue.range(..(turn.clone(), w.clone())).count();
+        let ahead = self.queue.rank(&(turn.clone(), w.clone()));
         Some(Waiting {
             position: ahead + 1,
             moving: self.in_use(),
@@ -164,7 +167,7 @@ impl<W: Ord + Clone, T: Ord + Clone> Budget<W, T> {
         self.queue.insert((turn.clone(), w.clone()));
         self.turns.insert(w.clone(), turn.clone());
         let free = cap.saturating_sub(self.in_use());
-        let ahead = self.queue.range(..(turn.clone(), w.clone())).count();
+        let ahead = self.queue.rank(&(turn.clone(), w.clone()));
         if ahead < free {
             self.leave_queue(w);
             self.granted.insert(w.clone(), generation);

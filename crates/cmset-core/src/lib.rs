@@ -15,6 +15,7 @@ pub mod history;
 pub mod hold;
 pub mod kinds;
 pub mod message;
+pub mod moved;
 pub mod naming;
 pub mod observe;
 pub mod plan;

@@ -219,6 +219,10 @@ pub struct RevisionView {
     pub annotations: BTreeMap<String, String>,
     pub owner_references: Vec<OwnerReference>,
     pub being_deleted: bool,
+    /// When it was created, in Unix seconds: when its content first became the set's. A move to it
+    /// takes its turn in the rollout budget's line from this, so the line is the same on any replica,
+    /// before and after a restart.
+    pub created: Option<i64>,
 }
 
 impl RevisionView {

@@ -338,6 +338,8 @@ fn created_view(new: &NewRevision) -> RevisionView {
         annotations: metadata.annotations.clone().unwrap_or_default(),
         owner_references: metadata.owner_references.clone().unwrap_or_default(),
         being_deleted: false,
+        // Not made yet: the API server stamps it.
+        created: None,
     }
 }
 

@@ -216,6 +216,7 @@ fn revisions_after(revisions: &[RevisionView], plan: &SetPlan) -> Vec<RevisionVi
             annotations: metadata.annotations.clone().unwrap_or_default(),
             owner_references: metadata.owner_references.clone().unwrap_or_default(),
             being_deleted: false,
+            created: None,
         }
     });
     revisions

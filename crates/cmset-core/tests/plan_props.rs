@@ -110,6 +110,7 @@ fn carry_out(set: &mut ConfigMapSet, revisions: &mut Vec<RevisionView>, plan: &S
             annotations: cm.metadata().annotations.clone().unwrap_or_default(),
             owner_references: cm.metadata().owner_references.clone().unwrap_or_default(),
             being_deleted: false,
+            created: None,
         });
     }
     for (name, patch) in &plan.patches {

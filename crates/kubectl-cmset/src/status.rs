@@ -282,6 +282,7 @@ impl Known {
                 annotations: r.meta.annotations.clone().unwrap_or_default(),
                 owner_references: r.meta.owner_references.clone().unwrap_or_default(),
                 being_deleted: r.meta.deletion_timestamp.is_some(),
+                created: r.meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
             })
             .collect();
         Self {

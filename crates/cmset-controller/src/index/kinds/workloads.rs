@@ -3,7 +3,7 @@
 //! the slim object for the controller keyed by it, and the index their names, wave and health.
 
 use cmset_api::labels;
-use cmset_core::health::Health;
+use cmset_core::moved;
 use cmset_core::observe::WorkloadKind;
 
 use super::Ops;
@@ -28,11 +28,13 @@ impl Ops<StoredWorkload> for WorkloadKind {
         // A kind whose template never changes after creation (a Job) has no rollout to follow.
         let progress = view.filter(|_| kind.is_mutable()).map(|v| (v.wave, v.health));
         if let Some(budget) = &state.budget {
-            // Moving, for the budget: rolling out a template that names something a set may version.
-            let rolling = progress
-                .as_ref()
-                .is_some_and(|(_, health)| *health == Health::Progressing && reads);
+            // Moving, for the budget: rolling out the generation a move by cmset gave it (its mark),
+            // never merely unhealthy (see `cmset_core::moved`).
             let generation = obj.metadata.generation.unwrap_or(0);
+            let mark = obj.metadata.labels.as_ref().and_then(|l| l.get(moved::MOVED));
+            let rolling = progress.as_ref().is_some_and(|(_, health)| {
+                moved::holds_slot(mark.map(String::as_str), generation, health, reads)
+            });
             let woken = budget.observe(&(kind, key.clone()), generation, rolling);
             out.workloads.extend(woken);
         }
