@@ -234,7 +234,10 @@ impl Scope {
     ) -> (Arc<Self>, BoxFuture<'static, ()>) {
         let ns = namespace.as_deref();
         let (senders, receivers) = trigger_channels();
-        let index = Arc::new(Index::new(Some(senders.clone())).with_budget(budget));
+        let index = Arc::new(Index::new(Some(senders.clone())).with_budget(budget.clone()));
+        if let Some(budget) = &budget {
+            budget.route(namespace.clone(), &index);
+        }
 
         let (sets, sets_watch) =
             stored_watch::<ConfigMapSet>(client, ns, index.clone(), senders.sets.clone());

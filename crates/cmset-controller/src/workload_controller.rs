@@ -48,8 +48,9 @@ pub const NAME: &str = "workload";
 /// anyway, the requeue only covers a missed event.
 const WAIT_FOR_SETS: Duration = Duration::from_secs(30);
 
-/// How often a workload waiting for the rollout budget looks again by itself.
-const BUDGET_RECHECK: Duration = Duration::from_secs(10);
+/// How often a workload waiting for the rollout budget looks again by itself. Freed slots wake the
+/// next in line at once (whatever scope watches it); this only bounds the wait should a wake be lost.
+const BUDGET_RECHECK: Duration = Duration::from_secs(60);
 
 /// One workload of `kind`, as its store holds it.
 struct Workload<'a> {
@@ -170,7 +171,7 @@ async fn reconcile_inner(this: &Workload<'_>, ctx: &Context) -> Result<Action> {
     let generation = workload.meta().generation.unwrap_or(0);
     if plan.is_empty() {
         if let Some(budget) = &budget {
-            ctx.index.wake(budget.withdraw(&id));
+            budget.wake(budget.withdraw(&id));
             // The move it marked is healthy (or the mark is stale): a later scale-up is no move.
             let mark = workload.labels().get(moved::MOVED);
             if let Some(mark) = mark.filter(|m| moved::mark_done(Some(m.as_str()), generation, &view.health))
@@ -201,7 +202,7 @@ async fn reconcile_inner(this: &Workload<'_>, ctx: &Context) -> Result<Action> {
         if began {
             ctx.index.remind_sets(kind, &id.1);
         }
-        // Woken by the index when its turn comes; the requeue covers a slot freed in another scope.
+        // Woken when its turn comes (see `RolloutBudget::wake`); the requeue is a safety net.
         return Ok(Action::requeue(BUDGET_RECHECK));
     }
     let what = format!("{kind} {namespace}/{}", view.name);
@@ -219,7 +220,7 @@ async fn reconcile_inner(this: &Workload<'_>, ctx: &Context) -> Result<Action> {
     if patched.is_err()
         && let Some(budget) = &budget
     {
-        ctx.index.wake(budget.release(&id));
+        budget.wake(budget.release(&id));
     }
     patched?;
     ctx.metrics

@@ -35,15 +35,15 @@ impl Ops<StoredWorkload> for WorkloadKind {
             let rolling = progress.as_ref().is_some_and(|(_, health)| {
                 moved::holds_slot(mark.map(String::as_str), generation, health, reads)
             });
-            let woken = budget.observe(&(kind, key.clone()), generation, rolling);
-            out.workloads.extend(woken);
+            // Whoever's turn came is woken through the scope that watches it, this one or another.
+            budget.wake(budget.observe(&(kind, key.clone()), generation, rolling));
         }
         state.graph.progress(kind, key, progress, &state.sets, out);
     }
 
     fn unindex(&self, key: &Key, state: &mut State, out: &mut Triggers) {
         if let Some(budget) = &state.budget {
-            out.workloads.extend(budget.forget(&(*self, key.clone())));
+            budget.wake(budget.forget(&(*self, key.clone())));
         }
         state.graph.progress(*self, key, None, &state.sets, out);
         state.graph.link(
