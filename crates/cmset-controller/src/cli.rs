@@ -109,7 +109,8 @@ pub struct Cli {
     pub identity: Option<String>,
 
     /// On SIGTERM, how long the reconciles in flight may take to finish before the process stops them
-    /// and releases its lease (keep it below the pod's terminationGracePeriodSeconds).
+    /// and releases its lease (keep it plus `--shutdown-drain-seconds` below the pod's
+    /// terminationGracePeriodSeconds).
     #[arg(long, env = "CMSET_SHUTDOWN_GRACE_SECONDS", default_value_t = 20)]
     pub shutdown_grace_seconds: u64,
 
