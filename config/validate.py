@@ -296,6 +296,8 @@ def check_operator(chk, where, objs, mode, secrets, cluster_role_atoms, version)
     for k in ("requests", "limits"):
         chk.rule(where, {"cpu", "memory"} <= set(c.get("resources", {}).get(k, {})), f"resources.{k} needs cpu and memory")
 
+    check_shutdown(chk, where, pod, c)
+
     svcs = [s for s in by_kind.get("Service", []) if s["metadata"].get("namespace") == ns]
     chk.rule(where, any(matches(s["spec"].get("selector"), labels)
                         and any(p.get("targetPort") in ("metrics", ports.get("metrics")) for p in s["spec"]["ports"])
@@ -367,6 +369,34 @@ def check_operator(chk, where, objs, mode, secrets, cluster_role_atoms, version)
             extra = granted[n] - cluster_role_atoms - (lease if n == ns else set())
             chk.rule(where, not missing, f"the operator's rights in {n} lack what the ClusterRole has: {sorted(missing)}")
             chk.rule(where, not extra, f"the operator's rights in {n} exceed the ClusterRole's: {sorted(extra)}")
+
+
+def stated_seconds(c, flag, var):
+    """The value of `flag` as the container states it, as a flag (the last wins) or else its environment
+    variable; None if it states neither."""
+    given = [a.split("=", 1)[1] for a in c.get("args", []) if a.startswith(flag + "=")]
+    value = given[-1] if given else next((e.get("value") for e in c.get("env", []) if e["name"] == var), None)
+    return int(value) if value is not None else None
+
+
+def check_shutdown(chk, where, pod, c):
+    """The pod's terminationGracePeriodSeconds exceeds the time the operator may take after SIGTERM: its
+    drain (answering admission while not ready; only when it serves the webhook) plus the time its
+    controllers have to stop. Both are stated in the manifest, so this check needs no copy of the
+    operator's defaults."""
+    grace = stated_seconds(c, "--shutdown-grace-seconds", "CMSET_SHUTDOWN_GRACE_SECONDS")
+    drain = stated_seconds(c, "--shutdown-drain-seconds", "CMSET_SHUTDOWN_DRAIN_SECONDS")
+    webhook = any(a.startswith("--webhook-address") for a in c.get("args", []))
+    if not chk.rule(where, grace is not None, "the operator's shutdown grace is not stated (CMSET_SHUTDOWN_GRACE_SECONDS)"):
+        return
+    if webhook and not chk.rule(where, drain is not None,
+                                "the operator serves the webhook but its drain is not stated (CMSET_SHUTDOWN_DRAIN_SECONDS)"):
+        return
+    needed = grace + (drain if webhook else 0)
+    period = pod.get("terminationGracePeriodSeconds", 30)
+    chk.rule(where, period > needed,
+             f"terminationGracePeriodSeconds {period} does not exceed the drain ({drain if webhook else 0} s) "
+             f"plus the controllers' stop ({grace} s)")
 
 
 def check_no_secrets(chk, where, by_kind, c, pod):
@@ -517,6 +547,30 @@ def self_test(chk, crds):
         check_aggregates(scratch, {"self-test": [obj]}, set())
         chk.rule("self-test", bool(scratch.failures), f"accepted a bad aggregated role ({label})")
     print(f"  ok    self-test: {len(bad_roles)} bad aggregated roles refused")
+
+    # Shutdown timings the pod's grace period does not cover, and ones it does.
+    def shutdown(period, args=(), env=()):
+        c = {"args": list(args), "env": [{"name": k, "value": v} for k, v in env]}
+        pod = {} if period is None else {"terminationGracePeriodSeconds": period}
+        scratch = Checker(chk.k8s_version)
+        scratch.fail = lambda where, message, scratch=scratch: scratch.failures.append(message)
+        check_shutdown(scratch, "self-test", pod, c)
+        return scratch.failures
+    webhook = ["--webhook-address=0.0.0.0:9443"]
+    timings = [("CMSET_SHUTDOWN_DRAIN_SECONDS", "10"), ("CMSET_SHUTDOWN_GRACE_SECONDS", "20")]
+    bad_shutdowns = [
+        ("drain and grace exactly fill the period", shutdown(30, webhook, timings)),
+        ("no period: Kubernetes' 30 s", shutdown(None, webhook, timings)),
+        ("a flag overrides the environment", shutdown(40, webhook + ["--shutdown-drain-seconds=25"], timings)),
+        ("the drain is not stated", shutdown(40, webhook, timings[1:])),
+        ("the grace is not stated", shutdown(40, webhook, timings[:1])),
+    ]
+    for label, failures in bad_shutdowns:
+        chk.rule("self-test", bool(failures), f"accepted a grace period that does not cover shutdown ({label})")
+    for label, failures in [("the default install's", shutdown(40, webhook, timings)),
+                            ("no webhook, nothing to drain", shutdown(25, [], timings[1:]))]:
+        chk.rule("self-test", not failures, f"refused a grace period that covers shutdown ({label}): {failures}")
+    print(f"  ok    self-test: {len(bad_shutdowns)} grace periods too short refused, 2 sufficient ones accepted")
 
 
 def main():

@@ -23,6 +23,7 @@ pub use k8s_openapi;
 pub use kube;
 
 pub mod argo;
+pub mod balancer;
 pub mod exporter;
 pub mod fault_proxy;
 pub mod fixtures;
@@ -313,13 +314,18 @@ pub struct Operator {
     env: Vec<(String, String)>,
 }
 
-/// Tests run many operators at once, each on its own namespace: no leader election unless a test asks.
-fn leader_election_default(extra: &[String]) -> Vec<&'static str> {
-    if extra.iter().any(|a| a.starts_with("--leader-election")) {
-        vec![]
-    } else {
-        vec!["--leader-election=false"]
+/// Tests run many operators at once, each on its own namespace: no leader election unless a test asks;
+/// and a drain of one second on SIGTERM (not the default ten, which would only slow down every test that
+/// stops an operator) unless a test asks for another.
+fn defaults(extra: &[String]) -> Vec<&'static str> {
+    let mut defaults = Vec::new();
+    if !extra.iter().any(|a| a.starts_with("--leader-election")) {
+        defaults.push("--leader-election=false");
     }
+    if !extra.iter().any(|a| a.starts_with("--shutdown-drain-seconds")) {
+        defaults.push("--shutdown-drain-seconds=1");
+    }
+    defaults
 }
 
 /// A loopback port nothing listens on, for an operator to bind a moment later. Taken from a counter below
@@ -458,7 +464,7 @@ impl Operator {
             .env("KUBECONFIG", kubeconfig)
             .env("CMSET_LOG", "info,cmset_controller=debug")
             .args(["--namespace", &self.namespace])
-            .args(leader_election_default(&self.extra))
+            .args(defaults(&self.extra))
             .args(["--metrics-address", &format!("127.0.0.1:{}", self.metrics_port)])
             .args(["--workload-debounce-ms", "300"])
             .args(self.webhook.iter().flat_map(webhook::Registration::operator_args))
@@ -486,15 +492,21 @@ impl Operator {
 
     /// SIGTERM and wait for a clean exit; returns the exit status.
     pub async fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        self.terminate();
         let mut c = self.child.take()?;
-        let pid = c.id()?;
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status();
         tokio::time::timeout(Duration::from_secs(20), c.wait())
             .await
             .ok()?
             .ok()
+    }
+
+    /// SIGTERM, without waiting (see [`Operator::wait_exit`]).
+    pub fn terminate(&self) {
+        if let Some(pid) = self.child.as_ref().and_then(|c| c.id()) {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
     }
 
     pub async fn restart(&mut self) {

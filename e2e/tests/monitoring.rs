@@ -254,8 +254,10 @@ async fn serve_cmset_metrics() -> (std::net::SocketAddr, tokio::task::JoinHandle
     // The registry's type is the operator's (prometheus-client), named by `register`'s signature.
     let mut registry = Default::default();
     metrics.register(&mut registry);
+    let ready = cmset_controller::drain::Readiness::default();
+    ready.set_synced();
     let health = cmset_controller::server::Health {
-        ready: std::sync::Arc::new(true.into()),
+        ready: std::sync::Arc::new(ready),
         registry: std::sync::Arc::new(registry),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -109,9 +109,19 @@ pub struct Cli {
     pub identity: Option<String>,
 
     /// On SIGTERM, how long the reconciles in flight may take to finish before the process stops them
-    /// and releases its lease (keep it below the pod's terminationGracePeriodSeconds).
+    /// and releases its lease (keep it plus `--shutdown-drain-seconds` below the pod's
+    /// terminationGracePeriodSeconds).
     #[arg(long, env = "CMSET_SHUTDOWN_GRACE_SECONDS", default_value_t = 20)]
     pub shutdown_grace_seconds: u64,
+
+    /// On SIGTERM, how long a replica serving the webhook keeps answering admission while it reports
+    /// not ready, so that its endpoint leaves the webhook's Service before it stops answering (the
+    /// webhook fails open: an admission that cannot be delivered is stored as written). The controllers
+    /// stop meanwhile. 10 s covers the endpoints controller removing the terminating pod and
+    /// kube-proxy (or the API server's own endpoint lookup) seeing it, which takes about a second or two
+    /// on a healthy cluster, with room for a busy one. Without `--webhook-address` nothing drains.
+    #[arg(long, env = "CMSET_SHUTDOWN_DRAIN_SECONDS", default_value_t = 10)]
+    pub shutdown_drain_seconds: u64,
 
     /// Serve SecretSets (`secretsets.cmset.dev`): watch SecretSets and Secrets (metadata only), read
     /// source Secrets, write revision Secrets. `false` for clusters that give cmset no access to

@@ -27,6 +27,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
@@ -34,7 +35,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::DefaultBodyLimit;
-use axum::http::{Request, StatusCode};
+use axum::http::{HeaderValue, Request, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::IntoResponse;
 use hyper::body::{Frame, Incoming, SizeHint};
@@ -110,29 +111,52 @@ pub fn bounded(router: Router, limits: &Limits) -> Router {
         }))
 }
 
-/// Serves `router` (bounded by [`bounded`]) on `listener`, over TLS when `tls` is given, until
-/// `shutdown` resolves.
-pub async fn serve(
+/// How a server stops. While `draining` is set, every response closes its connection: the client's
+/// next request opens a new connection, which a Service sends to a replica still ready, instead of
+/// reusing this one. When `stopped` resolves, the server accepts no more connections, lets the requests
+/// in flight finish (each within its deadline) and returns.
+pub struct Stop<F> {
+    pub draining: Arc<AtomicBool>,
+    pub stopped: F,
+}
+
+impl<F> Stop<F> {
+    /// Stops when `stopped` resolves, with no drain before.
+    pub fn at(stopped: F) -> Self {
+        Self {
+            draining: Arc::default(),
+            stopped,
+        }
+    }
+}
+
+/// Serves `router` (bounded by [`bounded`]) on `listener`, over TLS when `tls` is given, until `stop`.
+pub async fn serve<F>(
     listener: TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
     router: Router,
     limits: Limits,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) {
+    stop: Stop<F>,
+) where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
     let slots = Slots::new(limits.connections);
-    serve_in(listener, tls, router, limits, slots, shutdown).await;
+    serve_in(listener, tls, router, limits, slots, stop).await;
 }
 
-async fn serve_in(
+async fn serve_in<F>(
     listener: TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
     router: Router,
     limits: Limits,
     slots: Arc<Slots>,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) {
-    let app = TowerToHyperService::new(bounded(router, &limits));
-    tokio::pin!(shutdown);
+    stop: Stop<F>,
+) where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let Stop { draining, stopped } = stop;
+    let app = TowerToHyperService::new(closing_while(bounded(router, &limits), draining));
+    tokio::pin!(stopped);
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -144,12 +168,12 @@ async fn serve_in(
                     continue;
                 }
             },
-            _ = &mut shutdown => return,
+            _ = &mut stopped => break,
         };
         // A free slot or an idle connection's; meanwhile the backlog holds the next connections.
         let slot = tokio::select! {
             slot = slots.admit(peer) => slot,
-            _ = &mut shutdown => return,
+            _ = &mut stopped => break,
         };
         let id = slot.id;
         let (tls, app) = (tls.clone(), app.clone());
@@ -167,6 +191,30 @@ async fn serve_in(
         });
         slots.attach(id, task.abort_handle());
     }
+    drop(listener);
+    // Answers already begun are finished rather than cut off when the process exits.
+    let mut changes = slots.summary.subscribe();
+    let settled = changes.wait_for(|s| s.open == s.idle);
+    if tokio::time::timeout(limits.request, settled).await.is_err() {
+        warn!("requests still in flight when the server stopped");
+    }
+}
+
+/// While `draining`, each response tells its client that the connection closes (and hyper closes it
+/// once the response is written).
+fn closing_while(router: Router, draining: Arc<AtomicBool>) -> Router {
+    router.layer(axum::middleware::from_fn(move |request, next: Next| {
+        let draining = draining.clone();
+        async move {
+            let mut response = next.run(request).await;
+            if draining.load(Ordering::Relaxed) {
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            response
+        }
+    }))
 }
 
 async fn serve_connection<S>(
@@ -505,7 +553,13 @@ mod tests {
                 post(|body: String| async move { body.len().to_string() }),
             )
             .route("/ok", get(|| async { "ok" }));
-        tokio::spawn(serve(listener, None, router, TIGHT, futures::future::pending()));
+        tokio::spawn(serve(
+            listener,
+            None,
+            router,
+            TIGHT,
+            Stop::at(futures::future::pending()),
+        ));
         address
     }
 
@@ -677,7 +731,7 @@ mod tests {
                 router,
                 limits,
                 slots.clone(),
-                futures::future::pending(),
+                Stop::at(futures::future::pending()),
             );
             tokio::spawn(server);
             Self {

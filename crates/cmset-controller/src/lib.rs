@@ -9,6 +9,7 @@ pub mod cli;
 pub mod context;
 pub mod crash_points;
 pub mod decisions;
+pub mod drain;
 pub mod error;
 pub mod http;
 pub mod index;

@@ -1,11 +1,12 @@
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
 use cmset_controller::cert_keeper;
 use cmset_controller::cli::{Cli, LogFormat};
 use cmset_controller::context::system_clock;
+use cmset_controller::drain::{self, Readiness};
+use cmset_controller::http::Stop;
 use cmset_controller::leader::{Elector, LeaseConfig};
 use cmset_controller::metrics::Metrics;
 use cmset_controller::runtime::{Scope, Scopes, Settings};
@@ -68,14 +69,23 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     let metrics = Arc::new(Metrics::default());
     let mut registry = Registry::default();
     metrics.register(&mut registry);
-    let ready = Arc::new(AtomicBool::new(false));
+    let ready = Arc::new(Readiness::default());
+    // `shutdown` stops the controllers; `serving` the HTTP servers, after the drain (only a replica that
+    // answers admission has anything to drain).
     let shutdown = termination().shared();
+    let drain_period = match cli.webhook_address {
+        Some(_) => Duration::from_secs(cli.shutdown_drain_seconds),
+        None => Duration::ZERO,
+    };
+    let serving = drain::serving_until(shutdown.clone(), ready.clone(), drain_period)
+        .boxed()
+        .shared();
 
     let health = Health {
         ready: ready.clone(),
         registry: Arc::new(registry),
     };
-    let server = tokio::spawn(serve(endpoints, health, shutdown.clone()));
+    let server = tokio::spawn(serve(endpoints, health, serving.clone()));
 
     // Every replica watches and keeps its index warm, leader or not: admission answers from it, and a
     // replica that takes the lease reconciles from it at once, with no relist.
@@ -111,7 +121,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             info!("caches synced; ready");
-            ready.store(true, Ordering::Relaxed);
+            ready.set_synced();
         }
     });
 
@@ -132,7 +142,10 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 client.clone(),
                 metrics.clone(),
                 cli.secret_sets,
-                shutdown.clone(),
+                Stop {
+                    draining: ready.draining(),
+                    stopped: serving.clone(),
+                },
             )))
         }
         None => None,
@@ -194,7 +207,8 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     tokio::pin!(leading, lost);
     let grace = Duration::from_secs(cli.shutdown_grace_seconds);
     // On SIGTERM the controllers take no new work and finish the reconciles in flight (kube's graceful
-    // shutdown), within the grace period; losing the lease drops them at once (no further write).
+    // shutdown), within the grace period; losing the lease drops them at once (no further write). The
+    // webhook drains meanwhile, and the process exits once both are done.
     let outcome: Result<(), Box<dyn std::error::Error>> = tokio::select! {
         _ = &mut leading => Ok(()),
         _ = &mut lost => Err("lost the leader lease; exiting so that only one replica acts".into()),
@@ -214,7 +228,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         e.release().await;
     }
     if outcome.is_err() {
-        // The HTTP servers wait for SIGTERM; a replica that lost its lease does not.
+        // The HTTP servers wait for SIGTERM and the drain; a replica that lost its lease does not.
         server.abort();
         if let Some(webhook) = &webhook {
             webhook.abort();

@@ -1,9 +1,9 @@
 //! The HTTP endpoints: `/metrics` (Prometheus text format), `/healthz` (the process serves) and
-//! `/readyz` (caches are synced, or this replica is a standby ready to take over).
+//! `/readyz` (caches are synced, or this replica is a standby ready to take over; never once it drains,
+//! see [`crate::drain`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use axum::extract::State;
@@ -12,9 +12,12 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
 
+use crate::drain::Readiness;
+use crate::http::Stop;
+
 #[derive(Clone)]
 pub struct Health {
-    pub ready: Arc<AtomicBool>,
+    pub ready: Arc<Readiness>,
     pub registry: Arc<Registry>,
 }
 
@@ -38,7 +41,7 @@ async fn metrics(State(health): State<Health>) -> impl IntoResponse {
 }
 
 async fn readyz(State(health): State<Health>) -> StatusCode {
-    if health.ready.load(Ordering::Relaxed) {
+    if health.ready.is_ready() {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
@@ -64,11 +67,14 @@ pub async fn bind(address: SocketAddr) -> std::io::Result<tokio::net::TcpListene
     })
 }
 
+/// Serves the endpoints until `stopped` resolves (at the end of the drain: the kubelet meanwhile sees
+/// the replica not ready, and alive).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     health: Health,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    stopped: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
+    let draining = health.ready.draining();
     if let Ok(address) = listener.local_addr() {
         tracing::info!(%address, "serving /metrics, /healthz and /readyz");
     }
@@ -77,7 +83,7 @@ pub async fn serve(
         None,
         router(health),
         crate::http::Limits::PLAIN,
-        shutdown,
+        Stop { draining, stopped },
     )
     .await;
 }

@@ -335,15 +335,17 @@ pub async fn bind(address: SocketAddr, cert: Arc<ServingCert>) -> Result<Bound, 
     })
 }
 
-/// Serves the webhook over HTTPS until `shutdown` resolves, within [`Limits::WEBHOOK`].
-pub async fn serve(
+/// Serves the webhook over HTTPS until `stop`, within [`Limits::WEBHOOK`].
+pub async fn serve<F>(
     bound: Bound,
     scopes: Scopes,
     client: Client,
     metrics: Arc<Metrics>,
     secret_sets: bool,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) {
+    stop: crate::http::Stop<F>,
+) where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
     let Bound {
         listener,
         acceptor,
@@ -355,7 +357,7 @@ pub async fn serve(
         Some(acceptor),
         router(scopes, client, metrics, secret_sets),
         Limits::WEBHOOK,
-        shutdown,
+        stop,
     )
     .await;
 }
