@@ -32,8 +32,8 @@ pub use condition::{Comparison, Condition, ConditionError};
 pub use query::{Bound, Place, QueryError, QueryTemplate};
 pub use response::{QueryOutcome, format_value, parse_query_response, parse_value};
 pub use run::{
-    Measurement, RunVerdict, WaveStage, clauses, due, due_in, new_run, plan_runs, record, run_name, settle,
-    verdict, wave_verdict,
+    Measurement, RunVerdict, WaveStage, clauses, due, due_in, known_runs, new_run, plan_runs, record,
+    run_name, settle, verdict, wave_verdict,
 };
 
 /// The rollout a run belongs to: what `{{namespace}}`, `{{revision}}` and `{{wave}}` stand for.

@@ -238,6 +238,7 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
     let mut recheck: Vec<Duration> = Vec::new();
     let mut analysis_failure: Option<String> = None;
     let mut analysis_due: Vec<AnalysisRunStatus> = Vec::new();
+    let mut judged_now = false;
     let deadline = i64::from(spec.progress_deadline_seconds);
     while rollout.phase == RolloutPhase::Progressing {
         let wave = rollout.wave;
@@ -297,6 +298,7 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
                     input.previous_runs(fresh),
                 );
                 rollout.analysis = judged.runs;
+                judged_now = true;
                 // A run due now is measured before the wave is judged on it: the I/O layer measures
                 // `analysis_due` and plans again.
                 let measure_first = !judged.due_now.is_empty();
@@ -412,6 +414,30 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
             }
         }
     }
+    // Runs no analysis of this pass computed are kept only when they are runs cmset computes: the
+    // status, writable by the set's namespace, shows nothing else.
+    if !judged_now {
+        // No analysis asked for: no run is one cmset computes. Analyses that cannot run: nothing to
+        // compare with, the runs stay (none is ever sent).
+        let analyses: Option<&[Analysis]> = match input.analysis.map(|a| a.analyses) {
+            Some(Err(_)) => None,
+            Some(Ok(analyses)) => Some(analyses),
+            None => Some(&[]),
+        };
+        if let Some(analyses) = analyses {
+            let subject = WaveSubject {
+                namespace: input.namespace,
+                revision: input.current,
+                wave: rollout.wave,
+            };
+            rollout.analysis = analysis::known_runs(
+                analyses,
+                &subject,
+                &workloads_by_wave(&members),
+                &rollout.analysis,
+            );
+        }
+    }
     let entries = members
         .into_iter()
         .map(|m| decide_entry(m, &rollout, deadline, input))
@@ -522,18 +548,7 @@ fn judge_wave(
     };
     // The workloads each wave has, from the members (the index), never from the status: this wave's
     // that take part, and for the runs recorded of other waves, every member of theirs.
-    fn workload<'m>(m: &'m Member<'_>) -> Workload<'m> {
-        Workload {
-            kind: m.kind,
-            name: &m.entry.name,
-        }
-    }
-    let mut workloads: BTreeMap<i32, Vec<Workload<'_>>> = BTreeMap::new();
-    for m in members {
-        if let Some(w) = m.wave.number().filter(|w| *w != wave) {
-            workloads.entry(w).or_default().push(workload(m));
-        }
-    }
+    let mut workloads = workloads_by_wave(members);
     workloads.insert(wave, in_wave.iter().map(|m| workload(m)).collect());
     let mut runs = analysis::plan_runs(analyses, &subject, &workloads, previous);
     let mut due_in: Option<Duration> = None;
@@ -559,6 +574,24 @@ fn judge_wave(
         due_in,
         due_now,
     }
+}
+
+fn workload<'m>(m: &'m Member<'_>) -> Workload<'m> {
+    Workload {
+        kind: m.kind,
+        name: &m.entry.name,
+    }
+}
+
+/// The members of each wave, for the analysis runs: the workloads cmset observes.
+fn workloads_by_wave<'m>(members: &'m [Member<'_>]) -> BTreeMap<i32, Vec<Workload<'m>>> {
+    let mut workloads: BTreeMap<i32, Vec<Workload<'m>>> = BTreeMap::new();
+    for m in members {
+        if let Some(w) = m.wave.number() {
+            workloads.entry(w).or_default().push(workload(m));
+        }
+    }
+    workloads
 }
 
 /// Whether the progress deadline of wave members has passed: counted from the latest move into the

@@ -1179,3 +1179,33 @@ fn a_status_rewritten_by_the_namespace_changes_no_query_that_is_sent() {
         "only cmset's runs are recorded"
     );
 }
+
+/// Once no wave is analysed (the rollout completed), runs written into the status by the namespace are
+/// dropped at the next plan; the runs cmset measured stay.
+#[test]
+fn runs_made_up_after_the_rollout_are_dropped() {
+    let (mut world, _) = analysed(false);
+    world.change_content("v2");
+    world.settle();
+    world.heal_all();
+    measure_for(&mut world, 30, &QueryOutcome::Samples(vec![0.01]));
+    world.heal_all();
+    measure_for(&mut world, 30, &QueryOutcome::Samples(vec![0.01]));
+    let done = world.rollout();
+    assert_eq!(done.phase, RolloutPhase::Complete);
+    let measured = done.analysis.clone();
+    assert_eq!(measured.len(), 2, "{measured:?}");
+
+    let rollout = world.set.status.as_mut().unwrap().rollout.as_mut().unwrap();
+    rollout.analysis.push(AnalysisRunStatus {
+        template: "error-rate".into(),
+        wave: 1,
+        query: "count(kube_secret_info)".into(),
+        condition: "result < 0.05".into(),
+        ..AnalysisRunStatus::default()
+    });
+    rollout.analysis[0].query = "up".into();
+    world.now += 10;
+    world.settle();
+    assert_eq!(world.rollout().analysis, measured[1..].to_vec());
+}

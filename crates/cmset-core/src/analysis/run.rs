@@ -257,21 +257,12 @@ pub fn plan_runs(
         let members = workloads.get(&wave).map(Vec::as_slice).unwrap_or_default();
         runs_of_wave(analyses, &WaveSubject { wave, ..*subject }, members)
     };
-    let other_waves: BTreeSet<i32> = previous
+    let others: Vec<AnalysisRunStatus> = previous
         .iter()
-        .map(|r| r.wave)
-        .filter(|w| *w != subject.wave)
+        .filter(|r| r.wave != subject.wave)
+        .cloned()
         .collect();
-    let mut runs: Vec<AnalysisRunStatus> = Vec::new();
-    for wave in other_waves {
-        let known = computed(wave);
-        runs.extend(
-            previous
-                .iter()
-                .filter(|r| r.wave == wave && !unsendable(r) && known.iter().any(|k| same_run(k, r)))
-                .cloned(),
-        );
-    }
+    let mut runs = known_runs(analyses, subject, workloads, &others);
     for run in computed(subject.wave) {
         let recorded = previous
             .iter()
@@ -281,6 +272,30 @@ pub fn plan_runs(
             Some(recorded) => carry_measurements(run, recorded),
             None => run,
         });
+    }
+    runs
+}
+
+/// The runs of `recorded` that are runs cmset computes for their wave (see [`plan_runs`]), as
+/// recorded; the others are dropped. For the runs of a rollout no wave of which is being analysed now
+/// (it completed, failed, or waits on its workloads): the status shows only what cmset measured.
+pub fn known_runs(
+    analyses: &[Analysis],
+    subject: &WaveSubject<'_>,
+    workloads: &BTreeMap<i32, Vec<Workload<'_>>>,
+    recorded: &[AnalysisRunStatus],
+) -> Vec<AnalysisRunStatus> {
+    let waves: BTreeSet<i32> = recorded.iter().map(|r| r.wave).collect();
+    let mut runs = Vec::new();
+    for wave in waves {
+        let members = workloads.get(&wave).map(Vec::as_slice).unwrap_or_default();
+        let known = runs_of_wave(analyses, &WaveSubject { wave, ..*subject }, members);
+        runs.extend(
+            recorded
+                .iter()
+                .filter(|r| r.wave == wave && !unsendable(r) && known.iter().any(|k| same_run(k, r)))
+                .cloned(),
+        );
     }
     runs
 }
