@@ -59,7 +59,6 @@ pub async fn measure(
     if plan.analysis_due.is_empty() {
         return None;
     }
-    let now = (ctx.clock)();
     let labels = SetLabels {
         namespace: set.namespace().to_string(),
         kind: set.kind().as_str(),
@@ -76,6 +75,9 @@ pub async fn measure(
             continue;
         };
         let outcome = prometheus.query(&due.query).await;
+        // Taken when the answer came: the plan that follows must not find the run due again, however
+        // long Prometheus took.
+        let now = (ctx.clock)();
         let measured = Measurement::judge(&outcome, &analysis.condition);
         let said = measured.describe(&analysis.condition);
         debug!(template = %due.template, workload = ?due.workload, %said, "analysis measured");

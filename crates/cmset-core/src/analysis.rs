@@ -5,7 +5,10 @@
 //! - [`Analysis::resolve`] checks a set's reference against its template and binds the arguments
 //!   ([`query`]): only `{{args.NAME}}` takes them, `{{namespace}}` is always the set's own.
 //! - [`plan_runs`] lists the wave's runs (one per analysis, or one per workload when the query names
-//!   one), carrying on what the status recorded; [`due`] says which to measure now.
+//!   one), each rendered from the template and the values cmset decided (never from the status, which
+//!   the set's namespace can write), carrying on only what the status recorded of the same run's
+//!   measurements; [`due`] says which to measure now. Every value is checked before it is rendered,
+//!   and written for the place it stands in the PromQL ([`query::Place`]).
 //! - The I/O layer runs a due run's query and turns Prometheus' answer into a [`QueryOutcome`]
 //!   ([`parse_query_response`]); [`record`] notes the measurement and [`settle`] gives the run its
 //!   verdict at the wave's [`WaveStage`]; [`wave_verdict`] combines a wave's runs.
