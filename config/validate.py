@@ -413,6 +413,7 @@ def check_no_secrets(chk, where, by_kind, c, pod):
         sources = [v] + (v.get("projected") or {}).get("sources", [])
         chk.rule(where, not any("secret" in src for src in sources), f"the operator's pod mounts a Secret ({v.get('name')})")
     chk.rule(where, not by_kind.get("MutatingWebhookConfiguration"), "a webhook is installed")
+    chk.rule(where, not by_kind.get("ValidatingWebhookConfiguration"), "a validating webhook is installed")
     chk.rule(where, not any(a.startswith("--webhook-") for a in c.get("args", [])), "the operator serves a webhook")
 
 
@@ -480,12 +481,30 @@ def check_webhook(chk, where, by_kind, ns, labels, c, ports, granted):
             chk.rule(where, matches(svc["spec"].get("selector"), labels)
                      and any(p.get("targetPort") in ("webhook", ports.get("webhook")) for p in svc["spec"]["ports"]),
                      f"webhook {name}: Service {ref.get('name')} does not route to the operator's webhook port")
+    # The validation of AnalysisTemplates: same Service and certificate, fails open (the controller checks
+    # every template a set uses anyway), and sent AnalysisTemplates only.
+    validating = [m for m in by_kind.get("ValidatingWebhookConfiguration", []) if m["metadata"]["name"] == "cmset"]
+    if chk.rule(where, len(validating) == 1, "no ValidatingWebhookConfiguration cmset: AnalysisTemplates are not checked at admission"):
+        for hook in validating[0]["webhooks"]:
+            name = hook["name"]
+            chk.rule(where, hook.get("failurePolicy") == "Ignore", f"webhook {name}: failurePolicy must be Ignore (fail open)")
+            chk.rule(where, hook.get("timeoutSeconds", 10) <= 10, f"webhook {name}: timeoutSeconds above 10")
+            resources = {(g, r) for rule in hook.get("rules", []) for g in rule.get("apiGroups", [])
+                         for r in rule.get("resources", [])}
+            chk.rule(where, resources == {("cmset.dev", "analysistemplates")},
+                     f"webhook {name}: must be sent AnalysisTemplates only, not {sorted(resources)}")
+            ref = hook["clientConfig"].get("service", {})
+            chk.rule(where, ref.get("namespace") == ns and ref.get("name") in svcs
+                     and ref.get("path") == "/validate-analysistemplate",
+                     f"webhook {name}: must call the operator's Service at /validate-analysistemplate, not {ref}")
     secret = args.get("--webhook-cert-secret")
     if secret is not None:
         have = granted.get(ns, set()) | granted.get(None, set())
         need = {("", "secrets", "create", "*"), ("", "secrets", "get", secret), ("", "secrets", "update", secret),
                 ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get", "cmset"),
-                ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "patch", "cmset")}
+                ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "patch", "cmset"),
+                ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "get", "cmset"),
+                ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch", "cmset")}
         chk.rule(where, need <= have, f"the operator cannot keep its certificate: lacks {sorted(need - have)}")
     else:
         chk.rule(where, "--webhook-cert-dir" in args, "no certificate source (--webhook-cert-secret or --webhook-cert-dir)")

@@ -356,6 +356,13 @@ impl Operator {
         Self::launch(namespace, extra, None, true).await
     }
 
+    /// [`Operator::start_with`], with AnalysisTemplates sent to its webhook for validation (see
+    /// [`webhook::Registration::with_template_validation`]).
+    pub async fn start_validating_templates(namespace: &str, extra: &[&str]) -> Self {
+        let registration = webhook::Registration::with_template_validation(namespace, free_port());
+        Self::launch_registered(namespace, extra, None, Some(registration)).await
+    }
+
     /// An operator without the webhook: what cmset does when the webhook is not called (it fails open
     /// when cmset is down), rewriting workloads after they are stored.
     pub async fn start_without_webhook(namespace: &str, extra: &[&str]) -> Self {
@@ -369,6 +376,16 @@ impl Operator {
     }
 
     async fn launch(namespace: &str, extra: &[&str], kubeconfig: Option<PathBuf>, webhook: bool) -> Self {
+        let registration = webhook.then(|| webhook::Registration::new(namespace, free_port()));
+        Self::launch_registered(namespace, extra, kubeconfig, registration).await
+    }
+
+    async fn launch_registered(
+        namespace: &str,
+        extra: &[&str],
+        kubeconfig: Option<PathBuf>,
+        webhook: Option<webhook::Registration>,
+    ) -> Self {
         let logs = env_path("CMSET_E2E_LOGS").unwrap_or_else(std::env::temp_dir);
         std::fs::create_dir_all(&logs).unwrap();
         let suffix = if kubeconfig.is_some() { "-via-proxy" } else { "" };
@@ -379,7 +396,7 @@ impl Operator {
             log: logs.join(format!("{namespace}{suffix}.log")),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             kubeconfig,
-            webhook: webhook.then(|| webhook::Registration::new(namespace, free_port())),
+            webhook,
             env: Vec::new(),
         };
         op.spawn().await;

@@ -2,8 +2,9 @@
 //! cached by `e2e/monitoring/prometheus.sh` (or the binary named by `CMSET_PROMETHEUS_BIN`), on a free
 //! loopback port, with a generated configuration: the scrape targets the test gives, every second, and
 //! optional rule files. Its data lives in a temporary directory; its log goes to `CMSET_E2E_LOGS` (or
-//! the temporary directory) as `prometheus-<name>.log`. Dropping it kills the process and removes the
-//! data.
+//! the temporary directory) as `prometheus-<name>.log`. Prometheus' own query log (`query_log_file`)
+//! records every query it evaluates, so a test can see exactly what reached it
+//! ([`Prometheus::logged_queries`]). Dropping it kills the process and removes the data.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,6 +14,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long Prometheus has to report ready.
 const START: Duration = Duration::from_secs(60);
+/// Prometheus' query log, in its directory: one JSON line per query it evaluated.
+const QUERY_LOG: &str = "queries.log";
 
 /// One sample of a query's answer (an instant vector's element, or a scalar with no labels).
 #[derive(Clone, Debug, PartialEq)]
@@ -59,7 +62,7 @@ impl Builder {
         ));
         std::fs::create_dir_all(dir.join("data")).unwrap();
         let config = dir.join("prometheus.yml");
-        std::fs::write(&config, self.config()).unwrap();
+        std::fs::write(&config, self.config(&dir.join(QUERY_LOG))).unwrap();
         let logs = crate::env_path("CMSET_E2E_LOGS").unwrap_or_else(std::env::temp_dir);
         std::fs::create_dir_all(&logs).unwrap();
         let log_path = logs.join(format!("prometheus-{}.log", self.name));
@@ -84,11 +87,15 @@ impl Builder {
         prometheus
     }
 
-    fn config(&self) -> String {
+    fn config(&self, query_log: &Path) -> String {
         // Every string is written as JSON, which YAML reads as is.
         let quote = |s: &str| serde_json::to_string(s).unwrap();
         let mut out =
             String::from("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n");
+        out.push_str(&format!(
+            "  query_log_file: {}\n",
+            quote(&query_log.to_string_lossy())
+        ));
         if !self.rule_files.is_empty() {
             out.push_str("rule_files:\n");
             for path in &self.rule_files {
@@ -143,6 +150,17 @@ impl Prometheus {
 
     pub fn log_path(&self) -> &Path {
         &self.log
+    }
+
+    /// Every query Prometheus evaluated so far, in order, from its own query log (the harness's
+    /// [`Self::query`] included, rule evaluations excluded).
+    pub fn logged_queries(&self) -> Vec<String> {
+        let log = std::fs::read_to_string(self.dir.join(QUERY_LOG)).unwrap_or_default();
+        log.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|entry| entry.get("ruleGroup").is_none())
+            .filter_map(|entry| entry["params"]["query"].as_str().map(str::to_string))
+            .collect()
     }
 
     /// Evaluates `promql` now: its samples, or Prometheus' error (a query that does not parse, say).
@@ -340,10 +358,11 @@ mod tests {
             .scrape("cmset", "127.0.0.1:8080")
             .scrape("exporter", "127.0.0.1:9000")
             .scrape("cmset", "127.0.0.1:8081")
-            .config();
+            .config(Path::new("/tmp/q.log"));
         assert_eq!(
             config,
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+             \x20 query_log_file: \"/tmp/q.log\"\n\
              scrape_configs:\n\
              \x20 - job_name: \"cmset\"\n    honor_labels: true\n    static_configs:\n      - targets: [\"127.0.0.1:8080\", \"127.0.0.1:8081\"]\n\
              \x20 - job_name: \"exporter\"\n    honor_labels: true\n    static_configs:\n      - targets: [\"127.0.0.1:9000\"]\n"

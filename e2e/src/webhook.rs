@@ -8,10 +8,14 @@ use std::time::Duration;
 /// The label on every test namespace that its webhook registration selects.
 pub const NAMESPACE_LABEL: &str = "cmset-e2e";
 
-/// One MutatingWebhookConfiguration, deleted when dropped.
+/// One MutatingWebhookConfiguration (and, for a test that asks, the ValidatingWebhookConfiguration of
+/// the same name that sends AnalysisTemplates to the operator), deleted when dropped.
 pub struct Registration {
     pub name: String,
     pub port: u16,
+    /// AnalysisTemplates are validated by this operator. They are cluster-scoped: only a test about
+    /// their validation registers it, so that other tests' templates are not sent to its operator.
+    pub validates_templates: bool,
 }
 
 impl Registration {
@@ -63,7 +67,45 @@ webhooks:
         );
         crate::try_kubectl_in(None, &["apply", "-f", "-"], Some(&yaml))
             .unwrap_or_else(|e| panic!("register the webhook {name}: {e}"));
-        Self { name, port }
+        Self {
+            name,
+            port,
+            validates_templates: false,
+        }
+    }
+
+    /// [`Registration::new`], and AnalysisTemplates sent to
+    /// `https://127.0.0.1:<port>/validate-analysistemplate` (registered before the operator starts, so
+    /// that it trusts its CA in both at once).
+    pub fn with_template_validation(namespace: &str, port: u16) -> Self {
+        let mut registration = Self::new(namespace, port);
+        let name = &registration.name;
+        let yaml = format!(
+            r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: {name}
+webhooks:
+  - name: analysistemplates.cmset.dev
+    clientConfig:
+      url: https://127.0.0.1:{port}/validate-analysistemplate
+    rules:
+      - apiGroups: ["cmset.dev"]
+        apiVersions: ["v1alpha1"]
+        operations: ["CREATE", "UPDATE"]
+        resources: ["analysistemplates"]
+        scope: Cluster
+    sideEffects: None
+    admissionReviewVersions: ["v1"]
+    failurePolicy: Ignore
+    timeoutSeconds: 5
+"#
+        );
+        crate::try_kubectl_in(None, &["apply", "-f", "-"], Some(&yaml))
+            .unwrap_or_else(|e| panic!("register the validating webhook {name}: {e}"));
+        registration.validates_templates = true;
+        registration
     }
 
     /// The operator's flags that serve this registration.
@@ -80,11 +122,15 @@ webhooks:
 
     /// The caBundle the operator put in the registration (empty until it has).
     pub fn ca_bundle(&self) -> String {
+        self.ca_bundle_of("mutatingwebhookconfiguration")
+    }
+
+    fn ca_bundle_of(&self, kind: &str) -> String {
         crate::try_kubectl_in(
             None,
             &[
                 "get",
-                "mutatingwebhookconfiguration",
+                kind,
                 &self.name,
                 "-o",
                 "jsonpath={.webhooks[0].clientConfig.caBundle}",
@@ -116,7 +162,12 @@ webhooks:
     /// Waits until the API server can call the webhook: its CA is trusted and it serves.
     pub async fn wait_ready(&self) {
         let deadline = std::time::Instant::now() + crate::CONVERGE;
-        while !self.serves() || self.ca_bundle().is_empty() {
+        let trusted = || {
+            !self.ca_bundle().is_empty()
+                && (!self.validates_templates
+                    || !self.ca_bundle_of("validatingwebhookconfiguration").is_empty())
+        };
+        while !self.serves() || !trusted() {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the webhook {} did not become callable",
@@ -129,13 +180,15 @@ webhooks:
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("kubectl")
-            .args([
-                "delete",
-                "mutatingwebhookconfiguration",
-                &self.name,
-                "--ignore-not-found",
-            ])
-            .output();
+        let kinds: &[&str] = if self.validates_templates {
+            &["mutatingwebhookconfiguration", "validatingwebhookconfiguration"]
+        } else {
+            &["mutatingwebhookconfiguration"]
+        };
+        for kind in kinds {
+            let _ = std::process::Command::new("kubectl")
+                .args(["delete", kind, &self.name, "--ignore-not-found"])
+                .output();
+        }
     }
 }

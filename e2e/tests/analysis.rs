@@ -9,6 +9,10 @@
 //!   measured, nothing fails; resumed, the rollout completes.
 //! - Prometheus stopped mid-rollout: the wave holds and says so (inconclusive), then fails at the
 //!   progress deadline.
+//! - `kubectl apply` of a template whose argument stands outside a double-quoted string fails, naming
+//!   the argument (cmset's validating webhook); typed, the same argument is accepted.
+//! - A namespace admin rewrites the set's status during a rollout (workload names and kinds, analysis
+//!   runs and their queries): Prometheus' own query log shows only the queries cmset derives.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -45,6 +49,25 @@ spec:
   successCondition: result < 0.05
   intervalSeconds: 5
   failureLimit: 0
+"#
+        ));
+        Self { name }
+    }
+
+    /// A template `<namespace>-<suffix>` with `query` and no arguments.
+    fn install_as(ns: &TestNamespace, suffix: &str, query: &str) -> Self {
+        let name = format!("{}-{suffix}", ns.name);
+        let query = serde_json::to_string(query).unwrap();
+        ns.apply(&format!(
+            r#"
+apiVersion: cmset.dev/v1alpha1
+kind: AnalysisTemplate
+metadata:
+  name: {name}
+spec:
+  query: {query}
+  successCondition: result < 0.05
+  intervalSeconds: 5
 "#
         ));
         Self { name }
@@ -302,4 +325,205 @@ async fn prometheus_stopped_mid_rollout_holds_the_wave_and_reports_then_fails_at
     assert_eq!(failed.wave, 0);
     wait_reads(&ns, FIRST, &v1).await;
     assert_eq!(reads(&ns, SECOND).await, BTreeSet::from([v1.clone()]));
+}
+
+/// The set of `write_set`, analysed by `template` and by the per-workload template `restarts`.
+fn write_set_with(ns: &TestNamespace, template: &Template, restarts: &str, value: &str) -> String {
+    ns.apply(&format!(
+        r#"
+apiVersion: cmset.dev/v1alpha1
+kind: ConfigMapSet
+metadata:
+  name: {SET}
+spec:
+  rollout:
+    stabilizationSeconds: 6
+    progressDeadlineSeconds: 120
+    analysis:
+      - template: {}
+        args: {{service: checkout}}
+      - template: {restarts}
+  template:
+    data:
+      MODE: "{value}"
+"#,
+        template.name
+    ));
+    kustomize_name(SET, &[("MODE", value)])
+}
+
+/// A client that acts as user `tenant`, whom a Role of `ns` lets read sets and write their status,
+/// as a namespace admin can.
+async fn tenant(ns: &TestNamespace) -> kube::Client {
+    ns.apply(
+        r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: tenant}
+rules:
+  - apiGroups: ["cmset.dev"]
+    resources: ["configmapsets", "configmapsets/status"]
+    verbs: ["get", "list", "watch", "update", "patch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: tenant}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenant}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant}]
+"#,
+    );
+    let mut config = kube::Config::infer().await.unwrap();
+    config.auth_info.impersonate = Some("tenant".to_string());
+    kube::Client::try_from(config).unwrap()
+}
+
+#[tokio::test]
+async fn a_namespace_admin_rewriting_the_status_changes_no_query_that_reaches_prometheus() {
+    let (ns, _exporter, prometheus, template, _operator, _v1) = setup("tamper", 120).await;
+    let restarts = Template::install_as(
+        &ns,
+        "restarts",
+        &format!(r#"max({METRIC}{{namespace="{{{{namespace}}}}",workload!~"{{{{workload.name}}}}"}})"#),
+    );
+    let v2 = write_set_with(&ns, &template, &restarts.name, "two");
+    let sets = kube::Api::<ConfigMapSet>::namespaced(tenant(&ns).await, &ns.name);
+    let injected = r#"x"} or count(kube_secret_info) or {a=""#;
+
+    // While wave 0 of v2 is analysed, the tenant rewrites what the status says of the workloads and of
+    // the analysis, again and again. (A rewrite of the status alone wakes no reconcile: one made after
+    // the rollout completed would stand until the next one. Stopping at wave 1 lets cmset write last.)
+    let mut rewrites = 0;
+    let mut polls = 0;
+    while rollout(&ns)
+        .await
+        .is_none_or(|r| r.revision != v2 || r.phase != RolloutPhase::Complete)
+    {
+        polls += 1;
+        assert!(
+            polls < 600,
+            "the rollout of {v2} did not complete: {:?}",
+            rollout(&ns).await
+        );
+        let set = sets.get(SET).await.unwrap();
+        let in_wave_0 = |s: &cmset_e2e::cmset_api::ConfigMapSetStatus| {
+            s.rollout
+                .as_ref()
+                .is_some_and(|r| r.revision == v2 && r.wave == 0 && r.phase == RolloutPhase::Progressing)
+        };
+        let Some(status) = set.status.filter(in_wave_0) else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        let mut workloads = serde_json::to_value(&status.workloads).unwrap();
+        for entry in workloads.as_array_mut().unwrap() {
+            entry["name"] = injected.into();
+            entry["kind"] = "Secret".into();
+        }
+        let wave = status.rollout.as_ref().map_or(0, |r| r.wave);
+        let forged = serde_json::json!([
+            {"template": template.name, "wave": wave, "query": "count(kube_secret_info)",
+             "condition": "result < 0.05", "verdict": "Running"},
+            {"template": restarts.name, "workloadKind": "Secret", "workload": injected, "wave": wave,
+             "query": format!(r#"max({METRIC}{{workload!~"{injected}"}})"#),
+             "condition": "result < 0.05", "verdict": "Running"},
+        ]);
+        let patch = serde_json::json!({"status": {"workloads": workloads, "rollout": {"analysis": forged}}});
+        sets.patch_status(
+            SET,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .expect("the tenant may write the status");
+        rewrites += 1;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(
+        rewrites >= 3,
+        "the status was rewritten during the rollout ({rewrites} times)"
+    );
+
+    let derived = BTreeSet::from([
+        format!(r#"max({METRIC}{{namespace="{}",service="checkout"}})"#, ns.name),
+        format!(r#"max({METRIC}{{namespace="{}",workload!~"first"}})"#, ns.name),
+        format!(r#"max({METRIC}{{namespace="{}",workload!~"second"}})"#, ns.name),
+    ]);
+    let logged = prometheus.logged_queries();
+    let sent: BTreeSet<String> = logged.iter().cloned().collect();
+    assert_eq!(sent, derived, "Prometheus' query log: {logged:#?}");
+    // The tenant's last rewrite may have come after the rollout completed: the next plan drops its
+    // runs too.
+    eventually_within(LONG, "the status records only the runs cmset derives", || async {
+        let done = rollout(&ns).await?;
+        let recorded: BTreeSet<String> = done.analysis.iter().map(|r| r.query.clone()).collect();
+        (recorded == derived).then_some(())
+    })
+    .await;
+    assert_eq!(
+        prometheus.logged_queries().into_iter().collect::<BTreeSet<_>>(),
+        derived,
+        "nothing else reached Prometheus since"
+    );
+}
+
+#[tokio::test]
+async fn kubectl_apply_of_a_template_with_an_unquoted_argument_fails_naming_it() {
+    let ns = TestNamespace::new("template-check").await;
+    let _operator = Operator::start_validating_templates(&ns.name, &[]).await;
+    let name = format!("{}-threshold", ns.name);
+    let template = |arg: &str| {
+        format!(
+            r#"
+apiVersion: cmset.dev/v1alpha1
+kind: AnalysisTemplate
+metadata:
+  name: {name}
+spec:
+  args:
+    - {arg}
+  query: 'sum(rate({METRIC}{{namespace="{{{{namespace}}}}"}}[5m])) > {{{{args.threshold}}}}'
+  successCondition: result < 1
+"#
+        )
+    };
+    let refused = ns
+        .try_kubectl(&["apply", "-f", "-"], Some(&template("{name: threshold}")))
+        .expect_err("the template is refused");
+    assert!(
+        refused.contains(r#"argument "threshold" (string) is used outside a double-quoted string"#),
+        "{refused}"
+    );
+    assert!(refused.contains("denied the request"), "{refused}");
+    let stored = std::process::Command::new("kubectl")
+        .args([
+            "get",
+            "analysistemplate",
+            &name,
+            "--ignore-not-found",
+            "-o",
+            "name",
+        ])
+        .output()
+        .unwrap();
+    assert!(stored.stdout.is_empty(), "nothing was stored");
+
+    // Declared a number, the same query is accepted; a value that is not one is refused at apply.
+    let _typed = Template { name: name.clone() };
+    ns.try_kubectl(
+        &["apply", "-f", "-"],
+        Some(&template("{name: threshold, type: number, default: \"0.5\"}")),
+    )
+    .expect("a typed argument may stand outside quotes");
+    let refused = ns
+        .try_kubectl(
+            &["apply", "-f", "-"],
+            Some(&template(
+                "{name: threshold, type: number, default: \"1 or vector(1)\"}",
+            )),
+        )
+        .expect_err("a default that is not a number is refused");
+    assert!(
+        refused.contains(r#"argument "threshold" is not a decimal number"#),
+        "{refused}"
+    );
 }

@@ -51,8 +51,9 @@ pub const MAX_ANALYSIS_ARGS: u32 = 64;
 pub struct AnalysisTemplateSpec {
     /// The arguments a set may pass (`spec.rollout.analysis[].args`), each used in the query as
     /// `{{args.NAME}}`. An argument without a default must be passed. A set can pass nothing else, and
-    /// a value may not contain `"`, `'`, `` ` ``, `\`, `{`, `}` or control characters, so it cannot leave
-    /// a PromQL string: put every `{{args.NAME}}` inside quotes.
+    /// a `string` value may not contain `"`, `'`, `` ` ``, `\`, `{`, `}` or control characters, and every
+    /// value is escaped for the string it stands in, so it cannot leave it. An `{{args.NAME}}` outside
+    /// a double-quoted string is refused unless the argument's type is `duration` or `number`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub args: Vec<AnalysisArg>,
@@ -97,6 +98,48 @@ pub struct AnalysisArg {
     /// must pass it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default: Option<String>,
+
+    /// What its values are, and so where the query may use it: `string` (the default) and `regex` only
+    /// inside a double-quoted PromQL string, `duration` (e.g. `5m`, `1h30m`) and `number` anywhere.
+    /// Inside the string of a `=~` or `!~` matcher a `string` value is matched literally (regex-escaped);
+    /// a `regex` value is used as the regular expression it is.
+    #[serde(rename = "type", default, skip_serializing_if = "AnalysisArgType::is_string")]
+    pub value_type: AnalysisArgType,
+}
+
+/// The type of an [`AnalysisArg`]'s values.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AnalysisArgType {
+    /// Text, put in a double-quoted string (escaped; regex-escaped in a matcher's regular expression).
+    #[default]
+    String,
+    /// A regular expression, put in a double-quoted string (escaped for the string only).
+    Regex,
+    /// A Prometheus duration such as `30s`, `5m` or `1h30m`: usable outside strings (`[{{args.window}}]`).
+    Duration,
+    /// A decimal number such as `0.05` or `-3`: usable outside strings.
+    Number,
+}
+
+impl AnalysisArgType {
+    pub fn is_string(&self) -> bool {
+        *self == Self::String
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::String => "string",
+            Self::Regex => "regex",
+            Self::Duration => "duration",
+            Self::Number => "number",
+        }
+    }
+
+    /// Its values are checked to be safe outside a PromQL string.
+    pub fn is_bare_safe(self) -> bool {
+        matches!(self, Self::Duration | Self::Number)
+    }
 }
 
 /// A set's use of an analysis template during its rollout.

@@ -19,7 +19,8 @@ pub mod labels;
 pub mod secret_set;
 
 pub use analysis::{
-    AnalysisArg, AnalysisRef, AnalysisRunStatus, AnalysisTemplate, AnalysisTemplateSpec, AnalysisVerdict,
+    AnalysisArg, AnalysisArgType, AnalysisRef, AnalysisRunStatus, AnalysisTemplate, AnalysisTemplateSpec,
+    AnalysisVerdict,
 };
 pub use secret_set::{SecretSet, SecretSetSpec, SecretSetStatus, SecretTemplate};
 

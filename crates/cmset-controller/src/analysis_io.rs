@@ -1,7 +1,9 @@
-//! The I/O of a set's metric analysis (`spec.rollout.analysis`), done before the set is planned: its
-//! AnalysisTemplates read, and the runs of the wave in its stabilization window that are due measured
-//! against Prometheus. The planner then judges the wave from what was measured
-//! ([`cmset_core::waves::WaveAnalysis`]); nothing here decides.
+//! The I/O of a set's metric analysis (`spec.rollout.analysis`): its AnalysisTemplates read before the
+//! set is planned, and the runs a plan lists as due measured against Prometheus before it is planned
+//! again ([`cmset_core::plan::SetPlan::analysis_due`]). Nothing here decides, and nothing here makes a
+//! query: every query sent is one the planner rendered from the templates, the current revision, the
+//! wave and its members as the index knows them, never one read from the set's status, which the
+//! set's namespace can write.
 //!
 //! A template is read with a GET when a set that names it is reconciled: only sets that ask for
 //! analysis pay for it, and a template edited by its admin is seen at the next reconcile.
@@ -10,8 +12,8 @@ use std::collections::BTreeMap;
 
 use cmset_api::{AnalysisRef, AnalysisRunStatus, AnalysisTemplate, AnalysisTemplateSpec};
 use cmset_core::analysis::{self, Analysis, Measurement};
+use cmset_core::plan::SetPlan;
 use cmset_core::set::SetRef;
-use cmset_core::waves;
 use kube::Api;
 use tracing::debug;
 
@@ -22,55 +24,82 @@ use crate::metrics::SetLabels;
 pub struct Prepared {
     /// Its analyses resolved against their templates, or why they cannot run.
     pub analyses: Result<Vec<Analysis>, String>,
-    /// The runs of its rollout, with the measurements taken now recorded.
+    /// The runs of its rollout: as the status records them (only their measurements are read), or as
+    /// the last plan computed them with the measurements taken now recorded.
     pub runs: Vec<AnalysisRunStatus>,
 }
 
-/// The analysis of `set`, if its spec asks for one: templates read, due runs measured.
+/// The analysis of `set`, if its spec asks for one: its templates read.
 pub async fn prepare(ctx: &Context, set: SetRef<'_>) -> Option<Prepared> {
     let references = set
         .rollout()
         .map(|r| r.analysis.as_slice())
         .filter(|a| !a.is_empty())?;
     let analyses = resolve(ctx, references).await;
-    let status = set.status().cloned().unwrap_or_default();
-    let Ok(resolved) = &analyses else {
-        let runs = status.rollout.map(|r| r.analysis).unwrap_or_default();
-        return Some(Prepared { analyses, runs });
+    let runs = set
+        .status()
+        .and_then(|s| s.rollout.as_ref())
+        .map(|r| r.analysis.clone())
+        .unwrap_or_default();
+    Some(Prepared { analyses, runs })
+}
+
+/// Measures the runs `plan` lists as due, each with the query the planner rendered, and returns the
+/// analysis to plan again with: the plan's runs with these measurements recorded. `None` when nothing
+/// was measured (nothing due, no Prometheus).
+pub async fn measure(
+    ctx: &Context,
+    set: SetRef<'_>,
+    prepared: &Prepared,
+    plan: &SetPlan,
+) -> Option<Prepared> {
+    let (Ok(resolved), Some(prometheus)) = (&prepared.analyses, &ctx.prometheus) else {
+        return None;
     };
-    let (mut runs, wave) = waves::runs_to_measure(&status, resolved, set.namespace());
-    // Paused, nothing measures: the pause may have begun since the status was written.
-    let wave = wave.filter(|_| !set.paused());
-    if let (Some(wave), Some(prometheus)) = (wave, &ctx.prometheus) {
-        let now = (ctx.clock)();
-        let labels = SetLabels {
-            namespace: set.namespace().to_string(),
-            kind: set.kind().as_str(),
-            name: set.name().to_string(),
+    if plan.analysis_due.is_empty() {
+        return None;
+    }
+    let labels = SetLabels {
+        namespace: set.namespace().to_string(),
+        kind: set.kind().as_str(),
+        name: set.name().to_string(),
+    };
+    let mut runs: Vec<AnalysisRunStatus> = plan
+        .status
+        .rollout
+        .as_ref()
+        .map(|r| r.analysis.clone())
+        .unwrap_or_default();
+    for due in &plan.analysis_due {
+        let Some(analysis) = resolved.iter().find(|a| a.template == due.template) else {
+            continue;
         };
-        for run in runs.iter_mut().filter(|r| r.wave == wave) {
-            let Some(analysis) = resolved.iter().find(|a| a.template == run.template) else {
-                continue;
-            };
-            if !analysis::due(run, analysis, &now) {
-                continue;
-            }
-            let outcome = prometheus.query(&run.query).await;
-            let measured = Measurement::judge(&outcome, &analysis.condition);
-            let said = measured.describe(&analysis.condition);
-            debug!(template = %run.template, workload = ?run.workload, %said, "analysis measured");
-            let (verdict, value) = match &measured {
-                Measurement::Passed { value, .. } => ("passed", Some(*value)),
-                Measurement::Failed { value, .. } => ("failed", Some(*value)),
-                Measurement::Inconclusive { value, .. } => ("inconclusive", *value),
-            };
-            let workload = run.workload.as_deref().unwrap_or_default();
-            ctx.metrics
-                .analysis_measured(&labels, &run.template, workload, verdict, value);
-            analysis::record(run, analysis, &outcome, &now);
+        let outcome = prometheus.query(&due.query).await;
+        // Taken when the answer came: the plan that follows must not find the run due again, however
+        // long Prometheus took.
+        let now = (ctx.clock)();
+        let measured = Measurement::judge(&outcome, &analysis.condition);
+        let said = measured.describe(&analysis.condition);
+        debug!(template = %due.template, workload = ?due.workload, %said, "analysis measured");
+        let (verdict, value) = match &measured {
+            Measurement::Passed { value, .. } => ("passed", Some(*value)),
+            Measurement::Failed { value, .. } => ("failed", Some(*value)),
+            Measurement::Inconclusive { value, .. } => ("inconclusive", *value),
+        };
+        let workload = due.workload.as_deref().unwrap_or_default();
+        ctx.metrics
+            .analysis_measured(&labels, &due.template, workload, verdict, value);
+        let mut run = due.clone();
+        analysis::record(&mut run, analysis, &outcome, &now);
+        match runs.iter_mut().find(|r| *r == due) {
+            Some(planned) => *planned = run,
+            None => runs.push(run),
         }
     }
-    Some(Prepared { analyses, runs })
+    Some(Prepared {
+        analyses: prepared.analyses.clone(),
+        runs,
+    })
 }
 
 /// `references` resolved against the AnalysisTemplates they name, or the first reason they cannot run.

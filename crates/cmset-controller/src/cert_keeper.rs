@@ -4,8 +4,9 @@
 //! - a Secret cmset keeps itself (the default install): the first replica to find it missing issues a
 //!   CA and a serving certificate (`webhook_certs`), a replica that finds it due renews it, and a
 //!   conflict means another replica got there first, whose pair is then used. Before serving a pair,
-//!   each replica makes sure the MutatingWebhookConfiguration's `caBundle` trusts its CA, so the API
-//!   server never meets a certificate it cannot verify. That patch is made on the version read, and
+//!   each replica makes sure the `caBundle` of the MutatingWebhookConfiguration (and of the
+//!   ValidatingWebhookConfiguration of the same name, when installed) trusts its CA, so the API server
+//!   never meets a certificate it cannot verify. That patch is made on the version read, and
 //!   merged again on a conflict, so that replicas adding different CAs at once keep both.
 //! - files in a directory (cert-manager's mounted Secret, or a self-signed pair generated there for a
 //!   local run), read again when they change.
@@ -17,7 +18,9 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -42,7 +45,8 @@ pub enum CertSource {
 pub struct SecretSource {
     pub namespace: String,
     pub name: String,
-    /// The MutatingWebhookConfiguration whose webhooks must trust the CA.
+    /// The MutatingWebhookConfiguration whose webhooks must trust the CA; the ValidatingWebhookConfiguration
+    /// of this name too, when there is one.
     pub configuration: String,
     pub policy: Policy,
 }
@@ -185,9 +189,54 @@ pub async fn keep_once(
     Keeper::new(client, source, cert).sync(serving).await
 }
 
+/// A webhook configuration whose webhooks' `caBundle` the keeper keeps.
+trait Configuration:
+    kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+{
+    const KIND: &'static str;
+    /// Without it the operator cannot work as installed (warned about), or it is optional.
+    const REQUIRED: bool;
+    /// Each webhook's name and caBundle.
+    fn bundles(&self) -> Vec<(&str, &[u8])>;
+}
+
+impl Configuration for MutatingWebhookConfiguration {
+    const KIND: &'static str = "MutatingWebhookConfiguration";
+    const REQUIRED: bool = true;
+    fn bundles(&self) -> Vec<(&str, &[u8])> {
+        self.webhooks
+            .iter()
+            .flatten()
+            .map(|w| (w.name.as_str(), bundle_of(w.client_config.ca_bundle.as_ref())))
+            .collect()
+    }
+}
+
+/// The validation of AnalysisTemplates: an install may leave it out (the controller checks templates
+/// anyway), or run with RBAC from before it existed.
+impl Configuration for ValidatingWebhookConfiguration {
+    const KIND: &'static str = "ValidatingWebhookConfiguration";
+    const REQUIRED: bool = false;
+    fn bundles(&self) -> Vec<(&str, &[u8])> {
+        self.webhooks
+            .iter()
+            .flatten()
+            .map(|w| (w.name.as_str(), bundle_of(w.client_config.ca_bundle.as_ref())))
+            .collect()
+    }
+}
+
+fn bundle_of(bundle: Option<&ByteString>) -> &[u8] {
+    bundle.map_or(&[][..], |b| &b.0[..])
+}
+
 struct Keeper {
     secrets: Api<Secret>,
     configurations: Api<MutatingWebhookConfiguration>,
+    validations: Api<ValidatingWebhookConfiguration>,
     source: SecretSource,
     cert: Arc<ServingCert>,
 }
@@ -196,7 +245,8 @@ impl Keeper {
     fn new(client: Client, source: SecretSource, cert: Arc<ServingCert>) -> Self {
         Self {
             secrets: Api::namespaced(client.clone(), &source.namespace),
-            configurations: Api::all(client),
+            configurations: Api::all(client.clone()),
+            validations: Api::all(client),
             source,
             cert,
         }
@@ -253,7 +303,12 @@ impl Keeper {
                 (pair, renew_at)
             }
         };
-        self.trust(&pair.ca).await?;
+        self.trust(&self.configurations, &pair.ca).await?;
+        match self.trust(&self.validations, &pair.ca).await {
+            Ok(()) => {}
+            // Optional: serving the mutating webhook must not wait for it.
+            Err(e) => warn!(error = %e, "keeping the caBundle of the ValidatingWebhookConfiguration"),
+        }
         if serving.as_ref() != Some(&pair) {
             self.cert.install(pair.cert.as_bytes(), pair.key.as_bytes())?;
             info!(secret = %name, %renew_at, "serving the webhook certificate from the Secret");
@@ -311,17 +366,17 @@ impl Keeper {
         Ok(())
     }
 
-    /// Adds the CA to every webhook of the configuration that lacks it (nothing is written when they
-    /// all trust it already). The patch is made on the version read; when another writer changed the
-    /// configuration in between (another replica adding its CA), it is read and merged again. A
-    /// missing configuration is only warned about: the API server then calls no webhook, and serving
-    /// costs nothing.
-    async fn trust(&self, ca: &str) -> Result<(), KeepError> {
+    /// Adds the CA to every webhook of the configuration (`api`, named as the source says) that lacks it
+    /// (nothing is written when they all trust it already). The patch is made on the version read; when
+    /// another writer changed the configuration in between (another replica adding its CA), it is read
+    /// and merged again. A missing configuration is only reported: the API server then calls no
+    /// webhook, and serving costs nothing.
+    async fn trust<K: Configuration>(&self, api: &Api<K>, ca: &str) -> Result<(), KeepError> {
         let name = &self.source.configuration;
         for attempt in 1..=TRUST_ATTEMPTS {
-            match self.trust_once(ca).await {
+            match self.trust_once(api, ca).await {
                 Err(KeepError::Raced) => {
-                    debug!(configuration = %name, attempt, "the webhook configuration changed since it was read; merging again")
+                    debug!(configuration = %name, kind = K::KIND, attempt, "the webhook configuration changed since it was read; merging again")
                 }
                 done => return done,
             }
@@ -332,24 +387,23 @@ impl Keeper {
         })
     }
 
-    async fn trust_once(&self, ca: &str) -> Result<(), KeepError> {
+    async fn trust_once<K: Configuration>(&self, api: &Api<K>, ca: &str) -> Result<(), KeepError> {
         let name = &self.source.configuration;
-        let Some(config) = call(
-            "reading the MutatingWebhookConfiguration",
-            self.configurations.get_opt(name),
-        )
-        .await?
-        else {
-            warn!(configuration = %name, "no such MutatingWebhookConfiguration: the API server will not call this webhook");
+        let Some(config) = call("reading the webhook configuration", api.get_opt(name)).await? else {
+            if K::REQUIRED {
+                warn!(configuration = %name, kind = K::KIND, "no such webhook configuration: the API server will not call this webhook");
+            } else {
+                debug!(configuration = %name, kind = K::KIND, "no such webhook configuration");
+            }
             return Ok(());
         };
         let Some((patch, changed)) = trust_patch(&config, ca, Timestamp::now()) else {
-            debug!(configuration = %name, "the webhook configuration trusts the CA already");
+            debug!(configuration = %name, kind = K::KIND, "the webhook configuration trusts the CA already");
             return Ok(());
         };
         call(
             PATCH_BUNDLE,
-            self.configurations.patch(
+            api.patch(
                 name,
                 &PatchParams {
                     field_manager: Some(FIELD_MANAGER.to_string()),
@@ -359,7 +413,7 @@ impl Keeper {
             ),
         )
         .await?;
-        info!(configuration = %name, webhooks = changed, "updated the webhook configuration's caBundle");
+        info!(configuration = %name, kind = K::KIND, webhooks = changed, "updated the webhook configuration's caBundle");
         Ok(())
     }
 }
@@ -374,19 +428,13 @@ const PATCH_BUNDLE: &str = "patching the webhook configuration's caBundle";
 /// configuration changed since), so a bundle merged from a stale read never replaces one that another
 /// replica extended in between. (A real API server always sends the version; without one the patch
 /// goes unguarded, as it did before.)
-fn trust_patch(config: &MutatingWebhookConfiguration, ca: &str, now: Timestamp) -> Option<(Value, usize)> {
+fn trust_patch<K: Configuration>(config: &K, ca: &str, now: Timestamp) -> Option<(Value, usize)> {
     let changed: Vec<_> = config
-        .webhooks
-        .iter()
-        .flatten()
-        .filter_map(|webhook| {
-            let bundle = webhook
-                .client_config
-                .ca_bundle
-                .as_ref()
-                .map_or(&[][..], |b| &b.0[..]);
+        .bundles()
+        .into_iter()
+        .filter_map(|(name, bundle)| {
             let merged = webhook_certs::merged_bundle(ca, bundle, now)?;
-            Some(json!({"name": webhook.name, "clientConfig": {"caBundle": ByteString(merged)}}))
+            Some(json!({"name": name, "clientConfig": {"caBundle": ByteString(merged)}}))
         })
         .collect();
     if changed.is_empty() {
@@ -394,7 +442,7 @@ fn trust_patch(config: &MutatingWebhookConfiguration, ca: &str, now: Timestamp) 
     }
     let count = changed.len();
     let mut patch = json!({ "webhooks": changed });
-    if let Some(version) = &config.metadata.resource_version {
+    if let Some(version) = &config.meta().resource_version {
         patch["metadata"] = json!({ "resourceVersion": version });
     }
     Some((patch, count))

@@ -77,7 +77,8 @@ pub struct Cli {
     pub webhook_cert_secret: Option<String>,
 
     /// The MutatingWebhookConfiguration whose webhooks cmset keeps trusting its CA (with
-    /// `--webhook-cert-secret`).
+    /// `--webhook-cert-secret`), and the ValidatingWebhookConfiguration of the same name (the validation
+    /// of AnalysisTemplates) when there is one.
     #[arg(long, env = "CMSET_WEBHOOK_CONFIGURATION", default_value = "cmset")]
     pub webhook_configuration: String,
 

@@ -271,15 +271,25 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
         return Ok(Action::await_change());
     }
     let seen = observe(ctx, &id);
-    let analysis = analysis_io::prepare(ctx, set).await;
-    let analysis = analysis.as_ref();
+    let mut prepared = analysis_io::prepare(ctx, set).await;
     let mut held = hold_source(ctx, set, &namespace, false).await?;
-    let mut plan = plan_set(&input(ctx, set, &held, &seen, analysis));
+    let mut plan = plan_set(&input(ctx, set, &held, &seen, prepared.as_ref()));
     if plan.needs_content {
         // A new revision is to be made of the source: read its content now.
         held = hold_source(ctx, set, &namespace, true).await?;
-        plan = plan_set(&input(ctx, set, &held, &seen, analysis));
+        plan = plan_set(&input(ctx, set, &held, &seen, prepared.as_ref()));
     }
+    // The analysis runs the plan waits on and that are due are measured (the planner rendered their
+    // queries), and the set is planned again with what they showed.
+    let measured = match &prepared {
+        Some(prepared) => analysis_io::measure(ctx, set, prepared, &plan).await,
+        None => None,
+    };
+    if measured.is_some() {
+        prepared = measured;
+        plan = plan_set(&input(ctx, set, &held, &seen, prepared.as_ref()));
+    }
+    let analysis = prepared.as_ref();
     observe_rollout(ctx, set, &plan.status);
     if plan.is_quiet(set) {
         debug!("nothing to do");

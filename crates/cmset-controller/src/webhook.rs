@@ -1,5 +1,6 @@
 //! The mutating admission webhook (`POST /mutate` over HTTPS): opted-in workloads are stored already
-//! pointing at their sets' current revisions (see `cmset_core::admission` for why).
+//! pointing at their sets' current revisions (see `cmset_core::admission` for why). The same server
+//! validates AnalysisTemplates (`POST /validate-analysistemplate`, see [`crate::template_admission`]).
 //!
 //! Every replica answers, leader or not, from its own warm index (every replica watches; see
 //! [`crate::runtime::Scope`]) and with the decision the workload controller makes
@@ -302,12 +303,18 @@ where
 }
 
 pub fn router(scopes: Scopes, client: Client, metrics: Arc<Metrics>, secret_sets: bool) -> Router {
-    Router::new().route("/mutate", post(mutate)).with_state(Handler {
-        scopes,
-        client,
-        metrics,
-        secret_sets,
-    })
+    Router::new()
+        .route("/mutate", post(mutate))
+        .route(
+            "/validate-analysistemplate",
+            post(crate::template_admission::validate),
+        )
+        .with_state(Handler {
+            scopes,
+            client,
+            metrics,
+            secret_sets,
+        })
 }
 
 /// A webhook listener with its TLS configuration, ready to serve.
@@ -351,7 +358,7 @@ pub async fn serve<F>(
         acceptor,
         address,
     } = bound;
-    info!(%address, "serving the admission webhook at /mutate");
+    info!(%address, "serving the admission webhooks at /mutate and /validate-analysistemplate");
     crate::http::serve(
         listener,
         Some(acceptor),

@@ -1,6 +1,7 @@
 //! The webhook certificate keeper against a mocked API server: the exact requests of a first start, of
 //! a replica that finds everything in place (reads only), of a lost race to create the Secret, of a
-//! cluster without the webhook registration, and of replicas patching the caBundle at once.
+//! cluster without the webhook registration, and of replicas patching the caBundle at once; and the
+//! ValidatingWebhookConfiguration of the same name, kept when it is there and never in the way.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,7 @@ use support::{Responder, Seen, mock_client};
 
 const SECRET: &str = "/api/v1/namespaces/cmset-system/secrets";
 const CONFIGURATION: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/cmset";
+const VALIDATION: &str = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/cmset";
 
 fn source() -> SecretSource {
     SecretSource {
@@ -60,7 +62,17 @@ fn configuration_at(version: &str, bundle: Option<&[u8]>) -> Value {
         "metadata": {"name": "cmset", "resourceVersion": version}, "webhooks": [hook]})
 }
 
+/// [`run_with`] on an install without the validation of AnalysisTemplates (its configuration is not
+/// found).
 async fn run(respond: Responder) -> (Result<Timestamp, KeepError>, Vec<Seen>, Arc<ServingCert>) {
+    let without_validation: Responder = Arc::new(move |s: &Seen| match s.path.as_str() {
+        VALIDATION => not_found(),
+        _ => respond(s),
+    });
+    run_with(without_validation).await
+}
+
+async fn run_with(respond: Responder) -> (Result<Timestamp, KeepError>, Vec<Seen>, Arc<ServingCert>) {
     let (client, server, seen) = mock_client(respond, "cmset-system");
     let cert = Arc::new(ServingCert::default());
     let mut serving = None;
@@ -99,6 +111,7 @@ async fn the_first_replica_issues_the_pair_trusts_its_ca_then_serves_it() {
             format!("POST {SECRET}"),
             format!("GET {CONFIGURATION}"),
             format!("PATCH {CONFIGURATION}"),
+            format!("GET {VALIDATION}"),
         ]
     );
     for write in [&seen[1], &seen[3]] {
@@ -143,7 +156,8 @@ async fn a_replica_that_finds_everything_in_place_only_reads() {
         lines(&seen),
         [
             format!("GET {SECRET}/cmset-webhook-tls"),
-            format!("GET {CONFIGURATION}")
+            format!("GET {CONFIGURATION}"),
+            format!("GET {VALIDATION}"),
         ],
         "no write"
     );
@@ -186,7 +200,7 @@ async fn without_a_webhook_registration_the_pair_is_still_kept_and_served() {
     });
     let (result, seen, cert) = run(respond).await;
     result.unwrap();
-    assert_eq!(seen.len(), 2, "{:?}", lines(&seen));
+    assert_eq!(seen.len(), 3, "{:?}", lines(&seen));
     assert!(cert.is_loaded());
 }
 
@@ -207,6 +221,7 @@ async fn an_unusable_secret_is_replaced_on_the_version_read() {
             format!("PUT {SECRET}/cmset-webhook-tls"),
             format!("GET {CONFIGURATION}"),
             format!("PATCH {CONFIGURATION}"),
+            format!("GET {VALIDATION}"),
         ]
     );
     let replaced = &seen[1].body;
@@ -282,6 +297,7 @@ async fn a_conflict_on_the_ca_bundle_reads_again_and_keeps_both_cas() {
             format!("PATCH {CONFIGURATION}"),
             format!("GET {CONFIGURATION}"),
             format!("PATCH {CONFIGURATION}"),
+            format!("GET {VALIDATION}"),
         ]
     );
     let (stale, fresh) = (&seen[2].body, &seen[4].body);
@@ -315,6 +331,7 @@ async fn a_conflict_after_which_the_ca_is_trusted_already_writes_nothing_more() 
             format!("GET {CONFIGURATION}"),
             format!("PATCH {CONFIGURATION}"),
             format!("GET {CONFIGURATION}"),
+            format!("GET {VALIDATION}"),
         ],
         "no second patch"
     );
@@ -334,4 +351,60 @@ async fn a_configuration_that_changes_under_every_patch_is_given_up_on_after_a_f
     let patches = seen.iter().filter(|s| s.method == "PATCH").count();
     assert_eq!((seen.len(), patches), (11, 5), "{:?}", lines(&seen));
     assert!(!cert.is_loaded(), "nothing served before its CA is trusted");
+}
+
+/// The ValidatingWebhookConfiguration of the same name (the validation of AnalysisTemplates), without
+/// a caBundle.
+fn validation() -> Value {
+    json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "cmset", "resourceVersion": "9"},
+        "webhooks": [{"name": "analysistemplates.cmset.dev", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+                      "clientConfig": {"url": "https://127.0.0.1:9443/validate-analysistemplate"}}]})
+}
+
+#[tokio::test]
+async fn the_validating_configuration_of_the_same_name_is_made_to_trust_the_ca_too() {
+    let issuing = issuing(not_found());
+    let respond: Responder = Arc::new(move |s: &Seen| match (s.method.as_str(), s.path.as_str()) {
+        (_, VALIDATION) => (200, validation()),
+        _ => issuing(s),
+    });
+    let (result, seen, cert) = run_with(respond).await;
+    result.unwrap();
+    assert_eq!(
+        lines(&seen),
+        [
+            format!("GET {SECRET}/cmset-webhook-tls"),
+            format!("POST {SECRET}"),
+            format!("GET {CONFIGURATION}"),
+            format!("PATCH {CONFIGURATION}"),
+            format!("GET {VALIDATION}"),
+            format!("PATCH {VALIDATION}"),
+        ]
+    );
+    let patch = &seen[5].body;
+    assert_eq!(patch["webhooks"][0]["name"], "analysistemplates.cmset.dev");
+    assert_eq!(patch["metadata"]["resourceVersion"], "9", "on the version read");
+    let ca = base64::engine::general_purpose::STANDARD
+        .decode(seen[1].body["data"]["ca.crt"].as_str().unwrap())
+        .unwrap();
+    assert!(trusts(patch, std::str::from_utf8(&ca).unwrap()));
+    assert!(cert.is_loaded());
+}
+
+#[tokio::test]
+async fn a_validating_configuration_cmset_may_not_read_does_not_stop_the_webhook_being_served() {
+    // RBAC from before the validation existed: reading it is forbidden.
+    let issuing = issuing(not_found());
+    let respond: Responder = Arc::new(move |s: &Seen| match s.path.as_str() {
+        VALIDATION => (
+            403,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403}),
+        ),
+        _ => issuing(s),
+    });
+    let (result, seen, cert) = run_with(respond).await;
+    result.unwrap();
+    assert_eq!(seen.last().unwrap().line(), format!("GET {VALIDATION}"));
+    assert!(cert.is_loaded());
 }

@@ -1490,3 +1490,158 @@ async fn a_moved_workload_healthy_at_its_generation_loses_its_mark_in_one_guarde
     result.unwrap();
     assert_no_requests(&seen);
 }
+
+// ------------------------------------------------------------------------------- analysis queries --
+
+/// A Prometheus on 127.0.0.1 that records the decoded query of every request and answers 0.
+async fn recording_prometheus() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let queries = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recorded = queries.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+                    break;
+                }
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8_lossy(&head).into_owned();
+            let target = head.split(' ').nth(1).unwrap_or_default();
+            let encoded = target
+                .split_once("query=")
+                .map(|(_, q)| q.split('&').next().unwrap_or_default())
+                .unwrap_or_default();
+            let query = percent_encoding::percent_decode_str(&encoded.replace('+', " "))
+                .decode_utf8_lossy()
+                .into_owned();
+            recorded.lock().unwrap().push(query);
+            let body = r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1800000000,"0"]}]}}"#;
+            let response = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        }
+    });
+    (format!("http://{address}"), queries)
+}
+
+/// A namespace admin can write the set's status: what it says of the workloads (names, kinds, waves)
+/// and of the analysis runs (queries, workloads, waves) changes no query the operator sends to
+/// Prometheus, and the runs it made up are not written back.
+#[tokio::test]
+async fn a_status_rewritten_by_the_namespace_changes_no_query_sent_to_prometheus() {
+    let mut world = World::new();
+    let mut deployment = waved("first", V1, None);
+    deployment.metadata.generation = Some(1);
+    deployment.status = Some(serde_json::from_value(json!({
+        "observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1, "readyReplicas": 1
+    })).unwrap());
+    world.add_deployment(&deployment);
+    let mut set = nginx_set("1");
+    set.spec.rollout = Some(
+        serde_json::from_value(json!({
+            "stabilizationSeconds": 300,
+            "analysis": [{"template": "restarts"}, {"template": "per-wave"}],
+        }))
+        .unwrap(),
+    );
+    let mut tampered = settle(&mut world, &set);
+    let rollout = tampered.status.as_ref().unwrap().rollout.clone().unwrap();
+    assert!(
+        rollout.wave_healthy_since.is_some(),
+        "wave 0 is in its window: {rollout:?}"
+    );
+
+    let injected = r#"x"} or count(kube_secret_info) or {a=""#;
+    let status = tampered.status.as_mut().unwrap();
+    for entry in &mut status.workloads {
+        entry.name = injected.into();
+        entry.kind = "Secret".into();
+    }
+    let forged = |template: &str, wave: i32, query: &str| cmset_api::AnalysisRunStatus {
+        template: template.into(),
+        workload_kind: Some("Secret".into()),
+        workload: Some(injected.into()),
+        wave,
+        query: query.into(),
+        condition: "result == 0".into(),
+        ..Default::default()
+    };
+    status.rollout.as_mut().unwrap().analysis = vec![
+        forged("restarts", 0, "count(kube_secret_info)"),
+        forged("per-wave", 0, r#"up{namespace="kube-system"}"#),
+        forged("restarts", 1, "kube_secret_info"),
+    ];
+    world.add_set(&tampered);
+
+    let templates = json!({
+        "restarts": {"query": r#"max(restarts{namespace="{{namespace}}",{{workload.kind}}=~"{{workload.name}}-.*"})"#,
+                     "successCondition": "result == 0", "intervalSeconds": 10},
+        "per-wave": {"query": r#"up{namespace="{{namespace}}",revision="{{revision}}",wave="{{wave}}"}"#,
+                     "successCondition": "result == 0", "intervalSeconds": 10},
+    });
+    let ok = ok_responder(tampered.clone());
+    let respond: Responder =
+        Arc::new(
+            move |s: &Seen| match s.path.strip_prefix("/apis/cmset.dev/v1alpha1/analysistemplates/") {
+                Some(name) => (
+                    200,
+                    json!({"apiVersion": "cmset.dev/v1alpha1", "kind": "AnalysisTemplate",
+                       "metadata": {"name": name}, "spec": templates[name].clone()}),
+                ),
+                None => ok(s),
+            },
+        );
+    let (url, queries) = recording_prometheus().await;
+    let (client, server, seen) = mock_client(respond, NS);
+    let mut ctx = Context::new(
+        client,
+        world.index.clone(),
+        world.stores.clone(),
+        Arc::new(Metrics::default()),
+        fixed_clock(),
+        None,
+    );
+    let config = cmset_controller::prometheus::PrometheusConfig::new(url);
+    ctx.prometheus = Some(Arc::new(
+        cmset_controller::prometheus::Prometheus::new(config).unwrap(),
+    ));
+    let result = set_controller::reconcile(Arc::new(tampered), Arc::new(ctx)).await;
+    result.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(5), server)
+        .await
+        .expect("server ends")
+        .unwrap();
+
+    let derived = vec![
+        r#"max(restarts{namespace="team",Deployment=~"first-.*"})"#.to_string(),
+        format!(r#"up{{namespace="team",revision="{V1}",wave="0"}}"#),
+    ];
+    let mut sent = queries.lock().unwrap().clone();
+    sent.sort();
+    assert_eq!(sent, derived, "only the queries cmset derives reach Prometheus");
+
+    let seen = seen.lock().unwrap().clone();
+    let patch = seen
+        .iter()
+        .find(|s| s.method == "PATCH" && s.path.ends_with("/status"))
+        .expect("the status is written");
+    let runs = patch.body["status"]["rollout"]["analysis"].as_array().unwrap();
+    let mut written: Vec<String> = runs
+        .iter()
+        .map(|r| r["query"].as_str().unwrap().to_string())
+        .collect();
+    written.sort();
+    assert_eq!(written, derived, "the made-up runs are dropped: {runs:?}");
+    assert!(runs.iter().all(|r| r["measurements"] == 1), "{runs:?}");
+    let entries = patch.body["status"]["workloads"].as_array().unwrap();
+    assert_eq!(entries[0]["name"], "first");
+    assert_eq!(entries[0]["kind"], "Deployment");
+}

@@ -92,6 +92,9 @@ pub struct SetPlan {
     /// Plan again after this long even if nothing is observed to change: a rollout's deadline or
     /// stabilization window ends then.
     pub recheck_in: Option<Duration>,
+    /// The analysis runs due to be measured now, as the planner computed them (see
+    /// [`crate::waves::WaveOutcome::analysis_due`]): measure them and plan again with what they showed.
+    pub analysis_due: Vec<cmset_api::AnalysisRunStatus>,
 }
 
 impl SetPlan {
@@ -167,6 +170,7 @@ pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
         status,
         events: merge_normal_events(events),
         recheck_in: waves.recheck_in,
+        analysis_due: waves.analysis_due,
     }
 }
 

@@ -36,6 +36,7 @@ use k8s_openapi::jiff::SignedDuration;
 
 use crate::analysis::{self, Analysis, WaveStage, WaveSubject, Workload};
 use crate::health::{Health, Wave};
+use crate::kinds::WorkloadKind;
 use crate::observe::WorkloadView;
 use crate::refs::Referenced;
 use crate::set::{Promoted, SetRef, rollout_id};
@@ -45,6 +46,8 @@ use crate::set::{Promoted, SetRef, rollout_id};
 #[derive(Clone, Debug)]
 pub struct Member<'a> {
     pub entry: WorkloadStatus,
+    /// Its kind, as the index knows it (`entry.kind` names it).
+    pub kind: WorkloadKind,
     pub wave: &'a Wave,
     pub health: &'a Health,
     /// It references the set's bare name: it is opting in and has no revision to protect, so it moves
@@ -58,6 +61,7 @@ impl<'a> Member<'a> {
         let opting_in = view.referenced_names_of(kind).contains(set_name);
         Self {
             entry,
+            kind: view.kind,
             wave: &view.wave,
             health: &view.health,
             opting_in,
@@ -98,45 +102,11 @@ pub struct WaveAnalysis<'a> {
     /// missing, an argument refused, no Prometheus configured): then the wave holds as for an
     /// inconclusive measurement, and fails at its deadline.
     pub analyses: &'a Result<Vec<Analysis>, String>,
-    /// The runs of this rollout with the measurements just taken recorded (the I/O layer measured the
-    /// ones due; see [`runs_to_measure`]).
+    /// The runs of this rollout as last recorded, or as last planned with the measurements just taken
+    /// recorded (the I/O layer measures the runs a plan lists in [`WaveOutcome::analysis_due`], then
+    /// plans again). Only what they measured is read: every run is computed afresh from the analyses
+    /// and the members (see [`analysis::plan_runs`]).
     pub runs: &'a [AnalysisRunStatus],
-}
-
-/// The runs of this rollout that `status` records, with those of the wave it records as in its
-/// stabilization window planned afresh (carrying on what they measured), and that wave: the I/O layer
-/// measures its runs that are [`analysis::due`] before planning. No wave when none is being analysed.
-pub fn runs_to_measure(
-    status: &ConfigMapSetStatus,
-    analyses: &[Analysis],
-    namespace: &str,
-) -> (Vec<AnalysisRunStatus>, Option<i32>) {
-    let Some(rollout) = status
-        .rollout
-        .as_ref()
-        .filter(|r| status.current_revision.as_deref() == Some(r.revision.as_str()))
-    else {
-        return (Vec::new(), None);
-    };
-    if rollout.phase != RolloutPhase::Progressing || rollout.wave_healthy_since.is_none() {
-        return (rollout.analysis.clone(), None);
-    }
-    let subject = WaveSubject {
-        namespace,
-        revision: &rollout.revision,
-        wave: rollout.wave,
-    };
-    let workloads: Vec<Workload<'_>> = status
-        .workloads
-        .iter()
-        .filter(|w| w.wave == rollout.wave && w.state == WorkloadState::Current)
-        .map(|w| Workload {
-            kind: &w.kind,
-            name: &w.name,
-        })
-        .collect();
-    let runs = analysis::plan_runs(analyses, &subject, &workloads, &rollout.analysis);
-    (runs, Some(rollout.wave))
 }
 
 /// What the rollout planner decided.
@@ -148,6 +118,10 @@ pub struct WaveOutcome {
     /// Look again after this long even if nothing changes: a deadline or a stabilization window ends.
     pub recheck_in: Option<Duration>,
     pub events: Vec<WaveEvent>,
+    /// The runs of the wave whose analysis holds it that are due to be measured now, as the planner
+    /// computed them (queries rendered from the analyses, the current revision, the wave and its
+    /// members): the only queries the I/O layer sends.
+    pub analysis_due: Vec<AnalysisRunStatus>,
 }
 
 /// Something worth an event on the set.
@@ -276,6 +250,8 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
     }
     let mut recheck: Vec<Duration> = Vec::new();
     let mut analysis_failure: Option<String> = None;
+    let mut analysis_due: Vec<AnalysisRunStatus> = Vec::new();
+    let mut judged_now = false;
     let deadline = i64::from(spec.progress_deadline_seconds);
     while rollout.phase == RolloutPhase::Progressing {
         let wave = rollout.wave;
@@ -326,9 +302,19 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
                     deadline_passed: wave_deadline_passed(&in_wave, &rollout, deadline, clock),
                 };
                 let previous = input.previous_runs(fresh);
-                let judged = judge_wave(analysis, input, wave, &in_wave, stage, previous, clock);
+                let judging = Judging { stage, clock };
+                let judged = judge_wave(analysis, input, wave, &in_wave, &members, judging, previous);
                 rollout.analysis = judged.runs;
+                judged_now = true;
+                // A run due now is measured before the wave is judged on it: the I/O layer measures
+                // `analysis_due` and plans again.
+                let measure_first = !judged.due_now.is_empty();
                 match judged.verdict {
+                    AnalysisVerdict::Passed if measure_first => {
+                        analysis_due = judged.due_now;
+                        recheck.extend(judged.due_in);
+                        break;
+                    }
                     AnalysisVerdict::Passed => {}
                     AnalysisVerdict::Failed => {
                         let message = format!(
@@ -347,6 +333,7 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
                         break;
                     }
                     AnalysisVerdict::Running | AnalysisVerdict::Inconclusive => {
+                        analysis_due = judged.due_now;
                         recheck.extend(judged.due_in);
                         recheck.extend(window_left);
                         break;
@@ -434,6 +421,30 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
             }
         }
     }
+    // Runs no analysis of this pass computed are kept only when they are runs cmset computes: the
+    // status, writable by the set's namespace, shows nothing else.
+    if !judged_now {
+        // No analysis asked for: no run is one cmset computes. Analyses that cannot run: nothing to
+        // compare with, the runs stay (none is ever sent).
+        let analyses: Option<&[Analysis]> = match input.analysis.map(|a| a.analyses) {
+            Some(Err(_)) => None,
+            Some(Ok(analyses)) => Some(analyses),
+            None => Some(&[]),
+        };
+        if let Some(analyses) = analyses {
+            let subject = WaveSubject {
+                namespace: input.namespace,
+                revision: input.current,
+                wave: rollout.wave,
+            };
+            rollout.analysis = analysis::known_runs(
+                analyses,
+                &subject,
+                &workloads_by_wave(&members),
+                &rollout.analysis,
+            );
+        }
+    }
     // The hold ended (or another began): the clocks go on with the time they had left.
     let still_held = frozen_at.is_some() && rollout.held_since == frozen_at;
     if let Some(since) = frozen_at.as_ref().filter(|_| !still_held) {
@@ -454,6 +465,8 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
         entries,
         recheck_in: recheck.into_iter().min().filter(|_| !held_now),
         events,
+        // Held, nothing is measured either.
+        analysis_due: if held_now { Vec::new() } else { analysis_due },
     }
 }
 
@@ -531,18 +544,26 @@ struct JudgedWave {
     why: String,
     /// When a run of the wave is next due to be measured.
     due_in: Option<Duration>,
+    /// The runs of the wave due to be measured now.
+    due_now: Vec<AnalysisRunStatus>,
 }
 
-/// The runs of wave `wave` planned (carrying on `previous`), each settled at `stage`, and the wave's
+/// Where the wave being judged stands: its stage, and the rollout's clock (which a hold stops).
+struct Judging<'a> {
+    stage: WaveStage,
+    clock: &'a Time,
+}
+
+/// The runs of wave `wave` planned (carrying on `previous`), each settled at the stage, and the wave's
 /// verdict. Analyses that cannot run make one run that is inconclusive, failing at the deadline.
 fn judge_wave(
     analysis: &WaveAnalysis<'_>,
     input: &WaveInput<'_>,
     wave: i32,
     in_wave: &[&Member<'_>],
-    stage: WaveStage,
+    members: &[Member<'_>],
+    Judging { stage, clock }: Judging<'_>,
     previous: &[AnalysisRunStatus],
-    clock: &Time,
 ) -> JudgedWave {
     let subject = WaveSubject {
         namespace: input.namespace,
@@ -583,18 +604,17 @@ fn judge_wave(
                 // Looked at again when the templates or the operator's settings change; and anyway
                 // at the deadline.
                 due_in: Some(Duration::from_secs(30)),
+                due_now: Vec::new(),
             };
         }
     };
-    let workloads: Vec<Workload<'_>> = in_wave
-        .iter()
-        .map(|m| Workload {
-            kind: &m.entry.kind,
-            name: &m.entry.name,
-        })
-        .collect();
+    // The workloads each wave has, from the members (the index), never from the status: this wave's
+    // that take part, and for the runs recorded of other waves, every member of theirs.
+    let mut workloads = workloads_by_wave(members);
+    workloads.insert(wave, in_wave.iter().map(|m| workload(m)).collect());
     let mut runs = analysis::plan_runs(analyses, &subject, &workloads, previous);
     let mut due_in: Option<Duration> = None;
+    let mut due_now = Vec::new();
     for run in runs.iter_mut().filter(|r| r.wave == wave) {
         let Some(a) = analyses.iter().find(|a| a.template == run.template) else {
             continue;
@@ -602,6 +622,9 @@ fn judge_wave(
         analysis::settle(run, a, stage);
         if let Some(due) = analysis::due_in(run, a, clock) {
             due_in = Some(due_in.map_or(due, |d| d.min(due)));
+            if due.is_zero() {
+                due_now.push(run.clone());
+            }
         }
     }
     let verdict = analysis::wave_verdict(&runs, wave);
@@ -611,7 +634,26 @@ fn judge_wave(
         verdict,
         why,
         due_in,
+        due_now,
     }
+}
+
+fn workload<'m>(m: &'m Member<'_>) -> Workload<'m> {
+    Workload {
+        kind: m.kind,
+        name: &m.entry.name,
+    }
+}
+
+/// The members of each wave, for the analysis runs: the workloads cmset observes.
+fn workloads_by_wave<'m>(members: &'m [Member<'_>]) -> BTreeMap<i32, Vec<Workload<'m>>> {
+    let mut workloads: BTreeMap<i32, Vec<Workload<'m>>> = BTreeMap::new();
+    for m in members {
+        if let Some(w) = m.wave.number() {
+            workloads.entry(w).or_default().push(workload(m));
+        }
+    }
+    workloads
 }
 
 /// Whether the progress deadline of wave members has passed: counted from the latest move into the

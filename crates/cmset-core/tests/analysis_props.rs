@@ -5,6 +5,10 @@
 //! - no argument reaches `{{namespace}}`, and resolving and rendering are deterministic;
 //! - every forbidden character in an argument is rejected, by name, and any other value is rendered
 //!   as it is;
+//! - any value at all, written into a double-quoted string, reads back as exactly itself and never ends
+//!   the string; in a matcher's regular expression it matches exactly itself;
+//! - an untyped argument outside a double-quoted string is refused, naming the argument; a value that
+//!   passes as a duration or a number holds nothing but letters, digits, `.`, `+` and `-`;
 //! - the condition parser accepts exactly what the CRD's pattern does, and shows a condition so that it
 //!   parses back the same;
 //! - a value shown in status reads back exactly, and no answer from Prometheus makes the parser panic.
@@ -13,12 +17,15 @@ use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use cmset_api::analysis::SUCCESS_CONDITION_PATTERN;
-use cmset_api::{AnalysisArg, AnalysisRef, AnalysisTemplateSpec, AnalysisVerdict};
-use cmset_core::analysis::query::FORBIDDEN_ARG_CHARACTERS;
+use cmset_api::{AnalysisArg, AnalysisArgType, AnalysisRef, AnalysisTemplateSpec, AnalysisVerdict};
+use cmset_core::analysis::query::{
+    FORBIDDEN_ARG_CHARACTERS, QueryTemplate, check_template, is_duration, is_number, written,
+};
 use cmset_core::analysis::{
-    Analysis, AnalysisError, Condition, Measurement, QueryError, QueryOutcome, WaveStage, WaveSubject,
+    Analysis, AnalysisError, Condition, Measurement, Place, QueryError, QueryOutcome, WaveStage, WaveSubject,
     Workload, format_value, new_run, parse_query_response, parse_value, plan_runs, record, settle,
 };
+use cmset_core::kinds::WorkloadKind;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
@@ -231,33 +238,35 @@ proptest! {
         args in prop::collection::btree_map(arg_name(), safe_value(), 0..5),
         workload in "[a-z]{1,8}",
     ) {
-        let mut query = "[{{namespace}}]".to_string();
+        let mut query = "x{a=\"[{{namespace}}]".to_string();
         for name in args.keys() {
             query.push_str(&format!("{{{{args.{name}}}}}|{{{{ namespace }}}}|"));
         }
-        query.push_str("{{workload.name}}");
+        query.push_str("{{workload.name}}\"}");
         let declared: Vec<AnalysisArg> = args
             .keys()
-            .map(|name| AnalysisArg { name: name.clone(), default: None })
+            .map(|name| AnalysisArg { name: name.clone(), ..AnalysisArg::default() })
             .collect();
         let spec = template(&query, declared, "result < 1", 0);
         let reference = AnalysisRef { template: "t".into(), args: args.clone() };
         let analysis = Analysis::resolve(&reference, &spec).unwrap();
-        let workload = Workload { kind: "Deployment", name: &workload };
-        let rendered = analysis.render(&subject(&namespace), Some(&workload));
-        let mut expected = format!("[{namespace}]");
+        let workload = Workload { kind: WorkloadKind::Deployment, name: &workload };
+        let rendered = analysis.render(&subject(&namespace), Some(&workload)).unwrap();
+        let mut expected = format!("x{{a=\"[{namespace}]");
         for value in args.values() {
             expected.push_str(&format!("{value}|{namespace}|"));
         }
         expected.push_str(workload.name);
+        expected.push_str("\"}");
         prop_assert_eq!(&rendered, &expected);
 
         // Deterministic: resolved and rendered again, the same query; planned again, the same runs.
         let again = Analysis::resolve(&reference, &spec).unwrap();
         prop_assert_eq!(&again, &analysis);
-        prop_assert_eq!(again.render(&subject(&namespace), Some(&workload)), rendered);
-        let runs = plan_runs(std::slice::from_ref(&analysis), &subject(&namespace), &[workload], &[]);
-        let replanned = plan_runs(&[again], &subject(&namespace), &[workload], &runs);
+        prop_assert_eq!(again.render(&subject(&namespace), Some(&workload)).unwrap(), rendered);
+        let members = BTreeMap::from([(2, vec![workload])]);
+        let runs = plan_runs(std::slice::from_ref(&analysis), &subject(&namespace), &members, &[]);
+        let replanned = plan_runs(&[again], &subject(&namespace), &members, &runs);
         prop_assert_eq!(runs, replanned);
 
         // An argument the template does not declare, `namespace` included, is refused.
@@ -279,7 +288,7 @@ proptest! {
         after in "\\PC{0,8}",
     ) {
         let query = "x{a=\"{{args.value}}\"}";
-        let declared = vec![AnalysisArg { name: "value".into(), default: None }];
+        let declared = vec![AnalysisArg { name: "value".into(), ..AnalysisArg::default() }];
         let spec = template(query, declared, "result < 1", 0);
         let value = format!("{before}{character}{after}");
         let reference = AnalysisRef {
@@ -298,7 +307,7 @@ proptest! {
     fn any_other_value_is_rendered_as_it_is(value in safe_value()) {
         let spec = template(
             "x{a=\"{{args.value}}\"}",
-            vec![AnalysisArg { name: "value".into(), default: None }],
+            vec![AnalysisArg { name: "value".into(), ..AnalysisArg::default() }],
             "result < 1",
             0,
         );
@@ -307,7 +316,7 @@ proptest! {
             args: BTreeMap::from([("value".to_string(), value.clone())]),
         };
         let analysis = Analysis::resolve(&reference, &spec).unwrap();
-        prop_assert_eq!(analysis.render(&subject("shop"), None), format!("x{{a=\"{value}\"}}"));
+        prop_assert_eq!(analysis.render(&subject("shop"), None).unwrap(), format!("x{{a=\"{value}\"}}"));
     }
 
     #[test]
@@ -346,4 +355,82 @@ proptest! {
         let body = format!(r#"{{"status":"{status}","data":{{"resultType":"{kind}","result":{result}}}}}"#);
         let _ = parse_query_response(200, body.as_bytes());
     }
+
+    #[test]
+    fn any_value_stays_inside_its_double_quoted_string(value in "\\PC{0,24}|.{0,24}|[\"\\\\\n\r\t\u{0}-\u{1f}a]{0,12}") {
+        for value_type in [AnalysisArgType::String, AnalysisArgType::Regex] {
+            let inside = written(&value, value_type, Place::Quoted);
+            let literal = format!("\"{inside}\"");
+            let (read, rest) = read_string(&literal).expect("a well-formed string");
+            prop_assert_eq!(rest, "", "the string ended early: {}", literal);
+            prop_assert_eq!(&read, &value);
+        }
+    }
+
+    #[test]
+    fn a_value_in_a_matcher_matches_exactly_itself(value in "\\PC{0,24}|[.*+?()|\\[\\]{}^$\\\\\"a-]{0,16}") {
+        let inside = written(&value, AnalysisArgType::String, Place::Regex);
+        let literal = format!("\"{inside}\"");
+        let (pattern, rest) = read_string(&literal).expect("a well-formed string");
+        prop_assert_eq!(rest, "");
+        // Prometheus anchors a matcher's regular expression at both ends.
+        let regex = Regex::new(&format!("^(?:{pattern})$")).unwrap();
+        prop_assert!(regex.is_match(&value), "{:?} does not match {:?}", pattern, value);
+        let longer = format!("{value}x");
+        prop_assert!(!regex.is_match(&longer), "{:?} matches {:?}", pattern, longer);
+    }
+
+    #[test]
+    fn an_untyped_argument_outside_a_double_quoted_string_is_refused_by_name(
+        name in "[a-z][a-zA-Z0-9_]{0,8}",
+        before in "[a-z0-9 (\\[,+*/<>=-]{0,8}",
+        after in "[a-z0-9 )\\],+*/<>=-]{0,8}",
+        value_type in prop::sample::select(vec![AnalysisArgType::String, AnalysisArgType::Regex]),
+    ) {
+        let query = QueryTemplate::parse(&format!("{before}{{{{args.{name}}}}}{after}")).unwrap();
+        let declared = [AnalysisArg { name: name.clone(), value_type, ..AnalysisArg::default() }];
+        let error = check_template(&query, &declared).unwrap_err();
+        prop_assert!(error.to_string().contains(&format!("{name:?}")), "{}", error);
+        prop_assert_eq!(error, QueryError::Unquoted { arg: name, value_type });
+    }
+
+    #[test]
+    fn a_duration_or_a_number_holds_nothing_that_could_leave_its_place(value in "\\PC{0,12}|[0-9a-z.+-]{0,8}") {
+        if is_duration(&value) || is_number(&value) {
+            prop_assert!(
+                value.chars().all(|c| c.is_ascii_alphanumeric() || ".+-".contains(c)),
+                "{:?}", value
+            );
+        }
+    }
+}
+
+/// Reads a double-quoted PromQL (Go) string at the start of `text`: its value and what follows it.
+/// `None` when it is not well formed.
+fn read_string(text: &str) -> Option<(String, &str)> {
+    let mut chars = text.strip_prefix('"')?.char_indices();
+    let mut value = String::new();
+    let body = &text[1..];
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Some((value, &body[i + 1..])),
+            '\\' => match chars.next()?.1 {
+                '"' => value.push('"'),
+                '\\' => value.push('\\'),
+                'n' => value.push('\n'),
+                'r' => value.push('\r'),
+                't' => value.push('\t'),
+                'u' => {
+                    let hex: String = (0..4)
+                        .map(|_| chars.next().map(|(_, c)| c))
+                        .collect::<Option<_>>()?;
+                    value.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
+                }
+                _ => return None,
+            },
+            '\n' => return None,
+            c => value.push(c),
+        }
+    }
+    None
 }

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use cmset_api::{RolloutPhase, RolloutSpec, RolloutStatus, WorkloadState, WorkloadStatus};
 use cmset_core::health::{Health, Wave};
+use cmset_core::kinds::WorkloadKind;
 use cmset_core::waves::{Member, WaveInput, plan_waves};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -133,6 +134,7 @@ impl Case {
                 }
                 Member {
                     entry,
+                    kind: WorkloadKind::Deployment,
                     wave,
                     health,
                     opting_in: false,

@@ -16,7 +16,7 @@ use cmset_core::plan::{EventKind, SetInput, SetPlan, plan_set};
 use cmset_core::revision::inline_identity;
 use cmset_core::rollout::{SetTarget, plan_workload};
 use cmset_core::set::{SetRef, SourceState, rollout_id};
-use cmset_core::waves::{Gate, WaveAnalysis, gate, runs_to_measure, transitions};
+use cmset_core::waves::{Gate, WaveAnalysis, gate, transitions};
 use k8s_openapi::api::core::v1::{ConfigMapEnvSource, Container, EnvFromSource, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -81,6 +81,8 @@ struct World {
     analyses: Option<Result<Vec<Analysis>, String>>,
     /// Runs measured since the last plan (else the status's runs are planned from).
     measured: Option<Vec<AnalysisRunStatus>>,
+    /// Every query sent to Prometheus, in order.
+    sent: Vec<String>,
 }
 
 impl World {
@@ -110,6 +112,7 @@ impl World {
             budget_waiting: BTreeMap::new(),
             analyses: None,
             measured: None,
+            sent: Vec::new(),
         }
     }
 
@@ -295,22 +298,27 @@ impl World {
         };
     }
 
-    /// Prometheus answers `outcome` to every query of the wave in its window that is due now, as the
-    /// I/O layer asks them before planning.
+    /// Prometheus answers `outcome` to every run a plan lists as due now, as the I/O layer asks them
+    /// between two plans: the queries the planner rendered, and no other.
     fn measure(&mut self, outcome: QueryOutcome) {
-        let Some(Ok(analyses)) = &self.analyses else {
+        let Some(Ok(analyses)) = self.analyses.clone() else {
             return;
         };
-        let status = self.set.status.clone().unwrap_or_default();
-        let (mut runs, wave) = runs_to_measure(&status, analyses, "team");
-        // As the I/O layer: a paused set measures nothing.
-        let wave = wave.filter(|_| !SetRef::from(&self.set).paused());
+        let plan = self.plan();
+        let mut runs = plan
+            .status
+            .rollout
+            .as_ref()
+            .map(|r| r.analysis.clone())
+            .unwrap_or_default();
         let now = at(self.now);
-        for run in runs.iter_mut().filter(|r| Some(r.wave) == wave) {
-            let analysis = analyses.iter().find(|a| a.template == run.template).unwrap();
-            if analysis::due(run, analysis, &now) {
-                analysis::record(run, analysis, &outcome, &now);
-            }
+        for due in &plan.analysis_due {
+            self.sent.push(due.query.clone());
+            let analysis = analyses.iter().find(|a| a.template == due.template).unwrap();
+            let mut run = due.clone();
+            analysis::record(&mut run, analysis, &outcome, &now);
+            let planned = runs.iter_mut().find(|r| *r == due).expect("a due run is planned");
+            *planned = run;
         }
         self.measured = Some(runs);
     }
@@ -1175,7 +1183,7 @@ fn analysed(auto_rollback: bool) -> (World, String) {
     let template = AnalysisTemplateSpec {
         args: vec![cmset_api::AnalysisArg {
             name: "service".into(),
-            default: None,
+            ..cmset_api::AnalysisArg::default()
         }],
         query: r#"errors{namespace="{{namespace}}",service="{{args.service}}",wave="{{wave}}"}"#.into(),
         success_condition: "result < 0.05".into(),
@@ -1316,4 +1324,108 @@ fn an_analysis_that_cannot_run_holds_and_says_why() {
     world.now += 300;
     world.settle();
     assert_eq!(world.rollout().phase, RolloutPhase::Failed);
+}
+
+/// A namespace admin can write the set's status. Whatever it says of the workloads, their kinds and
+/// waves, or of the analysis runs and their queries, the queries sent are the ones cmset renders from
+/// its templates, the current revision, the wave and the members it observes; the runs it made up are
+/// dropped from the status.
+#[test]
+fn a_status_rewritten_by_the_namespace_changes_no_query_that_is_sent() {
+    let (mut world, _) = analysed(false);
+    let per_workload = AnalysisTemplateSpec {
+        args: Vec::new(),
+        query: r#"restarts{namespace="{{namespace}}",{{workload.kind}}=~"{{workload.name}}-.*"}"#.into(),
+        success_condition: "result == 0".into(),
+        interval_seconds: 10,
+        failure_limit: 0,
+    };
+    let reference = AnalysisRef {
+        template: "restarts".into(),
+        args: BTreeMap::new(),
+    };
+    if let Some(Ok(analyses)) = &mut world.analyses {
+        analyses.push(Analysis::resolve(&reference, &per_workload).unwrap());
+    }
+    world.change_content("v2");
+    world.settle();
+    world.heal_all();
+    let derived = [
+        r#"errors{namespace="team",service="checkout",wave="0"}"#,
+        r#"restarts{namespace="team",Deployment=~"first-.*"}"#,
+    ];
+    let injected = r#"x"} or count(kube_secret_info) or {a=""#;
+    for _ in 0..3 {
+        let status = world.set.status.as_mut().unwrap();
+        for entry in &mut status.workloads {
+            entry.name = injected.into();
+            entry.kind = "Secret".into();
+            entry.wave = 0;
+        }
+        let rollout = status.rollout.as_mut().unwrap();
+        for run in &mut rollout.analysis {
+            run.query = "count(kube_secret_info)".into();
+        }
+        let forged = AnalysisRunStatus {
+            template: "restarts".into(),
+            workload_kind: Some("Secret".into()),
+            workload: Some(injected.into()),
+            wave: rollout.wave,
+            query: format!(r#"restarts{{namespace="team",Secret=~"{injected}-.*"}}"#),
+            condition: "result == 0".into(),
+            ..AnalysisRunStatus::default()
+        };
+        rollout.analysis.push(forged);
+        rollout.analysis.push(AnalysisRunStatus {
+            template: "error-rate".into(),
+            wave: 1,
+            query: "kube_secret_info".into(),
+            condition: "result < 0.05".into(),
+            ..AnalysisRunStatus::default()
+        });
+        world.now += 10;
+        world.measure(QueryOutcome::Samples(vec![0.0]));
+        world.settle();
+    }
+    assert_eq!(world.sent.len(), 6, "{:?}", world.sent);
+    for query in &world.sent {
+        assert!(derived.contains(&query.as_str()), "sent {query:?}");
+    }
+    let mut queries: Vec<String> = world.rollout().analysis.into_iter().map(|r| r.query).collect();
+    queries.sort();
+    assert_eq!(
+        queries,
+        derived.map(str::to_string),
+        "only cmset's runs are recorded"
+    );
+}
+
+/// Once no wave is analysed (the rollout completed), runs written into the status by the namespace are
+/// dropped at the next plan; the runs cmset measured stay.
+#[test]
+fn runs_made_up_after_the_rollout_are_dropped() {
+    let (mut world, _) = analysed(false);
+    world.change_content("v2");
+    world.settle();
+    world.heal_all();
+    measure_for(&mut world, 30, &QueryOutcome::Samples(vec![0.01]));
+    world.heal_all();
+    measure_for(&mut world, 30, &QueryOutcome::Samples(vec![0.01]));
+    let done = world.rollout();
+    assert_eq!(done.phase, RolloutPhase::Complete);
+    let measured = done.analysis.clone();
+    assert_eq!(measured.len(), 2, "{measured:?}");
+
+    let rollout = world.set.status.as_mut().unwrap().rollout.as_mut().unwrap();
+    rollout.analysis.push(AnalysisRunStatus {
+        template: "error-rate".into(),
+        wave: 1,
+        query: "count(kube_secret_info)".into(),
+        condition: "result < 0.05".into(),
+        ..AnalysisRunStatus::default()
+    });
+    rollout.analysis[0].query = "up".into();
+    world.now += 10;
+    world.settle();
+    assert_eq!(world.rollout().analysis, measured[1..].to_vec());
 }

@@ -4,6 +4,7 @@
 //! A run's whole memory is its [`AnalysisRunStatus`] in the set's status (counts, last value, last
 //! verdict, when it was last measured), so an operator that restarts continues every run as it stood.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use cmset_api::{AnalysisRunStatus, AnalysisVerdict};
@@ -145,21 +146,38 @@ fn latest(run: &AnalysisRunStatus, condition: &Condition) -> Option<Latest> {
     })
 }
 
-/// A fresh run of `analysis` for `subject` (and `workload`).
+/// A fresh run of `analysis` for `subject` (and `workload`), its query rendered from them. When a value
+/// fails its check the run has no query: it is never sent, and it holds the wave as an inconclusive
+/// measurement does, saying why.
 pub fn new_run(
     analysis: &Analysis,
     subject: &WaveSubject<'_>,
     workload: Option<&Workload<'_>>,
 ) -> AnalysisRunStatus {
+    let (query, verdict, message) = match analysis.render(subject, workload) {
+        Ok(query) => (query, AnalysisVerdict::Running, None),
+        Err(unsafe_value) => (
+            String::new(),
+            AnalysisVerdict::Inconclusive,
+            Some(unsafe_value.to_string()),
+        ),
+    };
     AnalysisRunStatus {
         template: analysis.template.clone(),
-        workload_kind: workload.map(|w| w.kind.to_string()),
+        workload_kind: workload.map(|w| w.kind.as_str().to_string()),
         workload: workload.map(|w| w.name.to_string()),
         wave: subject.wave,
-        query: analysis.render(subject, workload),
+        query,
         condition: analysis.condition.to_string(),
+        verdict,
+        message,
         ..AnalysisRunStatus::default()
     }
+}
+
+/// A run whose subject failed its check (see [`new_run`]): nothing is sent for it.
+fn unsendable(run: &AnalysisRunStatus) -> bool {
+    run.query.is_empty()
 }
 
 /// What tells runs apart: the template, wave and workload, the rendered query and the condition. A
@@ -181,26 +199,29 @@ fn same_run(a: &AnalysisRunStatus, b: &AnalysisRunStatus) -> bool {
     key(a) == key(b)
 }
 
-/// The runs of the rollout once `subject.wave` is analysed: the runs `previous` records of other waves,
-/// as they are, then one run of each analysis for this wave, or one per workload of `workloads` for an
-/// analysis whose query names a workload. A run `previous` records already is carried on with what
-/// it measured; the others start fresh. `previous` is what the status records of this rollout (empty
-/// for a rollout that starts).
-pub fn plan_runs(
+/// `fresh`, as cmset computed it, with what `recorded` measured: the counts, the last value and when
+/// it was taken, the verdict and its message. Nothing else of a recorded run is taken.
+fn carry_measurements(mut fresh: AnalysisRunStatus, recorded: &AnalysisRunStatus) -> AnalysisRunStatus {
+    fresh.measurements = recorded.measurements;
+    fresh.failures = recorded.failures;
+    fresh.last_value = recorded.last_value.clone();
+    fresh.last_measured_at = recorded.last_measured_at.clone();
+    fresh.verdict = recorded.verdict;
+    fresh.message = recorded.message.clone();
+    fresh
+}
+
+/// The runs cmset computes for `wave`: one of each analysis, or one per workload of `workloads` for an
+/// analysis whose query names a workload.
+fn runs_of_wave(
     analyses: &[Analysis],
     subject: &WaveSubject<'_>,
     workloads: &[Workload<'_>],
-    previous: &[AnalysisRunStatus],
 ) -> Vec<AnalysisRunStatus> {
     let mut workloads = workloads.to_vec();
     workloads.sort();
     workloads.dedup();
-    let mut runs: Vec<AnalysisRunStatus> = previous
-        .iter()
-        .filter(|r| r.wave != subject.wave)
-        .cloned()
-        .collect();
-    let mut this_wave: Vec<AnalysisRunStatus> = Vec::new();
+    let mut runs: Vec<AnalysisRunStatus> = Vec::new();
     for analysis in analyses {
         let fresh: Vec<AnalysisRunStatus> = if analysis.names_workload() {
             workloads
@@ -211,20 +232,80 @@ pub fn plan_runs(
             vec![new_run(analysis, subject, None)]
         };
         for run in fresh {
-            if this_wave.iter().any(|r| same_run(r, &run)) {
-                continue;
+            if !runs.iter().any(|r| same_run(r, &run)) {
+                runs.push(run);
             }
-            let carried = previous.iter().find(|p| same_run(p, &run)).cloned();
-            this_wave.push(carried.unwrap_or(run));
         }
     }
-    runs.extend(this_wave);
+    runs
+}
+
+/// The runs of the rollout once `subject.wave` is analysed, all computed by cmset from `analyses`,
+/// `subject` and `workloads` (the set's members by wave, as its index knows them): the runs of this
+/// wave, each carrying on what the run `previous` records with the same identity (template, wave,
+/// workload, query, condition) measured, and the recorded runs of other waves that are runs cmset
+/// computes for their wave. Any other recorded run is dropped: the status is writable by the set's
+/// namespace, and what it says is never sent to Prometheus. `previous` is what the status records of
+/// this rollout (empty for a rollout that starts).
+pub fn plan_runs(
+    analyses: &[Analysis],
+    subject: &WaveSubject<'_>,
+    workloads: &BTreeMap<i32, Vec<Workload<'_>>>,
+    previous: &[AnalysisRunStatus],
+) -> Vec<AnalysisRunStatus> {
+    let computed = |wave: i32| {
+        let members = workloads.get(&wave).map(Vec::as_slice).unwrap_or_default();
+        runs_of_wave(analyses, &WaveSubject { wave, ..*subject }, members)
+    };
+    let others: Vec<AnalysisRunStatus> = previous
+        .iter()
+        .filter(|r| r.wave != subject.wave)
+        .cloned()
+        .collect();
+    let mut runs = known_runs(analyses, subject, workloads, &others);
+    for run in computed(subject.wave) {
+        let recorded = previous
+            .iter()
+            .find(|p| same_run(p, &run))
+            .filter(|_| !unsendable(&run));
+        runs.push(match recorded {
+            Some(recorded) => carry_measurements(run, recorded),
+            None => run,
+        });
+    }
+    runs
+}
+
+/// The runs of `recorded` that are runs cmset computes for their wave (see [`plan_runs`]), as
+/// recorded; the others are dropped. For the runs of a rollout no wave of which is being analysed now
+/// (it completed, failed, or waits on its workloads): the status shows only what cmset measured.
+pub fn known_runs(
+    analyses: &[Analysis],
+    subject: &WaveSubject<'_>,
+    workloads: &BTreeMap<i32, Vec<Workload<'_>>>,
+    recorded: &[AnalysisRunStatus],
+) -> Vec<AnalysisRunStatus> {
+    let waves: BTreeSet<i32> = recorded.iter().map(|r| r.wave).collect();
+    let mut runs = Vec::new();
+    for wave in waves {
+        let members = workloads.get(&wave).map(Vec::as_slice).unwrap_or_default();
+        let known = runs_of_wave(analyses, &WaveSubject { wave, ..*subject }, members);
+        runs.extend(
+            recorded
+                .iter()
+                .filter(|r| r.wave == wave && !unsendable(r) && known.iter().any(|k| same_run(k, r)))
+                .cloned(),
+        );
+    }
     runs
 }
 
 /// How long until `run` is due to be measured: zero when it is due now (never measured, or its interval
 /// has passed), `None` when it is never measured again (it failed).
 pub fn due_in(run: &AnalysisRunStatus, analysis: &Analysis, now: &Time) -> Option<Duration> {
+    if unsendable(run) {
+        return None;
+    }
     if run.verdict == AnalysisVerdict::Failed || run.failures > analysis.failure_limit {
         return None;
     }
@@ -290,6 +371,15 @@ pub fn verdict(run: &AnalysisRunStatus, analysis: &Analysis, stage: WaveStage) -
         };
     }
     let last = run.message.as_deref().unwrap_or_default();
+    if unsendable(run) {
+        if stage.deadline_passed {
+            return failed(format!("nothing measured by the progress deadline: {last}"));
+        }
+        return RunVerdict {
+            verdict: AnalysisVerdict::Inconclusive,
+            message: run.message.clone(),
+        };
+    }
     if run.failures > analysis.failure_limit {
         return failed(format!(
             "{} of {} measurements failed, more than failureLimit {}; last: {last}",

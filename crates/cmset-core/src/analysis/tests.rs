@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::*;
+use crate::kinds::WorkloadKind;
 
 const ERRORS: &str =
     r#"sum(rate(http_errors_total{namespace="{{namespace}}",service="{{args.service}}"}[1m]))"#;
@@ -23,6 +24,7 @@ fn template(query: &str, condition: &str, failure_limit: i32) -> AnalysisTemplat
         args: vec![AnalysisArg {
             name: "service".into(),
             default: Some("web".into()),
+            ..AnalysisArg::default()
         }],
         query: query.into(),
         success_condition: condition.into(),
@@ -90,7 +92,7 @@ fn resolving_renders_the_sets_namespace_and_the_arguments() {
     let analysis = Analysis::resolve(&with_args, &template(ERRORS, "result < 0.05", 0)).unwrap();
     assert!(!analysis.names_workload());
     assert_eq!(
-        analysis.render(&SUBJECT, None),
+        analysis.render(&SUBJECT, None).unwrap(),
         r#"sum(rate(http_errors_total{namespace="shop",service="checkout"}[1m]))"#
     );
     assert_eq!(analysis.interval(), Duration::from_secs(30));
@@ -152,20 +154,23 @@ fn a_wave_has_one_run_per_analysis_or_per_workload() {
     let per_workload =
         Analysis::resolve(&reference("restarts"), &template(PER_WORKLOAD, "result == 0", 0)).unwrap();
     assert!(per_workload.names_workload());
-    let workloads = [
-        Workload {
-            kind: "StatefulSet",
-            name: "db",
-        },
-        Workload {
-            kind: "Deployment",
-            name: "web",
-        },
-        Workload {
-            kind: "Deployment",
-            name: "web",
-        },
-    ];
+    let workloads = BTreeMap::from([(
+        1,
+        vec![
+            Workload {
+                kind: WorkloadKind::StatefulSet,
+                name: "db",
+            },
+            Workload {
+                kind: WorkloadKind::Deployment,
+                name: "web",
+            },
+            Workload {
+                kind: WorkloadKind::Deployment,
+                name: "web",
+            },
+        ],
+    )]);
     let earlier = AnalysisRunStatus {
         wave: 0,
         verdict: AnalysisVerdict::Passed,
@@ -222,6 +227,147 @@ fn a_wave_has_one_run_per_analysis_or_per_workload() {
     assert_eq!(again[1], measured[1]);
     assert_eq!(again[2].measurements, 0);
     assert_eq!(again.len(), 4);
+}
+
+/// Planned from a status its namespace rewrote: every run is the one cmset computes from the analyses,
+/// the subject and the members; a recorded run lends only its measurements, to the run of the same
+/// identity, and any other is dropped.
+#[test]
+fn runs_take_nothing_from_the_status_but_the_measurements_of_the_same_run() {
+    let per_workload =
+        Analysis::resolve(&reference("restarts"), &template(PER_WORKLOAD, "result == 0", 0)).unwrap();
+    let analyses = [analysis(0), per_workload.clone()];
+    let web = Workload {
+        kind: WorkloadKind::Deployment,
+        name: "web",
+    };
+    let members = BTreeMap::from([(0, vec![web]), (1, vec![web])]);
+    let computed = plan_runs(&analyses, &SUBJECT, &members, &[]);
+    let mut measured = computed.clone();
+    for run in &mut measured {
+        record(run, &per_workload, &value(0.0), &at(1_000));
+    }
+    let forged = |change: &dyn Fn(&mut AnalysisRunStatus)| {
+        let mut run = measured[1].clone();
+        change(&mut run);
+        run
+    };
+    let recorded = vec![
+        // The same runs with their measurements,
+        measured[0].clone(),
+        measured[1].clone(),
+        // and runs of this wave and the one before that cmset never computed.
+        forged(&|r| r.query = r#"count({__name__=~".+"})"#.into()),
+        forged(&|r| r.workload = Some("db".into())),
+        forged(&|r| r.workload_kind = Some("StatefulSet".into())),
+        forged(&|r| r.template = "error-rate".into()),
+        forged(&|r| {
+            r.wave = 0;
+            r.query = "secrets_total".into();
+        }),
+        forged(&|r| r.wave = 7),
+        AnalysisRunStatus {
+            wave: 0,
+            ..measured[1].clone()
+        },
+    ];
+    let planned = plan_runs(&analyses, &SUBJECT, &members, &recorded);
+    let identity = |r: &AnalysisRunStatus| (r.wave, r.template.clone(), r.workload.clone(), r.query.clone());
+    let shown: Vec<_> = planned.iter().map(identity).collect();
+    // A recorded run of wave 0 is kept only when it is a run cmset computes for wave 0: the copy of
+    // the per-workload run is (its query names no wave, and web is in wave 0), the forged one is not.
+    let mut expected = vec![(
+        0,
+        "restarts".to_string(),
+        Some("web".to_string()),
+        computed[1].query.clone(),
+    )];
+    expected.extend(computed.iter().map(identity));
+    assert_eq!(shown, expected);
+    assert!(planned.iter().all(|r| r.measurements == 1), "{planned:?}");
+    assert_eq!(planned[1].last_value.as_deref(), Some("0"));
+
+    // Only what was measured is carried, onto the run cmset computes; the condition is cmset's too.
+    let lying = AnalysisRunStatus {
+        condition: "result > -1".into(),
+        ..measured[0].clone()
+    };
+    let planned = plan_runs(&analyses, &SUBJECT, &members, &[lying]);
+    assert_eq!(planned, computed);
+}
+
+/// A subject whose names are not DNS-1123 names renders no query: the run is never due and holds the
+/// wave, saying why, and fails at the deadline.
+#[test]
+fn a_subject_that_fails_its_check_sends_nothing() {
+    let per_workload =
+        Analysis::resolve(&reference("restarts"), &template(PER_WORKLOAD, "result == 0", 0)).unwrap();
+    let bad_name = Workload {
+        kind: WorkloadKind::Deployment,
+        name: r#"web"} or vector(1) #"#,
+    };
+    let bad_revision = WaveSubject {
+        revision: "App_5",
+        ..SUBJECT
+    };
+    let bad_namespace = WaveSubject {
+        namespace: "a.b",
+        ..SUBJECT
+    };
+    let cases = [
+        (new_run(&per_workload, &SUBJECT, Some(&bad_name)), "workload name"),
+        (new_run(&per_workload, &bad_revision, Some(&bad_name)), "revision"),
+        (new_run(&analysis(0), &bad_revision, None), "revision"),
+        (new_run(&analysis(0), &bad_namespace, None), "namespace"),
+    ];
+    for (run, what) in cases {
+        assert_eq!(run.query, "", "{run:?}");
+        let message = run.message.clone().unwrap();
+        assert!(message.starts_with(&format!("the {what} ")), "{message}");
+        assert_eq!(due_in(&run, &per_workload, &at(1_000)), None);
+        let mut held = run.clone();
+        settle(&mut held, &per_workload, RUNNING);
+        assert_eq!(held.verdict, AnalysisVerdict::Inconclusive);
+        assert_eq!(held.message, run.message);
+        settle(&mut held, &per_workload, DEADLINE);
+        assert_eq!(held.verdict, AnalysisVerdict::Failed);
+    }
+    assert_eq!(
+        Analysis::render(&per_workload, &SUBJECT, Some(&bad_name))
+            .unwrap_err()
+            .to_string(),
+        r#"the workload name "web\"} or vector(1) #" is not a DNS-1123 name; the query is not sent"#
+    );
+}
+
+#[test]
+fn a_template_is_checked_whatever_a_set_passes() {
+    let mut unquoted = template("sum(rate(errors[5m])) > {{args.service}}", "result < 1", 0);
+    assert_eq!(
+        check_template("errors", &unquoted).unwrap_err().to_string(),
+        r#"AnalysisTemplate "errors": argument "service" (string) is used outside a double-quoted string: put {{args.service}} inside "...", or declare it with type: duration or type: number"#
+    );
+    unquoted.args[0].value_type = cmset_api::AnalysisArgType::Number;
+    assert_eq!(
+        check_template("errors", &unquoted).unwrap_err().to_string(),
+        r#"AnalysisTemplate "errors": the value "web" of argument "service" is not a decimal number such as 0.05 or -3"#
+    );
+    unquoted.args[0].default = Some("0.5".into());
+    assert_eq!(check_template("errors", &unquoted), Ok(()));
+    // The controller refuses it too: a set cannot use a template that slipped past admission.
+    unquoted.args[0].value_type = cmset_api::AnalysisArgType::String;
+    let error = Analysis::resolve(&reference("errors"), &unquoted).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains(r#"argument "service" (string) is used outside"#),
+        "{error}"
+    );
+    assert_eq!(
+        check_template("errors", &template(ERRORS, "result < 1", 0)),
+        Ok(())
+    );
+    assert!(check_template("errors", &template(ERRORS, "result ~ 1", 0)).is_err());
 }
 
 #[test]
