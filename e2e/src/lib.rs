@@ -26,6 +26,7 @@ pub mod argo;
 pub mod exporter;
 pub mod fault_proxy;
 pub mod fixtures;
+pub mod identity;
 pub mod invariants;
 pub mod kinds;
 pub mod prometheus;
