@@ -13,7 +13,7 @@
 //! a Role revoked or replaced for a while; 404) or its list fails, the kind keeps being served: what it
 //! last listed stays in its store and the index (budget slots included), the index marks it
 //! unavailable so that the sets it may read plan nothing and say why, and the watch retries with
-//! backoff, from a full list. That list replaces the store and ends the mark. Each change of state is
+//! backoff (0.8 s doubling to 5 s), from a full list. That list replaces the store and ends the mark. Each change of state is
 //! logged once, not every retry; the next discovery round comes at once, and only discovery answering
 //! that the kind is gone removes it.
 
@@ -159,18 +159,36 @@ fn unavailability(error: &watcher::Error) -> Option<Unavailable> {
     }
 }
 
-/// The watcher `start` makes, started over (from a full list) after each error that needs it (see
-/// [`Unavailable::relist`]); the error is passed on first.
-fn relisting_after_refusal<S, T>(start: impl Fn() -> S + Send + 'static) -> impl Stream<Item = S::Item> + Send
+/// The watcher `start` makes, as the workload watches need it:
+/// - started over, from a full list, after each error that needs it (see [`Unavailable::relist`]); the
+///   error is passed on first;
+/// - its `Init` passed on only once the list it begins has answered: kube's backoff takes any event for
+///   progress, so a list refused every time would be retried at the backoff's first step forever. A
+///   list that fails never began, and its `Init` is dropped.
+fn workload_events<S, K>(start: impl Fn() -> S + Send + 'static) -> impl Stream<Item = S::Item> + Send
 where
-    S: Stream<Item = Result<T, watcher::Error>> + Send + 'static,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    K: Send + 'static,
 {
-    futures::stream::unfold((start().boxed(), start), |(mut stream, start)| async move {
-        let item = stream.next().await?;
-        let relist = matches!(&item, Err(e) if unavailability(e).is_some_and(|u| u.relist));
-        let stream = if relist { start().boxed() } else { stream };
-        Some((item, (stream, start)))
-    })
+    futures::stream::unfold(
+        (start().boxed(), start, None),
+        |(mut stream, start, ahead)| async move {
+            let item = match ahead {
+                Some(item) => item,
+                None => stream.next().await?,
+            };
+            let (item, ahead) = match item {
+                Ok(watcher::Event::Init) => match stream.next().await? {
+                    Err(e) => (Err(e), None),
+                    next => (Ok(watcher::Event::Init), Some(next)),
+                },
+                item => (item, None),
+            };
+            let relist = matches!(&item, Err(e) if unavailability(e).is_some_and(|u| u.relist));
+            let stream = if relist { start().boxed() } else { stream };
+            Some((item, (stream, start, ahead)))
+        },
+    )
 }
 
 async fn find(client: &Client, kind: WorkloadKind) -> Found {
@@ -398,7 +416,7 @@ fn start(
         .page_size(WORKLOAD_LIST_PAGE);
     // Whether the index holds the kind unavailable (the watch's own view, for logging each change once).
     let mut unobserved = false;
-    let events = relisting_after_refusal(move || watcher(api.clone(), config.clone()));
+    let events = workload_events(move || watcher(api.clone(), config.clone()));
     let watch = crate::runtime::relist_at_once_on_expiry(kind.as_str(), events)
         .backoff(crate::runtime::watch_backoff())
         .map_ok(move |event| StoredWorkload::event(kind, event))
@@ -568,8 +586,12 @@ mod tests {
         Never,
     }
 
-    /// The Deployments' requests, with the code each was answered.
-    type Asked = Arc<Mutex<Vec<(String, u16)>>>;
+    /// The Deployments' requests, with the code each was answered, and when each came.
+    #[derive(Default)]
+    struct Asked {
+        requests: Vec<(String, u16)>,
+        at: Vec<tokio::time::Instant>,
+    }
 
     /// A request to the Deployments' collection, as a scenario states it: `list`, or `watch from <rv>`.
     fn deployment_request(query: &str) -> String {
@@ -589,11 +611,13 @@ mod tests {
     /// no Argo Rollouts): every other kind lists empty and watches quietly, and the Deployments'
     /// collection is answered by `deployments` (given how many requests it had before). Also the
     /// Deployments' requests, with the code each was answered.
-    fn api_server(deployments: impl Fn(&str, usize) -> Answer + Send + 'static) -> (Client, Asked) {
+    fn api_server(
+        deployments: impl Fn(&str, usize) -> Answer + Send + 'static,
+    ) -> (Client, Arc<Mutex<Asked>>) {
         use http_body_util::BodyExt;
         type Body = kube::client::Body;
         let (service, mut handle) = tower_test::mock::pair::<http::Request<Body>, http::Response<Body>>();
-        let asked = Arc::new(Mutex::new(Vec::new()));
+        let asked = Arc::new(Mutex::new(Asked::default()));
         let record = asked.clone();
         tokio::spawn(async move {
             let mut open_watches = Vec::new();
@@ -602,13 +626,15 @@ mod tests {
                 let query = request.uri().query().unwrap_or_default().to_string();
                 let _ = request.into_body().collect().await;
                 let answer = if path == DEPLOYMENTS {
-                    let n = record.lock().unwrap().len();
+                    let n = record.lock().unwrap().requests.len();
                     let answer = deployments(&query, n);
                     let code = match &answer {
                         Answer::Json(code, _) => *code,
                         Answer::Events(_) | Answer::Never => 200,
                     };
-                    record.lock().unwrap().push((deployment_request(&query), code));
+                    let mut record = record.lock().unwrap();
+                    record.requests.push((deployment_request(&query), code));
+                    record.at.push(tokio::time::Instant::now());
                     answer
                 } else if path.starts_with("/apis/apps/v1/namespaces/team/")
                     || path == "/apis/batch/v1/namespaces/team/jobs"
@@ -740,7 +766,20 @@ mod tests {
         )]
     }
 
-    #[tokio::test]
+    /// The refused lists, and the time between each and the next.
+    fn refused_lists(asked: &Mutex<Asked>) -> Vec<Duration> {
+        let asked = asked.lock().unwrap();
+        let at: Vec<_> = asked
+            .requests
+            .iter()
+            .zip(&asked.at)
+            .filter(|((request, code), _)| request == "list" && *code == 403)
+            .map(|(_, at)| *at)
+            .collect();
+        at.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_refused_list_keeps_the_kind_and_what_it_listed_until_a_list_succeeds_again() {
         let restored = Arc::new(AtomicBool::new(false));
         let rights = restored.clone();
@@ -775,6 +814,19 @@ mod tests {
             "web reads only app"
         );
         assert!(scope.index.is_ready() && scope.index.is_complete());
+        // Retried with backoff: 0.8 s doubling (each up to a fifth shorter), whatever events the
+        // watcher makes between two refused lists.
+        scope
+            .until("four refused lists", |_| refused_lists(&asked).len() == 3)
+            .await;
+        let gaps = refused_lists(&asked);
+        assert!(
+            gaps[0] >= Duration::from_millis(640)
+                && gaps[1] >= Duration::from_millis(1280)
+                && gaps[2] >= Duration::from_millis(2560),
+            "{gaps:?}"
+        );
+        assert_eq!(scope.stored(), ["web"]);
 
         // Restored: the next retry lists, and that list replaces everything.
         restored.store(true, Ordering::SeqCst);
@@ -793,14 +845,15 @@ mod tests {
                 asked
                     .lock()
                     .unwrap()
+                    .requests
                     .last()
                     .is_some_and(|(r, _)| r == "watch from 9")
             })
             .await;
 
-        let asked = asked.lock().unwrap().clone();
+        let asked = asked.lock().unwrap().requests.clone();
         let refused = asked.len() - 4;
-        assert!(refused >= 1, "{asked:?}");
+        assert!(refused >= 4, "{asked:?}");
         let mut expected = vec![("list".to_string(), 200), ("watch from 7".to_string(), 200)];
         expected.extend(std::iter::repeat_n(("list".to_string(), 403), refused));
         expected.extend([("list".to_string(), 200), ("watch from 9".to_string(), 200)]);
@@ -843,11 +896,12 @@ mod tests {
                 asked
                     .lock()
                     .unwrap()
+                    .requests
                     .last()
                     .is_some_and(|(r, _)| r == "watch from 8")
             })
             .await;
-        let asked = asked.lock().unwrap().clone();
+        let asked = asked.lock().unwrap().requests.clone();
         // A watch resumed from 7 would not say when it is back, nor what it missed: it lists.
         let refused_lists = asked.len() - 4;
         let mut expected = vec![("list".to_string(), 200), ("watch from 7".to_string(), 403)];
