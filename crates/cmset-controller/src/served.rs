@@ -9,13 +9,13 @@
 //! not installed never holds anything up: readiness waits only for the kinds found in the first
 //! round, and only those whose watch could start.
 //!
-//! A refusal is not a removal. When the list or watch of a kind discovery still serves is refused (403:
-//! a Role revoked or replaced for a while; 404) or its list fails, the kind keeps being served: what it
-//! last listed stays in its store and the index (budget slots included), the index marks it
+//! A refusal is not a removal. When the list or watch of a kind discovery still serves is refused
+//! (403: a Role revoked or replaced for a while; 404) or its list fails, the kind keeps being served:
+//! what it last listed stays in its store and the index (budget slots included), the index marks it
 //! unavailable so that the sets it may read plan nothing and say why, and the watch retries with
-//! backoff (0.8 s doubling to 5 s), from a full list. That list replaces the store and ends the mark. Each change of state is
-//! logged once, not every retry; the next discovery round comes at once, and only discovery answering
-//! that the kind is gone removes it.
+//! backoff (0.8 s doubling to 5 s), from a full list. That list replaces the store and ends the mark.
+//! Each change of state is logged once, not every retry; the next discovery round comes at once, and
+//! only discovery answering that the kind is gone removes it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
