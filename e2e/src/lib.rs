@@ -27,6 +27,7 @@ pub mod balancer;
 pub mod exporter;
 pub mod fault_proxy;
 pub mod fixtures;
+pub mod identity;
 pub mod invariants;
 pub mod kinds;
 pub mod prometheus;

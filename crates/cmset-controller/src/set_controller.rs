@@ -11,10 +11,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cmset_api::{ConfigMapSet, SecretSet, WorkloadState, labels};
+use cmset_api::{ConfigMapSet, ConfigMapSetStatus, SecretSet, WorkloadState, labels};
 use cmset_core::naming;
 use cmset_core::observe::{HistoryObject, RevisionView, WorkloadView};
-use cmset_core::plan::{EventKind, PlannedEvent, SetInput, SetPlan, plan_collision, plan_set};
+use cmset_core::plan::{
+    EventKind, PlannedEvent, SetInput, SetPlan, plan_collision, plan_set, plan_unobserved,
+};
 use cmset_core::refs::Referenced;
 use cmset_core::revision::{Existing, ExistingName, NewRevision, claim_patch, classify_existing};
 use cmset_core::set::{Content, SetKind, SetRef, SourceState};
@@ -43,6 +45,9 @@ const RESYNC: Duration = Duration::from_secs(30 * 60);
 
 /// How soon to look again while the caches fill, or after adopting a revision the cache had not seen.
 const SOON: Duration = Duration::from_millis(250);
+
+/// How soon a set held for unobserved readers looks again by itself (their next list triggers it).
+const UNOBSERVED_RECHECK: Duration = Duration::from_secs(30);
 
 /// A kind of set: its custom resource and its view for the core.
 pub trait SetObject: views::Object {
@@ -270,6 +275,10 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
         ctx.forget_set(&id);
         return Ok(Action::await_change());
     }
+    let unobserved = ctx.index.unobserved_readers(&id);
+    if !unobserved.is_empty() {
+        return hold_unobserved(ctx, object, &id, &unobserved).await;
+    }
     let seen = observe(ctx, &id);
     let mut prepared = analysis_io::prepare(ctx, set).await;
     let mut held = hold_source(ctx, set, &namespace, false).await?;
@@ -322,7 +331,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
                 let input = input(ctx, set, &held, &seen, analysis);
                 let previous = set.status().cloned().unwrap_or_default();
                 plan = plan_collision(&input, &previous, &taken);
-                write_status::<S>(ctx, object, &plan).await?;
+                write_status::<S>(ctx, object, &plan.status).await?;
                 publish(ctx, object, &plan.events).await;
                 return Ok(Action::requeue(Duration::from_millis(100)));
             }
@@ -371,7 +380,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
         .flatten();
     if plan.status_changed(set) && wait.is_none() && !ctx.wrote_already(&id, set, &plan.status) {
         debug!(fields = ?changed_fields(set, &plan), "writing status");
-        write_status::<S>(ctx, object, &plan).await?;
+        write_status::<S>(ctx, object, &plan.status).await?;
         ctx.remember_written(&id, set, &plan.status);
         count_rollout(ctx, set, &plan);
     }
@@ -595,14 +604,38 @@ async fn create_revision(
     Ok(Created::Adopted)
 }
 
-/// Writes the planned status with a server-side apply of the whole status, forcing ownership: cmset
-/// is its only writer, and a field the plan leaves out is removed because this manager owned it, so
-/// no hand-kept list of fields can go stale.
-async fn write_status<S: SetObject>(ctx: &Context, set: &S, plan: &SetPlan) -> Result<()> {
+/// Plans nothing while workload kinds that may read the set cannot be listed or watched (see
+/// [`Index::unobserved_readers`](crate::index::Index::unobserved_readers)): what the index holds of
+/// them may be stale, so no wave opens and nothing is pruned; only the Ready condition says why
+/// ([`plan_unobserved`]). Their next full list triggers every set; the requeue covers a missed one.
+async fn hold_unobserved<S: SetObject>(
+    ctx: &Context,
+    object: &S,
+    id: &SetId,
+    unobserved: &[(String, String)],
+) -> Result<Action> {
+    let set = object.as_set();
+    let previous = set.status().cloned().unwrap_or_default();
+    let status = plan_unobserved(&previous, unobserved, &(ctx.clock)());
+    if status != previous && !ctx.wrote_already(id, set, &status) {
+        info!(
+            ?unobserved,
+            "holding: workload kinds that may read the set cannot be listed or watched"
+        );
+        write_status::<S>(ctx, object, &status).await?;
+        ctx.remember_written(id, set, &status);
+    }
+    Ok(Action::requeue(UNOBSERVED_RECHECK))
+}
+
+/// Writes `status` with a server-side apply of the whole status, forcing ownership: cmset is its only
+/// writer, and a field the plan leaves out is removed because this manager owned it, so no hand-kept
+/// list of fields can go stale.
+async fn write_status<S: SetObject>(ctx: &Context, set: &S, status: &ConfigMapSetStatus) -> Result<()> {
     let body = json!({
         "apiVersion": S::api_version(&()),
         "kind": S::kind(&()),
-        "status": plan.status,
+        "status": status,
     });
     let api: Api<S> = Api::namespaced(ctx.client.clone(), &set.namespace().unwrap_or_default());
     let params = PatchParams::apply(labels::FIELD_MANAGER).force();

@@ -749,6 +749,80 @@ async fn pruning_lists_nothing_and_deletes_with_a_uid_precondition() {
 }
 
 #[tokio::test]
+async fn a_set_whose_deployments_cannot_be_listed_writes_only_why_and_plans_once_they_list_again() {
+    let mut world = World::new();
+    world.add_deployment(&web(V1, true));
+    let settled = settle(&mut world, &nginx_set("1"));
+    let mut changed = nginx_set("2");
+    changed.spec.revision_history_limit = 0;
+    changed.metadata.generation = Some(2);
+    changed.status = settled.status.clone();
+    world.add_set(&changed);
+    // cmset's right to list Deployments is revoked: the index keeps web, and the set must not plan
+    // from it (a new revision would start a rollout whose health it cannot see).
+    let why = "403 Forbidden: cmset's service account may not list or watch it";
+    world
+        .index
+        .unavailable(WorkloadKind::Deployment, why.to_string())
+        .expect("news");
+    let (result, seen) = reconcile_set(&world, &changed).await;
+    assert_eq!(
+        result.unwrap(),
+        Action::requeue(std::time::Duration::from_secs(30))
+    );
+    assert_eq!(
+        seen.iter().map(Seen::line).collect::<Vec<_>>(),
+        vec!["PATCH /apis/cmset.dev/v1alpha1/namespaces/team/configmapsets/nginx-config/status"],
+        "no revision created, none pruned, no event: only the status says why"
+    );
+    let status = &seen[0].body["status"];
+    assert_eq!(
+        (
+            &status["revision"],
+            &status["currentRevision"],
+            &status["observedGeneration"]
+        ),
+        (&json!(1), &json!(V1), &json!(1)),
+        "the status still describes what was planned last"
+    );
+    let ready = &status["conditions"][0];
+    assert_eq!(
+        (&ready["type"], &ready["status"], &ready["reason"]),
+        (&json!("Ready"), &json!("Unknown"), &json!("WorkloadsUnobserved"))
+    );
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("Deployment ({why})")),
+        "{ready}"
+    );
+
+    // Deployments list again: the set plans from that list (its status, which now only says that web
+    // is about to move, waits for the move).
+    world
+        .index
+        .handle_workload(WorkloadKind::Deployment, &watcher::Event::Init);
+    world.index.handle_workload(
+        WorkloadKind::Deployment,
+        &watcher::Event::InitApply(dynamic(&web(V1, true))),
+    );
+    world
+        .index
+        .handle_workload(WorkloadKind::Deployment, &watcher::Event::InitDone);
+    let (result, seen) = reconcile_set(&world, &changed).await;
+    result.unwrap();
+    assert_eq!(
+        seen.iter().map(Seen::line).collect::<Vec<_>>(),
+        vec![
+            "POST /api/v1/namespaces/team/configmaps",
+            "POST /apis/events.k8s.io/v1/namespaces/team/events",
+        ]
+    );
+    assert_eq!(seen[0].body["metadata"]["name"], V2);
+}
+
+#[tokio::test]
 async fn a_revision_a_running_pod_names_is_not_pruned() {
     let mut world = World::new();
     let mut set = nginx_set("2");

@@ -24,6 +24,27 @@ pub fn set(
     now: &Time,
 ) -> Vec<Condition> {
     let status = if desired.status { "True" } else { "False" };
+    put(conditions, status, desired, generation, now)
+}
+
+/// Returns `conditions` with the condition of `desired.type_` `Unknown` (cmset cannot tell; its
+/// `status` field is not read); the transition time is kept while it stays so.
+pub fn set_unknown(
+    conditions: &[Condition],
+    desired: Desired<'_>,
+    generation: Option<i64>,
+    now: &Time,
+) -> Vec<Condition> {
+    put(conditions, "Unknown", desired, generation, now)
+}
+
+fn put(
+    conditions: &[Condition],
+    status: &str,
+    desired: Desired<'_>,
+    generation: Option<i64>,
+    now: &Time,
+) -> Vec<Condition> {
     let previous = conditions.iter().find(|c| c.type_ == desired.type_);
     let last_transition_time = match previous {
         Some(p) if p.status == status => p.last_transition_time.clone(),
@@ -80,6 +101,27 @@ mod tests {
         let flipped = set(&same_status, ready(true, "RolledOut"), Some(2), &at(300));
         assert_eq!(flipped[0].last_transition_time, at(300));
         assert_eq!(flipped[0].status, "True");
+    }
+
+    #[test]
+    fn unknown_moves_the_transition_time_once_and_back_again() {
+        let ready_true = set(&[], ready(true, "RolledOut"), Some(1), &at(100));
+        let unknown = set_unknown(&ready_true, ready(true, "Unobserved"), Some(1), &at(200));
+        assert_eq!(
+            (
+                unknown[0].status.as_str(),
+                unknown[0].last_transition_time.clone()
+            ),
+            ("Unknown", at(200)),
+            "the desired status is not read"
+        );
+        let still = set_unknown(&unknown, ready(false, "Unobserved"), Some(1), &at(300));
+        assert_eq!(still, unknown, "staying Unknown changes nothing");
+        let back = set(&still, ready(true, "RolledOut"), Some(1), &at(400));
+        assert_eq!(
+            (back[0].status.as_str(), back[0].last_transition_time.clone()),
+            ("True", at(400))
+        );
     }
 
     #[test]

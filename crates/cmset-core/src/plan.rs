@@ -892,6 +892,40 @@ fn plan_problem(
     }
 }
 
+/// The reason of the Ready condition while workload kinds that may read a set cannot be observed.
+pub const UNOBSERVED: &str = "WorkloadsUnobserved";
+
+/// The status of a set that plans nothing now: the workload kinds in `unobserved` (kind, why) may read
+/// it, and cmset cannot list or watch them. What it last saw of them may be stale (a workload healthy
+/// since, or gone), so nothing is decided from it: the status keeps the rollout, the workloads and the
+/// history as recorded (no wave opens, nothing is pruned) and only its Ready condition turns `Unknown`,
+/// saying why. The next plan, once they are observed again, replaces it.
+pub fn plan_unobserved(
+    previous: &ConfigMapSetStatus,
+    unobserved: &[(String, String)],
+    now: &Time,
+) -> ConfigMapSetStatus {
+    let what: Vec<String> = unobserved
+        .iter()
+        .map(|(kind, why)| format!("{kind} ({why})"))
+        .collect();
+    let message = format!(
+        "cmset cannot list or watch {}: what it last saw of them may be stale, so the rollout holds (no \
+         wave opens) and no revision is pruned until it can again",
+        join_capped(&what, 512)
+    );
+    let desired = Desired {
+        type_: READY,
+        status: false,
+        reason: UNOBSERVED,
+        message,
+    };
+    ConfigMapSetStatus {
+        conditions: conditions::set_unknown(&previous.conditions, desired, previous.observed_generation, now),
+        ..previous.clone()
+    }
+}
+
 /// The next revision's name is taken: bump the collision count so the next plan picks another name.
 pub fn plan_collision(input: &SetInput<'_>, previous: &ConfigMapSetStatus, name: &str) -> SetPlan {
     let count = input.set.collision_count() + 1;
@@ -963,5 +997,84 @@ mod tests {
             ]
         );
         assert_eq!(merge_normal_events(vec![]), vec![]);
+    }
+}
+
+#[cfg(test)]
+mod unobserved_tests {
+    use cmset_api::{RolloutPhase, RolloutStatus, WorkloadState, WorkloadStatus};
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+
+    fn at(secs: i64) -> Time {
+        Time(Timestamp::from_second(secs).unwrap())
+    }
+
+    #[test]
+    fn a_set_whose_readers_are_unobserved_keeps_its_rollout_and_says_why() {
+        // Wave 0 of two moved and not healthy yet; wave 1 waits.
+        let previous = ConfigMapSetStatus {
+            observed_generation: Some(2),
+            current_revision: Some("app-v2".to_string()),
+            conditions: conditions::set(
+                &[],
+                Desired {
+                    type_: READY,
+                    status: false,
+                    reason: "RolloutProgressing",
+                    message: "wave 0".to_string(),
+                },
+                Some(2),
+                &at(100),
+            ),
+            workloads: vec![WorkloadStatus {
+                kind: "Deployment".to_string(),
+                name: "second".to_string(),
+                state: WorkloadState::Waiting,
+                wave: 1,
+                ..WorkloadStatus::default()
+            }],
+            rollout: Some(RolloutStatus {
+                revision: "app-v2".to_string(),
+                phase: RolloutPhase::Progressing,
+                wave: 0,
+                waves: vec![0, 1],
+                ..RolloutStatus::default()
+            }),
+            ..ConfigMapSetStatus::default()
+        };
+        let why = [(
+            "Deployment".to_string(),
+            "403 Forbidden: cmset may not list or watch it".to_string(),
+        )];
+        let held = plan_unobserved(&previous, &why, &at(200));
+        assert_eq!(
+            ConfigMapSetStatus {
+                conditions: previous.conditions.clone(),
+                ..held.clone()
+            },
+            previous,
+            "nothing but the condition changes: no wave opens, no entry or revision goes"
+        );
+        let ready = held.conditions.iter().find(|c| c.type_ == READY).unwrap();
+        assert_eq!(
+            (
+                ready.status.as_str(),
+                ready.reason.as_str(),
+                ready.observed_generation
+            ),
+            ("Unknown", UNOBSERVED, Some(2))
+        );
+        assert_eq!(ready.last_transition_time, at(200));
+        assert!(
+            ready.message.starts_with(
+                "cmset cannot list or watch Deployment (403 Forbidden: cmset may not list or watch it)"
+            ),
+            "{}",
+            ready.message
+        );
+        // Held again later: the same status, so nothing is written.
+        assert_eq!(plan_unobserved(&held, &why, &at(300)), held);
     }
 }

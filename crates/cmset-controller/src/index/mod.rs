@@ -25,7 +25,7 @@
 //! | `revisions.rs` | revisions by label | the ConfigMap and Secret watches |
 //! | `graph.rs` | reader names, readers by set, waves and health, history views | the reader kinds' watches |
 //! | `sources.rs` | which sets version a source; versions seen; reads | set watches; ConfigMap/Secret watches; the set controller |
-//! | `relist.rs` | keys seen during a list; kinds listed | [`Index::handle`] |
+//! | `relist.rs` | keys seen during a list; kinds listed; kinds that cannot list now | [`Index::handle`], [`Index::unavailable`] |
 //!
 //! `triggers.rs` carries what a change asks to reconcile to the controllers. This file holds the
 //! handle: the lock, whether this replica leads, change notifications, and the queries.
@@ -260,6 +260,10 @@ impl Index {
                             ops.unindex(&key, state, &mut out);
                         }
                     }
+                    if state.relist.available(name) {
+                        // The sets that held for this kind plan again, from its fresh list.
+                        state.sets.trigger_all(&mut out);
+                    }
                 }
             }
         }
@@ -284,6 +288,43 @@ impl Index {
         self.changed();
         self.send(&out);
         out
+    }
+
+    /// The watch of workload kind `kind` cannot list or watch now (refused, or its list failed), for
+    /// `why`: a refusal is not a removal. What it last listed stays indexed, budget slots included, and
+    /// the sets it may read hold until its next full list (see [`Index::unobserved_readers`]); they are
+    /// asked to reconcile, so that their status says why. `None` when that is no news (the same
+    /// refusal again).
+    pub fn unavailable(&self, kind: WorkloadKind, why: String) -> Option<Triggers> {
+        let mut out = Triggers::default();
+        {
+            let mut guard = self.write();
+            let state = &mut *guard;
+            if !state.relist.unavailable(kind.as_str(), why) {
+                return None;
+            }
+            state.sets.trigger_all(&mut out);
+        }
+        self.changed();
+        self.send(&out);
+        Some(out)
+    }
+
+    /// The workload kinds that may read set `set` but cannot be listed or watched now, with why: one
+    /// whose objects as last listed name the set, and one that never listed (any of its objects may).
+    /// The set's readers as the index holds them may be stale or incomplete, so the set plans nothing
+    /// from them: no wave opens, nothing is pruned.
+    pub fn unobserved_readers(&self, set: &SetId) -> Vec<(String, String)> {
+        let state = self.read();
+        let mut unavailable = state.relist.unavailable_kinds().peekable();
+        if unavailable.peek().is_none() {
+            return Vec::new();
+        }
+        let readers = state.graph.readers(set).workloads;
+        unavailable
+            .filter(|(kind, _, listed)| !listed || readers.iter().any(|(k, _)| k.as_str() == *kind))
+            .map(|(kind, why, _)| (kind.to_string(), why.to_string()))
+            .collect()
     }
 
     /// A watch of `name` feeds the index from now on: until it has listed once, the index is not

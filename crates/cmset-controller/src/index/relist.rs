@@ -1,10 +1,11 @@
 //! The bookkeeping of a watch's (re)list (`Init`, `InitApply`…, `InitDone`): the keys seen since the
-//! list began, so that what it did not see can be dropped when it ends, and the kinds that have listed
-//! once, so that the index knows when it is ready.
+//! list began, so that what it did not see can be dropped when it ends, the kinds that have listed
+//! once, so that the index knows when it is ready, and the kinds whose watch cannot list or watch now.
 //!
-//! Written only by [`super::Index::handle`].
+//! Written by [`super::Index::handle`], and by the workload watches' refusals
+//! ([`super::Index::unavailable`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::Key;
 
@@ -18,6 +19,10 @@ pub(super) struct Relist {
     watched: HashSet<&'static str>,
     /// The kinds watched when the replica settled its start-up: readiness waits for these only.
     required: Option<HashSet<&'static str>>,
+    /// Kinds whose watch cannot list or watch now (refused, or its list failed), with why. What they
+    /// listed last stays indexed, but may be stale: a refusal is not a removal (only discovery says a
+    /// kind is gone). Their next full list ends it.
+    unavailable: BTreeMap<&'static str, String>,
 }
 
 impl Relist {
@@ -37,6 +42,30 @@ impl Relist {
         self.relisting.remove(kind).unwrap_or_default()
     }
 
+    /// The watch of `kind` cannot list or watch now, for `why`. Whether that is news (it was
+    /// available, or unavailable for another reason).
+    pub(super) fn unavailable(&mut self, kind: &'static str, why: String) -> bool {
+        self.unavailable.insert(kind, why.clone()).as_ref() != Some(&why)
+    }
+
+    /// `kind` listed in full again; whether it was unavailable until now.
+    pub(super) fn available(&mut self, kind: &'static str) -> bool {
+        self.unavailable.remove(kind).is_some()
+    }
+
+    /// The kinds unavailable now, with why, and whether each has ever listed (what it last listed is
+    /// indexed) or not (nothing of it is known).
+    pub(super) fn unavailable_kinds(&self) -> impl Iterator<Item = (&'static str, &str, bool)> + '_ {
+        self.unavailable
+            .iter()
+            .map(|(kind, why)| (*kind, why.as_str(), self.listed.contains(kind)))
+    }
+
+    /// Whether `kind` has delivered a list, or cannot: nothing more is coming for now.
+    fn settled(&self, kind: &'static str) -> bool {
+        self.listed.contains(kind) || self.unavailable.contains_key(kind)
+    }
+
     pub(super) fn expect(&mut self, kind: &'static str) {
         self.watched.insert(kind);
     }
@@ -49,19 +78,22 @@ impl Relist {
         }
         self.listed.remove(kind);
         self.relisting.remove(kind);
+        self.unavailable.remove(kind);
     }
 
     pub(super) fn settle(&mut self) {
         self.required.get_or_insert_with(|| self.watched.clone());
     }
 
+    /// A kind refused before its first list does not hold readiness up (admission answers without
+    /// it); the sets it may read hold instead (see [`super::Index::unobserved_readers`]).
     pub(super) fn is_ready(&self) -> bool {
         self.required
             .as_ref()
-            .is_some_and(|required| required.is_subset(&self.listed))
+            .is_some_and(|required| required.iter().all(|kind| self.settled(kind)))
     }
 
     pub(super) fn is_complete(&self) -> bool {
-        self.is_ready() && self.watched.is_subset(&self.listed)
+        self.is_ready() && self.watched.iter().all(|kind| self.settled(kind))
     }
 }

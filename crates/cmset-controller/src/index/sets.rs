@@ -118,6 +118,11 @@ impl Sets {
             .collect()
     }
 
+    /// Triggers every set in scope.
+    pub(super) fn trigger_all(&self, out: &mut Triggers) {
+        out.sets.extend(self.facts.keys().cloned());
+    }
+
     /// Triggers the existing sets that `names` refer to.
     pub(super) fn trigger_named(&self, namespace: &str, names: &RefNames, out: &mut Triggers) {
         for set in candidates(namespace, names) {
