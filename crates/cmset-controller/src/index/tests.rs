@@ -641,9 +641,14 @@ fn a_refused_kind_keeps_its_readers_and_budget_slots_and_holds_only_the_sets_the
     index.handle(&watcher::Event::Apply(set("app", 1)));
     index.handle(&watcher::Event::Apply(set("other", 1)));
     index.handle::<Deployment>(&watcher::Event::Init);
-    // Rolling out (its controller has not observed it yet): it holds the budget's one slot.
+    // Rolling out the generation cmset's move gave it (its controller has not observed it yet): it
+    // holds the budget's one slot.
     let mut web = deployment("web", &["app"]);
     web.metadata.generation = Some(2);
+    web.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(cmset_api::labels::MOVED.into(), "2".into());
     index.handle(&watcher::Event::InitApply(web));
     index.handle::<Deployment>(&watcher::Event::InitDone);
     assert_eq!(budget.usage().moving, 1, "web moves");
