@@ -81,6 +81,34 @@ pub struct AnalysisTemplateSpec {
     #[serde(default)]
     #[schemars(range(min = 0))]
     pub failure_limit: i32,
+
+    /// Seconds to wait, once every workload of a wave is healthy, before the first measurement (default
+    /// 0), as Argo Rollouts' `initialDelay`: time for a metric to reflect the change.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0))]
+    pub initial_delay_seconds: i32,
+
+    /// How many measurements, taken after the wave became healthy and `intervalSeconds` apart, a run
+    /// needs before its wave can pass (default and least 2). The stabilization window stretches until
+    /// they are taken, so a verdict always rests on data from the change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = MIN_ANALYSIS_COUNT))]
+    pub count: Option<i32>,
+
+    /// How many measurements may be inconclusive (no data, NaN, Prometheus unreachable) before the wave
+    /// fails, as Argo Rollouts' `inconclusiveLimit`. Unset: an inconclusive wave waits, and fails at the
+    /// progress deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub inconclusive_limit: Option<i32>,
+}
+
+/// The fewest measurements after a wave became healthy that a run passes on: two, `intervalSeconds`
+/// apart, so that one sample taken at the moment of the change never decides.
+pub const MIN_ANALYSIS_COUNT: i32 = 2;
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 fn default_interval_seconds() -> i32 {
@@ -194,6 +222,15 @@ pub struct AnalysisRunStatus {
     /// When the last measurement was taken; the next is due `intervalSeconds` later.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_measured_at: Option<Time>,
+    /// Measurements taken since the wave was last seen becoming healthy: only these can pass it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub streak: i32,
+    /// When the first of those was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streak_since: Option<Time>,
+    /// Measurements that were inconclusive (see the template's `inconclusiveLimit`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub inconclusive: i32,
     /// What the last measurement showed, or why the query failed the wave.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

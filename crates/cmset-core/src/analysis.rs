@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use cmset_api::analysis::MIN_ANALYSIS_INTERVAL_SECONDS;
+use cmset_api::analysis::{MIN_ANALYSIS_COUNT, MIN_ANALYSIS_INTERVAL_SECONDS};
 use cmset_api::{AnalysisRef, AnalysisTemplateSpec};
 
 use crate::kinds::WorkloadKind;
@@ -36,7 +36,7 @@ pub use query::{Bound, Place, QueryError, QueryTemplate};
 pub use response::{QueryOutcome, format_value, parse_query_response, parse_value};
 pub use run::{
     Measurement, RunVerdict, WaveStage, clauses, due, due_in, known_runs, new_run, plan_runs, record,
-    run_name, settle, verdict, wave_verdict,
+    restart_streak, run_name, settle, verdict, wave_verdict,
 };
 
 /// The rollout a run belongs to: what `{{namespace}}`, `{{revision}}` and `{{wave}}` stand for.
@@ -123,6 +123,12 @@ pub struct Analysis {
     pub condition: Condition,
     pub interval_seconds: i64,
     pub failure_limit: i32,
+    /// Seconds after the wave became healthy before a run's first measurement.
+    pub initial_delay_seconds: i64,
+    /// Measurements after the wave became healthy that a run needs to pass (at least 2).
+    pub count: i32,
+    /// Inconclusive measurements tolerated; `None`: any number (the deadline decides).
+    pub inconclusive_limit: Option<i32>,
 }
 
 /// Why a set's analysis cannot run; the message names the template and what is wrong.
@@ -169,6 +175,12 @@ impl Analysis {
             condition,
             interval_seconds: i64::from(template.interval_seconds.max(MIN_ANALYSIS_INTERVAL_SECONDS)),
             failure_limit: template.failure_limit.max(0),
+            initial_delay_seconds: i64::from(template.initial_delay_seconds.max(0)),
+            count: template
+                .count
+                .unwrap_or(MIN_ANALYSIS_COUNT)
+                .max(MIN_ANALYSIS_COUNT),
+            inconclusive_limit: template.inconclusive_limit.map(|l| l.max(0)),
         })
     }
 

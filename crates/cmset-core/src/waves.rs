@@ -302,7 +302,11 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
                     deadline_passed: wave_deadline_passed(&in_wave, &rollout, deadline, clock),
                 };
                 let previous = input.previous_runs(fresh);
-                let judging = Judging { stage, clock };
+                let judging = Judging {
+                    stage,
+                    clock,
+                    healthy_since: &since,
+                };
                 let judged = judge_wave(analysis, input, wave, &in_wave, &members, judging, previous);
                 rollout.analysis = judged.runs;
                 judged_now = true;
@@ -501,6 +505,7 @@ fn resume_clocks(rollout: &mut RolloutStatus, members: &mut [Member<'_>], since:
     shift(&mut rollout.wave_healthy_since);
     for run in &mut rollout.analysis {
         shift(&mut run.last_measured_at);
+        shift(&mut run.streak_since);
     }
     for m in members {
         shift(&mut m.entry.moved_at);
@@ -548,10 +553,12 @@ struct JudgedWave {
     due_now: Vec<AnalysisRunStatus>,
 }
 
-/// Where the wave being judged stands: its stage, and the rollout's clock (which a hold stops).
+/// Where the wave being judged stands: its stage, the rollout's clock (which a hold stops), and since
+/// when all its workloads are healthy (only measurements from then on can pass it).
 struct Judging<'a> {
     stage: WaveStage,
     clock: &'a Time,
+    healthy_since: &'a Time,
 }
 
 /// The runs of wave `wave` planned (carrying on `previous`), each settled at the stage, and the wave's
@@ -562,7 +569,11 @@ fn judge_wave(
     wave: i32,
     in_wave: &[&Member<'_>],
     members: &[Member<'_>],
-    Judging { stage, clock }: Judging<'_>,
+    Judging {
+        stage,
+        clock,
+        healthy_since,
+    }: Judging<'_>,
     previous: &[AnalysisRunStatus],
 ) -> JudgedWave {
     let subject = WaveSubject {
@@ -619,8 +630,9 @@ fn judge_wave(
         let Some(a) = analyses.iter().find(|a| a.template == run.template) else {
             continue;
         };
+        analysis::restart_streak(run, healthy_since);
         analysis::settle(run, a, stage);
-        if let Some(due) = analysis::due_in(run, a, clock) {
+        if let Some(due) = analysis::due_in(run, a, clock, Some(healthy_since)) {
             due_in = Some(due_in.map_or(due, |d| d.min(due)));
             if due.is_zero() {
                 due_now.push(run.clone());

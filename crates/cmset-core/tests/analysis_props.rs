@@ -87,6 +87,9 @@ fn template(
         success_condition: condition.to_string(),
         interval_seconds: 30,
         failure_limit,
+        initial_delay_seconds: 0,
+        count: None,
+        inconclusive_limit: None,
     }
 }
 

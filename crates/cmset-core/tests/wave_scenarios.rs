@@ -1189,6 +1189,9 @@ fn analysed(auto_rollback: bool) -> (World, String) {
         success_condition: "result < 0.05".into(),
         interval_seconds: 10,
         failure_limit: 1,
+        initial_delay_seconds: 0,
+        count: None,
+        inconclusive_limit: None,
     };
     world.analyses = Some(Ok(vec![Analysis::resolve(&reference, &template).unwrap()]));
     (world, old)
@@ -1339,6 +1342,9 @@ fn a_status_rewritten_by_the_namespace_changes_no_query_that_is_sent() {
         success_condition: "result == 0".into(),
         interval_seconds: 10,
         failure_limit: 0,
+        initial_delay_seconds: 0,
+        count: None,
+        inconclusive_limit: None,
     };
     let reference = AnalysisRef {
         template: "restarts".into(),
@@ -1428,4 +1434,28 @@ fn runs_made_up_after_the_rollout_are_dropped() {
     world.now += 10;
     world.settle();
     assert_eq!(world.rollout().analysis, measured[1..].to_vec());
+}
+
+#[test]
+fn one_sample_never_passes_a_wave_the_window_stretches_for_a_second() {
+    let (mut world, _) = analysed(true);
+    world.set.spec.rollout.as_mut().unwrap().stabilization_seconds = 0;
+    world.change_content("v2");
+    world.settle();
+    world.heal_all();
+    let new = world.current();
+    world.now += 1;
+    world.measure(QueryOutcome::Samples(vec![0.01]));
+    world.settle();
+    assert_ne!(world.reads("second"), new, "no window, one sample: not enough");
+    assert_eq!(runs_of_wave(&world, 0)[0].verdict, AnalysisVerdict::Running);
+    world.now += 10;
+    world.measure(QueryOutcome::Samples(vec![0.01]));
+    world.settle();
+    assert_eq!(
+        world.reads("second"),
+        new,
+        "two samples an interval apart pass it"
+    );
+    assert_eq!(runs_of_wave(&world, 0)[0].streak, 2);
 }

@@ -206,6 +206,9 @@ fn carry_measurements(mut fresh: AnalysisRunStatus, recorded: &AnalysisRunStatus
     fresh.failures = recorded.failures;
     fresh.last_value = recorded.last_value.clone();
     fresh.last_measured_at = recorded.last_measured_at.clone();
+    fresh.streak = recorded.streak;
+    fresh.streak_since = recorded.streak_since.clone();
+    fresh.inconclusive = recorded.inconclusive;
     fresh.verdict = recorded.verdict;
     fresh.message = recorded.message.clone();
     fresh
@@ -300,48 +303,86 @@ pub fn known_runs(
     runs
 }
 
-/// How long until `run` is due to be measured: zero when it is due now (never measured, or its interval
-/// has passed), `None` when it is never measured again (it failed).
-pub fn due_in(run: &AnalysisRunStatus, analysis: &Analysis, now: &Time) -> Option<Duration> {
-    if unsendable(run) {
+/// Whether `run` is over: it failed, or has more failed (or inconclusive) measurements than its
+/// template tolerates. It is never measured again.
+fn finished(run: &AnalysisRunStatus, analysis: &Analysis) -> bool {
+    run.verdict == AnalysisVerdict::Failed
+        || run.failures > analysis.failure_limit
+        || analysis
+            .inconclusive_limit
+            .is_some_and(|limit| run.inconclusive > limit)
+}
+
+/// How long until `run` is due to be measured: zero when it is due now, `None` when it is never
+/// measured again (it failed, or nothing can be sent for it). A run is measured every
+/// `intervalSeconds`; its first measurement after its wave became healthy (at `healthy_since`) waits
+/// `initialDelaySeconds` from then.
+pub fn due_in(
+    run: &AnalysisRunStatus,
+    analysis: &Analysis,
+    now: &Time,
+    healthy_since: Option<&Time>,
+) -> Option<Duration> {
+    if unsendable(run) || finished(run, analysis) {
         return None;
     }
-    if run.verdict == AnalysisVerdict::Failed || run.failures > analysis.failure_limit {
-        return None;
-    }
-    let Some(last) = &run.last_measured_at else {
+    let after = |t: &Time, seconds: i64| t.0.checked_add(SignedDuration::from_secs(seconds)).ok();
+    let next = run
+        .last_measured_at
+        .as_ref()
+        .and_then(|last| after(last, analysis.interval_seconds));
+    let first = healthy_since
+        .filter(|_| run.streak == 0)
+        .and_then(|since| after(since, analysis.initial_delay_seconds));
+    let Some(due) = next.into_iter().chain(first).max() else {
         return Some(Duration::ZERO);
     };
-    let due = last
-        .0
-        .checked_add(SignedDuration::from_secs(analysis.interval_seconds))
-        .ok()?;
     let left = due.duration_since(now.0);
     Some(Duration::try_from(left).unwrap_or_default())
 }
 
 /// Whether `run` is to be measured now.
-pub fn due(run: &AnalysisRunStatus, analysis: &Analysis, now: &Time) -> bool {
-    due_in(run, analysis, now) == Some(Duration::ZERO)
+pub fn due(run: &AnalysisRunStatus, analysis: &Analysis, now: &Time, healthy_since: Option<&Time>) -> bool {
+    due_in(run, analysis, now, healthy_since) == Some(Duration::ZERO)
+}
+
+/// Measurements taken before the wave last became healthy (at `healthy_since`: it was unhealthy again
+/// in between) count for nothing towards passing it: the streak starts over.
+pub fn restart_streak(run: &mut AnalysisRunStatus, healthy_since: &Time) {
+    let stale = run
+        .streak_since
+        .as_ref()
+        .is_none_or(|since| since.0 < healthy_since.0);
+    if run.streak > 0 && stale {
+        run.streak = 0;
+        run.streak_since = None;
+    }
 }
 
 /// Records a measurement of `run` taken at `now`: its count, its failure, its value, what it showed.
-/// A run that already failed records nothing more, so failures never exceed `failureLimit + 1`. Call
+/// A run that is over records nothing more, so failures never exceed `failureLimit + 1`. Call
 /// [`settle`] afterwards for its verdict.
 pub fn record(run: &mut AnalysisRunStatus, analysis: &Analysis, outcome: &QueryOutcome, now: &Time) {
-    if due_in(run, analysis, now).is_none() {
+    if unsendable(run) || finished(run, analysis) {
         return;
     }
     let measurement = Measurement::judge(outcome, &analysis.condition);
     run.measurements = run.measurements.saturating_add(1);
-    if matches!(measurement, Measurement::Failed { .. }) {
-        run.failures = run.failures.saturating_add(1);
+    match measurement {
+        Measurement::Failed { .. } => run.failures = run.failures.saturating_add(1),
+        Measurement::Inconclusive { .. } => run.inconclusive = run.inconclusive.saturating_add(1),
+        Measurement::Passed { .. } => {}
     }
     run.last_value = measurement.value().map(format_value);
     run.message = Some(measurement.describe(&analysis.condition));
     // Whole seconds, as the API keeps them: what is decided before the status is written is what a
     // restarted operator reads back.
-    run.last_measured_at = Some(whole_second(now));
+    let at = whole_second(now);
+    if run.streak == 0 {
+        run.streak_since = Some(at.clone());
+    }
+    run.streak = run.streak.saturating_add(1);
+    run.last_measured_at = Some(at);
 }
 
 /// A run's verdict and its message.
@@ -353,7 +394,9 @@ pub struct RunVerdict {
 
 /// The verdict of `run` at `stage`:
 /// - `Failed` once its failures exceed the failure limit, and for good;
-/// - `Passed` when the window is over and its last measurement passed;
+/// - `Failed` once its inconclusive measurements exceed the inconclusive limit, if it has one;
+/// - `Passed` when the window is over, its last measurement passed, and `count` measurements were
+///   taken since the wave became healthy (until then the window stretches);
 /// - `Failed` when the deadline has passed and its last measurement is inconclusive or there is none;
 /// - `Inconclusive` while its last measurement is (the wave waits);
 /// - `Running` otherwise.
@@ -386,9 +429,17 @@ pub fn verdict(run: &AnalysisRunStatus, analysis: &Analysis, stage: WaveStage) -
             run.failures, run.measurements, analysis.failure_limit
         ));
     }
+    if let Some(limit) = analysis.inconclusive_limit.filter(|l| run.inconclusive > *l) {
+        return failed(format!(
+            "{} of {} measurements were inconclusive, more than inconclusiveLimit {limit}; last: {last}",
+            run.inconclusive, run.measurements
+        ));
+    }
     let latest = latest(run, &analysis.condition);
+    // Only data from the change decides: `count` measurements since the wave became healthy.
+    let enough = run.streak >= analysis.count;
     let verdict = match latest {
-        Some(Latest::Passed) if stage.window_over => AnalysisVerdict::Passed,
+        Some(Latest::Passed) if stage.window_over && enough => AnalysisVerdict::Passed,
         None if stage.deadline_passed => {
             return failed("not measured by the progress deadline".to_string());
         }

@@ -30,6 +30,9 @@ fn template(query: &str, condition: &str, failure_limit: i32) -> AnalysisTemplat
         success_condition: condition.into(),
         interval_seconds: 30,
         failure_limit,
+        initial_delay_seconds: 0,
+        count: None,
+        inconclusive_limit: None,
     }
 }
 
@@ -324,7 +327,7 @@ fn a_subject_that_fails_its_check_sends_nothing() {
         assert_eq!(run.query, "", "{run:?}");
         let message = run.message.clone().unwrap();
         assert!(message.starts_with(&format!("the {what} ")), "{message}");
-        assert_eq!(due_in(&run, &per_workload, &at(1_000)), None);
+        assert_eq!(due_in(&run, &per_workload, &at(1_000), None), None);
         let mut held = run.clone();
         settle(&mut held, &per_workload, RUNNING);
         assert_eq!(held.verdict, AnalysisVerdict::Inconclusive);
@@ -374,19 +377,22 @@ fn a_template_is_checked_whatever_a_set_passes() {
 fn a_run_is_due_at_once_then_every_interval_until_it_fails() {
     let analysis = analysis(0);
     let mut run = fresh(&analysis);
-    assert!(due(&run, &analysis, &at(1_000)));
+    assert!(due(&run, &analysis, &at(1_000), None));
     // Measured at 1000.7 it counts from 1000, as the API keeps it.
     let now = Time(Timestamp::from_second(1_000).unwrap() + Duration::from_millis(700));
     record(&mut run, &analysis, &value(0.01), &now);
     assert_eq!(run.last_measured_at, Some(at(1_000)));
-    assert_eq!(due_in(&run, &analysis, &at(1_010)), Some(Duration::from_secs(20)));
-    assert!(!due(&run, &analysis, &at(1_029)));
-    assert!(due(&run, &analysis, &at(1_030)));
-    assert!(due(&run, &analysis, &at(5_000)));
+    assert_eq!(
+        due_in(&run, &analysis, &at(1_010), None),
+        Some(Duration::from_secs(20))
+    );
+    assert!(!due(&run, &analysis, &at(1_029), None));
+    assert!(due(&run, &analysis, &at(1_030), None));
+    assert!(due(&run, &analysis, &at(5_000), None));
     record(&mut run, &analysis, &value(1.0), &at(1_030));
     settle(&mut run, &analysis, RUNNING);
     assert_eq!(run.verdict, AnalysisVerdict::Failed);
-    assert_eq!(due_in(&run, &analysis, &at(9_000)), None);
+    assert_eq!(due_in(&run, &analysis, &at(9_000), None), None);
     // A failed run records nothing more.
     let before = run.clone();
     record(&mut run, &analysis, &value(2.0), &at(9_000));
@@ -429,7 +435,7 @@ fn run_verdicts() {
     let nan = value(f64::NAN);
     let none = QueryOutcome::NoData;
     let down = QueryOutcome::Error("connection refused".into());
-    let table: [(&str, i32, Vec<QueryOutcome>, WaveStage, AnalysisVerdict); 16] = [
+    let table: [(&str, i32, Vec<QueryOutcome>, WaveStage, AnalysisVerdict); 17] = [
         ("not measured yet", 0, vec![], RUNNING, AnalysisVerdict::Running),
         (
             "passing, window running",
@@ -439,9 +445,16 @@ fn run_verdicts() {
             AnalysisVerdict::Running,
         ),
         (
-            "passing, window over",
+            "passing once, window over: one sample decides nothing, the window stretches",
             0,
             vec![value(0.01)],
+            WINDOW_OVER,
+            AnalysisVerdict::Running,
+        ),
+        (
+            "passing twice, window over",
+            0,
+            vec![value(0.01), value(0.02)],
             WINDOW_OVER,
             AnalysisVerdict::Passed,
         ),
@@ -598,7 +611,7 @@ fn a_restarted_operator_continues_from_the_status() {
         AnalysisVerdict::Passed
     );
     assert_eq!(
-        due_in(&stored, &analysis, &at(1_040)),
+        due_in(&stored, &analysis, &at(1_040), None),
         Some(Duration::from_secs(20))
     );
 }
@@ -634,4 +647,98 @@ fn wave_verdicts() {
     for (verdicts, expected) in table {
         assert_eq!(wave_verdict(&runs(&verdicts), 1), expected, "{verdicts:?}");
     }
+}
+
+#[test]
+fn only_measurements_since_the_wave_became_healthy_count_towards_passing_it() {
+    let analysis = analysis(0);
+    let mut run = fresh(&analysis);
+    record(&mut run, &analysis, &value(0.01), &at(1_000));
+    record(&mut run, &analysis, &value(0.01), &at(1_030));
+    assert_eq!((run.streak, run.streak_since.clone()), (2, Some(at(1_000))));
+    // The wave was unhealthy in between and healthy again since 1040: those two count for nothing.
+    restart_streak(&mut run, &at(1_040));
+    assert_eq!((run.streak, run.streak_since.clone()), (0, None));
+    settle(&mut run, &analysis, WINDOW_OVER);
+    assert_eq!(run.verdict, AnalysisVerdict::Running, "the window stretches");
+    assert_eq!(run.measurements, 2, "the counts stay");
+    record(&mut run, &analysis, &value(0.01), &at(1_060));
+    settle(&mut run, &analysis, WINDOW_OVER);
+    assert_eq!(run.verdict, AnalysisVerdict::Running);
+    record(&mut run, &analysis, &value(0.01), &at(1_090));
+    settle(&mut run, &analysis, WINDOW_OVER);
+    assert_eq!(run.verdict, AnalysisVerdict::Passed);
+    // A streak begun after the wave became healthy is kept.
+    let kept = run.clone();
+    restart_streak(&mut run, &at(1_040));
+    assert_eq!(run, kept);
+}
+
+#[test]
+fn the_first_measurement_waits_the_initial_delay_and_count_asks_for_more() {
+    let mut spec = template(ERRORS, "result < 0.05", 0);
+    spec.initial_delay_seconds = 60;
+    spec.count = Some(3);
+    let analysis = Analysis::resolve(&reference("errors"), &spec).unwrap();
+    let run = fresh(&analysis);
+    let healthy = at(1_000);
+    assert_eq!(
+        due_in(&run, &analysis, &at(1_000), Some(&healthy)),
+        Some(Duration::from_secs(60))
+    );
+    assert!(!due(&run, &analysis, &at(1_059), Some(&healthy)));
+    assert!(due(&run, &analysis, &at(1_060), Some(&healthy)));
+    let mut run = run;
+    for second in [1_060, 1_090] {
+        record(&mut run, &analysis, &value(0.01), &at(second));
+    }
+    settle(&mut run, &analysis, WINDOW_OVER);
+    assert_eq!(run.verdict, AnalysisVerdict::Running, "count 3 asks for a third");
+    // Once measuring, the interval rules, not the delay.
+    assert_eq!(
+        due_in(&run, &analysis, &at(1_100), Some(&healthy)),
+        Some(Duration::from_secs(20))
+    );
+    record(&mut run, &analysis, &value(0.01), &at(1_120));
+    settle(&mut run, &analysis, WINDOW_OVER);
+    assert_eq!(run.verdict, AnalysisVerdict::Passed);
+    // Fewer than two is read as two.
+    spec.count = Some(1);
+    assert_eq!(Analysis::resolve(&reference("errors"), &spec).unwrap().count, 2);
+}
+
+#[test]
+fn more_inconclusive_measurements_than_the_limit_fail_the_run() {
+    let mut spec = template(ERRORS, "result < 0.05", 0);
+    spec.inconclusive_limit = Some(1);
+    let analysis = Analysis::resolve(&reference("errors"), &spec).unwrap();
+    let mut run = fresh(&analysis);
+    record(&mut run, &analysis, &QueryOutcome::NoData, &at(1_000));
+    settle(&mut run, &analysis, RUNNING);
+    assert_eq!(run.verdict, AnalysisVerdict::Inconclusive);
+    record(&mut run, &analysis, &QueryOutcome::NoData, &at(1_030));
+    settle(&mut run, &analysis, RUNNING);
+    assert_eq!(run.verdict, AnalysisVerdict::Failed);
+    assert_eq!(
+        run.message.as_deref(),
+        Some(
+            "2 of 2 measurements were inconclusive, more than inconclusiveLimit 1; last: the query returned no data"
+        )
+    );
+    assert_eq!(
+        due_in(&run, &analysis, &at(9_000), None),
+        None,
+        "never measured again"
+    );
+    // Without a limit, inconclusive measurements wait for the deadline, as before.
+    let analysis = super::tests::analysis(0);
+    let mut run = fresh(&analysis);
+    for second in [1_000, 1_030, 1_060] {
+        record(&mut run, &analysis, &QueryOutcome::NoData, &at(second));
+    }
+    settle(&mut run, &analysis, RUNNING);
+    assert_eq!(
+        (run.verdict, run.inconclusive),
+        (AnalysisVerdict::Inconclusive, 3)
+    );
 }
