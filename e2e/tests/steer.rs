@@ -187,13 +187,21 @@ async fn manual_promotion_opens_each_next_wave_only_when_promoted() {
     wait_reads(&ns, SECOND, &v2).await;
     wait_phase(&ns, &v2, RolloutPhase::Complete).await;
     let set = ns.api::<ConfigMapSet>().get(SET).await.unwrap();
+    // It names the rollout it promotes, by its start: a later rollout of v2 needs its own.
+    let started = set
+        .status
+        .as_ref()
+        .and_then(|s| s.rollout.as_ref())
+        .and_then(|r| r.started_at.as_ref())
+        .map(|t| t.0.to_string())
+        .expect("the rollout's start is recorded");
     assert_eq!(
         set.metadata
             .annotations
             .as_ref()
             .and_then(|a| a.get("cmset.dev/promoted"))
             .map(String::as_str),
-        Some(format!("{v2}/0").as_str()),
+        Some(format!("{v2}/0@{started}").as_str()),
         "the promotion is recorded on the set, outside its spec"
     );
 }
