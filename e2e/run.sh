@@ -26,4 +26,7 @@ export CMSET_OPERATOR_KUBECONFIG=$operator_kubeconfig
 export CMSET_E2E_LOGS=$root/target/e2e-logs
 mkdir -p "$CMSET_E2E_LOGS"
 echo "e2e: running the suite (operator logs in target/e2e-logs)"
-cargo test --locked --no-fail-fast -p cmset-e2e -- --test-threads="${E2E_THREADS:-3}" "$@"
+# E2E_TESTS="analysis steer" runs those test files only; arguments after it filter tests by name.
+files=()
+for file in ${E2E_TESTS:-}; do files+=(--test "$file"); done
+cargo test --locked --no-fail-fast -p cmset-e2e "${files[@]}" -- --test-threads="${E2E_THREADS:-3}" "$@"
