@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use cmset_e2e::cmset_api::{ConfigMapSet, WorkloadState};
-use cmset_e2e::fixtures::template_names;
+use cmset_e2e::fixtures::{template_names, wave_deployment_yaml};
 use cmset_e2e::{Operator, TestNamespace, eventually_within, kustomize_name};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -166,38 +166,17 @@ async fn fifty_workloads_under_a_budget_of_five_never_have_more_than_five_moving
     );
 }
 
-/// An opted-in Deployment reading `reads`, and with `broken` a ConfigMap whose key the fake node
-/// answers with pods that never become ready.
+/// An opted-in Deployment of wave 0 reading `reads`, and with `broken` a ConfigMap whose key the fake
+/// node answers with pods that never become ready.
 fn reader(name: &str, reads: &str, broken: bool) -> String {
-    let failing = if broken {
-        "\n            - configMapRef: {name: broken-config}"
-    } else {
-        ""
-    };
-    format!(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {name}
-  labels:
-    cmset.dev/enabled: "true"
-spec:
-  replicas: 1
-  progressDeadlineSeconds: 3600
-  selector:
-    matchLabels: {{app: {name}}}
-  template:
-    metadata:
-      labels: {{app: {name}}}
-    spec:
-      containers:
-        - name: app
-          image: registry.k8s.io/pause:3.9
-          envFrom:
-            - configMapRef: {{name: {reads}}}{failing}
-"#
-    )
+    let yaml = wave_deployment_yaml(name, 0, reads);
+    if !broken {
+        return yaml;
+    }
+    let reference = format!("- configMapRef: {{name: {reads}}}");
+    let failing = format!("{reference}\n            - configMapRef: {{name: broken-config}}");
+    assert!(yaml.contains(&reference), "the fixture reads {reads} by envFrom");
+    yaml.replace(&reference, &failing)
 }
 
 /// `Some` once the sixteen healthy readers run `revision`, rolled out.
