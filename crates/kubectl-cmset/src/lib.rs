@@ -114,7 +114,9 @@ async fn run_on(
         _ => None,
     };
     if let Some(action) = action {
-        let id = set.id().to_string();
+        // `configmapset/app`: its messages suggest commands, and this is how a command names the set.
+        let id = set.id();
+        let id = format!("{}/{}", address::resource(id.kind), id.name);
         let steer = steer::steer(action, view, &id).map_err(Error::Usage)?;
         if let Some(patch) = &steer.patch {
             cluster.patch_set_metadata(&set, patch).await?;
@@ -292,12 +294,12 @@ mod tests {
 
         let pause = cmset(&cluster, &["pause", "app"]).await.unwrap();
         assert!(
-            pause.stdout.starts_with("configmapset \"app\" paused: "),
+            pause.stdout.starts_with("configmapset/app paused: "),
             "{}",
             pause.stdout
         );
         let resume = cmset(&cluster, &["resume", "app"]).await.unwrap();
-        assert_eq!(resume.stdout, "configmapset \"app\" is not paused\n");
+        assert_eq!(resume.stdout, "configmapset/app is not paused\n");
         let promote = cmset(&cluster, &["promote", "app"]).await.unwrap_err();
         assert!(matches!(promote, Error::Usage(_)), "{promote}");
 
