@@ -353,9 +353,11 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     }
     for prune in &plan.prune {
         let params = DeleteParams {
+            // Of the object the plan saw, as the plan saw it: a store behind its own (or anyone's) last
+            // write cannot delete a revision that changed since.
             preconditions: Some(Preconditions {
                 uid: Some(prune.uid.clone()),
-                resource_version: None,
+                resource_version: prune.resource_version.clone(),
             }),
             ..DeleteParams::background()
         };
@@ -364,7 +366,8 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
             Ok(()) => {
                 ctx.metrics.revisions_pruned.inc();
             }
-            // Gone already, or replaced by another object of that name: nothing of ours to delete.
+            // Gone already, replaced by another object of that name, or changed since the plan saw
+            // it (its watch event plans again): nothing to delete now.
             Err(e) if matches!(api_code(&e), Some(404) | Some(409)) => {}
             Err(source) => {
                 return Err(Error::DeleteRevision {

@@ -123,6 +123,7 @@ where
         owner_references: cm.owner_references().to_vec(),
         being_deleted: cm.metadata.deletion_timestamp.is_some(),
         created: cm.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()),
+        resource_version: cm.metadata.resource_version.clone(),
     }
 }
 

@@ -717,7 +717,7 @@ async fn a_generators_configmap_of_the_same_name_and_content_becomes_the_revisio
 }
 
 #[tokio::test]
-async fn pruning_lists_nothing_and_deletes_with_a_uid_precondition() {
+async fn pruning_lists_nothing_and_deletes_with_a_uid_and_resource_version_precondition() {
     let mut world = World::new();
     let mut set = nginx_set("2");
     set.spec.revision_history_limit = 0;
@@ -725,6 +725,7 @@ async fn pruning_lists_nothing_and_deletes_with_a_uid_precondition() {
     world.add_revision(&new_revision(&v1, V1, 1));
     let mut with_uid = new_revision(&v1, V1, 1);
     with_uid.metadata.uid = Some("uid-v1".into());
+    with_uid.metadata.resource_version = Some("41".into());
     world.add_revision(&with_uid);
     world.add_revision(&new_revision(&set, V2, 2));
     set.status = Some(cmset_api::ConfigMapSetStatus {
@@ -745,6 +746,9 @@ async fn pruning_lists_nothing_and_deletes_with_a_uid_precondition() {
         "whether a Pod still names it comes from the index: no list of the namespace's Pods"
     );
     assert_eq!(seen[0].body["preconditions"]["uid"], "uid-v1");
+    // The version the plan saw: a revision changed since (an owner added by a ReplicaSet that names
+    // it) is not deleted from a store that has not seen the change.
+    assert_eq!(seen[0].body["preconditions"]["resourceVersion"], "41");
     assert_eq!(seen[2].body["reason"], "RevisionPruned");
 }
 

@@ -223,6 +223,8 @@ pub struct RevisionView {
     /// takes its turn in the rollout budget's line from this, so the line is the same on any replica,
     /// before and after a restart.
     pub created: Option<i64>,
+    /// Its resourceVersion as observed: the precondition of its deletion.
+    pub resource_version: Option<String>,
 }
 
 impl RevisionView {

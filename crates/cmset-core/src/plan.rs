@@ -73,6 +73,9 @@ pub const EVENT_MESSAGE_MAX_LEN: usize = 1024;
 pub struct Prune {
     pub name: String,
     pub uid: String,
+    /// The version of it the plan saw: deleted only if it is still that one (an owner added since,
+    /// say by a ReplicaSet that names it, makes the delete fail and the next plan look again).
+    pub resource_version: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -342,8 +345,9 @@ fn created_view(new: &NewRevision) -> RevisionView {
         annotations: metadata.annotations.clone().unwrap_or_default(),
         owner_references: metadata.owner_references.clone().unwrap_or_default(),
         being_deleted: false,
-        // Not made yet: the API server stamps it.
+        // Not made yet: the API server stamps both.
         created: None,
+        resource_version: None,
     }
 }
 
@@ -446,6 +450,7 @@ fn plan_pruning(
             .map(|r| Prune {
                 name: r.name.clone(),
                 uid: r.uid.clone(),
+                resource_version: r.resource_version.clone(),
             })
             .collect(),
         needs_pods: false,

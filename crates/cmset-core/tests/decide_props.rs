@@ -217,6 +217,7 @@ fn revisions_after(revisions: &[RevisionView], plan: &SetPlan) -> Vec<RevisionVi
             owner_references: metadata.owner_references.clone().unwrap_or_default(),
             being_deleted: false,
             created: None,
+            resource_version: None,
         }
     });
     revisions

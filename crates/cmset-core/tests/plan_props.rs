@@ -111,6 +111,7 @@ fn carry_out(set: &mut ConfigMapSet, revisions: &mut Vec<RevisionView>, plan: &S
             owner_references: cm.metadata().owner_references.clone().unwrap_or_default(),
             being_deleted: false,
             created: None,
+            resource_version: None,
         });
     }
     for (name, patch) in &plan.patches {

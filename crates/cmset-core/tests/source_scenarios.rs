@@ -99,6 +99,7 @@ fn revision_view(set: SetRef<'_>, name: &str, number: i64) -> RevisionView {
         owner_references: vec![set_owner_reference(set)],
         being_deleted: false,
         created: None,
+        resource_version: None,
     }
 }
 

@@ -283,6 +283,7 @@ impl Known {
                 owner_references: r.meta.owner_references.clone().unwrap_or_default(),
                 being_deleted: r.meta.deletion_timestamp.is_some(),
                 created: r.meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
+                resource_version: r.meta.resource_version.clone(),
             })
             .collect();
         Self {

@@ -50,5 +50,6 @@ pub fn revision_of(set: &ConfigMapSet, name: &str, number: i64) -> RevisionView 
         owner_references: vec![set_owner_reference(set.into())],
         being_deleted: false,
         created: Some(number),
+        resource_version: None,
     }
 }
