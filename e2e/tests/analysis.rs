@@ -455,11 +455,16 @@ async fn a_namespace_admin_rewriting_the_status_changes_no_query_that_reaches_pr
     let sent: BTreeSet<String> = logged.iter().cloned().collect();
     assert_eq!(sent, derived, "Prometheus' query log: {logged:#?}");
     // The tenant's last rewrite may have come after the rollout completed: the next plan drops its
-    // runs too.
+    // runs too. Of wave 0, which passed, the status keeps the per-wave run, not the per-workload one.
+    let kept: BTreeSet<String> = derived
+        .iter()
+        .filter(|q| !q.contains(r#"workload!~"first""#))
+        .cloned()
+        .collect();
     eventually_within(LONG, "the status records only the runs cmset derives", || async {
         let done = rollout(&ns).await?;
         let recorded: BTreeSet<String> = done.analysis.iter().map(|r| r.query.clone()).collect();
-        (recorded == derived).then_some(())
+        (recorded == kept).then_some(())
     })
     .await;
     assert_eq!(

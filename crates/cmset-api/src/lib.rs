@@ -301,8 +301,10 @@ pub struct RolloutStatus {
     /// began: it was given to an earlier rollout of the same revision and does not promote this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stale_promotion: Option<String>,
-    /// The metric analysis of this rollout (`spec.rollout.analysis`): each query of each wave so far,
-    /// its last value, its condition and its verdict.
+    /// The metric analysis of this rollout (`spec.rollout.analysis`): each query of the wave in
+    /// progress (or the wave it ended in), its last value, its condition and its verdict; of earlier
+    /// waves, the queries that name no workload and any that did not pass (a passed wave's
+    /// per-workload queries are not kept, so thousands of workloads do not outgrow the object).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub analysis: Vec<AnalysisRunStatus>,
 }

@@ -160,12 +160,10 @@ impl Context {
     }
 
     pub fn remember_written(&self, key: &SetId, set: SetRef<'_>, status: &ConfigMapSetStatus) {
-        self.memory.remember_written(
-            key,
-            set.metadata().resource_version.clone(),
-            status.clone(),
-            |s| self.stores.set(s).is_some(),
-        );
+        self.memory
+            .remember_written(key, set.metadata().resource_version.clone(), status, |s| {
+                self.stores.set(s).is_some()
+            });
     }
 
     /// The set controller's memory of its writes (tests read and prime it).

@@ -102,6 +102,9 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         budgeted: cli.max_moving_workloads.is_some(),
     };
     let budget = cli.rollout_budget();
+    if let Some(budget) = &budget {
+        budget.report_to(metrics.clone());
+    }
     let mut watches = Vec::new();
     for namespace in namespaces {
         let served = cmset_controller::served::Settings {

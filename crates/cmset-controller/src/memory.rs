@@ -1,5 +1,7 @@
-//! What the set controller remembers between two reconciles of a set: the status it last wrote (until
-//! its store shows that write) and since when the set's deferrable writes have waited.
+//! What the set controller remembers between two reconciles of a set: a fingerprint of the status it
+//! last wrote (until its store shows that write) and since when the set's deferrable writes have
+//! waited. A fingerprint, not the status: a quiet set's entry may stay until the next sweep, and a
+//! set with thousands of workloads has a status of hundreds of kilobytes.
 //!
 //! Both are per set and bounded: an entry goes when it has served (the write is seen, the deferral
 //! ends), and entries of sets that no longer exist are swept whenever a map has doubled since its last
@@ -12,6 +14,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use cmset_api::ConfigMapSetStatus;
+use sha2::{Digest, Sha256};
 
 use crate::index::SetId;
 
@@ -65,10 +68,35 @@ impl<K: Hash + Eq, V> Swept<K, V> {
 /// The set controller's memory of its own writes (see the module's doc).
 #[derive(Default)]
 pub struct SetMemory {
-    /// The last status written for each set, with the resourceVersion it was planned from.
-    written: Mutex<Swept<SetId, (Option<String>, ConfigMapSetStatus)>>,
+    /// The fingerprint of the last status written for each set, with the resourceVersion it was
+    /// planned from.
+    written: Mutex<Swept<SetId, (Option<String>, Fingerprint)>>,
     /// Since when each set has had only deferrable writes planned.
     deferred: Mutex<Swept<SetId, Instant>>,
+}
+
+/// SHA-256 of a status's JSON: equal statuses serialize alike (every map in it is ordered).
+type Fingerprint = [u8; 32];
+
+fn fingerprint(status: &ConfigMapSetStatus) -> Fingerprint {
+    let mut hasher = Sha256::new();
+    // Writing into a hasher cannot fail, and a status always serializes.
+    serde_json::to_writer(HashWriter(&mut hasher), status).expect("a status always serializes");
+    hasher.finalize().into()
+}
+
+/// Streams the JSON into the hasher: no copy of a large status is made.
+struct HashWriter<'h>(&'h mut Sha256);
+
+impl std::io::Write for HashWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -81,7 +109,7 @@ impl SetMemory {
     pub fn wrote_already(&self, set: &SetId, version: &Option<String>, status: &ConfigMapSetStatus) -> bool {
         let mut written = lock(&self.written);
         match written.get(set) {
-            Some((from, wrote)) if from == version => wrote == status,
+            Some((from, wrote)) if from == version => *wrote == fingerprint(status),
             Some(_) => {
                 written.remove(set);
                 false
@@ -94,10 +122,11 @@ impl SetMemory {
         &self,
         set: &SetId,
         version: Option<String>,
-        status: ConfigMapSetStatus,
+        status: &ConfigMapSetStatus,
         exists: impl Fn(&SetId) -> bool,
     ) {
-        lock(&self.written).insert(set.clone(), (version, status), exists);
+        let fingerprint = fingerprint(status);
+        lock(&self.written).insert(set.clone(), (version, fingerprint), exists);
     }
 
     /// Since when `set`'s writes have been deferred, starting now if they were not.
@@ -143,7 +172,7 @@ mod tests {
         let live = |set: &SetId| set.1.name == "set-0";
         let start = Instant::now();
         for n in 0..100_000 {
-            memory.remember_written(&id(n), Some("1".into()), ConfigMapSetStatus::default(), live);
+            memory.remember_written(&id(n), Some("1".into()), &ConfigMapSetStatus::default(), live);
             memory.deferred_since(&id(n), start, live);
         }
         let (written, deferred) = memory.sizes();
@@ -162,7 +191,7 @@ mod tests {
             revision: Some(2),
             ..Default::default()
         };
-        memory.remember_written(&id(1), Some("5".into()), status.clone(), |_| true);
+        memory.remember_written(&id(1), Some("5".into()), &status, |_| true);
         assert!(memory.wrote_already(&id(1), &Some("5".into()), &status));
         assert!(!memory.wrote_already(&id(1), &Some("5".into()), &ConfigMapSetStatus::default()));
         assert!(
@@ -170,6 +199,32 @@ mod tests {
             "moved on"
         );
         assert_eq!(memory.sizes().0, 0, "an entry that served is dropped");
+    }
+
+    #[test]
+    fn a_large_status_is_told_apart_by_its_fingerprint_alone() {
+        let workload = |n: usize| cmset_api::WorkloadStatus {
+            kind: "Deployment".into(),
+            name: format!("reader-{n}"),
+            uid: format!("uid-{n}"),
+            revision: "app-abc".into(),
+            ..Default::default()
+        };
+        let status = ConfigMapSetStatus {
+            workloads: (0..5_000).map(workload).collect(),
+            ..Default::default()
+        };
+        let memory = SetMemory::default();
+        memory.remember_written(&id(1), Some("5".into()), &status, |_| true);
+        assert!(memory.wrote_already(&id(1), &Some("5".into()), &status.clone()));
+        // One field of one entry of thousands differs: not what was written.
+        let mut other = status.clone();
+        other.workloads[4_321].message = Some("waits for wave 1".into());
+        assert!(!memory.wrote_already(&id(1), &Some("5".into()), &other));
+        // Order matters as the API server keeps it.
+        let mut reordered = status.clone();
+        reordered.workloads.swap(0, 1);
+        assert!(!memory.wrote_already(&id(1), &Some("5".into()), &reordered));
     }
 
     #[test]

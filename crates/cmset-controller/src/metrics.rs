@@ -3,7 +3,9 @@
 //! is the per-set metrics of rollouts and analysis, labelled with the set (namespace, kind, name) and
 //! its analysis templates and workloads: there are as many of them as sets under way, and every series
 //! of a set is removed when the set goes ([`Metrics::observe_rollout`] with `None`,
-//! [`Metrics::forget_analysis`]), so the count follows the cluster instead of growing with its history.
+//! [`Metrics::forget_analysis`]), and those of an analysis its spec no longer names or of a workload
+//! gone from it at its next reconcile ([`Metrics::retain_analysis`]), so the count follows the cluster
+//! instead of growing with its history.
 //!
 //! The process's own figures (`process_resident_memory_bytes`, ...) come from [`process`], read at each
 //! scrape.
@@ -410,9 +412,35 @@ impl Metrics {
 
     /// Removes every analysis series of `set` (the set is gone, or its rollout no longer analyses).
     pub fn forget_analysis(&self, set: &SetLabels) {
+        self.retain_analysis(set, |_| false, |_| false);
+    }
+
+    /// Removes the analysis series of `set` whose template `named` denies (its spec no longer names
+    /// it), and the values of workloads `member` denies (deleted, or no longer reading the set); a
+    /// template's measurement counts stay while it is named.
+    pub fn retain_analysis(
+        &self,
+        set: &SetLabels,
+        named: impl Fn(&str) -> bool,
+        member: impl Fn(&str) -> bool,
+    ) {
         let mut all = self.analysis_keys.lock().unwrap_or_else(PoisonError::into_inner);
-        let keys = all.remove(set).unwrap_or_default();
-        let templates: BTreeSet<&String> = keys.iter().map(|(template, _)| template).collect();
+        let Some(held) = all.get_mut(set) else {
+            return;
+        };
+        let gone = |(template, workload): &(String, String)| {
+            !named(template) || (!workload.is_empty() && !member(workload))
+        };
+        let keys: BTreeSet<(String, String)> = held.iter().filter(|k| gone(k)).cloned().collect();
+        held.retain(|k| !gone(k));
+        if held.is_empty() {
+            all.remove(set);
+        }
+        let templates: BTreeSet<&String> = keys
+            .iter()
+            .map(|(template, _)| template)
+            .filter(|template| !named(template))
+            .collect();
         for template in templates {
             for verdict in ANALYSIS_VERDICTS {
                 self.analysis_measurements.remove(&VerdictLabels {
@@ -565,6 +593,57 @@ mod tests {
             2,
             "the other set's stay"
         );
+    }
+
+    #[test]
+    fn series_of_a_dropped_analysis_or_a_gone_workload_disappear() {
+        let metrics = Metrics::default();
+        let web = set("web");
+        metrics.analysis_measured(&web, "error-rate", "frontend", "passed", Some(0.01));
+        metrics.analysis_measured(&web, "error-rate", "backend", "passed", Some(0.02));
+        metrics.analysis_measured(&web, "smoke", "", "passed", Some(1.0));
+        metrics.analysis_measured(&set("api"), "smoke", "", "passed", Some(1.0));
+        let labels = r#"namespace="team-a",set_kind="ConfigMapSet",set="web""#;
+
+        // backend is deleted: its value goes; error-rate's counts stay (still named).
+        metrics.retain_analysis(&web, |_| true, |w| w == "frontend");
+        assert_eq!(
+            samples(&metrics, "cmset_analysis_value")
+                .into_iter()
+                .filter(|l| l.contains(r#"set="web""#))
+                .collect::<Vec<_>>(),
+            [
+                format!(
+                    "cmset_analysis_value{{{labels},template=\"error-rate\",workload=\"frontend\"}} 0.01"
+                ),
+                format!("cmset_analysis_value{{{labels},template=\"smoke\",workload=\"\"}} 1.0"),
+            ]
+        );
+        assert!(
+            samples(&metrics, "cmset_analysis_measurements_total")
+                .iter()
+                .any(|l| l.contains(r#"set="web""#) && l.contains("error-rate")),
+        );
+
+        // The spec drops error-rate: every series of it goes, smoke's stay.
+        metrics.retain_analysis(&web, |t| t == "smoke", |_| true);
+        let web_lines: Vec<String> = samples(&metrics, "cmset_analysis_")
+            .into_iter()
+            .filter(|l| l.contains(r#"set="web""#))
+            .collect();
+        assert_eq!(
+            web_lines,
+            [
+                format!(
+                    "cmset_analysis_measurements_total{{{labels},template=\"smoke\",verdict=\"passed\"}} 1"
+                ),
+                format!("cmset_analysis_value{{{labels},template=\"smoke\",workload=\"\"}} 1.0"),
+            ]
+        );
+
+        // No analysis named any more: nothing of web is left, the other set's stay.
+        metrics.retain_analysis(&web, |_| false, |_| true);
+        assert_eq!(samples(&metrics, "cmset_analysis_").len(), 2, "api's two series");
     }
 
     #[test]

@@ -300,6 +300,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     }
     let analysis = prepared.as_ref();
     observe_rollout(ctx, set, &plan.status);
+    retain_analysis(ctx, set, &plan.status);
     if plan.is_quiet(set) {
         debug!("nothing to do");
         ctx.forget_deferred(&id);
@@ -427,6 +428,18 @@ fn observe_rollout(ctx: &Context, set: SetRef<'_>, status: &cmset_api::ConfigMap
         progress_deadline_seconds: i64::from(deadline),
     };
     ctx.metrics.observe_rollout(&labels, Some(&gauges));
+}
+
+/// Drops the analysis series of templates the set no longer names and of workloads no longer its
+/// own, on every reconcile: a metric outlives neither.
+fn retain_analysis(ctx: &Context, set: SetRef<'_>, status: &cmset_api::ConfigMapSetStatus) {
+    let labels = set_labels(set.kind(), set.namespace(), set.name());
+    let named = set.rollout().map(|r| r.analysis.as_slice()).unwrap_or_default();
+    ctx.metrics.retain_analysis(
+        &labels,
+        |template| named.iter().any(|a| a.template == template),
+        |workload| status.workloads.iter().any(|w| w.name == workload),
+    );
 }
 
 /// Counts what the status just written tells of the rollout.

@@ -38,7 +38,6 @@ use crate::context::{Context, Reconciled};
 use crate::decisions::Gathered;
 use crate::error::{Error, Result};
 use crate::index::Key;
-use crate::rollout_budget::RolloutBudget;
 use crate::stored_workload::StoredWorkload;
 use crate::views;
 
@@ -167,7 +166,6 @@ async fn reconcile_inner(this: &Workload<'_>, ctx: &Context) -> Result<Action> {
     let plan = plan_workload(&view, &targets);
     let id = (kind, Key::new(&namespace, &view.name));
     let budget = ctx.index.budget();
-    let _report = budget.as_ref().map(|b| BudgetReport(ctx, b.clone()));
     let generation = workload.meta().generation.unwrap_or(0);
     if plan.is_empty() {
         if let Some(budget) = &budget {
@@ -288,19 +286,6 @@ fn rollbacks(targets: &[SetTarget], changes: &[refs::NameChange]) -> Vec<String>
         .map(|t| t.current.clone())
         .collect();
     dedup(&failed)
-}
-
-/// Reports how full the rollout budget is when dropped: after whatever the reconcile asked of it.
-struct BudgetReport<'a>(&'a Context, Arc<RolloutBudget>);
-
-impl Drop for BudgetReport<'_> {
-    fn drop(&mut self) {
-        let usage = self.1.usage();
-        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-        self.0
-            .metrics
-            .observe_budget(Some(count(usage.cap)), count(usage.moving), count(usage.waiting));
-    }
 }
 
 /// A hold cmset's webhook put on a new workload (see `cmset_core::hold`).

@@ -1723,3 +1723,56 @@ async fn a_status_rewritten_by_the_namespace_changes_no_query_sent_to_prometheus
     assert_eq!(entries[0]["name"], "first");
     assert_eq!(entries[0]["kind"], "Deployment");
 }
+
+// ------------------------------------------------------------------------------- analysis metrics --
+
+/// The `cmset_analysis_` sample lines of `metrics`' scrape.
+fn analysis_samples(metrics: &Metrics) -> Vec<String> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    metrics.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("cmset_analysis_"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A set whose spec no longer names an analysis loses its series at its next reconcile, even one that
+/// has nothing to write: they do not wait for the set's deletion.
+#[tokio::test]
+async fn the_series_of_an_analysis_the_spec_dropped_go_at_the_next_reconcile() {
+    let mut world = World::new();
+    world.add_deployment(&web(V1, true));
+    let set = settle(&mut world, &nginx_set("1"));
+    let held: Arc<std::sync::OnceLock<Arc<Metrics>>> = Arc::default();
+    let keep = held.clone();
+    let labels = set_controller::set_labels(SetKind::ConfigMapSet, NS, "nginx-config");
+    let other = set_controller::set_labels(SetKind::ConfigMapSet, NS, "other");
+    let owned = set.clone();
+    let (result, seen) = scenario_after(
+        &world,
+        ok_responder(set.clone()),
+        move |ctx| {
+            // Measured while the spec named them: a per-wave and a per-workload query.
+            ctx.metrics
+                .analysis_measured(&labels, "error-rate", "", "passed", Some(0.01));
+            ctx.metrics
+                .analysis_measured(&labels, "restarts", "web", "passed", Some(0.0));
+            ctx.metrics
+                .analysis_measured(&other, "error-rate", "", "passed", Some(0.01));
+            keep.set(ctx.metrics.clone()).ok();
+        },
+        |ctx| set_controller::reconcile(Arc::new(owned), ctx),
+    )
+    .await;
+    result.unwrap();
+    assert_no_requests(&seen);
+    let metrics = held.get().unwrap();
+    let left = analysis_samples(metrics);
+    assert!(
+        left.iter().all(|l| !l.contains(r#"set="nginx-config""#)),
+        "{left:?}"
+    );
+    assert_eq!(left.len(), 2, "the other set's stay: {left:?}");
+}

@@ -35,7 +35,7 @@ pub use condition::{Comparison, Condition, ConditionError};
 pub use query::{Bound, Place, QueryError, QueryTemplate};
 pub use response::{QueryOutcome, format_value, parse_query_response, parse_value};
 pub use run::{
-    Measurement, RunVerdict, WaveStage, clauses, due, due_in, known_runs, new_run, plan_runs, record,
+    Measurement, RunVerdict, WaveStage, clauses, due, due_in, kept, known_runs, new_run, plan_runs, record,
     restart_streak, run_name, settle, verdict, wave_verdict,
 };
 

@@ -1397,13 +1397,17 @@ fn a_status_rewritten_by_the_namespace_changes_no_query_that_is_sent() {
     for query in &world.sent {
         assert!(derived.contains(&query.as_str()), "sent {query:?}");
     }
-    let mut queries: Vec<String> = world.rollout().analysis.into_iter().map(|r| r.query).collect();
-    queries.sort();
-    assert_eq!(
-        queries,
-        derived.map(str::to_string),
-        "only cmset's runs are recorded"
-    );
+    // Each rewrite dropped the runs it forged, and with them what was measured: left alone, the wave
+    // takes its two measurements an interval apart and passes.
+    measure_for(&mut world, 30, &QueryOutcome::Samples(vec![0.0]));
+    for query in &world.sent {
+        assert!(derived.contains(&query.as_str()), "sent {query:?}");
+    }
+    // Wave 0 passed and wave 1 moves: of wave 0, its per-wave run is kept (its per-workload run, passed,
+    // is not: see `the_status_of_a_set_with_5000_analysed_readers_stays_small`).
+    assert_eq!(world.rollout().wave, 1);
+    let queries: Vec<String> = world.rollout().analysis.into_iter().map(|r| r.query).collect();
+    assert_eq!(queries, [derived[0]], "only cmset's runs are recorded");
 }
 
 /// Once no wave is analysed (the rollout completed), runs written into the status by the namespace are
@@ -1458,4 +1462,124 @@ fn one_sample_never_passes_a_wave_the_window_stretches_for_a_second() {
         "two samples an interval apart pass it"
     );
     assert_eq!(runs_of_wave(&world, 0)[0].streak, 2);
+}
+
+/// Bytes of the set's status as JSON, as the API server stores it (etcd refuses objects over 1.5 MiB).
+fn status_bytes(world: &World) -> usize {
+    json_len(world.set.status.as_ref().unwrap())
+}
+
+fn json_len(value: &impl serde::Serialize) -> usize {
+    serde_json::to_vec(value).unwrap().len()
+}
+
+/// 5,000 readers in two waves, with a per-wave analysis and one per workload: once a wave passed, its
+/// 2,500 per-workload runs leave the status (its per-wave run stays), so the status between waves and
+/// at the end holds the runs of one wave, not of every wave. It still shows every workload.
+#[test]
+fn the_status_of_a_set_with_5000_analysed_readers_stays_small() {
+    let names: Vec<String> = (0..5_000).map(|n| format!("reader-{n:04}")).collect();
+    let workloads = names
+        .iter()
+        .enumerate()
+        .map(|(n, name)| deployment(name, Some(i32::from(n >= 2_500)), "app"))
+        .collect();
+    let mut world = World::new(Some(rollout(30, 300, false)), workloads);
+    world.set.spec.rollout.as_mut().unwrap().analysis = vec![
+        AnalysisRef {
+            template: "error-rate".into(),
+            args: BTreeMap::new(),
+        },
+        AnalysisRef {
+            template: "restarts".into(),
+            args: BTreeMap::new(),
+        },
+    ];
+    let per_wave = AnalysisTemplateSpec {
+        query: r#"sum(rate(http_errors_total{namespace="{{namespace}}",revision="{{revision}}"}[5m]))"#
+            .into(),
+        success_condition: "result < 0.05".into(),
+        interval_seconds: 10,
+        args: Vec::new(),
+        failure_limit: 0,
+        initial_delay_seconds: 0,
+        count: None,
+        inconclusive_limit: None,
+    };
+    let per_workload = AnalysisTemplateSpec {
+        query: r#"sum(increase(kube_pod_container_status_restarts_total{namespace="{{namespace}}",pod=~"{{workload.name}}-.*"}[5m]))"#.into(),
+        success_condition: "result == 0".into(),
+        interval_seconds: 10,
+        args: Vec::new(),
+        failure_limit: 0,
+        initial_delay_seconds: 0,
+        count: None,
+        inconclusive_limit: None,
+    };
+    world.analyses = Some(Ok(vec![
+        Analysis::resolve(&world.set.spec.rollout.as_ref().unwrap().analysis[0], &per_wave).unwrap(),
+        Analysis::resolve(
+            &world.set.spec.rollout.as_ref().unwrap().analysis[1],
+            &per_workload,
+        )
+        .unwrap(),
+    ]));
+    world.settle();
+    world.heal_all();
+    measure_for(&mut world, 30, &QueryOutcome::Samples(vec![0.0]));
+    world.heal_all();
+    measure_for(&mut world, 30, &QueryOutcome::Samples(vec![0.0]));
+    assert_eq!(world.rollout().phase, RolloutPhase::Complete);
+
+    world.change_content("v2");
+    world.settle();
+    let mut largest = status_bytes(&world);
+    world.heal_all();
+    // Wave 0 is analysed: its 2,500 per-workload runs and its per-wave run are shown.
+    world.now += 10;
+    world.measure(QueryOutcome::Samples(vec![0.0]));
+    world.settle();
+    largest = largest.max(status_bytes(&world));
+    assert_eq!(runs_of_wave(&world, 0).len(), 2_501);
+    measure_for(&mut world, 30, &QueryOutcome::Samples(vec![0.0]));
+    largest = largest.max(status_bytes(&world));
+    // Wave 1 moves; wave 0 passed. Its per-workload runs are no longer kept: its per-wave run is.
+    assert_eq!(world.rollout().wave, 1);
+    let earlier = runs_of_wave(&world, 0);
+    assert_eq!(earlier.len(), 1, "{:?}", &earlier[..earlier.len().min(2)]);
+    assert_eq!(
+        (earlier[0].template.as_str(), earlier[0].verdict),
+        ("error-rate", AnalysisVerdict::Passed)
+    );
+    // Between the waves the status holds every workload and next to no analysis: under etcd's limit.
+    let between = status_bytes(&world);
+    let analysis_between = json_len(&world.rollout().analysis);
+    assert!(analysis_between < 1_024, "{analysis_between} bytes of analysis");
+    assert!(between < 1_536 * 1_024, "{between} bytes between the waves");
+    world.heal_all();
+    largest = largest.max(status_bytes(&world));
+    measure_for(&mut world, 30, &QueryOutcome::Samples(vec![0.0]));
+    largest = largest.max(status_bytes(&world));
+    assert_eq!(world.rollout().phase, RolloutPhase::Complete);
+    assert_eq!(runs_of_wave(&world, 1).len(), 2_501);
+    assert_eq!(
+        runs_of_wave(&world, 0).len(),
+        1,
+        "wave 0's record is its per-wave run"
+    );
+    let status = world.set.status.as_ref().unwrap();
+    assert_eq!(status.workloads.len(), 5_000, "every workload is shown");
+    // Measured (see the branch's report): before, 2,893,666 bytes at the end (both waves' runs).
+    let end = status_bytes(&world);
+    eprintln!(
+        "largest status: {largest} bytes; between the waves {between}; at the end {end} (workloads {}, \
+         analysis {})",
+        json_len(&status.workloads),
+        json_len(&world.rollout().analysis),
+    );
+    // One wave's runs at most: the end holds wave 1's 2,501 and wave 0's one.
+    assert!(
+        end < between + json_len(&runs_of_wave(&world, 1)) + 1_024,
+        "{end} bytes at the end"
+    );
 }

@@ -279,9 +279,10 @@ pub fn plan_runs(
     runs
 }
 
-/// The runs of `recorded` that are runs cmset computes for their wave (see [`plan_runs`]), as
-/// recorded; the others are dropped. For the runs of a rollout no wave of which is being analysed now
-/// (it completed, failed, or waits on its workloads): the status shows only what cmset measured.
+/// The runs of `recorded` that are runs cmset computes for their wave (see [`plan_runs`]) and are
+/// [`kept`] at `subject.wave`, as recorded; the others are dropped. For the runs of a rollout no wave
+/// of which is being analysed now (it completed, failed, or waits on its workloads): the status shows
+/// only what cmset measured.
 pub fn known_runs(
     analyses: &[Analysis],
     subject: &WaveSubject<'_>,
@@ -296,11 +297,21 @@ pub fn known_runs(
         runs.extend(
             recorded
                 .iter()
-                .filter(|r| r.wave == wave && !unsendable(r) && known.iter().any(|k| same_run(k, r)))
+                .filter(|r| r.wave == wave && kept(r, subject.wave))
+                .filter(|r| !unsendable(r) && known.iter().any(|k| same_run(k, r)))
                 .cloned(),
         );
     }
     runs
+}
+
+/// Whether the status keeps `run` while the rollout is in wave `wave`: every run of that wave (and of
+/// any later one), and of an earlier wave the runs that name no workload (one per analysis and wave)
+/// and those that did not pass. An earlier wave's passed per-workload runs are dropped: with thousands
+/// of workloads they would outgrow the object, and they decide nothing any more (the wave passed;
+/// its per-wave runs and the metrics keep the record).
+pub fn kept(run: &AnalysisRunStatus, wave: i32) -> bool {
+    run.wave >= wave || run.workload.is_none() || run.verdict != AnalysisVerdict::Passed
 }
 
 /// Whether `run` is over: it failed, or has more failed (or inconclusive) measurements than its
