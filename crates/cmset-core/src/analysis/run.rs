@@ -195,10 +195,6 @@ fn key(run: &AnalysisRunStatus) -> RunKey<'_> {
     )
 }
 
-fn same_run(a: &AnalysisRunStatus, b: &AnalysisRunStatus) -> bool {
-    key(a) == key(b)
-}
-
 /// `fresh`, as cmset computed it, with what `recorded` measured: the counts, the last value and when
 /// it was taken, the verdict and its message. Nothing else of a recorded run is taken.
 fn carry_measurements(mut fresh: AnalysisRunStatus, recorded: &AnalysisRunStatus) -> AnalysisRunStatus {
@@ -225,6 +221,8 @@ fn runs_of_wave(
     workloads.sort();
     workloads.dedup();
     let mut runs: Vec<AnalysisRunStatus> = Vec::new();
+    // Looked up by key, not by walking the runs: a wave of thousands of workloads has thousands.
+    let mut seen: BTreeSet<(String, Option<String>, Option<String>, String)> = BTreeSet::new();
     for analysis in analyses {
         let fresh: Vec<AnalysisRunStatus> = if analysis.names_workload() {
             workloads
@@ -235,7 +233,15 @@ fn runs_of_wave(
             vec![new_run(analysis, subject, None)]
         };
         for run in fresh {
-            if !runs.iter().any(|r| same_run(r, &run)) {
+            // Within one wave, the template, workload and query tell runs apart (the wave and
+            // condition are the analysis's own).
+            let identity = (
+                run.template.clone(),
+                run.workload_kind.clone(),
+                run.workload.clone(),
+                run.query.clone(),
+            );
+            if seen.insert(identity) {
                 runs.push(run);
             }
         }
@@ -266,10 +272,12 @@ pub fn plan_runs(
         .cloned()
         .collect();
     let mut runs = known_runs(analyses, subject, workloads, &others);
+    let recorded_by_key: BTreeMap<RunKey<'_>, &AnalysisRunStatus> =
+        previous.iter().rev().map(|p| (key(p), p)).collect();
     for run in computed(subject.wave) {
-        let recorded = previous
-            .iter()
-            .find(|p| same_run(p, &run))
+        let recorded = recorded_by_key
+            .get(&key(&run))
+            .copied()
             .filter(|_| !unsendable(&run));
         runs.push(match recorded {
             Some(recorded) => carry_measurements(run, recorded),
@@ -294,11 +302,12 @@ pub fn known_runs(
     for wave in waves {
         let members = workloads.get(&wave).map(Vec::as_slice).unwrap_or_default();
         let known = runs_of_wave(analyses, &WaveSubject { wave, ..*subject }, members);
+        let known: BTreeSet<RunKey<'_>> = known.iter().map(key).collect();
         runs.extend(
             recorded
                 .iter()
                 .filter(|r| r.wave == wave && kept(r, subject.wave))
-                .filter(|r| !unsendable(r) && known.iter().any(|k| same_run(k, r)))
+                .filter(|r| !unsendable(r) && known.contains(&key(r)))
                 .cloned(),
         );
     }
