@@ -197,9 +197,21 @@ async fn edits_by_others_survive_cmset_moving_references_and_nobody_ping_pongs()
 
     // Nobody ping-pongs. First the last rollout finishes: until it does, the Deployment controller
     // writes the Deployment's status as pods come and go, and cmset records the workload's progress in
-    // the set's status. Then settled once a whole second passes without any write to the object or by
-    // cmset.
+    // the set's status. Then settled once the old pods are gone and a whole second passes without any
+    // write to the object or by cmset.
     rollout_status(&ns, "deployment/web").await;
+    // The old ReplicaSets' pods go a moment later; the revisions they named are in use until they
+    // have, and cmset records it in the set's history. Settled means they are gone too.
+    eventually("only pods of the current ReplicaSet are left", || async {
+        let pods = ns.pods().await;
+        let hashes: BTreeSet<String> = pods
+            .iter()
+            .filter_map(|p| p.labels().get("pod-template-hash").cloned())
+            .collect();
+        let leaving = pods.iter().any(|p| p.metadata.deletion_timestamp.is_some());
+        (hashes.len() == 1 && !leaving).then_some(())
+    })
+    .await;
     let deadline = Instant::now() + CONVERGE;
     let written = || async {
         let version = ns.deployment("web").await.resource_version();
