@@ -329,6 +329,13 @@ impl World {
     }
 }
 
+/// [`two_waves`], rolled out, whose each next wave then waits for a promotion (`promotion: Manual`).
+fn two_waves_promoted_by_hand(spec: RolloutSpec) -> (World, String) {
+    let (mut world, first) = two_waves(Some(spec));
+    world.set.spec.rollout.as_mut().unwrap().promotion = cmset_api::Promotion::Manual;
+    (world, first)
+}
+
 /// Two waves on revision 1 of `app`, rolled out and healthy.
 fn two_waves(spec: Option<RolloutSpec>) -> (World, String) {
     let mut world = World::new(
@@ -880,8 +887,7 @@ fn paused_in_the_spec_mid_rollout_keeps_what_moved_and_opens_no_wave() {
 
 #[test]
 fn manual_promotion_holds_each_next_wave_until_that_wave_is_promoted() {
-    let (mut world, old) = two_waves(Some(rollout(0, 600, false)));
-    world.set.spec.rollout.as_mut().unwrap().promotion = cmset_api::Promotion::Manual;
+    let (mut world, old) = two_waves_promoted_by_hand(rollout(0, 600, false));
     world.change_content("v2");
     world.settle();
     let new = world.current();
@@ -1023,8 +1029,7 @@ fn pausing_an_inconclusive_analysis_stops_its_deadline_and_it_resumes_where_it_s
 
 #[test]
 fn awaiting_promotion_stops_the_clocks_too() {
-    let (mut world, _) = two_waves(Some(rollout(30, 300, true)));
-    world.set.spec.rollout.as_mut().unwrap().promotion = cmset_api::Promotion::Manual;
+    let (mut world, _) = two_waves_promoted_by_hand(rollout(30, 300, true));
     world.change_content("v2");
     world.settle();
     world.heal_all();
@@ -1044,8 +1049,7 @@ fn awaiting_promotion_stops_the_clocks_too() {
 
 #[test]
 fn a_promotion_names_its_rollout_and_a_later_rollout_of_the_same_revision_needs_its_own() {
-    let (mut world, _) = two_waves(Some(rollout(0, 600, false)));
-    world.set.spec.rollout.as_mut().unwrap().promotion = cmset_api::Promotion::Manual;
+    let (mut world, _) = two_waves_promoted_by_hand(rollout(0, 600, false));
     world.change_content("v2");
     world.settle();
     world.heal_all();
@@ -1102,8 +1106,7 @@ fn promote_current(world: &mut World) {
 
 #[test]
 fn a_promotion_that_names_no_rollout_counts_only_if_given_after_the_rollout_began() {
-    let (mut world, _) = two_waves(Some(rollout(0, 600, false)));
-    world.set.spec.rollout.as_mut().unwrap().promotion = cmset_api::Promotion::Manual;
+    let (mut world, _) = two_waves_promoted_by_hand(rollout(0, 600, false));
     world.change_content("v2");
     world.settle();
     world.heal_all();
