@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use cmset_e2e::cmset_api::{ConfigMapSet, ConfigMapSetStatus, RolloutPhase, WorkloadState};
 use cmset_e2e::fault_proxy::FaultProxy;
-use cmset_e2e::fixtures::template_names;
+use cmset_e2e::fixtures::{template_names, wave_deployment_yaml};
 use cmset_e2e::identity::{Identity, shipped_rules, without};
 use cmset_e2e::k8s_openapi::api::apps::v1::Deployment;
 use cmset_e2e::{Operator, TestNamespace, eventually_within, kustomize_name};
@@ -48,35 +48,10 @@ fn revision(version: &str) -> String {
     kustomize_name(SET, &[("APP_VERSION", version)])
 }
 
-/// An opted-in Deployment of one replica reading the set, in `wave` (none: wave 0).
+/// An opted-in Deployment of one replica reading the set, in `wave` (none: wave 0): the suite's
+/// shared fixture.
 fn deployment_yaml(name: &str, wave: Option<i32>) -> String {
-    let wave = wave
-        .map(|w| format!("\n    cmset.dev/wave: \"{w}\""))
-        .unwrap_or_default();
-    format!(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {name}
-  labels:
-    cmset.dev/enabled: "true"{wave}
-spec:
-  replicas: 1
-  progressDeadlineSeconds: 3600
-  selector:
-    matchLabels: {{app: {name}}}
-  template:
-    metadata:
-      labels: {{app: {name}}}
-    spec:
-      containers:
-        - name: app
-          image: registry.k8s.io/pause:3.9
-          envFrom:
-            - configMapRef: {{name: {SET}}}
-"#
-    )
+    wave_deployment_yaml(name, wave.unwrap_or(0), SET)
 }
 
 /// Whether the Deployment has rolled out its current template (as `kubectl rollout status` decides).
