@@ -24,6 +24,8 @@ use cmset_e2e::kube::ResourceExt;
 use cmset_e2e::{CONVERGE, Operator, TestNamespace, eventually};
 
 const ROUNDS: u32 = 4;
+/// How long nothing must be written before the Deployment and cmset count as settled.
+const QUIET: Duration = Duration::from_secs(3);
 const VOLUMES_PER_ROUND: u32 = 4;
 
 const READS: &[Reads] = &[
@@ -197,8 +199,9 @@ async fn edits_by_others_survive_cmset_moving_references_and_nobody_ping_pongs()
 
     // Nobody ping-pongs. First the last rollout finishes: until it does, the Deployment controller
     // writes the Deployment's status as pods come and go, and cmset records the workload's progress in
-    // the set's status. Then settled once the old pods are gone and a whole second passes without any
-    // write to the object or by cmset.
+    // the set's status. Then settled once the old pods are gone and three seconds pass without any
+    // write to the object or by cmset: cmset batches a set's deferrable status writes for up to a
+    // second (`BATCH_WINDOW`), so a quiet second can end just before a batched write lands.
     rollout_status(&ns, "deployment/web").await;
     // The old ReplicaSets' pods go a moment later; the revisions they named are in use until they
     // have, and cmset records it in the set's history. Settled means they are gone too.
@@ -219,7 +222,7 @@ async fn edits_by_others_survive_cmset_moving_references_and_nobody_ping_pongs()
     };
     let mut seen = written().await;
     loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(QUIET).await;
         let now = written().await;
         if now == seen {
             break;
@@ -238,6 +241,7 @@ async fn edits_by_others_survive_cmset_moving_references_and_nobody_ping_pongs()
     );
     // Each check names what moved, so that a failure says who wrote.
     let settled = ns.deployment("web").await;
+    let settled_status = ns.set(APP_CONFIG).await.status;
     let writes = operator.writes_by_operation();
     let until = Instant::now() + Duration::from_secs(5);
     while Instant::now() < until {
@@ -256,7 +260,13 @@ async fn edits_by_others_survive_cmset_moving_references_and_nobody_ping_pongs()
             now.status,
             now.managed_fields()
         );
-        assert_eq!(operator.writes_by_operation(), writes, "cmset wrote again");
+        assert_eq!(
+            operator.writes_by_operation(),
+            writes,
+            "cmset wrote again; the set's status was {:#?} and became {:#?}",
+            settled_status,
+            ns.set(APP_CONFIG).await.status
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
