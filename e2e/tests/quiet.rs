@@ -33,13 +33,14 @@ fn delta(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> BTree
 async fn settled(ns: &TestNamespace, operator: &Operator) {
     rollout_status(ns, "deployment/web").await;
     let mut last = operator.writes();
-    // Settled when a whole second passes without a write.
+    // Settled when three seconds pass without a write: cmset batches a set's deferrable status writes
+    // for up to a second, so one quiet second can end just before a batched write lands.
     eventually("the operator to stop writing", || {
         let now = operator.writes();
         let quiet = now == last;
         last = now;
         async move {
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            tokio::time::sleep(Duration::from_secs(3)).await;
             quiet.then_some(())
         }
     })
