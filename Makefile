@@ -133,6 +133,10 @@ bench: ## Benchmark the default install and the same without the webhook (conver
 	@CMSET_BENCH_OPERATOR_BIN=$(BENCH_OPERATOR_BIN) CMSET_BENCH_PUBLISH=$(BENCH_PUBLISH) \
 	  CMSET_BENCH_BASELINE=$(BENCH_BASELINE) bash e2e/bench/run.sh $(BENCH_ARGS)
 
+.PHONY: profile
+profile: ## CPU profile of the leader and the standby during steady churn (default install): flame graphs and where each ms of a change goes, in target/profile/
+	@bash e2e/bench/profile.sh
+
 .PHONY: bench-smoke
 bench-smoke: ## A minutes-long benchmark run (debug build): every figure is produced in both configurations and every workload converges
 	@CMSET_BENCH_OPERATOR_BIN=$(BENCH_OPERATOR_BIN) CMSET_BENCH_PUBLISH= CMSET_BENCH_BASELINE= CMSET_BENCH_PROFILE=dev \
