@@ -25,6 +25,7 @@ pub mod server;
 pub mod set_controller;
 pub mod stored_workload;
 pub mod stores;
+pub mod tasks;
 pub mod template_admission;
 pub mod views;
 pub mod webhook;

@@ -192,22 +192,26 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         prometheus,
     };
     info!("leading: reconciling");
-    let leading = futures::future::join_all(scopes.scopes.iter().map(|scope| {
-        scope.lead(
-            client.clone(),
-            settings.clone(),
-            metrics.clone(),
-            system_clock(),
-            shutdown.clone(),
-        )
-    }));
+    // A task of its own rather than part of this function's future, which `#[tokio::main]` polls on
+    // the main thread, outside the worker threads; dropped (the lease lost), it is aborted.
+    let leading =
+        cmset_controller::tasks::spawn_owned(futures::future::join_all(scopes.scopes.iter().map(|scope| {
+            let (scope, client, settings) = (scope.clone(), client.clone(), settings.clone());
+            let (metrics, shutdown) = (metrics.clone(), shutdown.clone());
+            async move {
+                scope
+                    .lead(client, settings, metrics, system_clock(), shutdown)
+                    .await
+            }
+        })));
     let lost = async {
         match &elector {
             Some(e) => e.hold().await,
             None => futures::future::pending().await,
         }
     };
-    tokio::pin!(leading, lost);
+    let mut leading = leading;
+    tokio::pin!(lost);
     let grace = Duration::from_secs(cli.shutdown_grace_seconds);
     // On SIGTERM the controllers take no new work and finish the reconciles in flight (kube's graceful
     // shutdown), within the grace period; losing the lease drops them at once (no further write). The
@@ -226,6 +230,9 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             _ = &mut lost => Err("lost the leader lease while shutting down".into()),
         },
     };
+    // Whatever still runs stops here, before the lease is released: a replica that lost it, or
+    // whose reconciles outlived the grace period, sends nothing more.
+    drop(leading);
     metrics.leader.set(0);
     if let Some(e) = &elector {
         e.release().await;

@@ -44,6 +44,7 @@ use crate::rollout_budget::RolloutBudget;
 use crate::served::{self, Served, ServedKind};
 use crate::stored_workload::StoredWorkload;
 use crate::stores::Stores;
+use crate::tasks::spawn_owned;
 use crate::views::Object;
 use crate::{set_controller, workload_controller};
 
@@ -283,6 +284,9 @@ impl Scope {
             receivers: std::sync::Mutex::new(Some(receivers)),
             served,
         });
+        // Each watch a task of its own: decoding and indexing one kind's events need not wait for
+        // another's.
+        let watches = watches.into_iter().map(crate::tasks::spawn_owned);
         (scope, futures::future::join_all(watches).map(drop).boxed())
     }
 
@@ -461,7 +465,7 @@ where
     ) -> BoxFuture<'static, ()>
     where
         K: Object + Indexed,
-        Reconcile: FnMut(Arc<K>, Arc<Context>) -> Fut + Send + 'static,
+        Reconcile: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = Result<controller::Action, Error>> + Send + 'static,
     {
         // Every reconcile comes through `triggers`: the index's, and each object's own changes (see
@@ -470,7 +474,12 @@ where
             .with_config(self.config.clone())
             .reconcile_on(triggers)
             .graceful_shutdown_on(self.shutdown.clone())
-            .run(reconcile, error_policy, self.ctx.clone())
+            .run(
+                // Each reconcile a task of its own, on whichever worker is free (see `tasks`).
+                move |obj, ctx| spawn_owned(reconcile(obj, ctx)),
+                error_policy,
+                self.ctx.clone(),
+            )
             .map(|r| r.map_err(|e| crate::redact::controller_error(&e).to_string()));
         log_results(stream, name)
     }
@@ -495,7 +504,7 @@ where
         .reconcile_on(queue)
         .graceful_shutdown_on(stopped)
         .run(
-            move |obj, ctx| workload_controller::reconcile(workload_kind, obj, ctx),
+            move |obj, ctx| spawn_owned(workload_controller::reconcile(workload_kind, obj, ctx)),
             move |obj, error, ctx| workload_controller::error_policy(workload_kind, obj, error, ctx),
             self.ctx.clone(),
         )

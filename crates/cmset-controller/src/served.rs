@@ -287,7 +287,9 @@ struct Supervisor {
     unavailable: UnboundedSender<WorkloadKind>,
 }
 
-type Watches = FuturesUnordered<Abortable<BoxFuture<'static, ()>>>;
+/// One kind's watch, running as a task; it ends when aborted (see `Supervisor::stop`).
+type Watch = crate::tasks::Owned<Result<(), futures::future::Aborted>>;
+type Watches = FuturesUnordered<Watch>;
 
 impl Supervisor {
     /// Asks discovery about every kind and starts or stops each as it says. Whether every kind got an
@@ -321,7 +323,7 @@ impl Supervisor {
         answered_all
     }
 
-    fn start(&mut self, kind: WorkloadKind, resource: ApiResource) -> Abortable<BoxFuture<'static, ()>> {
+    fn start(&mut self, kind: WorkloadKind, resource: ApiResource) -> Watch {
         let (serving, watch) = start(
             &self.client,
             self.namespace.as_deref(),
@@ -351,7 +353,8 @@ impl Supervisor {
         self.served.send_modify(|s| {
             s.insert(kind, serving);
         });
-        Abortable::new(watch, registration)
+        // A task of its own, so that kinds decode their events on any worker (see `crate::tasks`).
+        crate::tasks::spawn_owned(Abortable::new(watch, registration))
     }
 
     /// Stops the watch and the controller of `kind`; the index keeps what it holds of the kind.
