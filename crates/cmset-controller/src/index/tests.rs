@@ -720,3 +720,61 @@ fn a_kind_refused_before_its_first_list_holds_every_set_but_not_readiness_until_
     assert_eq!(index.unobserved_readers(&cms("app")), vec![]);
     assert!(index.is_ready() && index.is_complete());
 }
+
+/// A set naming the AnalysisTemplates `templates` in its rollout's analysis.
+fn analysed(name: &str, generation: i64, templates: &[&str]) -> ConfigMapSet {
+    let mut set = set(name, generation);
+    let analysis: Vec<_> = templates
+        .iter()
+        .map(|t| serde_json::json!({"template": t}))
+        .collect();
+    set.spec.rollout = Some(serde_json::from_value(serde_json::json!({"analysis": analysis})).unwrap());
+    set
+}
+
+fn template(name: &str) -> cmset_api::AnalysisTemplate {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "cmset.dev/v1alpha1", "kind": "AnalysisTemplate", "metadata": {"name": name},
+        "spec": {"query": "up", "successCondition": "result == 1"},
+    }))
+    .unwrap()
+}
+
+fn sets(names: &[&str]) -> BTreeSet<SetId> {
+    names.iter().map(|n| cms(n)).collect()
+}
+
+#[test]
+fn a_template_change_triggers_exactly_the_sets_that_name_it_as_their_specs_say_now() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(analysed(
+        "web",
+        1,
+        &["restarts", "errors"],
+    )));
+    index.handle(&watcher::Event::Apply(analysed("api", 1, &["errors"])));
+    index.handle(&watcher::Event::Apply(set("plain", 1)));
+    let changed = |name: &str| index.handle_template(&watcher::Event::Apply(template(name))).sets;
+    assert_eq!(changed("restarts"), sets(&["web"]));
+    assert_eq!(changed("errors"), sets(&["api", "web"]));
+    assert_eq!(changed("unnamed"), sets(&[]));
+    let deleted = index.handle_template(&watcher::Event::Delete(template("errors")));
+    assert_eq!(deleted.sets, sets(&["api", "web"]));
+
+    // The set watch keeps the index current: a spec that drops a template, or a set deleted, is no
+    // longer woken by it.
+    index.handle(&watcher::Event::Apply(analysed("web", 2, &["restarts"])));
+    index.handle(&watcher::Event::Delete(analysed("api", 1, &["errors"])));
+    assert_eq!(changed("errors"), sets(&[]));
+    assert_eq!(changed("restarts"), sets(&["web"]));
+
+    // A relist wakes the sets of the templates it holds, and of those it no longer holds (deleted
+    // while the watch was down); the templates watch counts as listed.
+    index.expect(super::TEMPLATES);
+    index.handle_template(&watcher::Event::Init);
+    let listed = index.handle_template(&watcher::Event::InitApply(template("other")));
+    assert_eq!(listed.sets, sets(&[]));
+    let done = index.handle_template(&watcher::Event::InitDone);
+    assert_eq!(done.sets, sets(&["web"]), "restarts was not listed: gone");
+    assert_eq!(index.sizes()["templates named"], 1);
+}
