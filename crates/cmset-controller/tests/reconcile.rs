@@ -2038,6 +2038,63 @@ async fn a_hanging_prometheus_delays_no_other_set_and_queries_in_flight_stay_bou
         .unwrap();
 }
 
+/// What the measurer keeps of a set stays bounded: a set that no longer asks for analysis, or is being
+/// deleted, has nothing kept, and an answer that comes for it afterwards is dropped, waking nothing.
+#[tokio::test]
+async fn a_set_deleted_or_no_longer_analysed_leaves_no_measurement_behind() {
+    let (mut world, mut triggers) = World::leading();
+    let set = analysed_set(&mut world, &["first"], &["restarts"]);
+    world.add_template("restarts", restarts_template());
+    let prometheus = FakePrometheus::hanging().await;
+    let measurer = prometheus.measurer(&world, 4, std::time::Duration::from_secs(30));
+    let (ctx, server, _seen) = analysis_context(&world, ok_responder(set.clone()), &measurer);
+
+    // Answered, then the spec drops its analysis: the next reconcile forgets the answer.
+    set_controller::reconcile(Arc::new(set.clone()), ctx.clone())
+        .await
+        .unwrap();
+    eventually("the query reached Prometheus", || prometheus.queries().len() == 1).await;
+    prometheus.release(1);
+    eventually("the answer is kept", || measurer.sizes() == (0, 1)).await;
+    let mut plain = set.clone();
+    plain.spec.rollout.as_mut().unwrap().analysis.clear();
+    set_controller::reconcile(Arc::new(plain), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(measurer.sizes(), (0, 0));
+
+    // In flight when the set goes: its answer, when it comes, is dropped and reconciles nothing.
+    set_controller::reconcile(Arc::new(set.clone()), ctx.clone())
+        .await
+        .unwrap();
+    eventually("the query reached Prometheus again", || {
+        prometheus.queries().len() == 2
+    })
+    .await;
+    assert_eq!(measurer.sizes(), (1, 0));
+    let mut deleted = set.clone();
+    deleted.metadata.deletion_timestamp = Some(fixed_clock()());
+    set_controller::reconcile(Arc::new(deleted), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(measurer.sizes(), (0, 0));
+    while triggers.sets.try_recv().is_ok() {}
+    prometheus.release(1);
+    eventually("Prometheus answered", || {
+        prometheus.gate.available_permits() == 0
+            && prometheus.open.load(std::sync::atomic::Ordering::SeqCst) == 0
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(measurer.sizes(), (0, 0), "the answer is dropped");
+    assert!(triggers.sets.try_recv().is_err(), "and wakes nothing");
+    drop(ctx);
+    tokio::time::timeout(std::time::Duration::from_secs(5), server)
+        .await
+        .expect("server ends")
+        .unwrap();
+}
+
 // ------------------------------------------------------------------------------- analysis metrics --
 
 /// The `cmset_analysis_` sample lines of `metrics`' scrape.
