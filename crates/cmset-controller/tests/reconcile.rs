@@ -2095,6 +2095,49 @@ async fn a_set_deleted_or_no_longer_analysed_leaves_no_measurement_behind() {
         .unwrap();
 }
 
+/// An answer for a rollout the set has since moved on from (another revision) is recorded on no run
+/// of the new one, and dropped.
+#[tokio::test]
+async fn an_answer_for_a_rollout_that_moved_on_is_dropped_not_recorded() {
+    let mut world = World::new();
+    let set = analysed_set(&mut world, &["first"], &["restarts"]);
+    world.add_template("restarts", restarts_template());
+    let prometheus = FakePrometheus::answering().await;
+    let measurer = prometheus.measurer(&world, 4, std::time::Duration::from_secs(30));
+    let (ctx, server, seen) = analysis_context(&world, ok_responder(set.clone()), &measurer);
+    set_controller::reconcile(Arc::new(set.clone()), ctx.clone())
+        .await
+        .unwrap();
+    eventually("the answer is kept", || measurer.sizes() == (0, 1)).await;
+    seen.lock().unwrap().clear();
+
+    let mut moved = changed_with_revision(&mut world, &set, "2", V2);
+    moved.spec.rollout = set.spec.rollout.clone();
+    world.add_set(&moved);
+    set_controller::reconcile(Arc::new(moved), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(measurer.sizes(), (0, 0), "dropped");
+    let seen = seen.lock().unwrap().clone();
+    let patch = seen
+        .iter()
+        .rfind(|s| s.method == "PATCH" && s.path.ends_with("/status"))
+        .expect("the new rollout is written");
+    let rollout = &patch.body["status"]["rollout"];
+    assert_eq!(rollout["revision"], V2, "{rollout}");
+    let runs = rollout["analysis"].as_array().cloned().unwrap_or_default();
+    assert!(
+        runs.iter().all(|r| r["measurements"].as_i64().unwrap_or(0) == 0),
+        "nothing of the old rollout's answer: {runs:?}"
+    );
+    assert_eq!(prometheus.queries().len(), 1);
+    drop(ctx);
+    tokio::time::timeout(std::time::Duration::from_secs(5), server)
+        .await
+        .expect("server ends")
+        .unwrap();
+}
+
 // ------------------------------------------------------------------------------- analysis metrics --
 
 /// The `cmset_analysis_` sample lines of `metrics`' scrape.
