@@ -149,6 +149,9 @@ fn resolve(ctx: &Context, references: &[AnalysisRef]) -> Result<Vec<Analysis>, S
     let (Some(_), Some(store)) = (&ctx.measurer, &ctx.stores.templates) else {
         return Err("the operator has no Prometheus to query (its --prometheus-url is not set)".to_string());
     };
+    if let Some(why) = ctx.index.templates_unlisted() {
+        return Err(format!("the operator cannot list AnalysisTemplates: {why}"));
+    }
     let templates: BTreeMap<&str, Arc<AnalysisTemplate>> = references
         .iter()
         .filter_map(|r| Some((r.template.as_str(), store.get(&ObjectRef::new(&r.template))?)))

@@ -217,7 +217,16 @@ fn templates_watch(client: &Client, index: Arc<Index>) -> (Store<AnalysisTemplat
                 Ok(event) => {
                     index.handle_template(&event);
                 }
-                Err(e) => log_watch_error(TEMPLATES, &e),
+                Err(e) => {
+                    log_watch_error(TEMPLATES, &e);
+                    // Refused (RBAC not updated yet, say) or failed: only analysed sets wait for it.
+                    if let watcher::Error::InitialListFailed(e) = &e {
+                        index.templates_unavailable(format!(
+                            "their list failed: {}",
+                            crate::redact::api_error(e)
+                        ));
+                    }
+                }
             }
             futures::future::ready(())
         })

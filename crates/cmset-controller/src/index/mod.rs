@@ -212,8 +212,9 @@ impl Index {
                 }
                 watcher::Event::InitDone => {
                     let seen = state.relist.done(NAME);
+                    let back = state.relist.available(NAME);
                     let unseen: Vec<String> = (state.templates.named())
-                        .filter(|name| !seen.contains(&Key::new("", name)))
+                        .filter(|name| back || !seen.contains(&Key::new("", name)))
                         .map(str::to_string)
                         .collect();
                     for name in unseen {
@@ -225,6 +226,32 @@ impl Index {
         self.changed();
         self.send(&out);
         out
+    }
+
+    /// The AnalysisTemplate watch could not list, for `why`. It does not hold the replica's readiness
+    /// nor any set without analysis: until its first list, the sets that name a template hold their
+    /// analysis and say why (see [`Index::templates_unlisted`]); they are asked to reconcile.
+    pub fn templates_unavailable(&self, why: String) {
+        let mut out = Triggers::default();
+        {
+            let mut guard = self.write();
+            let state = &mut *guard;
+            if !state.relist.unavailable(TEMPLATES, why) {
+                return;
+            }
+            let named: Vec<String> = state.templates.named().map(str::to_string).collect();
+            for name in named {
+                state.templates.trigger_naming(&name, &mut out);
+            }
+        }
+        self.changed();
+        self.send(&out);
+    }
+
+    /// Why the AnalysisTemplates cannot be read, when their watch has never listed them and cannot
+    /// now. (Once listed, a later refusal leaves the templates as last listed in use.)
+    pub fn templates_unlisted(&self) -> Option<String> {
+        self.read().relist.never_listed(TEMPLATES).map(str::to_string)
     }
 
     /// From now on the reconciles that changes trigger are sent (this replica leads).
@@ -374,6 +401,8 @@ impl Index {
         }
         let readers = state.graph.readers(set).workloads;
         unavailable
+            // Templates are no readers: the sets that need them hold their analysis only.
+            .filter(|(kind, ..)| *kind != TEMPLATES)
             .filter(|(kind, _, listed)| !listed || readers.iter().any(|(k, _)| k.as_str() == *kind))
             .map(|(kind, why, _)| (kind.to_string(), why.to_string()))
             .collect()

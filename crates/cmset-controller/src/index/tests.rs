@@ -778,3 +778,43 @@ fn a_template_change_triggers_exactly_the_sets_that_name_it_as_their_specs_say_n
     assert_eq!(done.sets, sets(&["web"]), "restarts was not listed: gone");
     assert_eq!(index.sizes()["templates named"], 1);
 }
+
+#[test]
+fn templates_that_cannot_be_listed_hold_only_the_sets_that_name_them() {
+    let index = Index::new(None);
+    index.expect("ConfigMapSet");
+    index.expect(super::TEMPLATES);
+    index.settle();
+    index.handle::<ConfigMapSet>(&watcher::Event::InitDone);
+    assert!(!index.is_ready(), "the templates' first list is awaited");
+    index.handle(&watcher::Event::Apply(analysed("web", 1, &["restarts"])));
+    index.handle(&watcher::Event::Apply(set("plain", 1)));
+
+    // Refused: the replica is ready, no set holds as for an unobserved reader, and only the analysis
+    // of the sets that name a template has a reason to hold.
+    index.templates_unavailable("their list failed: 403 Forbidden".to_string());
+    assert!(index.is_ready() && index.is_complete());
+    assert_eq!(
+        index.unobserved_readers(&cms("plain")),
+        Vec::<(String, String)>::new()
+    );
+    assert_eq!(
+        index.unobserved_readers(&cms("web")),
+        Vec::<(String, String)>::new()
+    );
+    assert_eq!(
+        index.templates_unlisted().as_deref(),
+        Some("their list failed: 403 Forbidden")
+    );
+
+    // Listed at last: nothing holds, and the sets that name a template plan again.
+    index.handle_template(&watcher::Event::Init);
+    index.handle_template(&watcher::Event::InitApply(template("restarts")));
+    let done = index.handle_template(&watcher::Event::InitDone);
+    assert_eq!(done.sets, sets(&["web"]));
+    assert_eq!(index.templates_unlisted(), None);
+
+    // A later refusal leaves the templates as listed in use.
+    index.templates_unavailable("their list failed: 403 Forbidden".to_string());
+    assert_eq!(index.templates_unlisted(), None);
+}
