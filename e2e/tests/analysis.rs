@@ -13,6 +13,8 @@
 //!   the argument (cmset's validating webhook); typed, the same argument is accepted.
 //! - A namespace admin rewrites the set's status during a rollout (workload names and kinds, analysis
 //!   runs and their queries): Prometheus' own query log shows only the queries cmset derives.
+//! - A Prometheus that never answers, and one reconcile at a time: the set whose analysis waits on it
+//!   holds, while another set of the same operator rolls a good change out and a bad one back on time.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -533,5 +535,175 @@ spec:
     assert!(
         refused.contains(r#"argument "threshold" is not a decimal number"#),
         "{refused}"
+    );
+}
+
+// ------------------------------------------------------------------- an unreachable Prometheus --
+
+/// The key that makes the simulated node never ready a pod that reads it (`e2e/cluster/fake-node.py`).
+const FAIL_KEY: &str = "CMSET_FAKE_NODE_FAIL";
+const FAKE_NODE: &str = "cmset-fake-node";
+
+/// A "Prometheus" that accepts every connection and never answers: unreachable, as far as a client
+/// can tell, until its timeout. Counts the queries it was sent.
+async fn hanging_prometheus() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = accepted.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            held.push(stream);
+        }
+    });
+    (port, accepted)
+}
+
+/// The plain set (no analysis) of the story, with `data`; returns its revision's name.
+fn write_plain(ns: &TestNamespace, data: &[(&str, &str)]) -> String {
+    let entries: String = data
+        .iter()
+        .map(|(k, v)| format!("\n      {k}: {}", serde_json::to_string(v).unwrap()))
+        .collect();
+    ns.apply(&format!(
+        r#"
+apiVersion: cmset.dev/v1alpha1
+kind: ConfigMapSet
+metadata:
+  name: {PLAIN}
+spec:
+  rollout:
+    stabilizationSeconds: 2
+    progressDeadlineSeconds: {PLAIN_DEADLINE}
+    autoRollback: true
+  template:
+    data:{entries}
+"#
+    ));
+    kustomize_name(PLAIN, data)
+}
+
+const PLAIN: &str = "plain-config";
+const PLAIN_DEADLINE: u64 = 15;
+
+async fn plain_rollout(ns: &TestNamespace) -> Option<RolloutStatus> {
+    ns.api::<ConfigMapSet>().get(PLAIN).await.ok()?.status?.rollout
+}
+
+/// Waits until the plain set's rollout of `revision` is `phase` and its Deployment reads `reads`;
+/// returns how long that took.
+async fn plain_reaches(ns: &TestNamespace, revision: &str, phase: RolloutPhase, reads_now: &str) -> Duration {
+    let started = std::time::Instant::now();
+    eventually_within(
+        LONG,
+        &format!("the plain rollout of {revision} is {phase:?} and plain reads {reads_now}"),
+        || async {
+            let rollout = plain_rollout(ns).await?;
+            let done = rollout.revision == revision
+                && rollout.phase == phase
+                && reads(ns, "plain").await == BTreeSet::from([reads_now.to_string()]);
+            done.then_some(())
+        },
+    )
+    .await;
+    started.elapsed()
+}
+
+/// One operator, one Prometheus that never answers, and `--concurrency 1`: the set whose analysis
+/// waits on that Prometheus holds its own rollout (inconclusive), but another set in the same
+/// operator still rolls out a good change at once, and rolls back a bad one at its deadline.
+#[tokio::test]
+async fn an_unreachable_prometheus_holds_no_other_set_s_rollout_or_rollback() {
+    let ns = TestNamespace::new("hanging").await;
+    let node = ns.client.clone();
+    let node = cmset_e2e::kube::Api::<cmset_e2e::k8s_openapi::api::core::v1::Node>::all(node)
+        .get_opt(FAKE_NODE)
+        .await;
+    if !matches!(node, Ok(Some(_))) {
+        eprintln!(
+            "SKIPPED: a bad revision needs the local cluster's simulated node {FAKE_NODE} ({FAIL_KEY})"
+        );
+        return;
+    }
+    let (port, asked) = hanging_prometheus().await;
+    let url = format!("http://127.0.0.1:{port}");
+    let _operator = Operator::start_with(&ns.name, &["--prometheus-url", &url, "--concurrency", "1"]).await;
+
+    // The analysed set: three Deployments in wave 0, one query per workload, all hanging.
+    let restarts = Template::install_as(
+        &ns,
+        "restarts",
+        r#"max(kube_pod_container_status_restarts_total{namespace="{{namespace}}",pod=~"{{workload.name}}-.*"})"#,
+    );
+    let analysed = |value: &str| {
+        ns.apply(&format!(
+            r#"
+apiVersion: cmset.dev/v1alpha1
+kind: ConfigMapSet
+metadata:
+  name: {SET}
+spec:
+  rollout:
+    stabilizationSeconds: 2
+    progressDeadlineSeconds: 600
+    analysis:
+      - template: {}
+  template:
+    data:
+      MODE: "{value}"
+"#,
+            restarts.name
+        ));
+        kustomize_name(SET, &[("MODE", value)])
+    };
+    let a1 = analysed("one");
+    for name in ["a", "b", "c"] {
+        ns.apply(&wave_deployment_yaml(name, 0, SET));
+    }
+    for name in ["a", "b", "c"] {
+        wait_reads(&ns, name, &a1).await;
+    }
+    let a2 = analysed("two");
+    wait_reads(&ns, "a", &a2).await;
+    eventually_within(
+        LONG,
+        "the analysed set's queries reach the hanging Prometheus",
+        || async { (asked.load(std::sync::atomic::Ordering::SeqCst) >= 1).then_some(()) },
+    )
+    .await;
+
+    // The plain set: created, changed, then changed for the worse, while those queries hang.
+    let p1 = write_plain(&ns, &[("APP_VERSION", "1")]);
+    ns.apply(&wave_deployment_yaml("plain", 0, PLAIN));
+    let first = plain_reaches(&ns, &p1, RolloutPhase::Complete, &p1).await;
+    let p2 = write_plain(&ns, &[("APP_VERSION", "2")]);
+    let good = plain_reaches(&ns, &p2, RolloutPhase::Complete, &p2).await;
+    let p3 = write_plain(&ns, &[("APP_VERSION", "3"), (FAIL_KEY, "true")]);
+    let bad = plain_reaches(&ns, &p3, RolloutPhase::Failed, &p2).await;
+    eprintln!(
+        "Prometheus hanging ({} queries sent): plain set's first rollout {first:?}, good change {good:?}, \
+         bad change failed and rolled back {bad:?} (its deadline {PLAIN_DEADLINE} s)",
+        asked.load(std::sync::atomic::Ordering::SeqCst)
+    );
+    assert!(good < Duration::from_secs(20), "the good change took {good:?}");
+    assert!(
+        bad < Duration::from_secs(PLAIN_DEADLINE + 20),
+        "the rollback took {bad:?}"
+    );
+
+    // Meanwhile the analysed set holds where it stood: its analysis has no answer.
+    let held = rollout(&ns).await.expect("the analysed set's rollout");
+    assert_eq!(
+        (held.revision.as_str(), held.phase),
+        (a2.as_str(), RolloutPhase::Progressing),
+        "{held:?}"
+    );
+    assert!(
+        runs_of(&held, 0)
+            .iter()
+            .all(|r| r.verdict != AnalysisVerdict::Passed),
+        "{held:?}"
     );
 }

@@ -1,23 +1,27 @@
 //! The I/O of a set's metric analysis (`spec.rollout.analysis`): its AnalysisTemplates read before the
-//! set is planned, and the runs a plan lists as due measured against Prometheus before it is planned
-//! again ([`cmset_core::plan::SetPlan::analysis_due`]). Nothing here decides, and nothing here makes a
-//! query: every query sent is one the planner rendered from the templates, the current revision, the
-//! wave and its members as the index knows them, never one read from the set's status, which the
-//! set's namespace can write.
+//! set is planned, the measurements taken since its last reconcile recorded before it is planned
+//! again, and the runs its plan lists as due ([`cmset_core::plan::SetPlan::analysis_due`]) handed to
+//! the [`Measurer`](crate::measurer::Measurer), which queries Prometheus off the reconcile path. Nothing here decides, and
+//! nothing here waits for Prometheus: every query sent is one the planner rendered from the
+//! templates, the current revision, the wave and its members as the index knows them, never one read
+//! from the set's status, which the set's namespace can write.
 //!
-//! A template is read with a GET when a set that names it is reconciled: only sets that ask for
-//! analysis pay for it, and a template edited by its admin is seen at the next reconcile.
+//! Templates are read from the store of the AnalysisTemplate watch: a template created, edited or
+//! deleted reconciles the sets that name it (see [`crate::index::Index::handle_template`]).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use cmset_api::{AnalysisRef, AnalysisRunStatus, AnalysisTemplate, AnalysisTemplateSpec};
+use cmset_api::{AnalysisRef, AnalysisRunStatus, AnalysisTemplate};
 use cmset_core::analysis::{self, Analysis, Measurement};
 use cmset_core::plan::SetPlan;
 use cmset_core::set::SetRef;
-use kube::Api;
+use kube::runtime::reflector::ObjectRef;
 use tracing::debug;
 
 use crate::context::Context;
+use crate::index::{Key, SetId};
+use crate::measurer::RunKey;
 use crate::metrics::SetLabels;
 
 /// A set's analysis, ready for its plan.
@@ -25,17 +29,25 @@ pub struct Prepared {
     /// Its analyses resolved against their templates, or why they cannot run.
     pub analyses: Result<Vec<Analysis>, String>,
     /// The runs of its rollout: as the status records them (only their measurements are read), or as
-    /// the last plan computed them with the measurements taken now recorded.
+    /// the last plan computed them with the measurements taken since recorded.
     pub runs: Vec<AnalysisRunStatus>,
 }
 
-/// The analysis of `set`, if its spec asks for one: its templates read.
-pub async fn prepare(ctx: &Context, set: SetRef<'_>) -> Option<Prepared> {
-    let references = set
-        .rollout()
-        .map(|r| r.analysis.as_slice())
-        .filter(|a| !a.is_empty())?;
-    let analyses = resolve(ctx, references).await;
+fn id_of(set: SetRef<'_>) -> SetId {
+    (set.kind(), Key::new(set.namespace(), set.name()))
+}
+
+/// The analysis of `set`, if its spec asks for one: its templates read. A set that asks for none
+/// has nothing kept for it by the measurer.
+pub fn prepare(ctx: &Context, set: SetRef<'_>) -> Option<Prepared> {
+    let references = set.rollout().map(|r| r.analysis.as_slice()).unwrap_or_default();
+    if references.is_empty() {
+        if let Some(measurer) = &ctx.measurer {
+            measurer.forget(&id_of(set));
+        }
+        return None;
+    }
+    let analyses = resolve(ctx, references);
     let runs = set
         .status()
         .and_then(|s| s.rollout.as_ref())
@@ -44,44 +56,51 @@ pub async fn prepare(ctx: &Context, set: SetRef<'_>) -> Option<Prepared> {
     Some(Prepared { analyses, runs })
 }
 
-/// Measures the runs `plan` lists as due, each with the query the planner rendered, and returns the
-/// analysis to plan again with: the plan's runs with these measurements recorded. `None` when nothing
-/// was measured (nothing due, no Prometheus).
-pub async fn measure(
-    ctx: &Context,
-    set: SetRef<'_>,
-    prepared: &Prepared,
-    plan: &SetPlan,
-) -> Option<Prepared> {
-    let (Ok(resolved), Some(prometheus)) = (&prepared.analyses, &ctx.prometheus) else {
+/// Records on the runs `plan` lists as due the measurements of them the [`Measurer`](crate::measurer::Measurer) has taken since,
+/// and returns the analysis to plan again with: the plan's runs with these recorded. `None` when
+/// nothing was recorded. A measurement is recorded only on the run it was taken for (same rollout,
+/// wave, workload and query), still due, sent after its wave last became healthy, and newer than
+/// the run's last measurement (a status write that failed takes it again; a written one never counts
+/// it twice). The measurements the plan has no use for any more are dropped.
+pub fn measured(ctx: &Context, set: SetRef<'_>, prepared: &Prepared, plan: &SetPlan) -> Option<Prepared> {
+    let (Ok(resolved), Some(measurer)) = (&prepared.analyses, &ctx.measurer) else {
         return None;
     };
-    if plan.analysis_due.is_empty() {
+    let id = id_of(set);
+    let finished = measurer.finished(&id);
+    if finished.is_empty() {
         return None;
     }
+    let Some(rollout) = plan.status.rollout.as_ref() else {
+        measurer.keep(&id, |_| false);
+        return None;
+    };
     let labels = SetLabels {
         namespace: set.namespace().to_string(),
         kind: set.kind().as_str(),
         name: set.name().to_string(),
     };
-    let mut runs: Vec<AnalysisRunStatus> = plan
-        .status
-        .rollout
-        .as_ref()
-        .map(|r| r.analysis.clone())
-        .unwrap_or_default();
+    let mut runs = rollout.analysis.clone();
+    let mut recorded: Vec<RunKey> = Vec::new();
     for due in &plan.analysis_due {
+        let key = RunKey::of(rollout, due);
+        let Some(taken) = finished.iter().find(|f| f.run == key) else {
+            continue;
+        };
+        let before_healthy =
+            (rollout.wave_healthy_since.as_ref()).is_some_and(|since| taken.sent_at.0 < since.0);
+        let counted =
+            (due.last_measured_at.as_ref()).is_some_and(|last| last.0.as_second() >= taken.at.0.as_second());
         let Some(analysis) = resolved.iter().find(|a| a.template == due.template) else {
             continue;
         };
-        let outcome = prometheus.query(&due.query).await;
-        // Taken when the answer came: the plan that follows must not find the run due again, however
-        // long Prometheus took.
-        let now = (ctx.clock)();
-        let measured = Measurement::judge(&outcome, &analysis.condition);
-        let said = measured.describe(&analysis.condition);
+        if before_healthy || counted {
+            continue;
+        }
+        let measurement = Measurement::judge(&taken.outcome, &analysis.condition);
+        let said = measurement.describe(&analysis.condition);
         debug!(template = %due.template, workload = ?due.workload, %said, "analysis measured");
-        let (verdict, value) = match &measured {
+        let (verdict, value) = match &measurement {
             Measurement::Passed { value, .. } => ("passed", Some(*value)),
             Measurement::Failed { value, .. } => ("failed", Some(*value)),
             Measurement::Inconclusive { value, .. } => ("inconclusive", *value),
@@ -90,11 +109,17 @@ pub async fn measure(
         ctx.metrics
             .analysis_measured(&labels, &due.template, workload, verdict, value);
         let mut run = due.clone();
-        analysis::record(&mut run, analysis, &outcome, &now);
+        analysis::record(&mut run, analysis, &taken.outcome, &taken.at);
         match runs.iter_mut().find(|r| *r == due) {
             Some(planned) => *planned = run,
             None => runs.push(run),
         }
+        recorded.push(key);
+    }
+    // Kept until a plan finds them counted: a status write that fails does not lose them.
+    measurer.keep(&id, |f| recorded.contains(&f.run));
+    if recorded.is_empty() {
+        return None;
     }
     Some(Prepared {
         analyses: prepared.analyses.clone(),
@@ -102,27 +127,34 @@ pub async fn measure(
     })
 }
 
-/// `references` resolved against the AnalysisTemplates they name, or the first reason they cannot run.
-async fn resolve(ctx: &Context, references: &[AnalysisRef]) -> Result<Vec<Analysis>, String> {
-    if ctx.prometheus.is_none() {
+/// Hands the runs `plan` lists as due to the [`Measurer`](crate::measurer::Measurer) (a run being measured is not sent twice),
+/// without waiting for them. Their answers reconcile the set, so `plan` need not look again before
+/// a query's timeout has passed.
+pub fn request(ctx: &Context, set: SetRef<'_>, prepared: &Prepared, plan: &mut SetPlan) {
+    let (Ok(_), Some(measurer), Some(rollout)) = (&prepared.analyses, &ctx.measurer, &plan.status.rollout)
+    else {
+        return;
+    };
+    if plan.analysis_due.is_empty() {
+        return;
+    }
+    let runs = plan.analysis_due.iter().map(|due| RunKey::of(rollout, due));
+    measurer.request(&id_of(set), runs);
+    plan.recheck_in = plan.recheck_in.map(|d| d.max(measurer.timeout()));
+}
+
+/// `references` resolved against the AnalysisTemplates they name, as the watch's store holds them, or
+/// the first reason they cannot run.
+fn resolve(ctx: &Context, references: &[AnalysisRef]) -> Result<Vec<Analysis>, String> {
+    let (Some(_), Some(store)) = (&ctx.measurer, &ctx.stores.templates) else {
         return Err("the operator has no Prometheus to query (its --prometheus-url is not set)".to_string());
+    };
+    if let Some(why) = ctx.index.templates_unlisted() {
+        return Err(format!("the operator cannot list AnalysisTemplates: {why}"));
     }
-    let api: Api<AnalysisTemplate> = Api::all(ctx.client.clone());
-    let mut templates: BTreeMap<&str, AnalysisTemplateSpec> = BTreeMap::new();
-    for name in references.iter().map(|r| r.template.as_str()) {
-        if templates.contains_key(name) {
-            continue;
-        }
-        match api.get_opt(name).await {
-            Ok(Some(template)) => {
-                templates.insert(name, template.spec);
-            }
-            Ok(None) => {}
-            Err(e) => {
-                let e = crate::redact::api_error(&e);
-                return Err(format!("AnalysisTemplate {name:?} could not be read: {e}"));
-            }
-        }
-    }
-    analysis::resolve_all(references, |name| templates.get(name)).map_err(|e| e.to_string())
+    let templates: BTreeMap<&str, Arc<AnalysisTemplate>> = references
+        .iter()
+        .filter_map(|r| Some((r.template.as_str(), store.get(&ObjectRef::new(&r.template))?)))
+        .collect();
+    analysis::resolve_all(references, |name| templates.get(name).map(|t| &t.spec)).map_err(|e| e.to_string())
 }

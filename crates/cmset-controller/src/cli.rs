@@ -169,6 +169,13 @@ pub struct Cli {
     /// operator's image has none).
     #[arg(long, env = "CMSET_PROMETHEUS_CA_FILE")]
     pub prometheus_ca_file: Option<std::path::PathBuf>,
+
+    /// How many analysis queries may be in flight at once, across every set. Queries run off the
+    /// reconcile path, each within the query timeout: a slow or unreachable Prometheus delays only the
+    /// analysis waiting for it, never another set's revisions or rollbacks.
+    #[arg(long, env = "CMSET_ANALYSIS_CONCURRENCY", default_value_t = crate::measurer::DEFAULT_CONCURRENCY,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
+    pub analysis_concurrency: usize,
 }
 
 impl Cli {
@@ -367,6 +374,18 @@ mod tests {
             "{error}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn analysis_queries_in_flight_are_bounded_by_default_and_the_bound_is_checked() {
+        assert_eq!(
+            cli(&[]).analysis_concurrency,
+            crate::measurer::DEFAULT_CONCURRENCY
+        );
+        assert_eq!(cli(&["--analysis-concurrency", "2"]).analysis_concurrency, 2);
+        let parse = |n: &str| Cli::try_parse_from(["cmset-controller", "--analysis-concurrency", n]);
+        assert!(parse("0").is_err(), "no query could ever run");
+        assert!(parse("1025").is_err());
     }
 
     #[test]

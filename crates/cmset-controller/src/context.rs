@@ -39,9 +39,10 @@ pub struct Context {
     memory: SetMemory,
     /// Consecutive reconcile failures per object, for the backoff of `error_policy`.
     pub failures: Failures<Reconciled>,
-    /// Where the metric analysis of rollouts queries (`--prometheus-url`); `None`: a set that asks for
-    /// analysis holds its rollout and says why.
-    pub prometheus: Option<Arc<crate::prometheus::Prometheus>>,
+    /// What measures the metric analysis of rollouts, off the reconcile path, against
+    /// `--prometheus-url`; `None` without one: a set that asks for analysis holds its rollout and says
+    /// why.
+    pub measurer: Option<Arc<crate::measurer::Measurer>>,
 }
 
 /// An object a controller reconciles: the key of its failure count.
@@ -81,7 +82,7 @@ impl Context {
             multi_set_window: Duration::from_millis(500),
             memory: SetMemory::default(),
             failures: Failures::default(),
-            prometheus: None,
+            measurer: None,
         }
     }
 
@@ -149,6 +150,9 @@ impl Context {
     /// Forgets everything remembered of a set being deleted.
     pub fn forget_set(&self, set: &SetId) {
         self.memory.forget(set);
+        if let Some(measurer) = &self.measurer {
+            measurer.forget(set);
+        }
     }
 
     /// Whether `status` is what this process already wrote for `set` as the store still shows it: the

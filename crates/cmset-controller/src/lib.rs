@@ -14,6 +14,7 @@ pub mod error;
 pub mod http;
 pub mod index;
 pub mod leader;
+pub mod measurer;
 pub mod memory;
 pub mod metrics;
 pub mod prometheus;

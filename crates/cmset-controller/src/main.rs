@@ -111,7 +111,15 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             kinds: kinds.clone(),
             discovery: cli.kind_discovery(),
         };
-        let (scope, watch) = Scope::watch(&client, namespace, cli.secret_sets, served, budget.clone());
+        let analysis = prometheus.is_some();
+        let (scope, watch) = Scope::watch(
+            &client,
+            namespace,
+            cli.secret_sets,
+            analysis,
+            served,
+            budget.clone(),
+        );
         scopes.scopes.push(scope);
         watches.push(watch);
     }
@@ -190,6 +198,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         instance: Some(cli.identity()),
         secret_sets: cli.secret_sets,
         prometheus,
+        analysis_concurrency: cli.analysis_concurrency,
     };
     info!("leading: reconciling");
     // A task of its own rather than part of this function's future, which `#[tokio::main]` polls on

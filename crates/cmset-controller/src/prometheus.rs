@@ -118,6 +118,11 @@ impl Prometheus {
         &self.base
     }
 
+    /// The longest a query takes, connecting included.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Runs `promql` as an instant query. Whatever goes wrong (the token file, the connection, a
     /// timeout, an HTTP or API error, a malformed answer) comes back as [`QueryOutcome::Error`] with a
     /// short message.

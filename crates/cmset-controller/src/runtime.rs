@@ -15,6 +15,8 @@
 //!   not stored.
 //! - Pods: label `cmset.dev/managed=true`, reduced to the names they reference (a revision a running
 //!   Pod names is in use), not stored.
+//! - AnalysisTemplates (cluster-scoped, cmset's own), only with a Prometheus to measure with: all, kept
+//!   whole in a store; a change reconciles the sets that name the template.
 //!
 //! Every watch event passes through the [`Index`], which sends the reconciles it triggers to the
 //! controllers (`reconcile_on`): no mapper ever walks a cache.
@@ -22,7 +24,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cmset_api::{ConfigMapSet, SecretSet};
+use cmset_api::{AnalysisTemplate, ConfigMapSet, SecretSet};
 use futures::channel::mpsc::UnboundedSender;
 use futures::{FutureExt, Stream, StreamExt, future::BoxFuture};
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
@@ -39,6 +41,7 @@ use crate::backoff::{ExpiryGate, WatchBackoff};
 use crate::context::{Clock, Context};
 use crate::error::Error;
 use crate::index::{Index, Indexed, TriggerReceivers, TriggerSenders, trigger_channels};
+use crate::measurer::Measurer;
 use crate::metrics::Metrics;
 use crate::rollout_budget::RolloutBudget;
 use crate::served::{self, Served, ServedKind};
@@ -60,6 +63,8 @@ pub struct Settings {
     pub secret_sets: bool,
     /// Where the metric analysis of rollouts queries, if anywhere (`--prometheus-url`).
     pub prometheus: Option<Arc<crate::prometheus::Prometheus>>,
+    /// How many analysis queries may be in flight at once (`--analysis-concurrency`).
+    pub analysis_concurrency: usize,
 }
 
 fn api<K: Indexed>(client: &Client, namespace: Option<&str>) -> Api<K> {
@@ -196,6 +201,40 @@ fn stored_watch<K: Indexed>(
     (reader, driver)
 }
 
+/// The AnalysisTemplate watch (cluster-scoped: every template, kept whole in a store, which the set
+/// controller resolves analyses against). A template created, changed or deleted reconciles the sets
+/// that name it (see [`Index::handle_template`]).
+fn templates_watch(client: &Client, index: Arc<Index>) -> (Store<AnalysisTemplate>, BoxFuture<'static, ()>) {
+    use crate::index::TEMPLATES;
+    let (reader, writer) = reflector::store();
+    index.expect(TEMPLATES);
+    let api: Api<AnalysisTemplate> = Api::all(client.clone());
+    let driver = relist_at_once_on_expiry(TEMPLATES, watcher(api, watcher::Config::default()))
+        .backoff(watch_backoff())
+        .modify(|template| template.metadata.managed_fields = None)
+        .reflect(writer)
+        .for_each(move |event| {
+            match event {
+                Ok(event) => {
+                    index.handle_template(&event);
+                }
+                Err(e) => {
+                    log_watch_error(TEMPLATES, &e);
+                    // Refused (RBAC not updated yet, say) or failed: only analysed sets wait for it.
+                    if let watcher::Error::InitialListFailed(e) = &e {
+                        index.templates_unavailable(format!(
+                            "their list failed: {}",
+                            crate::redact::api_error(e)
+                        ));
+                    }
+                }
+            }
+            futures::future::ready(())
+        })
+        .boxed();
+    (reader, driver)
+}
+
 fn log_results<S, T, E>(stream: S, controller: &'static str) -> BoxFuture<'static, ()>
 where
     S: Stream<Item = Result<T, E>> + Send + 'static,
@@ -226,10 +265,13 @@ pub struct Scope {
 
 impl Scope {
     /// Starts watching: the returned future drives every watch of the scope (forever; drop it to stop).
+    /// AnalysisTemplates are watched only when `analysis` (the operator has a Prometheus to measure
+    /// with).
     pub fn watch(
         client: &Client,
         namespace: Option<String>,
         secret_sets: bool,
+        analysis: bool,
         kinds: served::Settings,
         budget: Option<Arc<RolloutBudget>>,
     ) -> (Arc<Self>, BoxFuture<'static, ()>) {
@@ -261,10 +303,16 @@ impl Scope {
             ));
             store
         });
+        let templates = analysis.then(|| {
+            let (store, watch) = templates_watch(client, index.clone());
+            watches.push(watch);
+            store
+        });
         let stores = Stores {
             sets,
             secret_sets,
             workloads: Default::default(),
+            templates,
         };
         let (served_tx, served) = tokio::sync::watch::channel(Served::new());
         watches.push(served::serve(
@@ -321,19 +369,31 @@ impl Scope {
             self.index.clone(),
             self.stores.clone(),
             metrics,
-            clock,
+            clock.clone(),
             settings.instance.clone(),
         );
         context.multi_set_window = settings.multi_set_window;
-        context.prometheus = settings.prometheus.clone();
-        // A deleted set's series go with it (only the leader reports them).
+        context.measurer = settings.prometheus.clone().map(|prometheus| {
+            Measurer::new(
+                prometheus,
+                settings.analysis_concurrency,
+                self.index.clone(),
+                clock,
+            )
+        });
+        // A deleted set's series go with it (only the leader reports them), and so do its
+        // measurements.
         let gone_metrics = context.metrics.clone();
-        self.index
-            .on_set_gone(Arc::new(move |(kind, key): &crate::index::SetId| {
-                let labels = set_controller::set_labels(*kind, &key.namespace, &key.name);
-                gone_metrics.observe_rollout(&labels, None);
-                gone_metrics.forget_analysis(&labels);
-            }));
+        let gone_measurer = context.measurer.clone();
+        self.index.on_set_gone(Arc::new(move |id: &crate::index::SetId| {
+            let (kind, key) = id;
+            let labels = set_controller::set_labels(*kind, &key.namespace, &key.name);
+            gone_metrics.observe_rollout(&labels, None);
+            gone_metrics.forget_analysis(&labels);
+            if let Some(measurer) = &gone_measurer {
+                measurer.forget(id);
+            }
+        }));
         let wiring = Wiring {
             config: controller::Config::default().concurrency(settings.concurrency),
             ctx: Arc::new(context),

@@ -280,7 +280,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
         return hold_unobserved(ctx, object, &id, &unobserved).await;
     }
     let seen = observe(ctx, &id);
-    let mut prepared = analysis_io::prepare(ctx, set).await;
+    let mut prepared = analysis_io::prepare(ctx, set);
     let mut held = hold_source(ctx, set, &namespace, false).await?;
     let mut plan = plan_set(&input(ctx, set, &held, &seen, prepared.as_ref()));
     if plan.needs_content {
@@ -288,15 +288,20 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
         held = hold_source(ctx, set, &namespace, true).await?;
         plan = plan_set(&input(ctx, set, &held, &seen, prepared.as_ref()));
     }
-    // The analysis runs the plan waits on and that are due are measured (the planner rendered their
-    // queries), and the set is planned again with what they showed.
+    // The measurements taken since of the analysis runs the plan finds due are recorded, and the set
+    // is planned again with what they showed; the runs still due are handed to the measurer (the
+    // planner rendered their queries), whose answers reconcile the set again. Nothing here waits
+    // for Prometheus.
     let measured = match &prepared {
-        Some(prepared) => analysis_io::measure(ctx, set, prepared, &plan).await,
+        Some(prepared) => analysis_io::measured(ctx, set, prepared, &plan),
         None => None,
     };
     if measured.is_some() {
         prepared = measured;
         plan = plan_set(&input(ctx, set, &held, &seen, prepared.as_ref()));
+    }
+    if let Some(prepared) = &prepared {
+        analysis_io::request(ctx, set, prepared, &mut plan);
     }
     let analysis = prepared.as_ref();
     observe_rollout(ctx, set, &plan.status);

@@ -1,11 +1,11 @@
 //! The reflector stores the controllers are keyed by, and the lookups they answer: a set of either
-//! kind by [`SetId`], an opted-in workload's view by kind and key. Written only by the stored watches
+//! kind by [`SetId`], an opted-in workload's view by kind and key, an AnalysisTemplate by name. Written only by the stored watches
 //! that `runtime` and `served` start (kube's reflectors); everything else only reads them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use cmset_api::{ConfigMapSet, SecretSet};
+use cmset_api::{AnalysisTemplate, ConfigMapSet, SecretSet};
 use cmset_core::observe::{WorkloadKind, WorkloadView};
 use cmset_core::set::{SetKind, SetRef};
 use kube::api::ApiResource;
@@ -25,6 +25,9 @@ pub struct Stores {
     pub secret_sets: Option<Store<SecretSet>>,
     /// The stores of the workload kinds served now: kinds come and go with the CRDs installed.
     pub workloads: Arc<RwLock<HashMap<WorkloadKind, WorkloadStore>>>,
+    /// AnalysisTemplates (cluster-scoped, kept whole: sets' analyses are resolved against them);
+    /// `None` when the operator has no Prometheus to measure with.
+    pub templates: Option<Store<AnalysisTemplate>>,
 }
 
 /// The store of one served workload kind, with the resource its object references carry.

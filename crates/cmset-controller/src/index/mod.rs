@@ -26,6 +26,7 @@
 //! | `graph.rs` | reader names, readers by set, waves and health, history views | the reader kinds' watches |
 //! | `sources.rs` | which sets version a source; versions seen; reads | set watches; ConfigMap/Secret watches; the set controller |
 //! | `relist.rs` | keys seen during a list; kinds listed; kinds that cannot list now | [`Index::handle`], [`Index::unavailable`] |
+//! | `templates.rs` | which sets name which AnalysisTemplate | the set watches |
 //!
 //! `triggers.rs` carries what a change asks to reconcile to the controllers. This file holds the
 //! handle: the lock, whether this replica leads, change notifications, and the queries.
@@ -51,6 +52,7 @@ mod relist;
 mod revisions;
 mod sets;
 mod sources;
+mod templates;
 #[cfg(test)]
 mod tests;
 mod triggers;
@@ -84,6 +86,9 @@ impl Key {
     }
 }
 
+/// The name of the AnalysisTemplate watch in the relist bookkeeping ([`Index::expect`]).
+pub const TEMPLATES: &str = "AnalysisTemplate";
+
 /// A set of either kind, by key: a ConfigMapSet and a SecretSet may share a name.
 pub type SetId = (SetKind, Key);
 
@@ -103,6 +108,7 @@ pub struct State {
     graph: graph::Graph,
     sources: sources::Sources,
     relist: relist::Relist,
+    templates: templates::Templates,
     /// The cluster-wide rollout budget, when one is set: fed the workloads' progress (see
     /// [`crate::rollout_budget`]).
     budget: Option<Arc<RolloutBudget>>,
@@ -173,6 +179,79 @@ impl Index {
                 .trigger_sets_read(ReaderKind::Workload(kind), key, &state.sets, &mut out);
         }
         self.send(&out);
+    }
+
+    /// Asks set `set` to reconcile: something it waits for outside the cluster came (a measurement).
+    pub fn remind_set(&self, set: &SetId) {
+        let out = Triggers {
+            sets: [set.clone()].into(),
+            ..Triggers::default()
+        };
+        self.send(&out);
+    }
+
+    /// Applies one event of the AnalysisTemplate watch (cluster-scoped, kept whole in its store): the
+    /// sets that name a template created, changed or deleted reconcile. A list's end also triggers the
+    /// sets naming a template it did not hold (deleted while the watch was down).
+    pub fn handle_template(&self, event: &watcher::Event<cmset_api::AnalysisTemplate>) -> Triggers {
+        const NAME: &str = TEMPLATES;
+        let name_of = |t: &cmset_api::AnalysisTemplate| t.metadata.name.clone().unwrap_or_default();
+        let mut out = Triggers::default();
+        {
+            let mut guard = self.write();
+            let state = &mut *guard;
+            match event {
+                watcher::Event::Apply(t) | watcher::Event::Delete(t) => {
+                    state.templates.trigger_naming(&name_of(t), &mut out);
+                }
+                watcher::Event::Init => state.relist.start(NAME),
+                watcher::Event::InitApply(t) => {
+                    let name = name_of(t);
+                    state.templates.trigger_naming(&name, &mut out);
+                    state.relist.seen(NAME, Key::new("", &name));
+                }
+                watcher::Event::InitDone => {
+                    let seen = state.relist.done(NAME);
+                    let back = state.relist.available(NAME);
+                    let unseen: Vec<String> = (state.templates.named())
+                        .filter(|name| back || !seen.contains(&Key::new("", name)))
+                        .map(str::to_string)
+                        .collect();
+                    for name in unseen {
+                        state.templates.trigger_naming(&name, &mut out);
+                    }
+                }
+            }
+        }
+        self.changed();
+        self.send(&out);
+        out
+    }
+
+    /// The AnalysisTemplate watch could not list, for `why`. It does not hold the replica's readiness
+    /// nor any set without analysis: until its first list, the sets that name a template hold their
+    /// analysis and say why (see [`Index::templates_unlisted`]); they are asked to reconcile.
+    pub fn templates_unavailable(&self, why: String) {
+        let mut out = Triggers::default();
+        {
+            let mut guard = self.write();
+            let state = &mut *guard;
+            if !state.relist.unavailable(TEMPLATES, why) {
+                return;
+            }
+            let named: Vec<String> = state.templates.named().map(str::to_string).collect();
+            for name in named {
+                state.templates.trigger_naming(&name, &mut out);
+            }
+        }
+        self.changed();
+        self.send(&out);
+    }
+
+    /// Why the AnalysisTemplates cannot be read, when their watch has never listed them and cannot
+    /// now. (Once listed, a later refusal leaves the templates as last listed in use.)
+    pub fn templates_unlisted(&self) -> Option<String> {
+        self.read().relist.never_listed(TEMPLATES).map(str::to_string)
     }
 
     /// From now on the reconciles that changes trigger are sent (this replica leads).
@@ -322,6 +401,8 @@ impl Index {
         }
         let readers = state.graph.readers(set).workloads;
         unavailable
+            // Templates are no readers: the sets that need them hold their analysis only.
+            .filter(|(kind, ..)| *kind != TEMPLATES)
             .filter(|(kind, _, listed)| !listed || readers.iter().any(|(k, _)| k.as_str() == *kind))
             .map(|(kind, why, _)| (kind.to_string(), why.to_string()))
             .collect()
@@ -479,6 +560,7 @@ impl Index {
             ("readers", readers),
             ("history", history),
             ("sources", state.sources.len()),
+            ("templates named", state.templates.len()),
         ])
     }
 }

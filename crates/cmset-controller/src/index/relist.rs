@@ -61,6 +61,12 @@ impl Relist {
             .map(|(kind, why)| (*kind, why.as_str(), self.listed.contains(kind)))
     }
 
+    /// Why `kind` cannot list now, if it never has: nothing of it is known.
+    pub(super) fn never_listed(&self, kind: &'static str) -> Option<&str> {
+        let why = self.unavailable.get(kind)?;
+        (!self.listed.contains(kind)).then_some(why.as_str())
+    }
+
     /// Whether `kind` has delivered a list, or cannot: nothing more is coming for now.
     fn settled(&self, kind: &'static str) -> bool {
         self.listed.contains(kind) || self.unavailable.contains_key(kind)

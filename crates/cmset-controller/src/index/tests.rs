@@ -720,3 +720,101 @@ fn a_kind_refused_before_its_first_list_holds_every_set_but_not_readiness_until_
     assert_eq!(index.unobserved_readers(&cms("app")), vec![]);
     assert!(index.is_ready() && index.is_complete());
 }
+
+/// A set naming the AnalysisTemplates `templates` in its rollout's analysis.
+fn analysed(name: &str, generation: i64, templates: &[&str]) -> ConfigMapSet {
+    let mut set = set(name, generation);
+    let analysis: Vec<_> = templates
+        .iter()
+        .map(|t| serde_json::json!({"template": t}))
+        .collect();
+    set.spec.rollout = Some(serde_json::from_value(serde_json::json!({"analysis": analysis})).unwrap());
+    set
+}
+
+fn template(name: &str) -> cmset_api::AnalysisTemplate {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "cmset.dev/v1alpha1", "kind": "AnalysisTemplate", "metadata": {"name": name},
+        "spec": {"query": "up", "successCondition": "result == 1"},
+    }))
+    .unwrap()
+}
+
+fn sets(names: &[&str]) -> BTreeSet<SetId> {
+    names.iter().map(|n| cms(n)).collect()
+}
+
+#[test]
+fn a_template_change_triggers_exactly_the_sets_that_name_it_as_their_specs_say_now() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(analysed(
+        "web",
+        1,
+        &["restarts", "errors"],
+    )));
+    index.handle(&watcher::Event::Apply(analysed("api", 1, &["errors"])));
+    index.handle(&watcher::Event::Apply(set("plain", 1)));
+    let changed = |name: &str| index.handle_template(&watcher::Event::Apply(template(name))).sets;
+    assert_eq!(changed("restarts"), sets(&["web"]));
+    assert_eq!(changed("errors"), sets(&["api", "web"]));
+    assert_eq!(changed("unnamed"), sets(&[]));
+    let deleted = index.handle_template(&watcher::Event::Delete(template("errors")));
+    assert_eq!(deleted.sets, sets(&["api", "web"]));
+
+    // The set watch keeps the index current: a spec that drops a template, or a set deleted, is no
+    // longer woken by it.
+    index.handle(&watcher::Event::Apply(analysed("web", 2, &["restarts"])));
+    index.handle(&watcher::Event::Delete(analysed("api", 1, &["errors"])));
+    assert_eq!(changed("errors"), sets(&[]));
+    assert_eq!(changed("restarts"), sets(&["web"]));
+
+    // A relist wakes the sets of the templates it holds, and of those it no longer holds (deleted
+    // while the watch was down); the templates watch counts as listed.
+    index.expect(super::TEMPLATES);
+    index.handle_template(&watcher::Event::Init);
+    let listed = index.handle_template(&watcher::Event::InitApply(template("other")));
+    assert_eq!(listed.sets, sets(&[]));
+    let done = index.handle_template(&watcher::Event::InitDone);
+    assert_eq!(done.sets, sets(&["web"]), "restarts was not listed: gone");
+    assert_eq!(index.sizes()["templates named"], 1);
+}
+
+#[test]
+fn templates_that_cannot_be_listed_hold_only_the_sets_that_name_them() {
+    let index = Index::new(None);
+    index.expect("ConfigMapSet");
+    index.expect(super::TEMPLATES);
+    index.settle();
+    index.handle::<ConfigMapSet>(&watcher::Event::InitDone);
+    assert!(!index.is_ready(), "the templates' first list is awaited");
+    index.handle(&watcher::Event::Apply(analysed("web", 1, &["restarts"])));
+    index.handle(&watcher::Event::Apply(set("plain", 1)));
+
+    // Refused: the replica is ready, no set holds as for an unobserved reader, and only the analysis
+    // of the sets that name a template has a reason to hold.
+    index.templates_unavailable("their list failed: 403 Forbidden".to_string());
+    assert!(index.is_ready() && index.is_complete());
+    assert_eq!(
+        index.unobserved_readers(&cms("plain")),
+        Vec::<(String, String)>::new()
+    );
+    assert_eq!(
+        index.unobserved_readers(&cms("web")),
+        Vec::<(String, String)>::new()
+    );
+    assert_eq!(
+        index.templates_unlisted().as_deref(),
+        Some("their list failed: 403 Forbidden")
+    );
+
+    // Listed at last: nothing holds, and the sets that name a template plan again.
+    index.handle_template(&watcher::Event::Init);
+    index.handle_template(&watcher::Event::InitApply(template("restarts")));
+    let done = index.handle_template(&watcher::Event::InitDone);
+    assert_eq!(done.sets, sets(&["web"]));
+    assert_eq!(index.templates_unlisted(), None);
+
+    // A later refusal leaves the templates as listed in use.
+    index.templates_unavailable("their list failed: 403 Forbidden".to_string());
+    assert_eq!(index.templates_unlisted(), None);
+}

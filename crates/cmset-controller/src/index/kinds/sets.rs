@@ -53,6 +53,10 @@ fn index(set: SetRef<'_>, key: &Key, state: &mut State, out: &mut Triggers) {
     let old_source = state.sets.record(&id, set);
     let source = state.sets.get(&id).and_then(|f| f.source.as_deref());
     state.sources.follow(&id, old_source.as_deref(), source);
+    let templates = set.rollout().into_iter().flat_map(|r| &r.analysis);
+    state
+        .templates
+        .follow(&id, templates.map(|a| a.template.clone()).collect());
     state.graph.trigger_readers(&id, out);
 }
 
@@ -61,5 +65,6 @@ fn unindex(kind: SetKind, key: &Key, state: &mut State, out: &mut Triggers) {
     if let Some(facts) = state.sets.remove(&id) {
         state.sources.follow(&id, facts.source.as_deref(), None);
     }
+    state.templates.follow(&id, Default::default());
     state.graph.trigger_readers(&id, out);
 }
