@@ -332,6 +332,9 @@ pub struct LeakReplica {
     pub after: Option<Memory>,
     /// (after − before) ÷ sets: what each created-and-deleted set left behind.
     pub kept_kib_per_set: Option<f64>,
+    /// after ÷ before, in percent (goal: within 5% of 100).
+    #[serde(default)]
+    pub after_pct_of_before: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -341,6 +344,13 @@ pub struct Leak {
     pub created_s: f64,
     /// Until the sets and their revisions were gone.
     pub deleted_s: f64,
+    /// Revisions of the deleted sets the bench deleted itself rather than wait for the garbage
+    /// collector (the ones the collector had not reached yet).
+    #[serde(default)]
+    pub revisions_deleted_by_bench: usize,
+    /// From then until every replica went idle (had taken in every deletion); RSS "after" is read then.
+    #[serde(default)]
+    pub idle_s: f64,
     pub replicas: Vec<LeakReplica>,
 }
 
@@ -924,6 +934,19 @@ fn rows(r: &ConfigResults) -> Vec<Row> {
             kept.join(", "),
             String::new(),
         );
+        let pct: Vec<String> = l
+            .replicas
+            .iter()
+            .map(|x| format!("{} {}%", x.role, opt(x.after_pct_of_before)))
+            .collect();
+        row(
+            &format!(
+                "RSS after {} sets created and deleted, % of before (goal ≤ 105%)",
+                l.sets
+            ),
+            pct.join(", "),
+            String::new(),
+        );
     }
     if let Some(m) = &r.memory {
         row(
@@ -1497,7 +1520,10 @@ pub fn missing(c: &ConfigResults, webhook: bool) -> Vec<String> {
     }
     if let Some(l) = &c.leak {
         need(
-            l.replicas.len() == 2 && l.replicas.iter().all(|r| r.kept_kib_per_set.is_some()),
+            l.replicas.len() == 2
+                && l.replicas
+                    .iter()
+                    .all(|r| r.kept_kib_per_set.is_some() && r.after_pct_of_before.is_some()),
             "RSS of both replicas before and after the leak sets",
         );
     }
