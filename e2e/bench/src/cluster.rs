@@ -46,6 +46,11 @@ pub fn revision_name(set: &str, value: &str) -> String {
     format!("{set}-{}", content_hash(&[("v", value)].into()))
 }
 
+/// The revision cmset names for a set holding `data`.
+pub fn revision_name_of(set: &str, data: &BTreeMap<&str, &str>) -> String {
+    format!("{set}-{}", content_hash(data))
+}
+
 /// kustomize's hash of a ConfigMap's data (as cmset-core computes it). Plain ASCII keys and values need
 /// no escaping, so serde_json's compact encoding equals Go's here.
 fn content_hash(data: &BTreeMap<&str, &str>) -> String {

@@ -23,6 +23,7 @@ mod metrics;
 mod operator;
 mod report;
 mod service;
+mod shapes;
 mod stages;
 
 use std::path::{Path, PathBuf};
@@ -68,6 +69,18 @@ struct Args {
     /// Sets created and deleted again (no workloads) for the memory-after-deletion figure.
     #[arg(long, env = "CMSET_BENCH_LEAK_SETS", default_value_t = 5000, value_parser = at_least_one)]
     leak_sets: usize,
+    /// Deployments reading the one set of the fan-out stage (one change must move them all).
+    #[arg(long, env = "CMSET_BENCH_FANOUT_WORKLOADS", default_value_t = 200, value_parser = at_least_one)]
+    fanout_workloads: usize,
+    /// Server-side applies of unchanged sets in the no-op stage (round robin over `--sets`).
+    #[arg(long, env = "CMSET_BENCH_NOOP_SETS", default_value_t = 1000, value_parser = at_least_one)]
+    noop_sets: usize,
+    /// KiB of data in the large set (a ConfigMap holds at most 1 MiB).
+    #[arg(long, env = "CMSET_BENCH_LARGE_SET_KIB", default_value_t = 900, value_parser = large_set_kib)]
+    large_set_kib: usize,
+    /// Changes of the large set, one after the other.
+    #[arg(long, env = "CMSET_BENCH_LARGE_SET_CHANGES", default_value_t = 100, value_parser = at_least_one)]
+    large_set_changes: usize,
     /// Unrelated ConfigMaps added to the main namespace for the memory figure.
     #[arg(long, env = "CMSET_BENCH_UNRELATED_CONFIGMAPS", default_value_t = 10_000)]
     unrelated_configmaps: usize,
@@ -135,6 +148,12 @@ struct Args {
     #[arg(long)]
     skip_restart: bool,
     #[arg(long)]
+    skip_noop: bool,
+    #[arg(long)]
+    skip_large_set: bool,
+    #[arg(long)]
+    skip_fanout: bool,
+    #[arg(long)]
     skip_leak: bool,
     #[arg(long)]
     skip_memory: bool,
@@ -150,6 +169,9 @@ impl Args {
             ("burst", self.skip_burst),
             ("failover", self.skip_failover),
             ("restart", self.skip_restart),
+            ("noop", self.skip_noop),
+            ("large-set", self.skip_large_set),
+            ("fanout", self.skip_fanout),
             ("leak", self.skip_leak),
             ("memory", self.skip_memory),
             ("scales", self.skip_scales),
@@ -161,6 +183,10 @@ impl Args {
             duration_s: self.duration,
             scales: self.scales.clone(),
             leak_sets: self.leak_sets,
+            fanout_workloads: self.fanout_workloads,
+            noop_sets: self.noop_sets,
+            large_set_kib: self.large_set_kib,
+            large_set_changes: self.large_set_changes,
             unrelated_configmaps: self.unrelated_configmaps,
             unrelated_deployments: self.unrelated_deployments,
             concurrency: self.concurrency,
@@ -392,7 +418,7 @@ async fn run_configuration(
     let since = ctx.started;
     let step = |k: u32, what: &str| {
         eprintln!(
-            "bench: [{config}] [{k}/8] {what} (at {:.0} s)",
+            "bench: [{config}] [{k}/11] {what} (at {:.0} s)",
             since.elapsed().as_secs_f64()
         )
     };
@@ -502,9 +528,85 @@ async fn run_configuration(
     }
     stages::check_converged(ctx, &ns, n, &tracker, "the main namespace's stages").await;
 
+    if !args.skip_noop {
+        revive(ctx, &mut install, "no-op", &mut results.restarted).await?;
+        step(
+            6,
+            &format!("no-op: {} unchanged sets applied again", args.noop_sets),
+        );
+        floor_before(args, ctx, "no-op").await;
+        match shapes::noop(ctx, &ns, n, args.noop_sets, &install).await {
+            Ok(x) => {
+                eprintln!(
+                    "bench:   {} operator writes; {} ms CPU per set",
+                    x.operator_writes.map_or("-".into(), |w| format!("{w:.0}")),
+                    x.cpu_ms_per_set.map_or("-".into(), |c| format!("{c:.2}"))
+                );
+                results.noop = Some(x);
+            }
+            Err(e) => ctx.fail(format!("no-op: {e}")),
+        }
+    }
+
+    if !args.skip_large_set {
+        revive(ctx, &mut install, "large set", &mut results.restarted).await?;
+        step(
+            7,
+            &format!(
+                "large set: {} KiB changed {} times",
+                args.large_set_kib, args.large_set_changes
+            ),
+        );
+        floor_before(args, ctx, "large set").await;
+        match shapes::large_set(
+            ctx,
+            &ns,
+            args.large_set_kib,
+            args.large_set_changes,
+            &tracker,
+            &install,
+        )
+        .await
+        {
+            Ok(x) => {
+                eprintln!(
+                    "bench:   {} ms CPU per change; RSS after {}",
+                    x.cost.cpu_ms_per_change.map_or("-".into(), |c| format!("{c:.1}")),
+                    report::pct_by_role(&x.after_pct_of_before)
+                );
+                results.large_set = Some(x);
+            }
+            Err(e) => ctx.fail(format!("large set: {e}")),
+        }
+    }
+
+    if !args.skip_fanout {
+        revive(ctx, &mut install, "fan-out", &mut results.restarted).await?;
+        step(
+            8,
+            &format!(
+                "fan-out: one set read by {} Deployments, one change",
+                args.fanout_workloads
+            ),
+        );
+        floor_before(args, ctx, "fan-out").await;
+        match shapes::fanout(ctx, &ns, args.fanout_workloads, &tracker, &install).await {
+            Ok(x) => {
+                eprintln!(
+                    "bench:   all moved in {} s; the floor's {} patches took {} s",
+                    x.seconds.map_or("-".into(), |s| format!("{s:.2}")),
+                    x.workloads,
+                    x.floor_seconds.map_or("-".into(), |s| format!("{s:.2}"))
+                );
+                results.fanout = Some(x);
+            }
+            Err(e) => ctx.fail(format!("fan-out: {e}")),
+        }
+    }
+
     if !args.skip_leak {
         revive(ctx, &mut install, "leak", &mut results.restarted).await?;
-        step(6, &format!("memory: {} sets created and deleted", args.leak_sets));
+        step(9, &format!("memory: {} sets created and deleted", args.leak_sets));
         match stages::leak(ctx, &ns, &install, args.leak_sets).await {
             Ok(l) => results.leak = Some(l),
             Err(e) => ctx.fail(format!("leak: {e}")),
@@ -514,7 +616,7 @@ async fn run_configuration(
     if !args.skip_memory {
         revive(ctx, &mut install, "memory", &mut results.restarted).await?;
         step(
-            7,
+            10,
             &format!(
                 "memory with {} unrelated ConfigMaps and {} unrelated Deployments",
                 args.unrelated_configmaps, args.unrelated_deployments
@@ -539,7 +641,7 @@ async fn run_configuration(
 
     if !args.skip_scales {
         for (k, &n) in args.scales.iter().enumerate() {
-            step(8, &format!("scale {}/{}: {n} sets", k + 1, args.scales.len()));
+            step(11, &format!("scale {}/{}: {n} sets", k + 1, args.scales.len()));
             let s = scale(args, ctx, &format!("{ns}-n{n}"), n, config).await?;
             results.scales.push(s);
         }
@@ -675,6 +777,15 @@ fn at_least_one(value: &str) -> Result<usize, String> {
     }
 }
 
+/// A ConfigMap's data may hold at most 1 MiB, and the revision adds a little metadata.
+fn large_set_kib(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(n) if (1..=1000).contains(&n) => Ok(n),
+        Ok(_) => Err("must be from 1 to 1000 (KiB; a ConfigMap holds at most 1 MiB)".to_string()),
+        Err(e) => Err(format!("not a whole number: {e}")),
+    }
+}
+
 fn positive_rate(value: &str) -> Result<f64, String> {
     match value.parse::<f64>() {
         Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
@@ -707,6 +818,11 @@ mod tests {
             &["--concurrency", "0"],
             &["--floor-changes", "x"],
             &["--leak-sets", "0"],
+            &["--fanout-workloads", "0"],
+            &["--noop-sets", "0"],
+            &["--large-set-kib", "0"],
+            &["--large-set-kib", "1024"],
+            &["--large-set-changes", "0"],
             &["--configurations", "webhook,nope"],
         ] {
             let err = parse(bad).expect_err(&format!("{bad:?} is refused"));

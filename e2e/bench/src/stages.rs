@@ -51,6 +51,8 @@ pub struct Ctx {
     /// The floor's namespace (created by the first floor, kept for the run) and its sequential changes.
     pub floor_ns: String,
     floor_ready: bool,
+    /// Deployments made so far in the fan-out floor's namespace (made once per run, grown as needed).
+    pub fanout_floor_workloads: usize,
     pub floor_changes: usize,
     floor_rounds: usize,
     values: AtomicU64,
@@ -75,6 +77,7 @@ impl Ctx {
             quiet: Duration::from_secs(2),
             floor_ns,
             floor_ready: false,
+            fanout_floor_workloads: 0,
             floor_changes: 60,
             floor_rounds: 0,
             values: AtomicU64::new(1),
@@ -94,7 +97,7 @@ impl Ctx {
     }
 
     /// A content no set has held before in this run.
-    fn next_value(&self) -> String {
+    pub(crate) fn next_value(&self) -> String {
         format!("c{}", self.values.fetch_add(1, Ordering::Relaxed))
     }
 
@@ -139,7 +142,7 @@ impl Ctx {
         }
     }
 
-    fn sets(&self, ns: &str) -> Api<ConfigMapSet> {
+    pub(crate) fn sets(&self, ns: &str) -> Api<ConfigMapSet> {
         Api::namespaced(self.client.clone(), ns)
     }
 
@@ -163,7 +166,7 @@ impl Ctx {
     }
 }
 
-fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
@@ -497,7 +500,7 @@ fn writes_from(delta: &RequestCounts, bench: &RequestCounts, changes: usize) -> 
     w
 }
 
-fn set_patches(n: usize) -> RequestCounts {
+pub(crate) fn set_patches(n: usize) -> RequestCounts {
     [(
         ("PATCH".to_string(), "configmapsets.cmset.dev".to_string()),
         n as f64,
