@@ -50,6 +50,10 @@ pub struct Meta {
     pub replicas: usize,
     pub lease_duration_s: u64,
     pub flags: Flags,
+    /// Where the operator's requests by verb and resource come from: the run's FlowSchemas matching
+    /// its identity, or why there are none.
+    #[serde(default)]
+    pub operator_requests: String,
     /// CPU the bench itself used over the whole run (it shares the machine with what it measures).
     pub bench_cpu_s: f64,
 }
@@ -320,6 +324,12 @@ pub struct Writes {
     pub controller_manager_per_change: f64,
     pub operator_self: BTreeMap<String, f64>,
     pub operator_self_per_change: f64,
+    /// Every request the operator's identity sent (reads included; watches where the API server
+    /// counts them), by `VERB resource`, per change: from the run's FlowSchemas (see the README).
+    #[serde(default)]
+    pub operator_identity: BTreeMap<String, f64>,
+    #[serde(default)]
+    pub operator_identity_per_change: Option<f64>,
     /// The bench's own requests taken out of the counts.
     pub bench_requests_subtracted: f64,
 }
@@ -408,7 +418,9 @@ pub struct NoOp {
     pub idle_s: Option<f64>,
     /// The operator's writes in the window, by its own count (`cmset_api_writes_total`; goal: 0).
     pub operator_writes: Option<f64>,
-    /// The same from the API server's counters (the operator's kinds of writes, see the README).
+    /// The same from the API server's counters: the operator identity's writes but its Lease
+    /// renewals when its requests are counted by identity, else the operator's kinds of writes by
+    /// anyone (see the README).
     pub operator_writes_apiserver: Option<f64>,
     /// Both replicas' CPU per apply (goal: ≤ 0.3 ms).
     pub cpu_ms_per_set: Option<f64>,
@@ -796,6 +808,24 @@ fn cost_rows(row: &mut impl FnMut(&str, String, String), stage: &str, cost: &Cos
         ),
         ratio(cost.cpu_x_floor),
     );
+    if let Some(w) = &cost.writes
+        && let Some(total) = w.operator_identity_per_change
+    {
+        let parts: Vec<String> = w
+            .operator_identity
+            .iter()
+            .map(|(k, v)| format!("{k} {}", num(*v)))
+            .collect();
+        row(
+            &format!("{stage}: the operator identity's API requests per change, by verb and resource"),
+            if parts.is_empty() {
+                num(total)
+            } else {
+                format!("{} ({})", num(total), parts.join(", "))
+            },
+            String::new(),
+        );
+    }
     if let Some(w) = &cost.writes {
         row(
             &format!("{stage}: operator writes per change (excluding events)"),
@@ -1065,14 +1095,19 @@ fn rows(r: &ConfigResults) -> Vec<Row> {
             ratio(x.x_floor),
         );
         row(
-            "fan-out: operator CPU / writes for the one change",
+            "fan-out: operator CPU / its own count of writes / its identity's API requests, for the one change",
             format!(
-                "{} ms / {}",
+                "{} ms / {} / {}",
                 opt(x.cost.cpu_ms_per_change),
                 x.cost
                     .writes
                     .as_ref()
-                    .map_or("-".into(), |w| num(w.operator_per_change))
+                    .map_or("-".into(), |w| num(w.operator_self_per_change)),
+                opt(x
+                    .cost
+                    .writes
+                    .as_ref()
+                    .and_then(|w| w.operator_identity_per_change))
             ),
             String::new(),
         );
@@ -1639,7 +1674,7 @@ pub fn plot_scaling(path: &Path, r: &Results, baseline: Option<&Results>) -> Res
 /// The figures a configuration should have produced but did not (for `--strict`): every stage that
 /// ran has its numbers, its floor and its ratios; with the webhook, admissions were answered and their
 /// latency is known; without it, none was.
-pub fn missing(c: &ConfigResults, webhook: bool) -> Vec<String> {
+pub fn missing(c: &ConfigResults, webhook: bool, identity: bool) -> Vec<String> {
     let mut out = vec![];
     let mut need = |ok: bool, what: &str| {
         if !ok {
@@ -1669,6 +1704,14 @@ pub fn missing(c: &ConfigResults, webhook: bool) -> Vec<String> {
             &format!("{what}: CPU per change × floor"),
         );
         need(cost.writes.is_some(), &format!("{what}: writes per change"));
+        need(
+            !identity
+                || cost
+                    .writes
+                    .as_ref()
+                    .is_some_and(|w| w.operator_identity_per_change.is_some()),
+            &format!("{what}: the operator identity's requests per change"),
+        );
         need(
             admission_ok(cost.admission.as_ref()),
             &format!("{what}: admissions ({})", if webhook { "some" } else { "none" }),
@@ -1869,7 +1912,7 @@ mod tests {
             initial: Some(Convergence::default()),
             ..ConfigResults::default()
         };
-        let m = missing(&empty, true);
+        let m = missing(&empty, true, false);
         assert!(
             m.iter().any(|s| s.contains("initial convergence: sets/s")),
             "{m:?}"
@@ -1892,7 +1935,7 @@ mod tests {
             initial: Some(quiet),
             ..ConfigResults::default()
         };
-        assert_eq!(missing(&ok, false), Vec::<String>::new());
+        assert_eq!(missing(&ok, false, false), Vec::<String>::new());
         let mut churned = ok.clone();
         churned.churn = Some(Churn {
             latency: latency(&[1.0], Some(&Floor::default())),
@@ -1904,8 +1947,8 @@ mod tests {
             },
             ..Churn::default()
         });
-        assert_eq!(missing(&churned, false), Vec::<String>::new());
-        let m = missing(&churned, true);
+        assert_eq!(missing(&churned, false, false), Vec::<String>::new());
+        let m = missing(&churned, true, false);
         assert!(
             m.len() == 1 && m[0].contains("churn: admissions (some)"),
             "with the webhook, churn is admitted: {m:?}"
@@ -1919,7 +1962,7 @@ mod tests {
             spec_changed: 2,
             ..NoOp::default()
         });
-        let m = missing(&noop, false);
+        let m = missing(&noop, false, false);
         assert!(
             m.len() == 1 && m[0].contains("applies that left the spec as it was"),
             "an apply that changed the spec is no no-op: {m:?}"
@@ -1929,7 +1972,7 @@ mod tests {
             seconds: Some(1.0),
             ..FanOut::default()
         });
-        let m = missing(&fanout, false);
+        let m = missing(&fanout, false, false);
         assert!(
             m.iter().any(|s| s.contains("fan-out: × the floor")),
             "the fan-out needs its floor: {m:?}"

@@ -246,11 +246,34 @@ pub async fn noop(ctx: &mut Ctx, ns: &str, n: usize, applies: usize, install: &I
         spec_changed: changed.into_inner(),
         idle_s,
         operator_writes: writes.map(|w| w.operator_self_per_change * applies as f64),
-        operator_writes_apiserver: writes.map(|w| w.operator_per_change * applies as f64),
+        operator_writes_apiserver: writes.map(|w| {
+            let per_apply = match w.operator_identity_per_change {
+                Some(_) => identity_writes(&w.operator_identity),
+                None => w.operator_per_change,
+            };
+            per_apply * applies as f64
+        }),
         cpu_ms_per_set: cost.cpu_ms_per_change,
         cost,
         floor: ctx.floor.clone(),
     })
+}
+
+/// The writes among an identity's requests by `VERB resource`, its Lease renewals left out (they
+/// come with time, not with what it is sent).
+fn identity_writes(requests: &BTreeMap<String, f64>) -> f64 {
+    requests
+        .iter()
+        .filter(|(k, _)| {
+            let (verb, resource) = k.split_once(' ').unwrap_or((k, ""));
+            matches!(
+                verb,
+                "CREATE" | "UPDATE" | "PATCH" | "DELETE" | "DELETECOLLECTION"
+            ) && resource != "leases.coordination.k8s.io"
+        })
+        .map(|(_, v)| v)
+        .sum::<f64>()
+        + 0.0
 }
 
 // ---------------------------------------------------------------------------------------- large set --
@@ -379,6 +402,20 @@ pub async fn large_set(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn identity_writes_leave_out_reads_and_lease_renewals() {
+        let r: BTreeMap<String, f64> = [
+            ("GET configmaps".to_string(), 3.0),
+            ("UPDATE leases.coordination.k8s.io".to_string(), 5.0),
+            ("PATCH deployments.apps".to_string(), 1.0),
+            ("CREATE configmaps".to_string(), 2.0),
+            ("other".to_string(), 4.0),
+        ]
+        .into();
+        assert_eq!(identity_writes(&r), 3.0);
+        assert_eq!(identity_writes(&BTreeMap::new()), 0.0);
+    }
 
     #[test]
     fn large_data_is_the_size_asked_in_keys_a_configmap_takes() {

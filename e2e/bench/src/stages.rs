@@ -51,6 +51,10 @@ pub struct Ctx {
     /// The floor's namespace (created by the first floor, kept for the run) and its sequential changes.
     pub floor_ns: String,
     floor_ready: bool,
+    /// The run's FlowSchemas that count the operator's own requests, when they could be made.
+    pub identity: Option<crate::identity::Schemas>,
+    /// The replicas' own ServiceAccount, when the run made one.
+    pub run_identity: Option<crate::identity::Identity>,
     /// Deployments made so far in the fan-out floor's namespace (made once per run, grown as needed).
     pub fanout_floor_workloads: usize,
     pub floor_changes: usize,
@@ -78,6 +82,8 @@ impl Ctx {
             floor_ns,
             floor_ready: false,
             fanout_floor_workloads: 0,
+            identity: None,
+            run_identity: None,
             floor_changes: 60,
             floor_rounds: 0,
             values: AtomicU64::new(1),
@@ -381,6 +387,8 @@ pub async fn check_converged(ctx: &mut Ctx, ns: &str, n: usize, tracker: &Tracke
 /// Counters at the start of a measured window.
 pub struct Meter {
     api: Option<RequestCounts>,
+    /// Requests dispatched by flow schema (the operator's own, when `Ctx::identity` is set).
+    dispatched: Option<BTreeMap<String, f64>>,
     op: crate::metrics::Scrape,
     cpu: Option<Duration>,
     slots: Vec<Option<Duration>>,
@@ -389,8 +397,10 @@ pub struct Meter {
 
 impl Meter {
     pub async fn start(ctx: &Ctx, install: &Install) -> Self {
+        let body = cluster::apiserver_metrics(&ctx.client).await.ok();
         Self {
-            api: cluster::apiserver_requests(&ctx.client).await.ok(),
+            api: body.as_deref().map(cluster::parse_request_counts),
+            dispatched: body.as_deref().map(crate::identity::parse_dispatched),
             op: install.scrape().await,
             cpu: install.cpu(),
             slots: install.cpu_by_slot(),
@@ -432,11 +442,23 @@ impl Meter {
                 Some((name.clone(), per(ms(cpu_of(pid)?.saturating_sub((*before)?)))))
             })
             .collect();
-        let after = cluster::apiserver_requests(&ctx.client).await;
+        let body = cluster::apiserver_metrics(&ctx.client).await;
+        let after = body.as_deref().map(cluster::parse_request_counts);
         let op_delta = install.scrape().await.since(&self.op);
+        let identity = match (&ctx.identity, &self.dispatched, &body) {
+            (Some(schemas), Some(before), Ok(body)) => {
+                let after = crate::identity::parse_dispatched(body);
+                Some(schemas.requests(&crate::identity::delta(&after, before)))
+            }
+            _ => None,
+        };
         let writes = match (self.api, after) {
             (Some(before), Ok(after)) => {
                 let mut w = writes_from(&cluster::delta(&after, &before), bench, changes);
+                if let Some(identity) = identity {
+                    w.operator_identity = identity.iter().map(|(k, v)| (k.clone(), per(*v))).collect();
+                    w.operator_identity_per_change = Some(w.operator_identity.values().sum::<f64>() + 0.0);
+                }
                 w.operator_self = op_delta
                     .writes
                     .iter()
