@@ -10,8 +10,14 @@
 //!    admission webhook's latency and requests per admission, from the operator's own;
 //! 5. failover: the leader frozen during churn, until the standby acts, and what that cost;
 //! 6. writes after a restart of both replicas (there should be none);
-//! 7. memory: after sets are created and deleted again, and with many unrelated objects;
-//! 8. convergence and a burst at several numbers of sets, each in a fresh namespace.
+//! 7. no-op: unchanged sets applied again (no write, little CPU);
+//! 8. a large set (near the ConfigMap size limit) changed many times: CPU per change, RSS flat;
+//! 9. fan-out: one set read by many Deployments, one change, against the floor of as many patches;
+//! 10. memory: after sets are created and deleted again, and with many unrelated objects;
+//! 11. convergence and a burst at several numbers of sets, each in a fresh namespace.
+//!
+//! When the replicas run under their own identity, the run gives them a ServiceAccount of its own and
+//! counts that identity's requests by verb and resource (`identity`).
 //!
 //! Before each stage the floor is measured again (what one change costs the bare API, no operator
 //! involved); every time is also given as a multiple of its stage's floor, so runs on noisy shared

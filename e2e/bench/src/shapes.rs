@@ -245,13 +245,14 @@ pub async fn noop(ctx: &mut Ctx, ns: &str, n: usize, applies: usize, install: &I
         seconds,
         spec_changed: changed.into_inner(),
         idle_s,
-        operator_writes: writes.map(|w| w.operator_self_per_change * applies as f64),
+        // `+ 0.0`: no writes is 0, not -0.
+        operator_writes: writes.map(|w| w.operator_self_per_change * applies as f64 + 0.0),
         operator_writes_apiserver: writes.map(|w| {
             let per_apply = match w.operator_identity_per_change {
                 Some(_) => identity_writes(&w.operator_identity),
                 None => w.operator_per_change,
             };
-            per_apply * applies as f64
+            per_apply * applies as f64 + 0.0
         }),
         cpu_ms_per_set: cost.cpu_ms_per_change,
         cost,
