@@ -262,7 +262,7 @@ fn with_token(kubeconfig: &str, token: &str) -> Result<String> {
 
 impl Identity {
     /// Makes the ServiceAccount `cmset-controller` in `namespace` (which the caller made), copies of
-    /// every binding of the install's ServiceAccount for it, and a kubeconfig like `source` with its
+    /// the install's ServiceAccount's ClusterRoleBindings and of its RoleBindings in its namespace, and a kubeconfig like `source` with its
     /// token, written into `dir`.
     pub async fn make(
         client: &Client,
@@ -296,7 +296,9 @@ impl Identity {
                 cluster::create(&crbs, &copy).await?;
             }
         }
-        let rbs = Api::<RoleBinding>::all(client.clone());
+        // The install's RoleBindings live in its own namespace; those of other namespaces (another
+        // bench's Lease grants, e2e tests') are theirs.
+        let rbs = Api::<RoleBinding>::namespaced(client.clone(), SERVICE_ACCOUNT.0);
         for b in cluster::retry("list RoleBindings", || rbs.list(&lp)).await? {
             if b.subjects.iter().flatten().any(is_install_account) {
                 let ns = b.namespace().unwrap_or_default();
