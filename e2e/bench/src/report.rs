@@ -290,6 +290,10 @@ pub struct Failover {
     /// the cluster's other clients, e.g. namespace deletions of other tenants).
     pub list_requests_cmset_kinds: Option<f64>,
     pub list_by_resource: BTreeMap<String, f64>,
+    /// The LISTs the operator's identity sent in that time (see the README), by resource, its
+    /// admission handler's taken out: the standby's own, where they are counted.
+    pub identity_list_requests: Option<f64>,
+    pub identity_list_by_resource: BTreeMap<String, f64>,
     pub bench_lists_subtracted: u64,
     /// LISTs the standby's admission webhook sent in that time (answering admissions, not taking
     /// over), also taken out.
@@ -985,6 +989,22 @@ fn rows(r: &ConfigResults) -> Vec<Row> {
             },
             String::new(),
         );
+        if let Some(n) = f.identity_list_requests {
+            let parts: Vec<String> = f
+                .identity_list_by_resource
+                .iter()
+                .map(|(k, v)| format!("{k} {}", num(*v)))
+                .collect();
+            row(
+                "failover: the operator identity's LIST requests from freeze to first write",
+                if parts.is_empty() {
+                    num(n)
+                } else {
+                    format!("{} ({})", num(n), parts.join(", "))
+                },
+                String::new(),
+            );
+        }
         let label = "failover: churn latency p50 / p90 / p99 / max";
         match &f.latency {
             Some(l) => {
@@ -1740,6 +1760,10 @@ pub fn missing(c: &ConfigResults, webhook: bool, identity: bool) -> Vec<String> 
         need(f.to_leader_s.is_some(), "failover: standby leads");
         need(f.to_first_rollout_s.is_some(), "failover: first Deployment moved");
         need(f.list_requests.is_some(), "failover: LIST requests");
+        need(
+            !identity || f.identity_list_requests.is_some(),
+            "failover: the operator identity's LIST requests",
+        );
         need(
             f.latency.as_ref().is_some_and(|l| l.max_x_floor.is_some()),
             "failover: churn latency × floor",

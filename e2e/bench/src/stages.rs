@@ -787,6 +787,8 @@ struct Takeover {
     /// The API server's LIST requests between the freeze and the standby's first write, and the
     /// bench's own among them.
     lists: Option<RequestCounts>,
+    /// The operator identity's requests in that time, by `VERB resource` (when they are counted).
+    identity: Option<BTreeMap<String, f64>>,
     bench_lists: u64,
     /// LISTs the standby's admission handler sent in that time (not the takeover's cost), by resource.
     admission_lists: BTreeMap<String, f64>,
@@ -832,7 +834,9 @@ pub async fn failover(
         let standby = &frozen_install.replicas[t.standby];
         let scraped = standby.scrape().await;
         let writes_before = scraped.writes_total();
-        let lists_before = cluster::apiserver_requests(&shared.client).await.ok();
+        let body_before = cluster::apiserver_metrics(&shared.client).await.ok();
+        let lists_before = body_before.as_deref().map(cluster::parse_request_counts);
+        let dispatched_before = body_before.as_deref().map(crate::identity::parse_dispatched);
         let bench_lists_before = tracker.lists();
         // Its counters up to now, kept in the sums once it no longer answers.
         frozen_install.replicas[leader].scrape().await;
@@ -846,7 +850,14 @@ pub async fn failover(
             }
             if s.writes_total() > writes_before {
                 t.write = Some(frozen.elapsed());
-                let lists_after = cluster::apiserver_requests(&shared.client).await.ok();
+                let body_after = cluster::apiserver_metrics(&shared.client).await.ok();
+                let lists_after = body_after.as_deref().map(cluster::parse_request_counts);
+                if let (Some(schemas), Some(before), Some(after)) =
+                    (&shared.identity, &dispatched_before, body_after.as_deref())
+                {
+                    let after = crate::identity::parse_dispatched(after);
+                    t.identity = Some(schemas.requests(&crate::identity::delta(&after, before)));
+                }
                 t.bench_lists = tracker.lists() - bench_lists_before;
                 t.admission_lists = s
                     .since(&scraped)
@@ -952,6 +963,28 @@ pub async fn failover(
     f.within_target = f.to_first_write_s.map(|s| s <= f.target_s);
     if t.write.is_some() && t.rollout.is_none() {
         ctx.fail("failover: no Deployment moved after the standby took over");
+    }
+    if let Some(requests) = &t.identity {
+        // Its LISTs, those of the standby's admission handler (answering, not taking over) taken out.
+        let mut lists: BTreeMap<String, f64> = requests
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix("LIST ")?.to_string(), *v)))
+            .collect();
+        for (resource, n) in &t.admission_lists {
+            if let Some(key) = [
+                resource.clone(),
+                format!("{resource}.cmset.dev"),
+                format!("{resource}.apps"),
+            ]
+            .into_iter()
+            .find(|k| lists.contains_key(k))
+            {
+                *lists.entry(key).or_default() -= n;
+            }
+        }
+        lists.retain(|_, v| *v > 0.0);
+        f.identity_list_requests = Some(lists.values().sum::<f64>() + 0.0);
+        f.identity_list_by_resource = lists;
     }
     if let Some(lists) = &t.lists {
         f.list_by_resource = lists
