@@ -46,6 +46,11 @@ pub fn revision_name(set: &str, value: &str) -> String {
     format!("{set}-{}", content_hash(&[("v", value)].into()))
 }
 
+/// The revision cmset names for a set holding `data`.
+pub fn revision_name_of(set: &str, data: &BTreeMap<&str, &str>) -> String {
+    format!("{set}-{}", content_hash(data))
+}
+
 /// kustomize's hash of a ConfigMap's data (as cmset-core computes it). Plain ASCII keys and values need
 /// no escaping, so serde_json's compact encoding equals Go's here.
 fn content_hash(data: &BTreeMap<&str, &str>) -> String {
@@ -200,7 +205,13 @@ pub async fn create_namespace(client: &Client, name: &str) -> Result<()> {
 /// shipped Role grants the one Lease `cmset-controller` in cmset-system, which the e2e suite's
 /// leader-election tests use on a shared cluster; the bench's replicas elect their leader in the
 /// namespace they watch instead, with the install's Lease name and duration.
-pub async fn grant_lease(client: &Client, namespace: &str) -> Result<()> {
+/// `also` is the run's own ServiceAccount (namespace, name) for its replicas, when it made one.
+pub async fn grant_lease(client: &Client, namespace: &str, also: Option<&(String, String)>) -> Result<()> {
+    let mut subjects =
+        vec![json!({"kind": "ServiceAccount", "name": "cmset-controller", "namespace": "cmset-system"})];
+    if let Some((ns, name)) = also {
+        subjects.push(json!({"kind": "ServiceAccount", "name": name, "namespace": ns}));
+    }
     let role: Role = serde_json::from_value(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
@@ -220,7 +231,7 @@ pub async fn grant_lease(client: &Client, namespace: &str) -> Result<()> {
             "kind": "Role",
             "name": "cmset-bench-leader-election",
         },
-        "subjects": [{"kind": "ServiceAccount", "name": "cmset-controller", "namespace": "cmset-system"}],
+        "subjects": subjects,
     }))?;
     create(&Api::<Role>::namespaced(client.clone(), namespace), &role).await?;
     create(
@@ -526,9 +537,13 @@ pub type RequestCounts = BTreeMap<(String, String), f64>;
 
 /// Scrapes the API server's `/metrics` (needs the admin's `get` on the non-resource URL).
 pub async fn apiserver_requests(client: &Client) -> Result<RequestCounts> {
+    Ok(parse_request_counts(&apiserver_metrics(client).await?))
+}
+
+/// The API server's `/metrics` exposition.
+pub async fn apiserver_metrics(client: &Client) -> Result<String> {
     let request = http::Request::get("/metrics").body(Vec::new())?;
-    let body = retry("GET /metrics", || client.request_text(request.clone())).await?;
-    Ok(parse_request_counts(&body))
+    retry("GET /metrics", || client.request_text(request.clone())).await
 }
 
 pub fn parse_request_counts(body: &str) -> RequestCounts {

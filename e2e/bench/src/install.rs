@@ -101,7 +101,8 @@ impl Install {
     /// Registers the webhook (for `Configuration::Webhook`) and starts both replicas at once, as
     /// `kubectl apply -k config/default` would. Not waited for: see [`Install::ready`].
     pub async fn start(ctx: &Ctx, namespace: &str, config: Configuration) -> Result<Self> {
-        cluster::grant_lease(&ctx.client, namespace).await?;
+        let account = ctx.run_identity.as_ref().map(|id| &id.account);
+        cluster::grant_lease(&ctx.client, namespace, account).await?;
         let webhook = if config.webhook() {
             let service = Service::start().await?;
             let registration = format!("cmset-bench-{namespace}");

@@ -10,19 +10,27 @@
 //!    admission webhook's latency and requests per admission, from the operator's own;
 //! 5. failover: the leader frozen during churn, until the standby acts, and what that cost;
 //! 6. writes after a restart of both replicas (there should be none);
-//! 7. memory: after sets are created and deleted again, and with many unrelated objects;
-//! 8. convergence and a burst at several numbers of sets, each in a fresh namespace.
+//! 7. no-op: unchanged sets applied again (no write, little CPU);
+//! 8. a large set (near the ConfigMap size limit) changed many times: CPU per change, RSS flat;
+//! 9. fan-out: one set read by many Deployments, one change, against the floor of as many patches;
+//! 10. memory: after sets are created and deleted again, and with many unrelated objects;
+//! 11. convergence and a burst at several numbers of sets, each in a fresh namespace.
+//!
+//! When the replicas run under their own identity, the run gives them a ServiceAccount of its own and
+//! counts that identity's requests by verb and resource (`identity`).
 //!
 //! Before each stage the floor is measured again (what one change costs the bare API, no operator
 //! involved); every time is also given as a multiple of its stage's floor, so runs on noisy shared
 //! machines compare.
 
 mod cluster;
+mod identity;
 mod install;
 mod metrics;
 mod operator;
 mod report;
 mod service;
+mod shapes;
 mod stages;
 
 use std::path::{Path, PathBuf};
@@ -68,6 +76,18 @@ struct Args {
     /// Sets created and deleted again (no workloads) for the memory-after-deletion figure.
     #[arg(long, env = "CMSET_BENCH_LEAK_SETS", default_value_t = 5000, value_parser = at_least_one)]
     leak_sets: usize,
+    /// Deployments reading the one set of the fan-out stage (one change must move them all).
+    #[arg(long, env = "CMSET_BENCH_FANOUT_WORKLOADS", default_value_t = 200, value_parser = at_least_one)]
+    fanout_workloads: usize,
+    /// Server-side applies of unchanged sets in the no-op stage (round robin over `--sets`).
+    #[arg(long, env = "CMSET_BENCH_NOOP_SETS", default_value_t = 1000, value_parser = at_least_one)]
+    noop_sets: usize,
+    /// KiB of data in the large set (a ConfigMap holds at most 1 MiB).
+    #[arg(long, env = "CMSET_BENCH_LARGE_SET_KIB", default_value_t = 900, value_parser = large_set_kib)]
+    large_set_kib: usize,
+    /// Changes of the large set, one after the other.
+    #[arg(long, env = "CMSET_BENCH_LARGE_SET_CHANGES", default_value_t = 100, value_parser = at_least_one)]
+    large_set_changes: usize,
     /// Unrelated ConfigMaps added to the main namespace for the memory figure.
     #[arg(long, env = "CMSET_BENCH_UNRELATED_CONFIGMAPS", default_value_t = 10_000)]
     unrelated_configmaps: usize,
@@ -135,6 +155,12 @@ struct Args {
     #[arg(long)]
     skip_restart: bool,
     #[arg(long)]
+    skip_noop: bool,
+    #[arg(long)]
+    skip_large_set: bool,
+    #[arg(long)]
+    skip_fanout: bool,
+    #[arg(long)]
     skip_leak: bool,
     #[arg(long)]
     skip_memory: bool,
@@ -150,6 +176,9 @@ impl Args {
             ("burst", self.skip_burst),
             ("failover", self.skip_failover),
             ("restart", self.skip_restart),
+            ("noop", self.skip_noop),
+            ("large-set", self.skip_large_set),
+            ("fanout", self.skip_fanout),
             ("leak", self.skip_leak),
             ("memory", self.skip_memory),
             ("scales", self.skip_scales),
@@ -161,6 +190,10 @@ impl Args {
             duration_s: self.duration,
             scales: self.scales.clone(),
             leak_sets: self.leak_sets,
+            fanout_workloads: self.fanout_workloads,
+            noop_sets: self.noop_sets,
+            large_set_kib: self.large_set_kib,
+            large_set_changes: self.large_set_changes,
             unrelated_configmaps: self.unrelated_configmaps,
             unrelated_deployments: self.unrelated_deployments,
             concurrency: self.concurrency,
@@ -251,6 +284,18 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    // The operator's own requests are told apart only when it runs under an identity of its own.
+    results.meta.operator_requests = match &args.operator_kubeconfig {
+        Some(_) => match own_identity(&mut ctx, &run_id, &out).await {
+            Ok(what) => what,
+            Err(e) => {
+                eprintln!("bench: the operator's own requests will not be counted: {e}");
+                format!("not counted: {e}")
+            }
+        },
+        None => "not counted: the operator runs with the bench's own credentials (no --operator-kubeconfig)"
+            .into(),
+    };
     let (namespaces, registrations) = (ctx.namespaces.clone(), ctx.registrations.clone());
     let t0 = Instant::now();
     let fatal = tokio::select! {
@@ -267,6 +312,12 @@ async fn main() -> std::process::ExitCode {
     for name in leftovers {
         ctx.unregister_webhook(&name).await;
     }
+    if let Some(s) = &ctx.identity {
+        s.remove(&ctx.client).await;
+    }
+    if let Some(id) = &ctx.run_identity {
+        id.remove(&ctx.client).await;
+    }
     let leftovers: Vec<String> = namespaces.lock().expect("lock").clone();
     for ns in leftovers {
         eprintln!("bench: deleting namespace {ns}");
@@ -275,7 +326,7 @@ async fn main() -> std::process::ExitCode {
     if args.strict {
         for c in &results.configurations {
             let webhook = c.name == Configuration::Webhook.name();
-            for m in report::missing(c, webhook) {
+            for m in report::missing(c, webhook, ctx.identity.is_some()) {
                 ctx.failures.push(m);
             }
         }
@@ -298,6 +349,41 @@ async fn main() -> std::process::ExitCode {
         return std::process::ExitCode::FAILURE;
     }
     std::process::ExitCode::SUCCESS
+}
+
+/// Gives the replicas a ServiceAccount of the run's own, with the install's rights, and counts its
+/// requests by verb and resource (see `identity`); in words, where the counts come from.
+async fn own_identity(ctx: &mut Ctx, run_id: &str, out: &Path) -> Result<String> {
+    let ns = format!("{run_id}-identity");
+    ctx.create_namespace(&ns).await?;
+    let id = identity::Identity::make(&ctx.client, run_id, &ns, &ctx.launch.kubeconfig, out).await;
+    let id = match id {
+        Ok(id) => id,
+        Err(e) => {
+            // Half-made copies of the bindings go; the namespace goes at the end.
+            identity::Identity {
+                run: run_id.to_string(),
+                account: (ns.clone(), String::new()),
+                kubeconfig: out.join("operator-identity.kubeconfig"),
+            }
+            .remove(&ctx.client)
+            .await;
+            return Err(e);
+        }
+    };
+    ctx.launch.kubeconfig = id.kubeconfig.clone();
+    let account = id.account.clone();
+    ctx.run_identity = Some(id);
+    let schemas = identity::Schemas::install(&ctx.client, run_id, account.clone(), ctx.concurrency).await?;
+    let n = schemas.names.len();
+    ctx.identity = Some(schemas);
+    Ok(format!(
+        "ServiceAccount <run>-identity/{} with copies of {}/{}'s bindings; {n} FlowSchemas matching it \
+         (apiserver_flowcontrol_dispatched_requests_total)",
+        account.1,
+        identity::SERVICE_ACCOUNT.0,
+        identity::SERVICE_ACCOUNT.1
+    ))
 }
 
 fn context(args: &Args, client: Client, out: &Path, run_id: &str) -> Result<Ctx> {
@@ -347,6 +433,7 @@ async fn run(
         replicas: install::REPLICAS,
         lease_duration_s: args.lease_duration_seconds,
         flags: args.flags(),
+        operator_requests: std::mem::take(&mut results.meta.operator_requests),
         bench_cpu_s: 0.0,
     };
     eprintln!(
@@ -392,7 +479,7 @@ async fn run_configuration(
     let since = ctx.started;
     let step = |k: u32, what: &str| {
         eprintln!(
-            "bench: [{config}] [{k}/8] {what} (at {:.0} s)",
+            "bench: [{config}] [{k}/11] {what} (at {:.0} s)",
             since.elapsed().as_secs_f64()
         )
     };
@@ -502,9 +589,85 @@ async fn run_configuration(
     }
     stages::check_converged(ctx, &ns, n, &tracker, "the main namespace's stages").await;
 
+    if !args.skip_noop {
+        revive(ctx, &mut install, "no-op", &mut results.restarted).await?;
+        step(
+            6,
+            &format!("no-op: {} unchanged sets applied again", args.noop_sets),
+        );
+        floor_before(args, ctx, "no-op").await;
+        match shapes::noop(ctx, &ns, n, args.noop_sets, &install).await {
+            Ok(x) => {
+                eprintln!(
+                    "bench:   {} operator writes; {} ms CPU per set",
+                    x.operator_writes.map_or("-".into(), |w| format!("{w:.0}")),
+                    x.cpu_ms_per_set.map_or("-".into(), |c| format!("{c:.2}"))
+                );
+                results.noop = Some(x);
+            }
+            Err(e) => ctx.fail(format!("no-op: {e}")),
+        }
+    }
+
+    if !args.skip_large_set {
+        revive(ctx, &mut install, "large set", &mut results.restarted).await?;
+        step(
+            7,
+            &format!(
+                "large set: {} KiB changed {} times",
+                args.large_set_kib, args.large_set_changes
+            ),
+        );
+        floor_before(args, ctx, "large set").await;
+        match shapes::large_set(
+            ctx,
+            &ns,
+            args.large_set_kib,
+            args.large_set_changes,
+            &tracker,
+            &install,
+        )
+        .await
+        {
+            Ok(x) => {
+                eprintln!(
+                    "bench:   {} ms CPU per change; RSS after {}",
+                    x.cost.cpu_ms_per_change.map_or("-".into(), |c| format!("{c:.1}")),
+                    report::pct_by_role(&x.after_pct_of_before)
+                );
+                results.large_set = Some(x);
+            }
+            Err(e) => ctx.fail(format!("large set: {e}")),
+        }
+    }
+
+    if !args.skip_fanout {
+        revive(ctx, &mut install, "fan-out", &mut results.restarted).await?;
+        step(
+            8,
+            &format!(
+                "fan-out: one set read by {} Deployments, one change",
+                args.fanout_workloads
+            ),
+        );
+        floor_before(args, ctx, "fan-out").await;
+        match shapes::fanout(ctx, &ns, args.fanout_workloads, &tracker, &install).await {
+            Ok(x) => {
+                eprintln!(
+                    "bench:   all moved in {} s; the floor's {} patches took {} s",
+                    x.seconds.map_or("-".into(), |s| format!("{s:.2}")),
+                    x.workloads,
+                    x.floor_seconds.map_or("-".into(), |s| format!("{s:.2}"))
+                );
+                results.fanout = Some(x);
+            }
+            Err(e) => ctx.fail(format!("fan-out: {e}")),
+        }
+    }
+
     if !args.skip_leak {
         revive(ctx, &mut install, "leak", &mut results.restarted).await?;
-        step(6, &format!("memory: {} sets created and deleted", args.leak_sets));
+        step(9, &format!("memory: {} sets created and deleted", args.leak_sets));
         match stages::leak(ctx, &ns, &install, args.leak_sets).await {
             Ok(l) => results.leak = Some(l),
             Err(e) => ctx.fail(format!("leak: {e}")),
@@ -514,7 +677,7 @@ async fn run_configuration(
     if !args.skip_memory {
         revive(ctx, &mut install, "memory", &mut results.restarted).await?;
         step(
-            7,
+            10,
             &format!(
                 "memory with {} unrelated ConfigMaps and {} unrelated Deployments",
                 args.unrelated_configmaps, args.unrelated_deployments
@@ -539,7 +702,7 @@ async fn run_configuration(
 
     if !args.skip_scales {
         for (k, &n) in args.scales.iter().enumerate() {
-            step(8, &format!("scale {}/{}: {n} sets", k + 1, args.scales.len()));
+            step(11, &format!("scale {}/{}: {n} sets", k + 1, args.scales.len()));
             let s = scale(args, ctx, &format!("{ns}-n{n}"), n, config).await?;
             results.scales.push(s);
         }
@@ -675,6 +838,15 @@ fn at_least_one(value: &str) -> Result<usize, String> {
     }
 }
 
+/// A ConfigMap's data may hold at most 1 MiB, and the revision adds a little metadata.
+fn large_set_kib(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(n) if (1..=1000).contains(&n) => Ok(n),
+        Ok(_) => Err("must be from 1 to 1000 (KiB; a ConfigMap holds at most 1 MiB)".to_string()),
+        Err(e) => Err(format!("not a whole number: {e}")),
+    }
+}
+
 fn positive_rate(value: &str) -> Result<f64, String> {
     match value.parse::<f64>() {
         Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
@@ -707,6 +879,11 @@ mod tests {
             &["--concurrency", "0"],
             &["--floor-changes", "x"],
             &["--leak-sets", "0"],
+            &["--fanout-workloads", "0"],
+            &["--noop-sets", "0"],
+            &["--large-set-kib", "0"],
+            &["--large-set-kib", "1024"],
+            &["--large-set-changes", "0"],
             &["--configurations", "webhook,nope"],
         ] {
             let err = parse(bad).expect_err(&format!("{bad:?} is refused"));

@@ -50,6 +50,10 @@ pub struct Meta {
     pub replicas: usize,
     pub lease_duration_s: u64,
     pub flags: Flags,
+    /// Where the operator's requests by verb and resource come from: the run's FlowSchemas matching
+    /// its identity, or why there are none.
+    #[serde(default)]
+    pub operator_requests: String,
     /// CPU the bench itself used over the whole run (it shares the machine with what it measures).
     pub bench_cpu_s: f64,
 }
@@ -64,6 +68,10 @@ pub struct Flags {
     pub duration_s: u64,
     pub scales: Vec<usize>,
     pub leak_sets: usize,
+    pub fanout_workloads: usize,
+    pub noop_sets: usize,
+    pub large_set_kib: usize,
+    pub large_set_changes: usize,
     pub unrelated_configmaps: usize,
     pub unrelated_deployments: usize,
     pub concurrency: usize,
@@ -83,7 +91,8 @@ impl Flags {
         let mut s = format!(
             "--configurations {} --sets {} --rate {} --duration {} --scales {} --leak-sets {} \
              --unrelated-configmaps {} --unrelated-deployments {} --concurrency {} --floor-changes {} \
-             --failover-after {} --restart-window {} --timeout-secs {} --timeout-per-set-ms {}",
+             --failover-after {} --restart-window {} --timeout-secs {} --timeout-per-set-ms {} \
+             --fanout-workloads {} --noop-sets {} --large-set-kib {} --large-set-changes {}",
             self.configurations.join(","),
             self.sets,
             self.rate,
@@ -97,7 +106,11 @@ impl Flags {
             self.failover_after_s,
             self.restart_window_s,
             self.timeout_secs,
-            self.timeout_per_set_ms
+            self.timeout_per_set_ms,
+            self.fanout_workloads,
+            self.noop_sets,
+            self.large_set_kib,
+            self.large_set_changes
         );
         for skip in &self.skipped {
             let _ = write!(s, " --skip-{skip}");
@@ -125,6 +138,9 @@ pub struct ConfigResults {
     pub restart: Option<Restart>,
     pub leak: Option<Leak>,
     pub memory: Option<MemoryFigures>,
+    pub noop: Option<NoOp>,
+    pub large_set: Option<LargeSet>,
+    pub fanout: Option<FanOut>,
     pub scales: Vec<Scale>,
     /// Replicas that exited by themselves (e.g. lost their Lease while the API server was away) and
     /// were started again before a stage, as the kubelet would; none in a clean run.
@@ -274,6 +290,10 @@ pub struct Failover {
     /// the cluster's other clients, e.g. namespace deletions of other tenants).
     pub list_requests_cmset_kinds: Option<f64>,
     pub list_by_resource: BTreeMap<String, f64>,
+    /// The LISTs the operator's identity sent in that time (see the README), by resource, its
+    /// admission handler's taken out: the standby's own, where they are counted.
+    pub identity_list_requests: Option<f64>,
+    pub identity_list_by_resource: BTreeMap<String, f64>,
     pub bench_lists_subtracted: u64,
     /// LISTs the standby's admission webhook sent in that time (answering admissions, not taking
     /// over), also taken out.
@@ -308,6 +328,12 @@ pub struct Writes {
     pub controller_manager_per_change: f64,
     pub operator_self: BTreeMap<String, f64>,
     pub operator_self_per_change: f64,
+    /// Every request the operator's identity sent (reads included; watches where the API server
+    /// counts them), by `VERB resource`, per change: from the run's FlowSchemas (see the README).
+    #[serde(default)]
+    pub operator_identity: BTreeMap<String, f64>,
+    #[serde(default)]
+    pub operator_identity_per_change: Option<f64>,
     /// The bench's own requests taken out of the counts.
     pub bench_requests_subtracted: f64,
 }
@@ -332,6 +358,9 @@ pub struct LeakReplica {
     pub after: Option<Memory>,
     /// (after − before) ÷ sets: what each created-and-deleted set left behind.
     pub kept_kib_per_set: Option<f64>,
+    /// after ÷ before, in percent (goal: within 5% of 100).
+    #[serde(default)]
+    pub after_pct_of_before: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -341,7 +370,88 @@ pub struct Leak {
     pub created_s: f64,
     /// Until the sets and their revisions were gone.
     pub deleted_s: f64,
+    /// Revisions of the deleted sets the bench deleted itself rather than wait for the garbage
+    /// collector (the ones the collector had not reached yet).
+    #[serde(default)]
+    pub revisions_deleted_by_bench: usize,
+    /// From then until every replica went idle (had taken in every deletion); RSS "after" is read then.
+    #[serde(default)]
+    pub idle_s: f64,
     pub replicas: Vec<LeakReplica>,
+}
+
+/// One set read by many Deployments, changed once.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FanOut {
+    pub workloads: usize,
+    /// Deployments that named the new revision in time.
+    pub moved: usize,
+    /// From just before the set's PATCH until the last Deployment named the new revision.
+    pub seconds: Option<f64>,
+    /// The floor: as many Deployment patches sent by the bench itself, `concurrency` in flight, until
+    /// the last was answered.
+    pub floor_seconds: Option<f64>,
+    pub concurrency: usize,
+    /// `seconds` − `floor_seconds` (goal: ≤ 1 s).
+    pub beyond_floor_s: Option<f64>,
+    /// `seconds` ÷ `floor_seconds`.
+    pub x_floor: Option<f64>,
+    /// Creating the set and the Deployments until they all named its first revision and settled.
+    pub setup_s: f64,
+    /// Per Deployment, from just before the set's PATCH.
+    pub latency: Option<Latency>,
+    /// The one change's cost (CPU and writes "per change" are the whole fan-out's).
+    pub cost: Cost,
+    /// The floor taken just before the stage (CPU × floor uses it).
+    pub floor: Option<Floor>,
+}
+
+/// Sets applied again unchanged (server-side apply, a new annotation, the same spec).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NoOp {
+    pub applies: usize,
+    /// Distinct sets among them (round robin over the main namespace's sets).
+    pub sets: usize,
+    /// Sending every apply.
+    pub seconds: f64,
+    /// Applies after which the set's generation had moved (must be 0: the spec did not change).
+    pub spec_changed: usize,
+    /// From the last apply until both replicas were idle again (the window ends then).
+    pub idle_s: Option<f64>,
+    /// The operator's writes in the window, by its own count (`cmset_api_writes_total`; goal: 0).
+    pub operator_writes: Option<f64>,
+    /// The same from the API server's counters: the operator identity's writes but its Lease
+    /// renewals when its requests are counted by identity, else the operator's kinds of writes by
+    /// anyone (see the README).
+    pub operator_writes_apiserver: Option<f64>,
+    /// Both replicas' CPU per apply (goal: ≤ 0.3 ms).
+    pub cpu_ms_per_set: Option<f64>,
+    /// Everything per apply.
+    pub cost: Cost,
+    /// The floor taken just before the stage (CPU × floor uses it).
+    pub floor: Option<Floor>,
+}
+
+/// One set near the ConfigMap size limit, read by one Deployment, changed many times in a row.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LargeSet {
+    /// Its data, in KiB.
+    pub kib: usize,
+    pub changes: usize,
+    pub converged: usize,
+    /// From each PATCH's response until the Deployment named the new revision.
+    pub latency: Option<Latency>,
+    /// RSS with the set at its first revision, and after every change settled.
+    pub before: Vec<ReplicaMemory>,
+    pub after: Vec<ReplicaMemory>,
+    /// after ÷ before in percent, by role (goal: flat).
+    pub after_pct_of_before: BTreeMap<String, f64>,
+    pub cost: Cost,
+    /// The floor taken just before the stage (CPU × floor uses it).
+    pub floor: Option<Floor>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -624,6 +734,17 @@ fn replicas_mib(replicas: &[ReplicaMemory]) -> String {
     format!("{} MiB", parts.join(" / "))
 }
 
+/// `leader 100.4%, standby 99.1%`.
+pub fn pct_by_role(pct: &BTreeMap<String, f64>) -> String {
+    if pct.is_empty() {
+        return "-".into();
+    }
+    pct.iter()
+        .map(|(role, v)| format!("{role} {}%", num(*v)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `p50 / p99 ms (n admissions)`, or why there is none.
 fn admission_latency(a: Option<&Admission>) -> String {
     match a {
@@ -691,6 +812,24 @@ fn cost_rows(row: &mut impl FnMut(&str, String, String), stage: &str, cost: &Cos
         ),
         ratio(cost.cpu_x_floor),
     );
+    if let Some(w) = &cost.writes
+        && let Some(total) = w.operator_identity_per_change
+    {
+        let parts: Vec<String> = w
+            .operator_identity
+            .iter()
+            .map(|(k, v)| format!("{k} {}", num(*v)))
+            .collect();
+        row(
+            &format!("{stage}: the operator identity's API requests per change, by verb and resource"),
+            if parts.is_empty() {
+                num(total)
+            } else {
+                format!("{} ({})", num(total), parts.join(", "))
+            },
+            String::new(),
+        );
+    }
     if let Some(w) = &cost.writes {
         row(
             &format!("{stage}: operator writes per change (excluding events)"),
@@ -850,6 +989,22 @@ fn rows(r: &ConfigResults) -> Vec<Row> {
             },
             String::new(),
         );
+        if let Some(n) = f.identity_list_requests {
+            let parts: Vec<String> = f
+                .identity_list_by_resource
+                .iter()
+                .map(|(k, v)| format!("{k} {}", num(*v)))
+                .collect();
+            row(
+                "failover: the operator identity's LIST requests from freeze to first write",
+                if parts.is_empty() {
+                    num(n)
+                } else {
+                    format!("{} ({})", num(n), parts.join(", "))
+                },
+                String::new(),
+            );
+        }
         let label = "failover: churn latency p50 / p90 / p99 / max";
         match &f.latency {
             Some(l) => {
@@ -888,6 +1043,95 @@ fn rows(r: &ConfigResults) -> Vec<Row> {
             String::new(),
         );
     }
+    if let Some(x) = &r.noop {
+        row(
+            &format!(
+                "no-op: {} unchanged sets applied again: operator writes, own count (API server) (goal 0)",
+                x.applies
+            ),
+            format!(
+                "{} ({}){}",
+                opt(x.operator_writes),
+                opt(x.operator_writes_apiserver),
+                if x.spec_changed > 0 {
+                    format!("; {} applies CHANGED THE SPEC", x.spec_changed)
+                } else {
+                    String::new()
+                }
+            ),
+            String::new(),
+        );
+        row(
+            "no-op: operator CPU per set applied (goal ≤ 0.3 ms)",
+            format!("{} ms", opt(x.cpu_ms_per_set)),
+            ratio(x.cost.cpu_x_floor),
+        );
+    }
+    if let Some(x) = &r.large_set {
+        row(
+            &format!(
+                "large set: {} KiB changed {} times, latency p50 / p90 / p99 / max",
+                x.kib, x.changes
+            ),
+            x.latency
+                .as_ref()
+                .map_or("no change converged".into(), |l| latency_cells(l).0),
+            x.latency.as_ref().map(|l| latency_cells(l).1).unwrap_or_default(),
+        );
+        row(
+            "large set: operator CPU per change",
+            format!("{} ms", opt(x.cost.cpu_ms_per_change)),
+            ratio(x.cost.cpu_x_floor),
+        );
+        row(
+            "large set: RSS before → after its changes (goal: flat)",
+            format!(
+                "{} → {} ({})",
+                replicas_mib(&x.before),
+                replicas_mib(&x.after),
+                pct_by_role(&x.after_pct_of_before)
+            ),
+            String::new(),
+        );
+    }
+    if let Some(x) = &r.fanout {
+        row(
+            &format!(
+                "fan-out: one set read by {} Deployments, one change → all moved (goal ≤ floor + 1 s)",
+                x.workloads
+            ),
+            match (x.seconds, x.floor_seconds) {
+                (Some(s), Some(f)) => format!(
+                    "{} s; floor ({} patches, {} in flight) {} s; {:+.2} s beyond it",
+                    num(s),
+                    x.workloads,
+                    x.concurrency,
+                    num(f),
+                    s - f
+                ),
+                (Some(s), None) => format!("{} s; no floor", num(s)),
+                (None, _) => format!("TIMEOUT ({} of {} moved)", x.moved, x.workloads),
+            },
+            ratio(x.x_floor),
+        );
+        row(
+            "fan-out: operator CPU / its own count of writes / its identity's API requests, for the one change",
+            format!(
+                "{} ms / {} / {}",
+                opt(x.cost.cpu_ms_per_change),
+                x.cost
+                    .writes
+                    .as_ref()
+                    .map_or("-".into(), |w| num(w.operator_self_per_change)),
+                opt(x
+                    .cost
+                    .writes
+                    .as_ref()
+                    .and_then(|w| w.operator_identity_per_change))
+            ),
+            String::new(),
+        );
+    }
     if let Some(c) = &r.initial {
         row(
             "RSS after initial convergence",
@@ -922,6 +1166,19 @@ fn rows(r: &ConfigResults) -> Vec<Row> {
         row(
             "RSS kept per created-and-deleted set (KiB)",
             kept.join(", "),
+            String::new(),
+        );
+        let pct: Vec<String> = l
+            .replicas
+            .iter()
+            .map(|x| format!("{} {}%", x.role, opt(x.after_pct_of_before)))
+            .collect();
+        row(
+            &format!(
+                "RSS after {} sets created and deleted, % of before (goal ≤ 105%)",
+                l.sets
+            ),
+            pct.join(", "),
             String::new(),
         );
     }
@@ -1027,6 +1284,15 @@ fn floors(r: &ConfigResults) -> Vec<(String, String)> {
     }
     if let Some(f) = &r.failover {
         out.push(("failover".into(), floor_cell(f.floor.as_ref())));
+    }
+    if let Some(x) = &r.noop {
+        out.push(("no-op".into(), floor_cell(x.floor.as_ref())));
+    }
+    if let Some(x) = &r.large_set {
+        out.push(("large set".into(), floor_cell(x.floor.as_ref())));
+    }
+    if let Some(x) = &r.fanout {
+        out.push(("fan-out".into(), floor_cell(x.floor.as_ref())));
     }
     for s in &r.scales {
         out.push((format!("scale {}", s.sets), floor_cell(s.initial.floor.as_ref())));
@@ -1428,7 +1694,7 @@ pub fn plot_scaling(path: &Path, r: &Results, baseline: Option<&Results>) -> Res
 /// The figures a configuration should have produced but did not (for `--strict`): every stage that
 /// ran has its numbers, its floor and its ratios; with the webhook, admissions were answered and their
 /// latency is known; without it, none was.
-pub fn missing(c: &ConfigResults, webhook: bool) -> Vec<String> {
+pub fn missing(c: &ConfigResults, webhook: bool, identity: bool) -> Vec<String> {
     let mut out = vec![];
     let mut need = |ok: bool, what: &str| {
         if !ok {
@@ -1459,6 +1725,14 @@ pub fn missing(c: &ConfigResults, webhook: bool) -> Vec<String> {
         );
         need(cost.writes.is_some(), &format!("{what}: writes per change"));
         need(
+            !identity
+                || cost
+                    .writes
+                    .as_ref()
+                    .is_some_and(|w| w.operator_identity_per_change.is_some()),
+            &format!("{what}: the operator identity's requests per change"),
+        );
+        need(
             admission_ok(cost.admission.as_ref()),
             &format!("{what}: admissions ({})", if webhook { "some" } else { "none" }),
         );
@@ -1487,6 +1761,10 @@ pub fn missing(c: &ConfigResults, webhook: bool) -> Vec<String> {
         need(f.to_first_rollout_s.is_some(), "failover: first Deployment moved");
         need(f.list_requests.is_some(), "failover: LIST requests");
         need(
+            !identity || f.identity_list_requests.is_some(),
+            "failover: the operator identity's LIST requests",
+        );
+        need(
             f.latency.as_ref().is_some_and(|l| l.max_x_floor.is_some()),
             "failover: churn latency × floor",
         );
@@ -1497,8 +1775,39 @@ pub fn missing(c: &ConfigResults, webhook: bool) -> Vec<String> {
     }
     if let Some(l) = &c.leak {
         need(
-            l.replicas.len() == 2 && l.replicas.iter().all(|r| r.kept_kib_per_set.is_some()),
+            l.replicas.len() == 2
+                && l.replicas
+                    .iter()
+                    .all(|r| r.kept_kib_per_set.is_some() && r.after_pct_of_before.is_some()),
             "RSS of both replicas before and after the leak sets",
+        );
+    }
+    if let Some(x) = &c.noop {
+        need(
+            x.operator_writes.is_some() && x.operator_writes_apiserver.is_some(),
+            "no-op: operator writes",
+        );
+        need(x.cpu_ms_per_set.is_some(), "no-op: CPU per set");
+        need(x.idle_s.is_some(), "no-op: the replicas idle again");
+        need(x.spec_changed == 0, "no-op: applies that left the spec as it was");
+    }
+    if let Some(x) = &c.large_set {
+        need(
+            x.converged == x.changes && x.latency.is_some(),
+            "large set: every change converged",
+        );
+        need(x.cost.cpu_x_floor.is_some(), "large set: CPU per change × floor");
+        need(
+            replicas_ok(&x.before) && replicas_ok(&x.after) && x.after_pct_of_before.len() == 2,
+            "large set: RSS of both replicas before and after",
+        );
+    }
+    if let Some(x) = &c.fanout {
+        need(x.seconds.is_some(), "fan-out: every Deployment moved");
+        need(x.x_floor.is_some(), "fan-out: × the floor of its patches");
+        need(
+            x.cost.cpu_ms_per_change.is_some() && x.cost.writes.is_some(),
+            "fan-out: CPU and writes",
         );
     }
     if let Some(m) = &c.memory {
@@ -1627,7 +1936,7 @@ mod tests {
             initial: Some(Convergence::default()),
             ..ConfigResults::default()
         };
-        let m = missing(&empty, true);
+        let m = missing(&empty, true, false);
         assert!(
             m.iter().any(|s| s.contains("initial convergence: sets/s")),
             "{m:?}"
@@ -1650,7 +1959,7 @@ mod tests {
             initial: Some(quiet),
             ..ConfigResults::default()
         };
-        assert_eq!(missing(&ok, false), Vec::<String>::new());
+        assert_eq!(missing(&ok, false, false), Vec::<String>::new());
         let mut churned = ok.clone();
         churned.churn = Some(Churn {
             latency: latency(&[1.0], Some(&Floor::default())),
@@ -1662,11 +1971,35 @@ mod tests {
             },
             ..Churn::default()
         });
-        assert_eq!(missing(&churned, false), Vec::<String>::new());
-        let m = missing(&churned, true);
+        assert_eq!(missing(&churned, false, false), Vec::<String>::new());
+        let m = missing(&churned, true, false);
         assert!(
             m.len() == 1 && m[0].contains("churn: admissions (some)"),
             "with the webhook, churn is admitted: {m:?}"
+        );
+        let mut noop = ok.clone();
+        noop.noop = Some(NoOp {
+            operator_writes: Some(0.0),
+            operator_writes_apiserver: Some(0.0),
+            cpu_ms_per_set: Some(0.1),
+            idle_s: Some(3.0),
+            spec_changed: 2,
+            ..NoOp::default()
+        });
+        let m = missing(&noop, false, false);
+        assert!(
+            m.len() == 1 && m[0].contains("applies that left the spec as it was"),
+            "an apply that changed the spec is no no-op: {m:?}"
+        );
+        let mut fanout = ok.clone();
+        fanout.fanout = Some(FanOut {
+            seconds: Some(1.0),
+            ..FanOut::default()
+        });
+        let m = missing(&fanout, false, false);
+        assert!(
+            m.iter().any(|s| s.contains("fan-out: × the floor")),
+            "the fan-out needs its floor: {m:?}"
         );
     }
 }

@@ -51,6 +51,12 @@ pub struct Ctx {
     /// The floor's namespace (created by the first floor, kept for the run) and its sequential changes.
     pub floor_ns: String,
     floor_ready: bool,
+    /// The run's FlowSchemas that count the operator's own requests, when they could be made.
+    pub identity: Option<crate::identity::Schemas>,
+    /// The replicas' own ServiceAccount, when the run made one.
+    pub run_identity: Option<crate::identity::Identity>,
+    /// Deployments made so far in the fan-out floor's namespace (made once per run, grown as needed).
+    pub fanout_floor_workloads: usize,
     pub floor_changes: usize,
     floor_rounds: usize,
     values: AtomicU64,
@@ -75,6 +81,9 @@ impl Ctx {
             quiet: Duration::from_secs(2),
             floor_ns,
             floor_ready: false,
+            fanout_floor_workloads: 0,
+            identity: None,
+            run_identity: None,
             floor_changes: 60,
             floor_rounds: 0,
             values: AtomicU64::new(1),
@@ -94,7 +103,7 @@ impl Ctx {
     }
 
     /// A content no set has held before in this run.
-    fn next_value(&self) -> String {
+    pub(crate) fn next_value(&self) -> String {
         format!("c{}", self.values.fetch_add(1, Ordering::Relaxed))
     }
 
@@ -139,7 +148,7 @@ impl Ctx {
         }
     }
 
-    fn sets(&self, ns: &str) -> Api<ConfigMapSet> {
+    pub(crate) fn sets(&self, ns: &str) -> Api<ConfigMapSet> {
         Api::namespaced(self.client.clone(), ns)
     }
 
@@ -163,7 +172,7 @@ impl Ctx {
     }
 }
 
-fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
@@ -378,6 +387,8 @@ pub async fn check_converged(ctx: &mut Ctx, ns: &str, n: usize, tracker: &Tracke
 /// Counters at the start of a measured window.
 pub struct Meter {
     api: Option<RequestCounts>,
+    /// Requests dispatched by flow schema (the operator's own, when `Ctx::identity` is set).
+    dispatched: Option<BTreeMap<String, f64>>,
     op: crate::metrics::Scrape,
     cpu: Option<Duration>,
     slots: Vec<Option<Duration>>,
@@ -386,8 +397,10 @@ pub struct Meter {
 
 impl Meter {
     pub async fn start(ctx: &Ctx, install: &Install) -> Self {
+        let body = cluster::apiserver_metrics(&ctx.client).await.ok();
         Self {
-            api: cluster::apiserver_requests(&ctx.client).await.ok(),
+            api: body.as_deref().map(cluster::parse_request_counts),
+            dispatched: body.as_deref().map(crate::identity::parse_dispatched),
             op: install.scrape().await,
             cpu: install.cpu(),
             slots: install.cpu_by_slot(),
@@ -429,11 +442,23 @@ impl Meter {
                 Some((name.clone(), per(ms(cpu_of(pid)?.saturating_sub((*before)?)))))
             })
             .collect();
-        let after = cluster::apiserver_requests(&ctx.client).await;
+        let body = cluster::apiserver_metrics(&ctx.client).await;
+        let after = body.as_deref().map(cluster::parse_request_counts);
         let op_delta = install.scrape().await.since(&self.op);
+        let identity = match (&ctx.identity, &self.dispatched, &body) {
+            (Some(schemas), Some(before), Ok(body)) => {
+                let after = crate::identity::parse_dispatched(body);
+                Some(schemas.requests(&crate::identity::delta(&after, before)))
+            }
+            _ => None,
+        };
         let writes = match (self.api, after) {
             (Some(before), Ok(after)) => {
                 let mut w = writes_from(&cluster::delta(&after, &before), bench, changes);
+                if let Some(identity) = identity {
+                    w.operator_identity = identity.iter().map(|(k, v)| (k.clone(), per(*v))).collect();
+                    w.operator_identity_per_change = Some(w.operator_identity.values().sum::<f64>() + 0.0);
+                }
                 w.operator_self = op_delta
                     .writes
                     .iter()
@@ -497,7 +522,7 @@ fn writes_from(delta: &RequestCounts, bench: &RequestCounts, changes: usize) -> 
     w
 }
 
-fn set_patches(n: usize) -> RequestCounts {
+pub(crate) fn set_patches(n: usize) -> RequestCounts {
     [(
         ("PATCH".to_string(), "configmapsets.cmset.dev".to_string()),
         n as f64,
@@ -762,6 +787,8 @@ struct Takeover {
     /// The API server's LIST requests between the freeze and the standby's first write, and the
     /// bench's own among them.
     lists: Option<RequestCounts>,
+    /// The operator identity's requests in that time, by `VERB resource` (when they are counted).
+    identity: Option<BTreeMap<String, f64>>,
     bench_lists: u64,
     /// LISTs the standby's admission handler sent in that time (not the takeover's cost), by resource.
     admission_lists: BTreeMap<String, f64>,
@@ -807,7 +834,9 @@ pub async fn failover(
         let standby = &frozen_install.replicas[t.standby];
         let scraped = standby.scrape().await;
         let writes_before = scraped.writes_total();
-        let lists_before = cluster::apiserver_requests(&shared.client).await.ok();
+        let body_before = cluster::apiserver_metrics(&shared.client).await.ok();
+        let lists_before = body_before.as_deref().map(cluster::parse_request_counts);
+        let dispatched_before = body_before.as_deref().map(crate::identity::parse_dispatched);
         let bench_lists_before = tracker.lists();
         // Its counters up to now, kept in the sums once it no longer answers.
         frozen_install.replicas[leader].scrape().await;
@@ -821,7 +850,14 @@ pub async fn failover(
             }
             if s.writes_total() > writes_before {
                 t.write = Some(frozen.elapsed());
-                let lists_after = cluster::apiserver_requests(&shared.client).await.ok();
+                let body_after = cluster::apiserver_metrics(&shared.client).await.ok();
+                let lists_after = body_after.as_deref().map(cluster::parse_request_counts);
+                if let (Some(schemas), Some(before), Some(after)) =
+                    (&shared.identity, &dispatched_before, body_after.as_deref())
+                {
+                    let after = crate::identity::parse_dispatched(after);
+                    t.identity = Some(schemas.requests(&crate::identity::delta(&after, before)));
+                }
                 t.bench_lists = tracker.lists() - bench_lists_before;
                 t.admission_lists = s
                     .since(&scraped)
@@ -927,6 +963,28 @@ pub async fn failover(
     f.within_target = f.to_first_write_s.map(|s| s <= f.target_s);
     if t.write.is_some() && t.rollout.is_none() {
         ctx.fail("failover: no Deployment moved after the standby took over");
+    }
+    if let Some(requests) = &t.identity {
+        // Its LISTs, those of the standby's admission handler (answering, not taking over) taken out.
+        let mut lists: BTreeMap<String, f64> = requests
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix("LIST ")?.to_string(), *v)))
+            .collect();
+        for (resource, n) in &t.admission_lists {
+            if let Some(key) = [
+                resource.clone(),
+                format!("{resource}.cmset.dev"),
+                format!("{resource}.apps"),
+            ]
+            .into_iter()
+            .find(|k| lists.contains_key(k))
+            {
+                *lists.entry(key).or_default() -= n;
+            }
+        }
+        lists.retain(|_, v| *v > 0.0);
+        f.identity_list_requests = Some(lists.values().sum::<f64>() + 0.0);
+        f.identity_list_by_resource = lists;
     }
     if let Some(lists) = &t.lists {
         f.list_by_resource = lists
@@ -1129,9 +1187,80 @@ async fn wait_leak(
     }
 }
 
+/// Waits until every replica has gone idle (together at most `IDLE_CPU` of CPU in the last
+/// `IDLE_WINDOW`, read from /proc so that watching costs them nothing): it has taken in every watch event
+/// it was sent and acted on it. The operator exposes no count of what its stores hold, so this is how
+/// the bench knows that it has seen what the API server now holds. Bounded by `timeout`; the time it
+/// took, or an error.
+pub async fn idle(install: &Install, timeout: Duration) -> Result<Duration> {
+    let start = Instant::now();
+    let mut window: std::collections::VecDeque<(Instant, Option<Duration>)> = Default::default();
+    loop {
+        let (now, cpu) = (Instant::now(), install.cpu());
+        window.push_back((now, cpu));
+        while window
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) > IDLE_WINDOW)
+        {
+            window.pop_front();
+        }
+        if let Some((t, Some(then))) = window.front()
+            && now.duration_since(*t) + Duration::from_millis(300) >= IDLE_WINDOW
+            && let Some(cpu) = cpu
+            && cpu.saturating_sub(*then) <= IDLE_CPU
+        {
+            return Ok(start.elapsed());
+        }
+        if start.elapsed() >= timeout {
+            return Err(format!("the replicas did not go idle within {timeout:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Idle: both replicas together used at most this much CPU in the last `IDLE_WINDOW` (what a Lease
+/// renewal and a metrics scrape cost, well under one watch event's worth at scale).
+const IDLE_CPU: Duration = Duration::from_millis(60);
+const IDLE_WINDOW: Duration = Duration::from_secs(3);
+
+/// Deletes the revision ConfigMaps of the leak sets itself, as the garbage collector would once their
+/// owners are gone (the collector deletes at kube-controller-manager's 20 requests/s: 5,000 revisions
+/// took longer than the stage's bound in every published run). One the collector deleted first is done.
+async fn delete_leak_revisions(ctx: &Ctx, ns: &str) -> Result<usize> {
+    let cms = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns);
+    let lp = ListParams::default().labels(cmset_api::labels::SET);
+    let revisions = cluster::retry("list revisions", || cms.list_metadata(&lp)).await?;
+    let names: Vec<String> = revisions
+        .iter()
+        .filter(|cm| {
+            cm.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(cmset_api::labels::SET))
+                .is_some_and(|s| s.starts_with("leak-"))
+        })
+        .filter_map(|cm| cm.metadata.name.clone())
+        .collect();
+    let dp = DeleteParams::default();
+    bounded(names.len(), ctx.concurrency, |i| {
+        let (cms, name, dp) = (cms.clone(), names[i].clone(), dp.clone());
+        async move {
+            match cluster::retry(&format!("delete {name}"), || cms.delete(&name, &dp)).await {
+                Ok(_) => Ok(()),
+                Err(e) if e.to_string().contains("(404)") => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+    })
+    .await?;
+    Ok(names.len())
+}
+
 /// RSS of every replica before `k` sets are created, once they all have their revision, and once they
-/// and their revisions are deleted again: memory the replicas keep for objects that are gone.
+/// and their revisions are deleted again and every replica has gone idle: memory the replicas keep for
+/// objects that are gone.
 pub async fn leak(ctx: &mut Ctx, ns: &str, install: &Install, k: usize) -> Result<Leak> {
+    idle(install, ctx.timeout_base).await?;
     let before = install.memory().await;
     let sets = ctx.sets(ns);
     let start = Instant::now();
@@ -1147,16 +1276,17 @@ pub async fn leak(ctx: &mut Ctx, ns: &str, install: &Install, k: usize) -> Resul
     wait_leak(ctx, ns, k, |(_, current, _)| current == k).await?;
     let created_s = start.elapsed().as_secs_f64();
     settle(ctx, install, None, k, "creating the leak sets").await;
+    idle(install, ctx.timeout(k)).await?;
     let peak = install.memory().await;
     let start = Instant::now();
     let lp = ListParams::default().labels(&format!("{LEAK_LABEL}=true"));
     let dp = DeleteParams::default();
     cluster::retry("delete the leak sets", || sets.delete_collection(&dp, &lp)).await?;
+    let revisions_deleted = delete_leak_revisions(ctx, ns).await?;
     wait_leak(ctx, ns, k, |(sets, _, revisions)| sets == 0 && revisions == 0).await?;
     let deleted_s = start.elapsed().as_secs_f64();
-    settle(ctx, install, None, k, "deleting the leak sets").await;
-    // Let every replica see (and drop) every deletion, then some more.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Every replica has seen (and dropped) every deletion once it has nothing left to do.
+    let idle_s = idle(install, ctx.timeout(k)).await?.as_secs_f64();
     let after = install.memory().await;
     let replicas = before
         .iter()
@@ -1171,12 +1301,18 @@ pub async fn leak(ctx: &mut Ctx, ns: &str, install: &Install, k: usize) -> Resul
                 .memory
                 .zip(a.memory)
                 .map(|(b, a)| (a.rss_kib as f64 - b.rss_kib as f64) / k as f64),
+            after_pct_of_before: b
+                .memory
+                .zip(a.memory)
+                .map(|(b, a)| a.rss_kib as f64 * 100.0 / b.rss_kib.max(1) as f64),
         })
         .collect();
     Ok(Leak {
         sets: k,
         created_s,
         deleted_s,
+        revisions_deleted_by_bench: revisions_deleted,
+        idle_s,
         replicas,
     })
 }
