@@ -45,7 +45,8 @@ fi
 duration=$((seconds + 40))
 echo "profile: bench churn stage, $sets sets at $rate/s for $duration s; output in $out" >&2
 bash e2e/bench/run.sh --configurations webhook --sets "$sets" --rate "$rate" --duration "$duration" \
-  --skip-burst --skip-failover --skip-restart --skip-leak --skip-memory --skip-scales \
+  --skip-burst --skip-failover --skip-restart --skip-leak --skip-memory --skip-scales --skip-noop \
+  --skip-large-set --skip-fanout \
   --out "$out/bench" >"$out/bench.log" 2>&1 &
 bench=$!
 trap 'kill $bench 2>/dev/null || true' EXIT
