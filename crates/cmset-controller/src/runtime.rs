@@ -59,6 +59,8 @@ pub struct Settings {
     pub secret_sets: bool,
     /// Where the metric analysis of rollouts queries, if anywhere (`--prometheus-url`).
     pub prometheus: Option<Arc<crate::prometheus::Prometheus>>,
+    /// This replica's term as leader, which bounds every write (`None` without leader election).
+    pub term: Option<crate::leader::Term>,
 }
 
 fn api<K: Indexed>(client: &Client, namespace: Option<&str>) -> Api<K> {
@@ -322,6 +324,7 @@ impl Scope {
         );
         context.multi_set_window = settings.multi_set_window;
         context.prometheus = settings.prometheus.clone();
+        context.term = settings.term.clone();
         // A deleted set's series go with it (only the leader reports them).
         let gone_metrics = context.metrics.clone();
         self.index

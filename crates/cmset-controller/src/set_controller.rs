@@ -332,7 +332,11 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
                 let input = input(ctx, set, &held, &seen, analysis);
                 let previous = set.status().cloned().unwrap_or_default();
                 plan = plan_collision(&input, &previous, &taken);
-                write_status::<S>(ctx, object, &plan.status).await?;
+                if let refused @ (StatusWrite::StoreBehind | StatusWrite::Conflict) =
+                    write_status::<S>(ctx, object, &id, &plan.status).await?
+                {
+                    return Ok(refused.retry());
+                }
                 publish(ctx, object, &plan.events).await;
                 return Ok(Action::requeue(Duration::from_millis(100)));
             }
@@ -384,9 +388,12 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
         .flatten();
     if plan.status_changed(set) && wait.is_none() && !ctx.wrote_already(&id, set, &plan.status) {
         debug!(fields = ?changed_fields(set, &plan), "writing status");
-        write_status::<S>(ctx, object, &plan.status).await?;
-        ctx.remember_written(&id, set, &plan.status);
-        count_rollout(ctx, set, &plan);
+        match write_status::<S>(ctx, object, &id, &plan.status).await? {
+            StatusWrite::Written => count_rollout(ctx, set, &plan),
+            // The plan started from older state than the API server holds: its events and the
+            // rest are planned again from the newer state.
+            refused => return Ok(refused.retry()),
+        }
     }
     publish(ctx, object, &plan.events).await;
     Ok(Action::requeue(
@@ -638,33 +645,91 @@ async fn hold_unobserved<S: SetObject>(
             ?unobserved,
             "holding: workload kinds that may read the set cannot be listed or watched"
         );
-        write_status::<S>(ctx, object, &status).await?;
-        ctx.remember_written(id, set, &status);
+        if let refused @ (StatusWrite::StoreBehind | StatusWrite::Conflict) =
+            write_status::<S>(ctx, object, id, &status).await?
+        {
+            return Ok(refused.retry());
+        }
     }
     Ok(Action::requeue(UNOBSERVED_RECHECK))
 }
 
+/// What came of a status write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StatusWrite {
+    Written,
+    /// Not sent: the store has not yet seen the last status this process wrote, so the plan started
+    /// from older state than the API server holds. The store's watch event of that write plans again.
+    StoreBehind,
+    /// Refused by the API server: the set changed since the version the plan started from (409). Its
+    /// watch event plans again from the newer version.
+    Conflict,
+}
+
+impl StatusWrite {
+    /// The requeue after a status write that did not happen: a fallback, since the watch event of the
+    /// newer version of the set reconciles it as soon as it arrives. Not a failure: no backoff, no
+    /// error counted.
+    fn retry(self) -> Action {
+        match self {
+            Self::Written | Self::StoreBehind => Action::requeue(OWN_WRITE_RECHECK),
+            Self::Conflict => Action::requeue(crate::backoff::CONFLICT_BASE),
+        }
+    }
+}
+
+/// How soon a set whose store is behind this process's own last status write looks again by itself.
+const OWN_WRITE_RECHECK: Duration = Duration::from_secs(1);
+
 /// Writes `status` with a server-side apply of the whole status, forcing ownership: cmset is its only
 /// writer, and a field the plan leaves out is removed because this manager owned it, so no hand-kept
 /// list of fields can go stale.
-async fn write_status<S: SetObject>(ctx: &Context, set: &S, status: &ConfigMapSetStatus) -> Result<()> {
-    let body = json!({
+///
+/// Writes cannot go back in time: the apply carries the resourceVersion of the set the plan started
+/// from, so the API server refuses it (409) when the set changed since (another replica that took
+/// over wrote it, or this write arrives late); and it is not sent at all while the store has not seen
+/// this process's own last status write.
+async fn write_status<S: SetObject>(
+    ctx: &Context,
+    object: &S,
+    id: &SetId,
+    status: &ConfigMapSetStatus,
+) -> Result<StatusWrite> {
+    let set = object.as_set();
+    if ctx.behind_own_write(id, set) {
+        debug!(
+            "status not written: the store has not seen the last status written yet; planning again once it has"
+        );
+        return Ok(StatusWrite::StoreBehind);
+    }
+    let mut body = json!({
         "apiVersion": S::api_version(&()),
         "kind": S::kind(&()),
         "status": status,
     });
-    let api: Api<S> = Api::namespaced(ctx.client.clone(), &set.namespace().unwrap_or_default());
+    if let Some(version) = &object.meta().resource_version {
+        body["metadata"] = json!({ "resourceVersion": version });
+    }
+    let api: Api<S> = Api::namespaced(ctx.client.clone(), &object.namespace().unwrap_or_default());
     let params = PatchParams::apply(labels::FIELD_MANAGER).force();
-    ctx.write(
-        "write_status",
-        api.patch_status(&set.name_any(), &params, &Patch::Apply(&body)),
-    )
-    .await
-    .map_err(|source| Error::WriteStatus {
-        name: set.name_any(),
-        source,
-    })?;
-    Ok(())
+    let (name, patch) = (object.name_any(), Patch::Apply(&body));
+    match ctx
+        .write("write_status", api.patch_status(&name, &params, &patch))
+        .await
+    {
+        Ok(answer) => {
+            ctx.remember_written(id, set, status, answer.resource_version());
+            Ok(StatusWrite::Written)
+        }
+        Err(e) if api_code(&e) == Some(409) => {
+            debug!(
+                version = ?object.meta().resource_version,
+                "status not written: the set changed since the version planned from; planning again"
+            );
+            Ok(StatusWrite::Conflict)
+        }
+        Err(source) => Err(Error::WriteStatus { name, source }),
+    }
 }
 
 /// Whether the status `plan` wants may wait a moment, to be written once with what follows: its only
@@ -731,7 +796,9 @@ pub fn error_policy<S: SetObject>(set: Arc<S>, error: &Error, ctx: Arc<Context>)
     ctx.metrics.failed(NAME, error.category());
     let conflict = error.is_conflict();
     let retry_in = ctx.backoff(&reconciled(set.as_ref()), error);
-    if conflict {
+    if error.is_term_ended() {
+        debug!(set = %set.name_any(), %error, "this replica's term as leader ended; the next leader carries on");
+    } else if conflict {
         debug!(set = %set.name_any(), %error, ?retry_in, "conflict; retrying from a fresh read");
     } else {
         warn!(set = %set.name_any(), %error, ?retry_in, "reconcile failed");
