@@ -1403,7 +1403,8 @@ fn secret_responder(set: SecretSet, source: Secret) -> Responder {
 #[tokio::test]
 async fn a_new_secret_set_reads_its_source_once_and_stamps_an_immutable_secret() {
     let mut world = World::new();
-    let set = db_set();
+    let mut set = db_set();
+    set.metadata.resource_version = Some("12".into());
     world.add_secret_set(&set);
     world.see_secret(&db_source("7"));
     let (result, seen) = scenario(&world, secret_responder(set.clone(), db_source("7")), |ctx| {
@@ -1440,6 +1441,9 @@ async fn a_new_secret_set_reads_its_source_once_and_stamps_an_immutable_secret()
         })
     );
     assert_eq!(seen[2].body["status"]["currentRevision"], DB_V1);
+    // Planned from version 12: refused if the SecretSet changed since.
+    assert_eq!(seen[2].body["metadata"], json!({"resourceVersion": "12"}));
+    assert_eq!(seen[2].body["kind"], "SecretSet");
     // Nothing sent besides the revision itself holds a value.
     for s in seen
         .iter()
