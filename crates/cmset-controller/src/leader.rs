@@ -26,8 +26,9 @@
 //! `duration` from when they first see the record, which is after the write, which is after the
 //! request started. Only the rates of the replicas' clocks must agree, not their readings. Every
 //! request is cut off at the deadline, so a request that hangs counts as failed when it passes.
-//! Stepping down stops the controllers (their futures are dropped, so no further write is issued), then
-//! the process exits and is restarted; releasing the lease on the way out is best effort, with its own
+//! Every write of the controllers is bounded by the same deadline ([`Term`]): none is sent after it,
+//! and one in flight then is cut off. Stepping down stops the controllers (their futures are dropped,
+//! so no further write is issued), then the process exits and is restarted; releasing the lease on the way out is best effort, with its own
 //! short deadline.
 
 use std::sync::{Arc, Mutex, MutexGuard};
