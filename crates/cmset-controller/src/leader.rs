@@ -648,4 +648,21 @@ mod tests {
             );
         }
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_term_ends_at_its_deadline_or_at_once_without_one() {
+        let end = Instant::now() + secs(4.0);
+        let term = Term::until(Some(end));
+        assert_eq!(term.ends_at(), Some(end));
+        tokio::time::advance(secs(3.9)).await;
+        assert_eq!(term.ends_at(), Some(end));
+        tokio::time::advance(secs(0.1)).await;
+        assert_eq!(term.ends_at(), None, "ended at the deadline itself");
+        assert_eq!(Term::until(None).ends_at(), None, "not leading");
+        assert!(TermEnded::is(&TermEnded::error()));
+        assert!(
+            !TermEnded::is(&timed_out()),
+            "another client error is not this one"
+        );
+    }
 }
