@@ -28,8 +28,8 @@
 //! request is cut off at the deadline, so a request that hangs counts as failed when it passes.
 //! Every write of the controllers is bounded by the same deadline ([`Term`]): none is sent after it,
 //! and one in flight then is cut off. Stepping down stops the controllers (their futures are dropped,
-//! so no further write is issued), then the process exits and is restarted; releasing the lease on the way out is best effort, with its own
-//! short deadline.
+//! so no further write is issued), then the process exits and is restarted; releasing the lease on
+//! the way out is best effort, with its own short deadline.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! What the set controller remembers between two reconciles of a set: a fingerprint of the status it
-//! last wrote (until its store shows that write) and since when the set's deferrable writes have
-//! waited. A fingerprint, not the status: a quiet set's entry may stay until the next sweep, and a
+//! last wrote, with the versions of the set it was planned from and answered with (until its store
+//! shows that write: a plan from a store behind it waits), and since when the set's deferrable writes
+//! have waited. A fingerprint, not the status: a quiet set's entry may stay until the next sweep, and a
 //! set with thousands of workloads has a status of hundreds of kilobytes.
 //!
 //! Both are per set and bounded: an entry goes when it has served (the write is seen, the deferral
