@@ -332,10 +332,8 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
                 let input = input(ctx, set, &held, &seen, analysis);
                 let previous = set.status().cloned().unwrap_or_default();
                 plan = plan_collision(&input, &previous, &taken);
-                if let refused @ (StatusWrite::StoreBehind | StatusWrite::Conflict) =
-                    write_status::<S>(ctx, object, &id, &plan.status).await?
-                {
-                    return Ok(refused.retry());
+                if write_status::<S>(ctx, object, &id, &plan.status).await? == StatusWrite::StoreBehind {
+                    return Ok(Action::requeue(OWN_WRITE_RECHECK));
                 }
                 publish(ctx, object, &plan.events).await;
                 return Ok(Action::requeue(Duration::from_millis(100)));
@@ -392,7 +390,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
             StatusWrite::Written => count_rollout(ctx, set, &plan),
             // The plan started from older state than the API server holds: its events and the
             // rest are planned again from the newer state.
-            refused => return Ok(refused.retry()),
+            StatusWrite::StoreBehind => return Ok(Action::requeue(OWN_WRITE_RECHECK)),
         }
     }
     publish(ctx, object, &plan.events).await;
@@ -645,10 +643,8 @@ async fn hold_unobserved<S: SetObject>(
             ?unobserved,
             "holding: workload kinds that may read the set cannot be listed or watched"
         );
-        if let refused @ (StatusWrite::StoreBehind | StatusWrite::Conflict) =
-            write_status::<S>(ctx, object, id, &status).await?
-        {
-            return Ok(refused.retry());
+        if write_status::<S>(ctx, object, id, &status).await? == StatusWrite::StoreBehind {
+            return Ok(Action::requeue(OWN_WRITE_RECHECK));
         }
     }
     Ok(Action::requeue(UNOBSERVED_RECHECK))
@@ -661,21 +657,6 @@ enum StatusWrite {
     /// Not sent: the store has not yet seen the last status this process wrote, so the plan started
     /// from older state than the API server holds. The store's watch event of that write plans again.
     StoreBehind,
-    /// Refused by the API server: the set changed since the version the plan started from (409). Its
-    /// watch event plans again from the newer version.
-    Conflict,
-}
-
-impl StatusWrite {
-    /// The requeue after a status write that did not happen: a fallback, since the watch event of the
-    /// newer version of the set reconciles it as soon as it arrives. Not a failure: no backoff, no
-    /// error counted.
-    fn retry(self) -> Action {
-        match self {
-            Self::Written | Self::StoreBehind => Action::requeue(OWN_WRITE_RECHECK),
-            Self::Conflict => Action::requeue(crate::backoff::CONFLICT_BASE),
-        }
-    }
 }
 
 /// How soon a set whose store is behind this process's own last status write looks again by itself.
@@ -686,9 +667,11 @@ const OWN_WRITE_RECHECK: Duration = Duration::from_secs(1);
 /// list of fields can go stale.
 ///
 /// Writes cannot go back in time: the apply carries the resourceVersion of the set the plan started
-/// from, so the API server refuses it (409) when the set changed since (another replica that took
-/// over wrote it, or this write arrives late); and it is not sent at all while the store has not seen
-/// this process's own last status write.
+/// from, so the API server refuses it (409 Conflict) when the set changed since (another replica that
+/// took over wrote it, or this write arrives late); and it is not sent at all while the store has not
+/// seen this process's own last status write. A conflict is returned as the error it is: the set's
+/// watch event plans again from the newer version at once, and [`error_policy`] backs off quietly
+/// should the conflicts go on (a writer fighting cmset).
 async fn write_status<S: SetObject>(
     ctx: &Context,
     object: &S,
@@ -720,13 +703,6 @@ async fn write_status<S: SetObject>(
         Ok(answer) => {
             ctx.remember_written(id, set, status, answer.resource_version());
             Ok(StatusWrite::Written)
-        }
-        Err(e) if api_code(&e) == Some(409) => {
-            debug!(
-                version = ?object.meta().resource_version,
-                "status not written: the set changed since the version planned from; planning again"
-            );
-            Ok(StatusWrite::Conflict)
         }
         Err(source) => Err(Error::WriteStatus { name, source }),
     }
@@ -792,9 +768,14 @@ async fn publish<S: SetObject>(ctx: &Context, set: &S, events: &[PlannedEvent]) 
 /// A failed reconcile retries after a delay that doubles with each consecutive failure of the same set
 /// (see [`crate::backoff`]): a set that keeps failing costs a few requests an hour, not one every few
 /// seconds. A watch event (the set edited, say) still reconciles it at once.
+///
+/// A conflict (the set moved on since the plan's version) is no failure: it is counted among the
+/// write conflicts (`cmset_api_write_conflicts_total`), not the reconcile errors, and logged at debug.
 pub fn error_policy<S: SetObject>(set: Arc<S>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.failed(NAME, error.category());
     let conflict = error.is_conflict();
+    if !conflict {
+        ctx.metrics.failed(NAME, error.category());
+    }
     let retry_in = ctx.backoff(&reconciled(set.as_ref()), error);
     if error.is_term_ended() {
         debug!(set = %set.name_any(), %error, "this replica's term as leader ended; the next leader carries on");

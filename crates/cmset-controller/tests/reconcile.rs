@@ -1114,7 +1114,9 @@ async fn the_status_apply_carries_the_resource_version_it_was_planned_from() {
 }
 
 #[tokio::test]
-async fn a_conflict_on_the_status_write_requeues_quietly_and_sends_nothing_else() {
+async fn a_conflict_on_the_status_write_is_retried_quietly_with_backoff_and_sends_nothing_else() {
+    use cmset_controller::backoff::{self, Failure};
+    use cmset_controller::context::Reconciled;
     let mut world = World::new();
     let set = set_at_41(&mut world);
     let ok = ok_responder(set.clone());
@@ -1123,30 +1125,40 @@ async fn a_conflict_on_the_status_write_requeues_quietly_and_sends_nothing_else(
             if s.line() == SET_STATUS { conflict() } else { ok(s) }
         },
     );
-    let owned = set.clone();
+    let owned = Arc::new(set.clone());
     let id = (SetKind::ConfigMapSet, Key::new(NS, "nginx-config"));
-    let ((result, after), seen) = scenario(&world, respond, |ctx| async move {
-        let result = set_controller::reconcile(Arc::new(owned.clone()), ctx.clone()).await;
+    let ((result, retries, after), seen) = scenario(&world, respond, |ctx| async move {
+        let result = set_controller::reconcile(owned.clone(), ctx.clone()).await;
+        // The controller hands the error to its error policy; a writer fighting cmset would make it
+        // conflict again and again.
+        let retries: Vec<Action> = match &result {
+            Err(error) => (0..2)
+                .map(|_| set_controller::error_policy(owned.clone(), error, ctx.clone()))
+                .collect(),
+            Ok(_) => Vec::new(),
+        };
         let label = |operation| cmset_controller::metrics::WriteLabel { operation };
         let after = (
-            ctx.failures
-                .count(&cmset_controller::context::Reconciled::Set(id.clone())),
             ctx.metrics.writes.get_or_create(&label("write_status")).get(),
             ctx.metrics
                 .write_conflicts
                 .get_or_create(&label("write_status"))
                 .get(),
+            ctx.metrics
+                .errors
+                .get_or_create(&cmset_controller::metrics::ErrorLabels {
+                    controller: set_controller::NAME,
+                    category: "WriteStatus",
+                })
+                .get(),
             // Nothing remembered of a write that did not happen: the next plan writes.
-            ctx.behind_own_write(&id, (&owned).into()),
+            ctx.behind_own_write(&id, (&*owned).into()),
         );
-        (result, after)
+        (result, retries, after)
     })
     .await;
-    // Not an error (no backoff, no failure counted): planned again soon, from the newer set.
-    assert_eq!(
-        result.unwrap(),
-        Action::requeue(cmset_controller::backoff::CONFLICT_BASE)
-    );
+    let error = result.expect_err("a conflict");
+    assert!(error.is_conflict(), "{error}");
     assert_eq!(
         lines(&seen),
         vec![SET_STATUS],
@@ -1154,9 +1166,23 @@ async fn a_conflict_on_the_status_write_requeues_quietly_and_sends_nothing_else(
     );
     assert_eq!(
         after,
-        (0, 1, 1, false),
-        "(failures, writes sent, conflicts, behind)"
+        (1, 1, 0, false),
+        "(writes sent, conflicts, reconcile errors, behind)"
     );
+    // Retried soon (the set's watch event plans again at once anyway), then later and later.
+    let key = Reconciled::Set((SetKind::ConfigMapSet, Key::new(NS, "nginx-config")));
+    let expected: Vec<Action> = (1..=2)
+        .map(|count| {
+            let failure = Failure {
+                count,
+                conflict: true,
+                unreachable: false,
+                retry_after: None,
+            };
+            Action::requeue(backoff::delay(failure, backoff::seed(&key, count)))
+        })
+        .collect();
+    assert_eq!(retries, expected);
 }
 
 #[tokio::test]
