@@ -10,6 +10,9 @@
 //!   a proper `Status` body ([`Rule`], [`Fault`]);
 //! - or forward such a request at once but hold the API server's answer back for a while
 //!   ([`Rule::delay_answer`]): the server has acted, the client learns of it late;
+//! - hold a request (read whole) until the test releases it, then forward it whatever became of the
+//!   client ([`Rule::hold_request`], [`FaultProxy::release_held`]): a write that lands late, after its
+//!   sender gave up on it or exited;
 //! - drop every open watch connection mid-stream, as a network cut would ([`FaultProxy::drop_watches`]);
 //! - end every open watch with a `410 Gone` `ERROR` event, as the server does when the resourceVersion
 //!   a watch resumes from is compacted away ([`FaultProxy::expire_watches`]);
@@ -201,6 +204,9 @@ pub enum Action {
     /// Forward the request at once, and pass the API server's answer on this much later: a slow
     /// network on the way back, where the server has acted long before the client knows.
     DelayAnswer(Duration),
+    /// Hold the request, its body read whole, until [`FaultProxy::release_held`]; then forward it,
+    /// whether or not its client is still there: a write that reaches the API server late.
+    HoldRequest,
 }
 
 /// Do `action` to the requests `matcher` matches: the next `times` of them, or all while the rule is
@@ -254,6 +260,17 @@ impl Rule {
     }
 }
 
+impl Rule {
+    /// Hold the next `times` matching requests until [`FaultProxy::release_held`].
+    pub fn hold_request(times: usize, matcher: Match) -> Self {
+        Self {
+            matcher,
+            action: Action::HoldRequest,
+            times: Some(times),
+        }
+    }
+}
+
 /// What happens to the watches open when the test says so.
 #[derive(Clone, Copy, Debug)]
 enum WatchCommand {
@@ -276,6 +293,13 @@ struct State {
     injected: AtomicUsize,
     open_watches: AtomicUsize,
     watches: broadcast::Sender<WatchCommand>,
+    /// Bumped by each [`FaultProxy::release_held`]: a held request goes once it moves past the value
+    /// it arrived under.
+    release: tokio::sync::watch::Sender<u64>,
+    /// Requests held and not yet forwarded.
+    holding: AtomicUsize,
+    /// The API server's status codes for the held requests forwarded so far, in the order answered.
+    held_answers: Mutex<Vec<u16>>,
 }
 
 /// Where and how to reach the real API server.
@@ -354,6 +378,9 @@ impl FaultProxy {
             injected: AtomicUsize::new(0),
             open_watches: AtomicUsize::new(0),
             watches: broadcast::channel(16).0,
+            release: tokio::sync::watch::Sender::new(0),
+            holding: AtomicUsize::new(0),
+            held_answers: Mutex::new(Vec::new()),
         });
         let shared = state.clone();
         let accept = tokio::spawn(async move {
@@ -444,6 +471,21 @@ impl FaultProxy {
             .count()
     }
 
+    /// Forwards every request held so far ([`Rule::hold_request`]).
+    pub fn release_held(&self) {
+        self.state.release.send_modify(|epoch| *epoch += 1);
+    }
+
+    /// Requests held now, not yet released.
+    pub fn holding(&self) -> usize {
+        self.state.holding.load(Ordering::SeqCst)
+    }
+
+    /// The API server's status codes for the held requests it has answered, in order.
+    pub fn held_answers(&self) -> Vec<u16> {
+        self.state.held_answers.lock().unwrap().clone()
+    }
+
     /// Requests a rule acted on so far (answered with a fault, or delayed).
     pub fn injected(&self) -> usize {
         self.state.injected.load(Ordering::SeqCst)
@@ -524,6 +566,7 @@ async fn handle(state: Arc<State>, request: Request<Incoming>) -> Result<Respons
             return Ok(unserved_response());
         }
         Some(Action::DelayAnswer(by)) => by,
+        Some(Action::HoldRequest) => return Ok(hold(state, request, path_and_query).await),
         None => Duration::ZERO,
     };
     let watch = is_watch(&path_and_query);
@@ -544,17 +587,54 @@ async fn handle(state: Arc<State>, request: Request<Incoming>) -> Result<Respons
                 body.map_err(BoxError::from).boxed_unsync(),
             ))
         }
-        Err(e) => {
-            let body = json!({
-                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                "message": format!("e2e fault proxy: the API server is unreachable: {e}"),
-                "reason": "ServiceUnavailable", "code": 502,
-            });
-            let mut response = Response::new(full(serde_json::to_vec(&body).unwrap()));
-            *response.status_mut() = StatusCode::BAD_GATEWAY;
-            Ok(response)
-        }
+        Err(e) => Ok(unreachable(&e)),
     }
+}
+
+/// The proxy's answer when it could not reach the API server.
+fn unreachable(e: &BoxError) -> Response<ProxyBody> {
+    let body = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": format!("e2e fault proxy: the API server is unreachable: {e}"),
+        "reason": "ServiceUnavailable", "code": 502,
+    });
+    let mut response = Response::new(full(serde_json::to_vec(&body).unwrap()));
+    *response.status_mut() = StatusCode::BAD_GATEWAY;
+    response
+}
+
+/// Holds `request` until the test releases it, then forwards it from a task of its own, so that it
+/// reaches the API server even when its client has gone meanwhile (its connection closed, its process
+/// exited); the client, if still there, gets the answer.
+async fn hold(state: Arc<State>, request: Request<Incoming>, path_and_query: String) -> Response<ProxyBody> {
+    let (parts, body) = request.into_parts();
+    let body = match body.collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(e) => return unreachable(&BoxError::from(e)),
+    };
+    let mut release = state.release.subscribe();
+    let arrived = *release.borrow_and_update();
+    state.holding.fetch_add(1, Ordering::SeqCst);
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        // The sender lives in `state`, which this task holds: waiting cannot fail.
+        let _ = release.wait_for(|epoch| *epoch > arrived).await;
+        state.holding.fetch_sub(1, Ordering::SeqCst);
+        let request = Request::from_parts(parts, Full::new(body));
+        let response = match forward(&state.upstream, request, &path_and_query).await {
+            Ok(response) => {
+                let (parts, body) = response.into_parts();
+                let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                state.held_answers.lock().unwrap().push(parts.status.as_u16());
+                Response::from_parts(parts, full(body))
+            }
+            Err(e) => unreachable(&e),
+        };
+        let _ = answer.send(response);
+    });
+    answered
+        .await
+        .unwrap_or_else(|_| unreachable(&"the held request's task ended".into()))
 }
 
 /// Hop-by-hop headers: about one connection, not to be forwarded to the next.
@@ -573,11 +653,16 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// Sends `request` to the API server over a connection of its own (watches hold theirs for minutes).
-async fn forward(
+async fn forward<B>(
     upstream: &Upstream,
-    request: Request<Incoming>,
+    request: Request<B>,
     path_and_query: &str,
-) -> Result<Response<Incoming>, BoxError> {
+) -> Result<Response<Incoming>, BoxError>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
     let tcp = TcpStream::connect(&upstream.address).await?;
     let tls = upstream.tls.connect(upstream.server_name.clone(), tcp).await?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;

@@ -4,6 +4,11 @@
 //! revision and not yet rolled out; the others show `Waiting` with the budget's reason meanwhile, and
 //! every one of them arrives.
 //!
+//! The budget holds across a leader frozen mid-rollout: two replicas, twelve Deployments, a budget of
+//! three; the leader is cut off from the API server (a proxy that stops passing bytes) after the first
+//! ones arrived, the standby takes over, and still no more than three are ever seen moving at once,
+//! every one arrives, and the frozen leader's requests held in the proxy change nothing once it thaws.
+//!
 //! The budget counts moves, not sickness: four opted-in Deployments that were broken from the start
 //! (cmset never moved them) take no slot, so a budgeted rollout of sixteen others goes through.
 
@@ -12,7 +17,8 @@ use std::time::Duration;
 
 use cmset_e2e::cmset_api::{ConfigMapSet, WorkloadState};
 use cmset_e2e::fixtures::{template_names, wave_deployment_yaml};
-use cmset_e2e::{Operator, TestNamespace, eventually_within, kustomize_name};
+use cmset_e2e::proxy::{Proxy, kubeconfig_via, upstream_of};
+use cmset_e2e::{Operator, TestNamespace, eventually, eventually_within, kustomize_name, stays};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::runtime::watcher;
@@ -37,8 +43,8 @@ spec:
     kustomize_name(SET, &[("MODE", value)])
 }
 
-fn deployments() -> String {
-    (0..WORKLOADS)
+fn deployments(count: usize) -> String {
+    (0..count)
         .map(|i| {
             format!(
                 r#"
@@ -87,7 +93,7 @@ async fn fifty_workloads_under_a_budget_of_five_never_have_more_than_five_moving
     let cap = CAP.to_string();
     let _operator = Operator::start_with(&ns.name, &["--max-moving-workloads", &cap]).await;
     let v1 = write_set(&ns, "one");
-    ns.apply(&deployments());
+    ns.apply(&deployments(WORKLOADS));
     eventually_within(
         Duration::from_secs(180),
         "every Deployment runs v1, rolled out",
@@ -164,6 +170,171 @@ async fn fifty_workloads_under_a_budget_of_five_never_have_more_than_five_moving
         saw_waiting,
         "no workload was ever reported Waiting for the budget"
     );
+}
+
+/// A replica of the pair that serves `ns` with a budget of `cap`, on a Lease of its own (see
+/// e2e/rbac.yaml).
+fn budgeted_replica(ns: &TestNamespace, replica: &str, cap: usize) -> Vec<String> {
+    [
+        "--max-moving-workloads",
+        &cap.to_string(),
+        "--leader-election=true",
+        "--lease-duration-seconds",
+        "6",
+        "--lease-name",
+        &format!("cmset-e2e-{}", ns.name),
+        "--identity",
+        &format!("{}-{replica}", ns.name),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+#[tokio::test]
+async fn the_budget_holds_across_a_leader_frozen_mid_rollout() {
+    const COUNT: usize = 12;
+    const CAP: usize = 3;
+    let ns = TestNamespace::new("budget-failover").await;
+    let kubeconfig = std::env::var_os("CMSET_OPERATOR_KUBECONFIG")
+        .or_else(|| std::env::var_os("KUBECONFIG"))
+        .map(std::path::PathBuf::from)
+        .expect("a kubeconfig for the operator");
+    let proxy = Proxy::start(upstream_of(&kubeconfig)).await;
+    let a_args = budgeted_replica(&ns, "a", CAP);
+    let a_args: Vec<&str> = a_args.iter().map(String::as_str).collect();
+    let mut a = Operator::start_via(&ns.name, &a_args, kubeconfig_via(&kubeconfig, &proxy, &ns.name)).await;
+    eventually("replica a to lead", || async {
+        (a.metric("cmset_leader") == 1.0).then_some(())
+    })
+    .await;
+    let b_args = budgeted_replica(&ns, "b", CAP);
+    let b_args: Vec<&str> = b_args.iter().map(String::as_str).collect();
+    let b = Operator::start_without_webhook(&ns.name, &b_args).await;
+    let v1 = write_set(&ns, "one");
+    ns.apply(&deployments(COUNT));
+    eventually_within(
+        Duration::from_secs(180),
+        "every Deployment runs v1, rolled out",
+        || async {
+            let list = ns.api::<Deployment>().list(&Default::default()).await.ok()?;
+            let done = list
+                .items
+                .iter()
+                .filter(|d| template_names(d).contains(&v1) && rolled_out(d))
+                .count();
+            (done == COUNT).then_some(())
+        },
+    )
+    .await;
+
+    // The API's view of the Deployments, from before the change on.
+    let v2 = kustomize_name(SET, &[("MODE", "two")]);
+    let mut events = watcher(ns.api::<Deployment>(), watcher::Config::default()).boxed();
+    let mut seen: BTreeMap<String, Deployment> = BTreeMap::new();
+    let observe = |seen: &mut BTreeMap<String, Deployment>, event: watcher::Event<Deployment>| match event {
+        watcher::Event::Apply(d) | watcher::Event::InitApply(d) => {
+            seen.insert(d.metadata.name.clone().unwrap_or_default(), d);
+        }
+        watcher::Event::Delete(d) => {
+            seen.remove(&d.metadata.name.clone().unwrap_or_default());
+        }
+        watcher::Event::Init | watcher::Event::InitDone => {}
+    };
+    while seen.len() < COUNT {
+        if let Ok(event) = events.next().await.expect("the watch runs") {
+            observe(&mut seen, event);
+        }
+    }
+    assert_eq!(write_set(&ns, "two"), v2);
+
+    // Every event: no more than CAP moving. Once the first CAP have arrived, a is frozen mid-rollout.
+    let (mut most, mut frozen_at) = (0, None);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+    loop {
+        let moving = seen
+            .values()
+            .filter(|d| template_names(d).contains(&v2) && !rolled_out(d))
+            .count();
+        most = most.max(moving);
+        assert!(
+            moving <= CAP,
+            "{moving} Deployments moving at once, with a budget of {CAP} (frozen with {frozen_at:?} arrived)"
+        );
+        let arrived = seen
+            .values()
+            .filter(|d| template_names(d).contains(&v2) && rolled_out(d))
+            .count();
+        if arrived == COUNT {
+            break;
+        }
+        if frozen_at.is_none() && arrived >= CAP {
+            proxy.freeze();
+            frozen_at = Some(arrived);
+        }
+        let next = tokio::time::timeout_at(deadline, events.next())
+            .await
+            .unwrap_or_else(|_| panic!("only {arrived} of {COUNT} Deployments arrived on {v2} in 300 s"));
+        if let Ok(event) = next.expect("the watch runs") {
+            observe(&mut seen, event);
+        }
+    }
+    let frozen_at = frozen_at.expect("the leader was frozen");
+    assert!(
+        frozen_at < COUNT,
+        "frozen mid-rollout: {frozen_at} of {COUNT} had arrived"
+    );
+    assert!(
+        a.wait_exit(Duration::from_secs(30)).await.is_some(),
+        "the frozen leader stepped down and exited"
+    );
+    assert_eq!(b.metric("cmset_leader"), 1.0, "the standby took over");
+    eprintln!(
+        "frozen with {frozen_at} of {COUNT} arrived; at most {most} moving at once; the new leader sent {} writes",
+        b.writes()
+    );
+
+    // Thawed, whatever the frozen leader had sent and the proxy held reaches the API server now: it
+    // changes no Deployment's spec and not the set's status. Taken once the new leader is done (old
+    // pods gone, its last status written: three quiet seconds, longer than its batch window).
+    let snapshot = || async {
+        let generations: BTreeMap<String, Option<i64>> = ns
+            .api::<Deployment>()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|d| (d.metadata.name.clone().unwrap_or_default(), d.metadata.generation))
+            .collect();
+        (generations, ns.set(SET).await.status)
+    };
+    let mut settled = snapshot().await;
+    let settle_by = tokio::time::Instant::now() + cmset_e2e::CONVERGE;
+    loop {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let now = snapshot().await;
+        if now == settled {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < settle_by,
+            "the new leader keeps writing"
+        );
+        settled = now;
+    }
+    proxy.thaw();
+    stays(
+        "no Deployment moves and the set's status stays",
+        Duration::from_secs(5),
+        || async { snapshot().await == settled },
+    )
+    .await;
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(ns.client.clone(), "cmset-system");
+    let _ = leases
+        .delete(&format!("cmset-e2e-{}", ns.name), &Default::default())
+        .await;
 }
 
 /// An opted-in Deployment of wave 0 reading `reads`, and with `broken` a ConfigMap whose key the fake

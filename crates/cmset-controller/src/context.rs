@@ -15,6 +15,7 @@ use kube::runtime::events::{Event, Recorder, Reporter};
 
 use crate::backoff::{self, Failure, Failures};
 use crate::index::{Index, Key, SetId};
+use crate::leader::{Term, TermEnded};
 use crate::memory::SetMemory;
 use crate::metrics::Metrics;
 use crate::stores::Stores;
@@ -43,6 +44,9 @@ pub struct Context {
     /// `--prometheus-url`; `None` without one: a set that asks for analysis holds its rollout and says
     /// why.
     pub measurer: Option<Arc<crate::measurer::Measurer>>,
+    /// This replica's term as leader (`None` without leader election: writes are always sent). No
+    /// write is sent after it ends, and one in flight then is cut off (see [`Context::write`]).
+    pub term: Option<Term>,
 }
 
 /// An object a controller reconciles: the key of its failure count.
@@ -83,6 +87,7 @@ impl Context {
             memory: SetMemory::default(),
             failures: Failures::default(),
             measurer: None,
+            term: None,
         }
     }
 
@@ -163,11 +168,29 @@ impl Context {
             .wrote_already(key, &set.metadata().resource_version, status)
     }
 
-    pub fn remember_written(&self, key: &SetId, set: SetRef<'_>, status: &ConfigMapSetStatus) {
+    /// Whether the store, which shows `set`, has not yet seen the last status this process wrote for
+    /// it (see [`SetMemory::behind_own_write`]): planning from it would start from older state.
+    pub fn behind_own_write(&self, key: &SetId, set: SetRef<'_>) -> bool {
         self.memory
-            .remember_written(key, set.metadata().resource_version.clone(), status, |s| {
-                self.stores.set(s).is_some()
-            });
+            .behind_own_write(key, &set.metadata().resource_version)
+    }
+
+    /// Remembers that `status` was written for `set` as the store shows it, and that the API server
+    /// answered with the resourceVersion `answered`.
+    pub fn remember_written(
+        &self,
+        key: &SetId,
+        set: SetRef<'_>,
+        status: &ConfigMapSetStatus,
+        answered: Option<String>,
+    ) {
+        self.memory.remember_written(
+            key,
+            set.metadata().resource_version.clone(),
+            answered,
+            status,
+            |s| self.stores.set(s).is_some(),
+        );
     }
 
     /// The set controller's memory of its writes (tests read and prime it).
@@ -176,17 +199,43 @@ impl Context {
     }
 
     /// Sends one write of state to the API server: every write goes through here, counted by operation
-    /// (and, in crash tests, the place the process aborts: see `crash_points`).
+    /// (and, in crash tests, the place the process aborts: see `crash_points`). Only while this replica's
+    /// term as leader lasts: after it a write is not sent (nor counted), and one in flight when it ends
+    /// is cut off; both return [`TermEnded`]. A write the API server refuses because the object moved
+    /// on since it was read (409 Conflict) is counted as such too.
     pub async fn write<T>(
         &self,
         operation: &'static str,
         request: impl std::future::Future<Output = kube::Result<T>>,
     ) -> kube::Result<T> {
+        let end = match &self.term {
+            None => None,
+            Some(term) => match term.ends_at() {
+                Some(end) => Some(end),
+                None => {
+                    tracing::debug!(operation, "not sent: this replica's term as leader has ended");
+                    return Err(TermEnded::error());
+                }
+            },
+        };
         self.metrics.wrote(operation);
         let n = crate::crash_points::before_write(operation);
-        let result = request.await;
-        if result.is_ok() {
-            crate::crash_points::after_write(n, operation);
+        let result = match end {
+            Some(end) => tokio::time::timeout_at(end, request).await.unwrap_or_else(|_| {
+                tracing::debug!(
+                    operation,
+                    "cut off in flight: this replica's term as leader ended"
+                );
+                Err(TermEnded::error())
+            }),
+            None => request.await,
+        };
+        match &result {
+            Ok(_) => crate::crash_points::after_write(n, operation),
+            Err(kube::Error::Api(status)) if status.code == 409 && status.reason == "Conflict" => {
+                self.metrics.conflicted(operation);
+            }
+            Err(_) => {}
         }
         result
     }
@@ -195,6 +244,10 @@ impl Context {
     /// the same reason on the same object into a series that keeps the first message, while cmset
     /// publishes only when something changed, so every event must keep its own message.
     pub async fn publish(&self, event: &Event, regarding: &ObjectReference) {
+        if self.term.as_ref().is_some_and(|term| term.ends_at().is_none()) {
+            tracing::debug!(reason = %event.reason, "event not published: this replica's term as leader has ended");
+            return;
+        }
         self.metrics.wrote("publish_event");
         let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
         if let Err(e) = recorder.publish(event, regarding).await {

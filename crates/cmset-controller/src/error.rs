@@ -77,6 +77,12 @@ impl Error {
         matches!(self.api_status(), Some(status) if status.code == 409 || status.code == 422)
     }
 
+    /// A write was not sent (or was cut off) because this replica's term as leader ended: the
+    /// process is stepping down, nothing failed.
+    pub fn is_term_ended(&self) -> bool {
+        self.kube_error().is_some_and(crate::leader::TermEnded::is)
+    }
+
     /// How long the API server asked us to wait (`Status.details.retryAfterSeconds`, which it sets on
     /// a 429 beside the `Retry-After` header; kube's client consumes the header in its own retries and
     /// surfaces only the body).

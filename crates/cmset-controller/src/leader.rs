@@ -26,11 +26,12 @@
 //! `duration` from when they first see the record, which is after the write, which is after the
 //! request started. Only the rates of the replicas' clocks must agree, not their readings. Every
 //! request is cut off at the deadline, so a request that hangs counts as failed when it passes.
-//! Stepping down stops the controllers (their futures are dropped, so no further write is issued), then
-//! the process exits and is restarted; releasing the lease on the way out is best effort, with its own
-//! short deadline.
+//! Every write of the controllers is bounded by the same deadline ([`Term`]): none is sent after it,
+//! and one in flight then is cut off. Stepping down stops the controllers (their futures are dropped,
+//! so no further write is issued), then the process exits and is restarted; releasing the lease on
+//! the way out is best effort, with its own short deadline.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -316,6 +317,54 @@ impl Elector {
     }
 }
 
+/// This replica's term as leader, as the controllers' writes see it: a write is sent only before the
+/// term ends ([`Elector::step_down_at`]), and one still in flight then is cut off, so nothing this
+/// replica sends can reach the API server after a standby may have taken over (short of a request
+/// already on the wire: the preconditions it carries refuse it then).
+#[derive(Clone)]
+pub struct Term(Arc<dyn Fn() -> Option<Instant> + Send + Sync>);
+
+impl Term {
+    /// The term of the leader `elector` elects: it ends at its step-down deadline, or at once when it
+    /// does not hold the lease.
+    pub fn of(elector: Arc<Elector>) -> Self {
+        Self(Arc::new(move || elector.step_down_at()))
+    }
+
+    /// A term that ends at `end` (`None`: ended already), for tests.
+    pub fn until(end: Option<Instant>) -> Self {
+        Self(Arc::new(move || end))
+    }
+
+    /// When the term ends; `None` when it has (or this replica does not lead).
+    pub fn ends_at(&self) -> Option<Instant> {
+        (self.0)().filter(|end| Instant::now() < *end)
+    }
+}
+
+impl std::fmt::Debug for Term {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Term").field(&self.ends_at()).finish()
+    }
+}
+
+/// A write this replica did not send, or cut off in flight, because its term as leader had ended.
+#[derive(Debug, thiserror::Error)]
+#[error("not sent: this replica's term as leader has ended")]
+pub struct TermEnded;
+
+impl TermEnded {
+    /// As a client error, which every write returns.
+    pub fn error() -> kube::Error {
+        kube::Error::Service(Box::new(TermEnded))
+    }
+
+    /// Whether `error` is this one.
+    pub fn is(error: &kube::Error) -> bool {
+        matches!(error, kube::Error::Service(e) if e.is::<TermEnded>())
+    }
+}
+
 fn timed_out() -> kube::Error {
     kube::Error::Service(Box::new(std::io::Error::new(
         std::io::ErrorKind::TimedOut,
@@ -598,5 +647,22 @@ mod tests {
                 "took over soon after the lease expired: {took:?}"
             );
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_term_ends_at_its_deadline_or_at_once_without_one() {
+        let end = Instant::now() + secs(4.0);
+        let term = Term::until(Some(end));
+        assert_eq!(term.ends_at(), Some(end));
+        tokio::time::advance(secs(3.9)).await;
+        assert_eq!(term.ends_at(), Some(end));
+        tokio::time::advance(secs(0.1)).await;
+        assert_eq!(term.ends_at(), None, "ended at the deadline itself");
+        assert_eq!(Term::until(None).ends_at(), None, "not leading");
+        assert!(TermEnded::is(&TermEnded::error()));
+        assert!(
+            !TermEnded::is(&timed_out()),
+            "another client error is not this one"
+        );
     }
 }

@@ -7,7 +7,7 @@ use cmset_controller::cli::{Cli, LogFormat};
 use cmset_controller::context::system_clock;
 use cmset_controller::drain::{self, Readiness};
 use cmset_controller::http::Stop;
-use cmset_controller::leader::{Elector, LeaseConfig};
+use cmset_controller::leader::{Elector, LeaseConfig, Term};
 use cmset_controller::metrics::Metrics;
 use cmset_controller::runtime::{Scope, Scopes, Settings};
 use cmset_controller::server::{Health, bind, serve};
@@ -168,7 +168,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     };
 
     let elector = cli.leader_election.then(|| {
-        Elector::new(
+        Arc::new(Elector::new(
             client.clone(),
             LeaseConfig::with_duration(
                 cli.lease_namespace(),
@@ -176,7 +176,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 cli.identity(),
                 Duration::from_secs(cli.lease_duration_seconds),
             ),
-        )
+        ))
     });
     if let Some(elector) = &elector {
         tokio::select! {
@@ -199,6 +199,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         secret_sets: cli.secret_sets,
         prometheus,
         analysis_concurrency: cli.analysis_concurrency,
+        term: elector.clone().map(Term::of),
     };
     info!("leading: reconciling");
     // A task of its own rather than part of this function's future, which `#[tokio::main]` polls on

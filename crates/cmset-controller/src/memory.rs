@@ -1,6 +1,7 @@
 //! What the set controller remembers between two reconciles of a set: a fingerprint of the status it
-//! last wrote (until its store shows that write) and since when the set's deferrable writes have
-//! waited. A fingerprint, not the status: a quiet set's entry may stay until the next sweep, and a
+//! last wrote, with the versions of the set it was planned from and answered with (until its store
+//! shows that write: a plan from a store behind it waits), and since when the set's deferrable writes
+//! have waited. A fingerprint, not the status: a quiet set's entry may stay until the next sweep, and a
 //! set with thousands of workloads has a status of hundreds of kilobytes.
 //!
 //! Both are per set and bounded: an entry goes when it has served (the write is seen, the deferral
@@ -68,11 +69,21 @@ impl<K: Hash + Eq, V> Swept<K, V> {
 /// The set controller's memory of its own writes (see the module's doc).
 #[derive(Default)]
 pub struct SetMemory {
-    /// The fingerprint of the last status written for each set, with the resourceVersion it was
-    /// planned from.
-    written: Mutex<Swept<SetId, (Option<String>, Fingerprint)>>,
+    /// The last status written for each set.
+    written: Mutex<Swept<SetId, Written>>,
     /// Since when each set has had only deferrable writes planned.
     deferred: Mutex<Swept<SetId, Instant>>,
+}
+
+/// A status this process wrote.
+#[derive(Debug)]
+struct Written {
+    /// The resourceVersion of the set it was planned from.
+    from: Option<String>,
+    /// The resourceVersion the API server answered it with (the same as `from` when it changed
+    /// nothing).
+    to: Option<String>,
+    fingerprint: Fingerprint,
 }
 
 /// SHA-256 of a status's JSON: equal statuses serialize alike (every map in it is ordered).
@@ -109,7 +120,7 @@ impl SetMemory {
     pub fn wrote_already(&self, set: &SetId, version: &Option<String>, status: &ConfigMapSetStatus) -> bool {
         let mut written = lock(&self.written);
         match written.get(set) {
-            Some((from, wrote)) if from == version => *wrote == fingerprint(status),
+            Some(wrote) if wrote.from == *version => wrote.fingerprint == fingerprint(status),
             Some(_) => {
                 written.remove(set);
                 false
@@ -118,15 +129,30 @@ impl SetMemory {
         }
     }
 
+    /// Whether the store, showing `set` at `version`, has not yet seen the last status this process
+    /// wrote for it: the write was planned from `version` and made a new one. A plan from that store
+    /// starts from older state than the API server holds.
+    pub fn behind_own_write(&self, set: &SetId, version: &Option<String>) -> bool {
+        lock(&self.written)
+            .get(set)
+            .is_some_and(|wrote| wrote.from == *version && wrote.to != *version)
+    }
+
+    /// Remembers that `status` was written for `set`, planned from `from` and answered with `to`.
     pub fn remember_written(
         &self,
         set: &SetId,
-        version: Option<String>,
+        from: Option<String>,
+        to: Option<String>,
         status: &ConfigMapSetStatus,
         exists: impl Fn(&SetId) -> bool,
     ) {
-        let fingerprint = fingerprint(status);
-        lock(&self.written).insert(set.clone(), (version, fingerprint), exists);
+        let written = Written {
+            from,
+            to,
+            fingerprint: fingerprint(status),
+        };
+        lock(&self.written).insert(set.clone(), written, exists);
     }
 
     /// Since when `set`'s writes have been deferred, starting now if they were not.
@@ -172,7 +198,13 @@ mod tests {
         let live = |set: &SetId| set.1.name == "set-0";
         let start = Instant::now();
         for n in 0..100_000 {
-            memory.remember_written(&id(n), Some("1".into()), &ConfigMapSetStatus::default(), live);
+            memory.remember_written(
+                &id(n),
+                Some("1".into()),
+                Some("2".into()),
+                &ConfigMapSetStatus::default(),
+                live,
+            );
             memory.deferred_since(&id(n), start, live);
         }
         let (written, deferred) = memory.sizes();
@@ -191,7 +223,7 @@ mod tests {
             revision: Some(2),
             ..Default::default()
         };
-        memory.remember_written(&id(1), Some("5".into()), &status, |_| true);
+        memory.remember_written(&id(1), Some("5".into()), Some("6".into()), &status, |_| true);
         assert!(memory.wrote_already(&id(1), &Some("5".into()), &status));
         assert!(!memory.wrote_already(&id(1), &Some("5".into()), &ConfigMapSetStatus::default()));
         assert!(
@@ -199,6 +231,24 @@ mod tests {
             "moved on"
         );
         assert_eq!(memory.sizes().0, 0, "an entry that served is dropped");
+    }
+
+    #[test]
+    fn the_store_is_behind_its_own_write_until_it_shows_another_version() {
+        let memory = SetMemory::default();
+        let v = |n: &str| Some(n.to_string());
+        assert!(!memory.behind_own_write(&id(1), &v("5")), "nothing written");
+        memory.remember_written(&id(1), v("5"), v("6"), &ConfigMapSetStatus::default(), |_| true);
+        assert!(memory.behind_own_write(&id(1), &v("5")));
+        assert!(
+            !memory.behind_own_write(&id(1), &v("6")),
+            "the store shows the write"
+        );
+        assert!(!memory.behind_own_write(&id(1), &v("7")), "or later");
+        assert!(!memory.behind_own_write(&id(2), &v("5")), "another set");
+        // A write that changed nothing made no new version: the store is not behind it.
+        memory.remember_written(&id(3), v("5"), v("5"), &ConfigMapSetStatus::default(), |_| true);
+        assert!(!memory.behind_own_write(&id(3), &v("5")));
     }
 
     #[test]
@@ -215,7 +265,7 @@ mod tests {
             ..Default::default()
         };
         let memory = SetMemory::default();
-        memory.remember_written(&id(1), Some("5".into()), &status, |_| true);
+        memory.remember_written(&id(1), Some("5".into()), Some("6".into()), &status, |_| true);
         assert!(memory.wrote_already(&id(1), &Some("5".into()), &status.clone()));
         // One field of one entry of thousands differs: not what was written.
         let mut other = status.clone();

@@ -141,6 +141,8 @@ pub struct Metrics {
     pub errors: Family<ErrorLabels, Counter>,
     pub duration: Family<ControllerLabel, Histogram>,
     pub writes: Family<WriteLabel, Counter>,
+    /// Writes the API server refused because the object had changed since it was read.
+    pub write_conflicts: Family<WriteLabel, Counter>,
     pub revisions_created: Counter,
     pub revisions_pruned: Counter,
     pub workloads_updated: Family<KindLabel, Counter>,
@@ -179,6 +181,7 @@ impl Default for Metrics {
             errors: Family::default(),
             duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 14))),
             writes: Family::default(),
+            write_conflicts: Family::default(),
             revisions_created: Counter::default(),
             revisions_pruned: Counter::default(),
             workloads_updated: Family::default(),
@@ -223,6 +226,11 @@ impl Metrics {
             "api_writes",
             "Write requests sent to the API server, by operation",
             self.writes.clone(),
+        );
+        r.register(
+            "api_write_conflicts",
+            "Write requests the API server refused because the object changed since it was read (409 Conflict), by operation",
+            self.write_conflicts.clone(),
         );
         r.register(
             "revisions_created",
@@ -333,6 +341,12 @@ impl Metrics {
 
     pub fn wrote(&self, operation: &'static str) {
         self.writes.get_or_create(&WriteLabel { operation }).inc();
+    }
+
+    pub fn conflicted(&self, operation: &'static str) {
+        self.write_conflicts
+            .get_or_create(&WriteLabel { operation })
+            .inc();
     }
 
     /// Reports where `set`'s rollout stands; `None` (the set is gone, or has no rollout) removes every

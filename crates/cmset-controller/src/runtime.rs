@@ -65,6 +65,8 @@ pub struct Settings {
     pub prometheus: Option<Arc<crate::prometheus::Prometheus>>,
     /// How many analysis queries may be in flight at once (`--analysis-concurrency`).
     pub analysis_concurrency: usize,
+    /// This replica's term as leader, which bounds every write (`None` without leader election).
+    pub term: Option<crate::leader::Term>,
 }
 
 fn api<K: Indexed>(client: &Client, namespace: Option<&str>) -> Api<K> {
@@ -381,6 +383,7 @@ impl Scope {
                 clock,
             )
         });
+        context.term = settings.term.clone();
         // A deleted set's series go with it (only the leader reports them), and so do its
         // measurements.
         let gone_metrics = context.metrics.clone();

@@ -337,7 +337,9 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
                 let input = input(ctx, set, &held, &seen, analysis);
                 let previous = set.status().cloned().unwrap_or_default();
                 plan = plan_collision(&input, &previous, &taken);
-                write_status::<S>(ctx, object, &plan.status).await?;
+                if write_status::<S>(ctx, object, &id, &plan.status).await? == StatusWrite::StoreBehind {
+                    return Ok(Action::requeue(OWN_WRITE_RECHECK));
+                }
                 publish(ctx, object, &plan.events).await;
                 return Ok(Action::requeue(Duration::from_millis(100)));
             }
@@ -389,9 +391,12 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
         .flatten();
     if plan.status_changed(set) && wait.is_none() && !ctx.wrote_already(&id, set, &plan.status) {
         debug!(fields = ?changed_fields(set, &plan), "writing status");
-        write_status::<S>(ctx, object, &plan.status).await?;
-        ctx.remember_written(&id, set, &plan.status);
-        count_rollout(ctx, set, &plan);
+        match write_status::<S>(ctx, object, &id, &plan.status).await? {
+            StatusWrite::Written => count_rollout(ctx, set, &plan),
+            // The plan started from older state than the API server holds: its events and the
+            // rest are planned again from the newer state.
+            StatusWrite::StoreBehind => return Ok(Action::requeue(OWN_WRITE_RECHECK)),
+        }
     }
     publish(ctx, object, &plan.events).await;
     Ok(Action::requeue(
@@ -643,33 +648,69 @@ async fn hold_unobserved<S: SetObject>(
             ?unobserved,
             "holding: workload kinds that may read the set cannot be listed or watched"
         );
-        write_status::<S>(ctx, object, &status).await?;
-        ctx.remember_written(id, set, &status);
+        if write_status::<S>(ctx, object, id, &status).await? == StatusWrite::StoreBehind {
+            return Ok(Action::requeue(OWN_WRITE_RECHECK));
+        }
     }
     Ok(Action::requeue(UNOBSERVED_RECHECK))
 }
 
+/// What came of a status write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StatusWrite {
+    Written,
+    /// Not sent: the store has not yet seen the last status this process wrote, so the plan started
+    /// from older state than the API server holds. The store's watch event of that write plans again.
+    StoreBehind,
+}
+
+/// How soon a set whose store is behind this process's own last status write looks again by itself.
+const OWN_WRITE_RECHECK: Duration = Duration::from_secs(1);
+
 /// Writes `status` with a server-side apply of the whole status, forcing ownership: cmset is its only
 /// writer, and a field the plan leaves out is removed because this manager owned it, so no hand-kept
 /// list of fields can go stale.
-async fn write_status<S: SetObject>(ctx: &Context, set: &S, status: &ConfigMapSetStatus) -> Result<()> {
-    let body = json!({
+///
+/// Writes cannot go back in time: the apply carries the resourceVersion of the set the plan started
+/// from, so the API server refuses it (409 Conflict) when the set changed since (another replica that
+/// took over wrote it, or this write arrives late); and it is not sent at all while the store has not
+/// seen this process's own last status write. A conflict is returned as the error it is: the set's
+/// watch event plans again from the newer version at once, and [`error_policy`] backs off quietly
+/// should the conflicts go on (a writer fighting cmset).
+async fn write_status<S: SetObject>(
+    ctx: &Context,
+    object: &S,
+    id: &SetId,
+    status: &ConfigMapSetStatus,
+) -> Result<StatusWrite> {
+    let set = object.as_set();
+    if ctx.behind_own_write(id, set) {
+        debug!(
+            "status not written: the store has not seen the last status written yet; planning again once it has"
+        );
+        return Ok(StatusWrite::StoreBehind);
+    }
+    let mut body = json!({
         "apiVersion": S::api_version(&()),
         "kind": S::kind(&()),
         "status": status,
     });
-    let api: Api<S> = Api::namespaced(ctx.client.clone(), &set.namespace().unwrap_or_default());
+    if let Some(version) = &object.meta().resource_version {
+        body["metadata"] = json!({ "resourceVersion": version });
+    }
+    let api: Api<S> = Api::namespaced(ctx.client.clone(), &object.namespace().unwrap_or_default());
     let params = PatchParams::apply(labels::FIELD_MANAGER).force();
-    ctx.write(
-        "write_status",
-        api.patch_status(&set.name_any(), &params, &Patch::Apply(&body)),
-    )
-    .await
-    .map_err(|source| Error::WriteStatus {
-        name: set.name_any(),
-        source,
-    })?;
-    Ok(())
+    let (name, patch) = (object.name_any(), Patch::Apply(&body));
+    match ctx
+        .write("write_status", api.patch_status(&name, &params, &patch))
+        .await
+    {
+        Ok(answer) => {
+            ctx.remember_written(id, set, status, answer.resource_version());
+            Ok(StatusWrite::Written)
+        }
+        Err(source) => Err(Error::WriteStatus { name, source }),
+    }
 }
 
 /// Whether the status `plan` wants may wait a moment, to be written once with what follows: its only
@@ -732,11 +773,18 @@ async fn publish<S: SetObject>(ctx: &Context, set: &S, events: &[PlannedEvent]) 
 /// A failed reconcile retries after a delay that doubles with each consecutive failure of the same set
 /// (see [`crate::backoff`]): a set that keeps failing costs a few requests an hour, not one every few
 /// seconds. A watch event (the set edited, say) still reconciles it at once.
+///
+/// A conflict (the set moved on since the plan's version) is no failure: it is counted among the
+/// write conflicts (`cmset_api_write_conflicts_total`), not the reconcile errors, and logged at debug.
 pub fn error_policy<S: SetObject>(set: Arc<S>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.failed(NAME, error.category());
     let conflict = error.is_conflict();
+    if !conflict {
+        ctx.metrics.failed(NAME, error.category());
+    }
     let retry_in = ctx.backoff(&reconciled(set.as_ref()), error);
-    if conflict {
+    if error.is_term_ended() {
+        debug!(set = %set.name_any(), %error, "this replica's term as leader ended; the next leader carries on");
+    } else if conflict {
         debug!(set = %set.name_any(), %error, ?retry_in, "conflict; retrying from a fresh read");
     } else {
         warn!(set = %set.name_any(), %error, ?retry_in, "reconcile failed");

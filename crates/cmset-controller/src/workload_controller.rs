@@ -395,7 +395,9 @@ pub fn error_policy(
     ctx.metrics.failed(NAME, error.category());
     let conflict = error.is_conflict();
     let retry_in = ctx.backoff(&reconciled(kind, workload.as_ref()), error);
-    if conflict {
+    if error.is_term_ended() {
+        debug!(workload = %workload.name_any(), %error, "this replica's term as leader ended; the next leader carries on");
+    } else if conflict {
         // A failed `test` guard (422) or a conflict: the workload changed underneath. Its new version
         // arrives through the watch; retry soon from that fresh read.
         debug!(workload = %workload.name_any(), %error, ?retry_in, "workload moved on; retrying");
