@@ -87,6 +87,83 @@ fn rolled_out(d: &Deployment) -> bool {
         && status.available_replicas.unwrap_or(0) >= status.updated_replicas.unwrap_or(0)
 }
 
+/// Waits until each of the `count` Deployments runs `revision`, rolled out.
+async fn all_rolled_out_on(ns: &TestNamespace, revision: &str, count: usize) {
+    eventually_within(
+        Duration::from_secs(180),
+        &format!("every Deployment runs {revision}, rolled out"),
+        || async {
+            let list = ns.api::<Deployment>().list(&Default::default()).await.ok()?;
+            let done = list
+                .items
+                .iter()
+                .filter(|d| template_names(d).contains(revision) && rolled_out(d))
+                .count();
+            (done == count).then_some(())
+        },
+    )
+    .await;
+}
+
+/// The API's view of the namespace's Deployments, kept by a watch of the test's own: what a budget is
+/// judged by, never cmset's own count.
+struct ApiView {
+    events: futures::stream::BoxStream<'static, Result<watcher::Event<Deployment>, watcher::Error>>,
+    seen: BTreeMap<String, Deployment>,
+}
+
+impl ApiView {
+    /// Watches `ns`'s Deployments, returning once `count` of them have been seen.
+    async fn of(ns: &TestNamespace, count: usize) -> Self {
+        let mut view = Self {
+            events: watcher(ns.api::<Deployment>(), watcher::Config::default()).boxed(),
+            seen: BTreeMap::new(),
+        };
+        while view.seen.len() < count {
+            if let Ok(event) = view.events.next().await.expect("the watch runs") {
+                view.observe(event);
+            }
+        }
+        view
+    }
+
+    fn observe(&mut self, event: watcher::Event<Deployment>) {
+        match event {
+            watcher::Event::Apply(d) | watcher::Event::InitApply(d) => {
+                self.seen.insert(d.metadata.name.clone().unwrap_or_default(), d);
+            }
+            watcher::Event::Delete(d) => {
+                self.seen.remove(&d.metadata.name.clone().unwrap_or_default());
+            }
+            watcher::Event::Init | watcher::Event::InitDone => {}
+        }
+    }
+
+    /// Of the Deployments on `revision`: how many are still moving (not rolled out), how many arrived.
+    fn on(&self, revision: &str) -> (usize, usize) {
+        let on: Vec<&Deployment> = self
+            .seen
+            .values()
+            .filter(|d| template_names(d).contains(revision))
+            .collect();
+        let arrived = on.iter().filter(|d| rolled_out(d)).count();
+        (on.len() - arrived, arrived)
+    }
+
+    /// Takes in the next event; past `deadline` the test fails, saying how many of `count` arrived.
+    async fn next(&mut self, deadline: tokio::time::Instant, revision: &str, count: usize) {
+        let next = tokio::time::timeout_at(deadline, self.events.next())
+            .await
+            .unwrap_or_else(|_| {
+                let (_, arrived) = self.on(revision);
+                panic!("only {arrived} of {count} Deployments arrived on {revision} in time")
+            });
+        if let Ok(event) = next.expect("the watch runs") {
+            self.observe(event);
+        }
+    }
+}
+
 #[tokio::test]
 async fn fifty_workloads_under_a_budget_of_five_never_have_more_than_five_moving() {
     let ns = TestNamespace::new("budget").await;
@@ -94,58 +171,23 @@ async fn fifty_workloads_under_a_budget_of_five_never_have_more_than_five_moving
     let _operator = Operator::start_with(&ns.name, &["--max-moving-workloads", &cap]).await;
     let v1 = write_set(&ns, "one");
     ns.apply(&deployments(WORKLOADS));
-    eventually_within(
-        Duration::from_secs(180),
-        "every Deployment runs v1, rolled out",
-        || async {
-            let list = ns.api::<Deployment>().list(&Default::default()).await.ok()?;
-            let done = list
-                .items
-                .iter()
-                .filter(|d| template_names(d).contains(&v1) && rolled_out(d))
-                .count();
-            (done == WORKLOADS).then_some(())
-        },
-    )
-    .await;
+    all_rolled_out_on(&ns, &v1, WORKLOADS).await;
 
     // Watch the Deployments from before the change: every event updates the count of those on the new
     // revision and not rolled out yet.
     let v2 = kustomize_name(SET, &[("MODE", "two")]);
-    let mut events = watcher(ns.api::<Deployment>(), watcher::Config::default()).boxed();
-    let mut seen: BTreeMap<String, Deployment> = BTreeMap::new();
-    let observe = |seen: &mut BTreeMap<String, Deployment>, event: watcher::Event<Deployment>| match event {
-        watcher::Event::Apply(d) | watcher::Event::InitApply(d) => {
-            seen.insert(d.metadata.name.clone().unwrap_or_default(), d);
-        }
-        watcher::Event::Delete(d) => {
-            seen.remove(&d.metadata.name.clone().unwrap_or_default());
-        }
-        watcher::Event::Init | watcher::Event::InitDone => {}
-    };
-    while seen.len() < WORKLOADS {
-        if let Ok(event) = events.next().await.expect("the watch runs") {
-            observe(&mut seen, event);
-        }
-    }
+    let mut view = ApiView::of(&ns, WORKLOADS).await;
     assert_eq!(write_set(&ns, "two"), v2);
 
     let (mut most, mut saw_waiting) = (0, false);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
     loop {
-        let moving = seen
-            .values()
-            .filter(|d| template_names(d).contains(&v2) && !rolled_out(d))
-            .count();
+        let (moving, arrived) = view.on(&v2);
         most = most.max(moving);
         assert!(
             moving <= CAP,
             "{moving} Deployments moving at once, with a budget of {CAP}"
         );
-        let arrived = seen
-            .values()
-            .filter(|d| template_names(d).contains(&v2) && rolled_out(d))
-            .count();
         if arrived == WORKLOADS {
             break;
         }
@@ -155,12 +197,7 @@ async fn fifty_workloads_under_a_budget_of_five_never_have_more_than_five_moving
                     && w.message.as_deref().is_some_and(|m| m.contains("rollout budget"))
             });
         }
-        let next = tokio::time::timeout_at(deadline, events.next())
-            .await
-            .unwrap_or_else(|_| panic!("only {arrived} of {WORKLOADS} Deployments arrived on {v2} in 300 s"));
-        if let Ok(event) = next.expect("the watch runs") {
-            observe(&mut seen, event);
-        }
+        view.next(deadline, &v2, WORKLOADS).await;
     }
     assert!(
         most >= 2,
@@ -196,10 +233,7 @@ async fn the_budget_holds_across_a_leader_frozen_mid_rollout() {
     const COUNT: usize = 12;
     const CAP: usize = 3;
     let ns = TestNamespace::new("budget-failover").await;
-    let kubeconfig = std::env::var_os("CMSET_OPERATOR_KUBECONFIG")
-        .or_else(|| std::env::var_os("KUBECONFIG"))
-        .map(std::path::PathBuf::from)
-        .expect("a kubeconfig for the operator");
+    let kubeconfig = cmset_e2e::operator_kubeconfig();
     let proxy = Proxy::start(upstream_of(&kubeconfig)).await;
     let a_args = budgeted_replica(&ns, "a", CAP);
     let a_args: Vec<&str> = a_args.iter().map(String::as_str).collect();
@@ -213,58 +247,23 @@ async fn the_budget_holds_across_a_leader_frozen_mid_rollout() {
     let b = Operator::start_without_webhook(&ns.name, &b_args).await;
     let v1 = write_set(&ns, "one");
     ns.apply(&deployments(COUNT));
-    eventually_within(
-        Duration::from_secs(180),
-        "every Deployment runs v1, rolled out",
-        || async {
-            let list = ns.api::<Deployment>().list(&Default::default()).await.ok()?;
-            let done = list
-                .items
-                .iter()
-                .filter(|d| template_names(d).contains(&v1) && rolled_out(d))
-                .count();
-            (done == COUNT).then_some(())
-        },
-    )
-    .await;
+    all_rolled_out_on(&ns, &v1, COUNT).await;
 
     // The API's view of the Deployments, from before the change on.
     let v2 = kustomize_name(SET, &[("MODE", "two")]);
-    let mut events = watcher(ns.api::<Deployment>(), watcher::Config::default()).boxed();
-    let mut seen: BTreeMap<String, Deployment> = BTreeMap::new();
-    let observe = |seen: &mut BTreeMap<String, Deployment>, event: watcher::Event<Deployment>| match event {
-        watcher::Event::Apply(d) | watcher::Event::InitApply(d) => {
-            seen.insert(d.metadata.name.clone().unwrap_or_default(), d);
-        }
-        watcher::Event::Delete(d) => {
-            seen.remove(&d.metadata.name.clone().unwrap_or_default());
-        }
-        watcher::Event::Init | watcher::Event::InitDone => {}
-    };
-    while seen.len() < COUNT {
-        if let Ok(event) = events.next().await.expect("the watch runs") {
-            observe(&mut seen, event);
-        }
-    }
+    let mut view = ApiView::of(&ns, COUNT).await;
     assert_eq!(write_set(&ns, "two"), v2);
 
     // Every event: no more than CAP moving. Once the first CAP have arrived, a is frozen mid-rollout.
     let (mut most, mut frozen_at) = (0, None);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
     loop {
-        let moving = seen
-            .values()
-            .filter(|d| template_names(d).contains(&v2) && !rolled_out(d))
-            .count();
+        let (moving, arrived) = view.on(&v2);
         most = most.max(moving);
         assert!(
             moving <= CAP,
             "{moving} Deployments moving at once, with a budget of {CAP} (frozen with {frozen_at:?} arrived)"
         );
-        let arrived = seen
-            .values()
-            .filter(|d| template_names(d).contains(&v2) && rolled_out(d))
-            .count();
         if arrived == COUNT {
             break;
         }
@@ -272,12 +271,7 @@ async fn the_budget_holds_across_a_leader_frozen_mid_rollout() {
             proxy.freeze();
             frozen_at = Some(arrived);
         }
-        let next = tokio::time::timeout_at(deadline, events.next())
-            .await
-            .unwrap_or_else(|_| panic!("only {arrived} of {COUNT} Deployments arrived on {v2} in 300 s"));
-        if let Ok(event) = next.expect("the watch runs") {
-            observe(&mut seen, event);
-        }
+        view.next(deadline, &v2, COUNT).await;
     }
     let frozen_at = frozen_at.expect("the leader was frozen");
     assert!(
