@@ -41,6 +41,13 @@ fn env_path(key: &str) -> Option<PathBuf> {
     std::env::var_os(key).map(PathBuf::from)
 }
 
+/// The kubeconfig an operator runs with: `CMSET_OPERATOR_KUBECONFIG`, else `KUBECONFIG`.
+pub fn operator_kubeconfig() -> PathBuf {
+    env_path("CMSET_OPERATOR_KUBECONFIG")
+        .or_else(|| env_path("KUBECONFIG"))
+        .expect("a kubeconfig for the operator")
+}
+
 /// A namespace of one test, deleted when dropped.
 pub struct TestNamespace {
     pub name: String,
@@ -467,12 +474,7 @@ impl Operator {
 
     fn spawn_process(&mut self) {
         let bin = env_path("CMSET_CONTROLLER_BIN").expect("CMSET_CONTROLLER_BIN names the operator binary");
-        let kubeconfig = self
-            .kubeconfig
-            .clone()
-            .or_else(|| env_path("CMSET_OPERATOR_KUBECONFIG"))
-            .or_else(|| env_path("KUBECONFIG"))
-            .expect("a kubeconfig for the operator");
+        let kubeconfig = self.kubeconfig.clone().unwrap_or_else(operator_kubeconfig);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

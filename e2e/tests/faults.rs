@@ -19,17 +19,10 @@ use cmset_e2e::invariants::{
 };
 use cmset_e2e::kube::api::ListParams;
 use cmset_e2e::kube::core::PartialObjectMeta;
-use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name};
+use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name, operator_kubeconfig};
 use http::Method;
 
 const LIMIT: i32 = 2;
-
-fn operator_kubeconfig() -> std::path::PathBuf {
-    std::env::var_os("CMSET_OPERATOR_KUBECONFIG")
-        .or_else(|| std::env::var_os("KUBECONFIG"))
-        .map(std::path::PathBuf::from)
-        .expect("a kubeconfig for the operator")
-}
 
 fn pinned_yaml(version: &str) -> String {
     set_yaml("pinned-config", &[("PINNED", version)], None)

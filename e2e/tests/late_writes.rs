@@ -14,17 +14,10 @@ use std::time::Duration;
 use cmset_e2e::fault_proxy::{Fault, FaultProxy, Match, Rule};
 use cmset_e2e::k8s_openapi::api::coordination::v1::Lease;
 use cmset_e2e::kube::{Api, ResourceExt};
-use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name, stays};
+use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name, operator_kubeconfig, stays};
 use http::Method;
 
 const SET: &str = "late-config";
-
-fn operator_kubeconfig() -> std::path::PathBuf {
-    std::env::var_os("CMSET_OPERATOR_KUBECONFIG")
-        .or_else(|| std::env::var_os("KUBECONFIG"))
-        .map(std::path::PathBuf::from)
-        .expect("a kubeconfig for the operator")
-}
 
 fn lease_name(ns: &TestNamespace) -> String {
     format!("cmset-e2e-{}", ns.name)

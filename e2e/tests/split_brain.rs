@@ -25,10 +25,7 @@ async fn holder(ns: &TestNamespace) -> Option<String> {
 #[tokio::test]
 async fn a_leader_cut_off_from_the_api_server_steps_down_before_the_standby_takes_over() {
     let ns = TestNamespace::new("splitbrain").await;
-    let operator_kubeconfig = std::env::var_os("CMSET_OPERATOR_KUBECONFIG")
-        .or_else(|| std::env::var_os("KUBECONFIG"))
-        .map(std::path::PathBuf::from)
-        .expect("a kubeconfig for the operator");
+    let operator_kubeconfig = cmset_e2e::operator_kubeconfig();
     let proxy = Proxy::start(upstream_of(&operator_kubeconfig)).await;
     let via_proxy = kubeconfig_via(&operator_kubeconfig, &proxy, &ns.name);
     let lease_seconds = LEASE_SECONDS.to_string();

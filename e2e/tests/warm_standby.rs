@@ -9,15 +9,8 @@ use cmset_e2e::fixtures::{
 };
 use cmset_e2e::k8s_openapi::api::coordination::v1::Lease;
 use cmset_e2e::kube::Api;
-use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name};
+use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name, operator_kubeconfig};
 use http::Method;
-
-fn operator_kubeconfig() -> std::path::PathBuf {
-    std::env::var_os("CMSET_OPERATOR_KUBECONFIG")
-        .or_else(|| std::env::var_os("KUBECONFIG"))
-        .map(std::path::PathBuf::from)
-        .expect("a kubeconfig for the operator")
-}
 
 /// A replica of the pair that serves `ns`: its own Lease (see e2e/rbac.yaml), so that tests running at
 /// once do not contend for one.
