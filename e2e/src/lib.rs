@@ -55,6 +55,37 @@ pub struct TestNamespace {
 }
 
 impl TestNamespace {
+    /// The Lease a pair of replicas of this test shares (granted by e2e/rbac.yaml): one per test, so
+    /// that tests running at once do not contend for one.
+    pub fn pair_lease(&self) -> String {
+        format!("cmset-e2e-{}", self.name)
+    }
+
+    /// The arguments that make an operator replica `replica` of this test's pair: leader election on
+    /// [`Self::pair_lease`], with a 6 s lease.
+    pub fn pair_replica_args(&self, replica: &str) -> Vec<String> {
+        let (lease, identity) = (self.pair_lease(), format!("{}-{replica}", self.name));
+        [
+            "--leader-election=true",
+            "--lease-duration-seconds",
+            "6",
+            "--lease-name",
+            &lease,
+            "--identity",
+            &identity,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    }
+
+    /// Deletes the pair's Lease once its test is over (it lives in cmset-system, not in the namespace).
+    pub async fn drop_pair_lease(&self) {
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(self.client.clone(), "cmset-system");
+        let _ = leases.delete(&self.pair_lease(), &Default::default()).await;
+    }
+
     pub async fn new(test: &str) -> Self {
         let client = Client::try_default()
             .await

@@ -209,23 +209,11 @@ async fn fifty_workloads_under_a_budget_of_five_never_have_more_than_five_moving
     );
 }
 
-/// A replica of the pair that serves `ns` with a budget of `cap`, on a Lease of its own (see
-/// e2e/rbac.yaml).
+/// A replica of the test's pair (see `TestNamespace::pair_replica_args`) with a budget of `cap`.
 fn budgeted_replica(ns: &TestNamespace, replica: &str, cap: usize) -> Vec<String> {
-    [
-        "--max-moving-workloads",
-        &cap.to_string(),
-        "--leader-election=true",
-        "--lease-duration-seconds",
-        "6",
-        "--lease-name",
-        &format!("cmset-e2e-{}", ns.name),
-        "--identity",
-        &format!("{}-{replica}", ns.name),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    let mut args = vec!["--max-moving-workloads".to_string(), cap.to_string()];
+    args.extend(ns.pair_replica_args(replica));
+    args
 }
 
 #[tokio::test]
@@ -324,11 +312,7 @@ async fn the_budget_holds_across_a_leader_frozen_mid_rollout() {
         || async { snapshot().await == settled },
     )
     .await;
-    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
-        kube::Api::namespaced(ns.client.clone(), "cmset-system");
-    let _ = leases
-        .delete(&format!("cmset-e2e-{}", ns.name), &Default::default())
-        .await;
+    ns.drop_pair_lease().await;
 }
 
 /// An opted-in Deployment of wave 0 reading `reads`, and with `broken` a ConfigMap whose key the fake

@@ -12,32 +12,11 @@
 use std::time::Duration;
 
 use cmset_e2e::fault_proxy::{Fault, FaultProxy, Match, Rule};
-use cmset_e2e::k8s_openapi::api::coordination::v1::Lease;
-use cmset_e2e::kube::{Api, ResourceExt};
+use cmset_e2e::kube::ResourceExt;
 use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name, operator_kubeconfig, stays};
 use http::Method;
 
 const SET: &str = "late-config";
-
-fn lease_name(ns: &TestNamespace) -> String {
-    format!("cmset-e2e-{}", ns.name)
-}
-
-/// A replica of the pair that serves `ns`, on a Lease of its own (see e2e/rbac.yaml).
-fn replica_args(ns: &TestNamespace, replica: &str) -> Vec<String> {
-    [
-        "--leader-election=true",
-        "--lease-duration-seconds",
-        "6",
-        "--lease-name",
-        &lease_name(ns),
-        "--identity",
-        &format!("{}-{replica}", ns.name),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
 
 fn write_set(ns: &TestNamespace, value: &str) -> String {
     ns.apply(&format!(
@@ -74,14 +53,14 @@ async fn status_at(ns: &TestNamespace, generation: i64, revision: &str) {
 async fn a_status_write_delayed_past_the_leaders_step_down_does_not_land_over_the_new_leaders() {
     let ns = TestNamespace::new("late-write").await;
     let proxy = FaultProxy::start(&operator_kubeconfig()).await;
-    let a_args = replica_args(&ns, "a");
+    let a_args = ns.pair_replica_args("a");
     let a_args: Vec<&str> = a_args.iter().map(String::as_str).collect();
     let mut a = Operator::start_via(&ns.name, &a_args, proxy.kubeconfig(&ns.name)).await;
     eventually("replica a to lead", || async {
         (a.metric("cmset_leader") == 1.0).then_some(())
     })
     .await;
-    let b_args = replica_args(&ns, "b");
+    let b_args = ns.pair_replica_args("b");
     let b_args: Vec<&str> = b_args.iter().map(String::as_str).collect();
     let b = Operator::start_without_webhook(&ns.name, &b_args).await;
 
@@ -100,7 +79,7 @@ async fn a_status_write_delayed_past_the_leaders_step_down_does_not_land_over_th
     // a can no longer renew its lease: it steps down (and exits), b takes over and writes the status
     // of generation 2, then of generation 3.
     proxy.inject(Rule::always(
-        Match::path(&format!("/leases/{}", lease_name(&ns))),
+        Match::path(&format!("/leases/{}", ns.pair_lease())),
         Fault::UNAVAILABLE,
     ));
     let exited = a.wait_exit(Duration::from_secs(30)).await;
@@ -148,6 +127,5 @@ async fn a_status_write_delayed_past_the_leaders_step_down_does_not_land_over_th
         b.metric("cmset_api_write_conflicts_total")
     );
 
-    let leases: Api<Lease> = Api::namespaced(ns.client.clone(), "cmset-system");
-    let _ = leases.delete(&lease_name(&ns), &Default::default()).await;
+    ns.drop_pair_lease().await;
 }

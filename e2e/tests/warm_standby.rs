@@ -7,35 +7,8 @@ use cmset_e2e::fault_proxy::{FaultProxy, Match};
 use cmset_e2e::fixtures::{
     Reads, app_config_revision, app_config_yaml, deployment_yaml, set_yaml, wait_names,
 };
-use cmset_e2e::k8s_openapi::api::coordination::v1::Lease;
-use cmset_e2e::kube::Api;
 use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name, operator_kubeconfig};
 use http::Method;
-
-/// A replica of the pair that serves `ns`: its own Lease (see e2e/rbac.yaml), so that tests running at
-/// once do not contend for one.
-fn replica_args(ns: &TestNamespace, replica: &str) -> Vec<String> {
-    [
-        "--leader-election=true",
-        "--lease-duration-seconds",
-        "6",
-        "--lease-name",
-        &format!("cmset-e2e-{}", ns.name),
-        "--identity",
-        &format!("{}-{replica}", ns.name),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
-
-/// Deletes the pair's Lease once its test is over.
-async fn drop_lease(ns: &TestNamespace) {
-    let leases: Api<Lease> = Api::namespaced(ns.client.clone(), "cmset-system");
-    let _ = leases
-        .delete(&format!("cmset-e2e-{}", ns.name), &Default::default())
-        .await;
-}
 
 async fn leading(op: &Operator, what: &str) {
     eventually(what, || async {
@@ -47,12 +20,12 @@ async fn leading(op: &Operator, what: &str) {
 #[tokio::test]
 async fn a_standby_answers_admission_from_its_index_without_asking_the_api_server() {
     let ns = TestNamespace::new("standby-admits").await;
-    let a_args = replica_args(&ns, "a");
+    let a_args = ns.pair_replica_args("a");
     let a_args: Vec<&str> = a_args.iter().map(String::as_str).collect();
     let a = Operator::start_without_webhook(&ns.name, &a_args).await;
     leading(&a, "replica a to lead").await;
     // The API server calls only b's webhook; b stands by.
-    let b_args = replica_args(&ns, "b");
+    let b_args = ns.pair_replica_args("b");
     let b_args: Vec<&str> = b_args.iter().map(String::as_str).collect();
     let b = Operator::start_with(&ns.name, &b_args).await;
     assert_eq!(b.metric("cmset_leader"), 0.0);
@@ -82,13 +55,13 @@ async fn a_standby_answers_admission_from_its_index_without_asking_the_api_serve
         "admission read nothing from the API server"
     );
     assert_eq!(b.writes(), 0.0, "the standby wrote nothing");
-    drop_lease(&ns).await;
+    ns.drop_pair_lease().await;
 }
 
 #[tokio::test]
 async fn a_standby_takes_over_from_its_warm_index_without_listing_again() {
     let ns = TestNamespace::new("warm-takeover").await;
-    let a_args = replica_args(&ns, "a");
+    let a_args = ns.pair_replica_args("a");
     let a_args: Vec<&str> = a_args.iter().map(String::as_str).collect();
     let mut a = Operator::start_without_webhook(&ns.name, &a_args).await;
     leading(&a, "replica a to lead").await;
@@ -98,7 +71,7 @@ async fn a_standby_takes_over_from_its_warm_index_without_listing_again() {
 
     // b watches through a proxy that counts its requests.
     let proxy = FaultProxy::start(&operator_kubeconfig()).await;
-    let b_args = replica_args(&ns, "b");
+    let b_args = ns.pair_replica_args("b");
     let b_args: Vec<&str> = b_args.iter().map(String::as_str).collect();
     let b = Operator::start_via(&ns.name, &b_args, proxy.kubeconfig("b")).await;
     // kube's lists page with `limit=`; watches do not.
@@ -118,18 +91,18 @@ async fn a_standby_takes_over_from_its_warm_index_without_listing_again() {
         listed_at_start,
         "the new leader worked from its warm index: no list since it started"
     );
-    drop_lease(&ns).await;
+    ns.drop_pair_lease().await;
 }
 
 #[tokio::test]
 async fn sigterm_in_the_middle_of_a_burst_hands_over_and_the_next_leader_converges() {
     const SETS: usize = 12;
     let ns = TestNamespace::new("sigterm-burst").await;
-    let a_args = replica_args(&ns, "a");
+    let a_args = ns.pair_replica_args("a");
     let a_args: Vec<&str> = a_args.iter().map(String::as_str).collect();
     let mut a = Operator::start_without_webhook(&ns.name, &a_args).await;
     leading(&a, "replica a to lead").await;
-    let b_args = replica_args(&ns, "b");
+    let b_args = ns.pair_replica_args("b");
     let b_args: Vec<&str> = b_args.iter().map(String::as_str).collect();
     let b = Operator::start_without_webhook(&ns.name, &b_args).await;
 
@@ -169,5 +142,5 @@ async fn sigterm_in_the_middle_of_a_burst_hands_over_and_the_next_leader_converg
         })
         .await;
     }
-    drop_lease(&ns).await;
+    ns.drop_pair_lease().await;
 }
