@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 mod support;
 
-use support::{Responder, Seen, mock_client};
+use support::{Responder, Seen, mock_client, server_ends};
 
 const SECRET: &str = "/api/v1/namespaces/cmset-system/secrets";
 const CONFIGURATION: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/cmset";
@@ -77,10 +77,7 @@ async fn run_with(respond: Responder) -> (Result<Timestamp, KeepError>, Vec<Seen
     let cert = Arc::new(ServingCert::default());
     let mut serving = None;
     let result = keep_once(client, source(), cert.clone(), &mut serving).await;
-    tokio::time::timeout(Duration::from_secs(5), server)
-        .await
-        .expect("server ends")
-        .unwrap();
+    server_ends(server).await;
     let seen = seen.lock().unwrap().clone();
     (result, seen, cert)
 }

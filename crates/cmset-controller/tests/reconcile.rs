@@ -38,7 +38,7 @@ use serde_json::{Value, json};
 
 mod support;
 
-use support::{Responder, Seen, mock_client};
+use support::{Responder, Seen, mock_client, server_ends};
 
 const NS: &str = "team";
 const V1: &str = "nginx-config-d2c65kk9hm";
@@ -287,10 +287,7 @@ where
     configure(&mut ctx);
     let out = f(Arc::new(ctx)).await;
     // Dropping the last client ends the mock server.
-    tokio::time::timeout(std::time::Duration::from_secs(5), server)
-        .await
-        .expect("server ends")
-        .unwrap();
+    server_ends(server).await;
     let seen = seen.lock().unwrap().clone();
     (out, seen)
 }
@@ -2115,10 +2112,7 @@ async fn a_status_rewritten_by_the_namespace_changes_no_query_sent_to_prometheus
         .unwrap();
     eventually("both queries answered", || measurer.sizes() == (0, 2)).await;
     set_controller::reconcile(Arc::new(tampered), ctx).await.unwrap();
-    tokio::time::timeout(std::time::Duration::from_secs(5), server)
-        .await
-        .expect("server ends")
-        .unwrap();
+    server_ends(server).await;
 
     let derived = vec![
         r#"max(restarts{namespace="team",Deployment=~"first-.*"})"#.to_string(),
@@ -2227,10 +2221,7 @@ async fn a_due_query_is_measured_off_the_reconcile_path_and_its_answer_reconcile
     assert_no_requests(&seen.lock().unwrap());
     assert_eq!(measurer.sizes(), (0, 0));
     drop(world);
-    tokio::time::timeout(std::time::Duration::from_secs(5), server)
-        .await
-        .expect("server ends")
-        .unwrap();
+    server_ends(server).await;
 }
 
 /// A Prometheus that never answers holds neither the reconcile of the set whose analysis waits on
@@ -2295,10 +2286,7 @@ async fn a_hanging_prometheus_delays_no_other_set_and_queries_in_flight_stay_bou
         "at most --analysis-concurrency queries in flight"
     );
     drop(ctx);
-    tokio::time::timeout(std::time::Duration::from_secs(5), server)
-        .await
-        .expect("server ends")
-        .unwrap();
+    server_ends(server).await;
 }
 
 /// What the measurer keeps of a set stays bounded: a set that no longer asks for analysis, or is being
@@ -2352,10 +2340,7 @@ async fn a_set_deleted_or_no_longer_analysed_leaves_no_measurement_behind() {
     assert_eq!(measurer.sizes(), (0, 0), "the answer is dropped");
     assert!(triggers.sets.try_recv().is_err(), "and wakes nothing");
     drop(ctx);
-    tokio::time::timeout(std::time::Duration::from_secs(5), server)
-        .await
-        .expect("server ends")
-        .unwrap();
+    server_ends(server).await;
 }
 
 /// An answer for a rollout the set has since moved on from (another revision) is recorded on no run
@@ -2395,10 +2380,7 @@ async fn an_answer_for_a_rollout_that_moved_on_is_dropped_not_recorded() {
     );
     assert_eq!(prometheus.queries().len(), 1);
     drop(ctx);
-    tokio::time::timeout(std::time::Duration::from_secs(5), server)
-        .await
-        .expect("server ends")
-        .unwrap();
+    server_ends(server).await;
 }
 
 // ------------------------------------------------------------------------------- analysis metrics --

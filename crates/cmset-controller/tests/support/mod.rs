@@ -63,3 +63,13 @@ pub fn mock_client(
     let server = tokio::spawn(serve(handle, respond, seen.clone()));
     (kube::Client::new(service, namespace), server, seen)
 }
+
+/// Waits for a [`mock_client`]'s server to end, which it does once the last client is dropped; a
+/// client kept alive by mistake fails the test here instead of hanging it.
+#[allow(dead_code)] // not every scenario file uses every helper
+pub async fn server_ends(server: tokio::task::JoinHandle<()>) {
+    tokio::time::timeout(std::time::Duration::from_secs(5), server)
+        .await
+        .expect("server ends")
+        .unwrap();
+}
