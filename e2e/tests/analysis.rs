@@ -476,6 +476,92 @@ async fn a_namespace_admin_rewriting_the_status_changes_no_query_that_reaches_pr
     );
 }
 
+/// Wave 0 of 25 Deployments with a query per workload: while it is analysed the status writes the
+/// runs measured alike as groups (fewer entries than workloads, every workload in one), Prometheus
+/// receives each workload's own query, and the rollout completes.
+#[tokio::test]
+async fn a_query_per_workload_of_two_dozen_workloads_is_written_in_groups() {
+    let (ns, _exporter, prometheus, template, _operator, v1) = setup("groups", 120).await;
+    let restarts = Template::install_as(
+        &ns,
+        "restarts",
+        &format!(r#"max({METRIC}{{namespace="{{{{namespace}}}}",workload!~"{{{{workload.name}}}}"}})"#),
+    );
+    let fleet: Vec<String> = (0..24).map(|n| format!("fleet-{n:02}")).collect();
+    for name in &fleet {
+        ns.apply(&deployment(name, 0));
+    }
+    for name in &fleet {
+        wait_reads(&ns, name, &v1).await;
+    }
+    let v2 = write_set_with(&ns, &template, &restarts.name, "two");
+
+    let mut wave_0 = fleet.clone();
+    wave_0.push(FIRST.to_string());
+    wave_0.sort();
+    let mut grouped: Option<Vec<AnalysisRunStatus>> = None;
+    let deadline = std::time::Instant::now() + LONG;
+    let done = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rollout of {v2} did not complete: {:?}",
+            rollout(&ns).await
+        );
+        let Some(now) = rollout(&ns).await.filter(|r| r.revision == v2) else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        let runs: Vec<AnalysisRunStatus> = runs_of(&now, 0)
+            .into_iter()
+            .filter(|r| r.template == restarts.name)
+            .cloned()
+            .collect();
+        let mut covered: Vec<String> = runs
+            .iter()
+            .flat_map(|r| r.workload.iter().chain(&r.workloads).cloned())
+            .collect();
+        covered.sort();
+        if now.wave == 0 && covered == wave_0 && runs.len() < wave_0.len() {
+            grouped.get_or_insert(runs);
+        }
+        if now.phase == RolloutPhase::Complete {
+            break now;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let grouped = grouped.expect("while wave 0 was analysed, its 25 runs were written in groups");
+    let group = grouped.iter().find(|r| r.workloads.len() > 1).unwrap();
+    assert_eq!(group.workload_kind.as_deref(), Some("Deployment"));
+    assert!(group.workload.is_none());
+    assert!(
+        group
+            .query
+            .contains(&format!(r#"workload!~"{}""#, group.workloads[0])),
+        "the query of its first: {}",
+        group.query
+    );
+    for name in fleet.iter().chain([&FIRST.to_string(), &SECOND.to_string()]) {
+        wait_reads(&ns, name, &v2).await;
+    }
+    // Each workload's own query reached Prometheus.
+    let sent: BTreeSet<String> = prometheus.logged_queries().into_iter().collect();
+    for name in &wave_0 {
+        let query = format!(r#"max({METRIC}{{namespace="{}",workload!~"{name}"}})"#, ns.name);
+        assert!(sent.contains(&query), "{query} was not sent: {sent:#?}");
+    }
+    // Wave 0 passed: its per-workload runs, grouped or not, left the status; wave 1's one is there.
+    assert!(
+        runs_of(&done, 0).iter().all(|r| r.template == template.name),
+        "{:?}",
+        runs_of(&done, 0)
+    );
+    assert!(
+        runs_of(&done, 1)
+            .iter()
+            .any(|r| r.workload.as_deref() == Some(SECOND) && r.verdict == AnalysisVerdict::Passed)
+    );
+}
+
 #[tokio::test]
 async fn kubectl_apply_of_a_template_with_an_unquoted_argument_fails_naming_it() {
     let ns = TestNamespace::new("template-check").await;

@@ -199,6 +199,13 @@ pub struct AnalysisRunStatus {
     /// The name of that workload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload: Option<String>,
+    /// A group of per-workload runs that stand alike (same counts, verdict and times, none failed or
+    /// inconclusive), written as one entry so thousands of workloads fit in the object: the names of
+    /// its workloads, all of `workloadKind`, and no `workload`. Its `query`, `lastValue` and `message`
+    /// are those of the first; the others' queries differ only by the name. Only a wave with more
+    /// than 20 such runs of one template has groups.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workloads: Vec<String>,
     /// The wave it ran in.
     pub wave: i32,
     /// The query as sent to Prometheus, variables filled in.

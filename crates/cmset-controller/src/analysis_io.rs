@@ -9,7 +9,7 @@
 //! Templates are read from the store of the AnalysisTemplate watch: a template created, edited or
 //! deleted reconciles the sets that name it (see [`crate::index::Index::handle_template`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use cmset_api::{AnalysisRef, AnalysisRunStatus, AnalysisTemplate};
@@ -21,7 +21,7 @@ use tracing::debug;
 
 use crate::context::Context;
 use crate::index::{Key, SetId};
-use crate::measurer::RunKey;
+use crate::measurer::{Finished, RunKey};
 use crate::metrics::SetLabels;
 
 /// A set's analysis, ready for its plan.
@@ -67,7 +67,11 @@ pub fn measured(ctx: &Context, set: SetRef<'_>, prepared: &Prepared, plan: &SetP
         return None;
     };
     let id = id_of(set);
-    let finished = measurer.finished(&id);
+    let finished: HashMap<RunKey, Finished> = measurer
+        .finished(&id)
+        .into_iter()
+        .map(|f| (f.run.clone(), f))
+        .collect();
     if finished.is_empty() {
         return None;
     }
@@ -81,10 +85,11 @@ pub fn measured(ctx: &Context, set: SetRef<'_>, prepared: &Prepared, plan: &SetP
         name: set.name().to_string(),
     };
     let mut runs = rollout.analysis.clone();
-    let mut recorded: Vec<RunKey> = Vec::new();
+    let places = analysis::RunPlaces::of(&runs);
+    let mut recorded: HashSet<RunKey> = HashSet::new();
     for due in &plan.analysis_due {
         let key = RunKey::of(rollout, due);
-        let Some(taken) = finished.iter().find(|f| f.run == key) else {
+        let Some(taken) = finished.get(&key) else {
             continue;
         };
         let before_healthy =
@@ -110,11 +115,12 @@ pub fn measured(ctx: &Context, set: SetRef<'_>, prepared: &Prepared, plan: &SetP
             .analysis_measured(&labels, &due.template, workload, verdict, value);
         let mut run = due.clone();
         analysis::record(&mut run, analysis, &taken.outcome, &taken.at);
-        match runs.iter_mut().find(|r| *r == due) {
-            Some(planned) => *planned = run,
+        // A run the status writes in a group is recorded on its own; the next plan prefers it.
+        match places.of_run(due) {
+            Some(at) => runs[at] = run,
             None => runs.push(run),
         }
-        recorded.push(key);
+        recorded.insert(key);
     }
     // Kept until a plan finds them counted: a status write that fails does not lose them.
     measurer.keep(&id, |f| recorded.contains(&f.run));

@@ -35,8 +35,8 @@ pub use condition::{Comparison, Condition, ConditionError};
 pub use query::{Bound, Place, QueryError, QueryTemplate};
 pub use response::{QueryOutcome, format_value, parse_query_response, parse_value};
 pub use run::{
-    Measurement, RunVerdict, WaveStage, clauses, due, due_in, kept, known_runs, new_run, plan_runs, record,
-    restart_streak, run_name, settle, verdict, wave_verdict,
+    LISTED_RUNS_PER_TEMPLATE, Measurement, RunPlaces, RunVerdict, WaveStage, clauses, compact, due, due_in,
+    kept, known_runs, new_run, plan_runs, record, restart_streak, run_name, settle, verdict, wave_verdict,
 };
 
 /// The rollout a run belongs to: what `{{namespace}}`, `{{revision}}` and `{{wave}}` stand for.

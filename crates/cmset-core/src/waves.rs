@@ -452,6 +452,7 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
     // Earlier waves keep only their compact record (see [`analysis::kept`]), also in the pass that
     // judged a wave and moved on.
     rollout.analysis.retain(|r| analysis::kept(r, rollout.wave));
+    rollout.analysis = analysis::compact(std::mem::take(&mut rollout.analysis));
     // The hold ended (or another began): the clocks go on with the time they had left.
     let still_held = frozen_at.is_some() && rollout.held_since == frozen_at;
     if let Some(since) = frozen_at.as_ref().filter(|_| !still_held) {

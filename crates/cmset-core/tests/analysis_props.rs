@@ -23,7 +23,8 @@ use cmset_core::analysis::query::{
 };
 use cmset_core::analysis::{
     Analysis, AnalysisError, Condition, Measurement, Place, QueryError, QueryOutcome, WaveStage, WaveSubject,
-    Workload, format_value, new_run, parse_query_response, parse_value, plan_runs, record, settle,
+    Workload, compact, format_value, known_runs, new_run, parse_query_response, parse_value, plan_runs,
+    record, settle, verdict,
 };
 use cmset_core::kinds::WorkloadKind;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -155,8 +156,64 @@ fn condition_text() -> impl Strategy<Value = String> {
     prop_oneof![formed, shuffled]
 }
 
+/// A run as its verdict depends on it: everything but the last value and message, which a group takes
+/// from its first member (any of its members' last values passed).
+fn decisive(run: &cmset_api::AnalysisRunStatus) -> cmset_api::AnalysisRunStatus {
+    cmset_api::AnalysisRunStatus {
+        last_value: None,
+        message: None,
+        ..run.clone()
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// The status may write per-workload runs in groups: planned from what it wrote, every run has
+    /// the counts, times and verdict it had, at every stage.
+    #[test]
+    fn runs_written_in_groups_plan_as_the_runs_themselves(
+        comparison in comparison(),
+        limit in 0..3i32,
+        measured in prop::collection::vec(
+            prop::collection::vec((prop_oneof![4 => Just(QueryOutcome::Samples(vec![0.5])), 1 => outcome()], 0..3i64), 0..3),
+            0..60,
+        ),
+        stage in stage(),
+    ) {
+        let reference = AnalysisRef { template: "t".into(), args: BTreeMap::new() };
+        let spec = template(
+            r#"max(restarts{pod=~"{{workload.name}}-.*"})"#,
+            vec![],
+            &format!("result {comparison} 1"),
+            limit,
+        );
+        let analysis = Analysis::resolve(&reference, &spec).unwrap();
+        let names: Vec<String> = (0..measured.len()).map(|i| format!("w-{i:02}")).collect();
+        let members = BTreeMap::from([(
+            2,
+            names.iter().map(|name| Workload { kind: WorkloadKind::Deployment, name }).collect(),
+        )]);
+        let analyses = std::slice::from_ref(&analysis);
+        let mut runs = plan_runs(analyses, &subject("shop"), &members, &[]);
+        for (run, steps) in runs.iter_mut().zip(&measured) {
+            for (i, (outcome, jitter)) in steps.iter().enumerate() {
+                record(run, &analysis, outcome, &at(1_000 + 30 * i as i64 + jitter));
+                settle(run, &analysis, stage);
+            }
+        }
+        let written = compact(runs.clone());
+        prop_assert!(written.len() <= runs.len());
+        let planned = plan_runs(analyses, &subject("shop"), &members, &written);
+        prop_assert_eq!(planned.len(), runs.len());
+        for (again, run) in planned.iter().zip(&runs) {
+            prop_assert_eq!(decisive(again), decisive(run));
+            for stage in [stage, WaveStage { window_over: true, deadline_passed: false }] {
+                prop_assert_eq!(verdict(again, &analysis, stage).verdict, verdict(run, &analysis, stage).verdict);
+            }
+        }
+        prop_assert_eq!(known_runs(analyses, &subject("shop"), &members, &written), written);
+    }
 
     #[test]
     fn failures_never_exceed_the_limit_plus_one(

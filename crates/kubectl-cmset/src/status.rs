@@ -826,8 +826,14 @@ fn analysis_lines(runs: &[cmset_api::AnalysisRunStatus]) -> Vec<(String, Option<
                 AnalysisVerdict::Inconclusive => Some(Role::Attention),
                 AnalysisVerdict::Running => None,
             };
-            let of = match (&run.workload_kind, &run.workload) {
-                (Some(kind), Some(name)) => format!(" of {kind} {name}"),
+            let of = match (&run.workload_kind, &run.workload, run.workloads.as_slice()) {
+                (Some(kind), Some(name), _) => format!(" of {kind} {name}"),
+                // A group of runs measured alike: how many, and the first few.
+                (Some(kind), None, names) if names.len() > 1 => {
+                    let shown: Vec<&str> = names.iter().take(3).map(String::as_str).collect();
+                    let more = if names.len() > 3 { ", …" } else { "" };
+                    format!(" of {} {kind}s ({}{more})", names.len(), shown.join(", "))
+                }
                 _ => String::new(),
             };
             let value = run.last_value.as_deref().unwrap_or("no value yet");
@@ -2452,5 +2458,22 @@ StatefulSet/db      1          app-ffffffffff   pinned to revision 1 by a rollba
             "wave 1: latency of Deployment web Inconclusive: no value yet (wants result <= 0.3), 1 measured, 0 failed: no data"
         );
         assert_eq!(lines[1].1, Some(Role::Attention));
+
+        let group = AnalysisRunStatus {
+            template: "restarts".into(),
+            workload_kind: Some("Deployment".into()),
+            workloads: (0..2_487).map(|n| format!("reader-{n:04}")).collect(),
+            wave: 1,
+            condition: "result == 0".into(),
+            last_value: Some("0".into()),
+            verdict: AnalysisVerdict::Running,
+            measurements: 1,
+            ..AnalysisRunStatus::default()
+        };
+        assert_eq!(
+            analysis_lines(&[group])[0].0,
+            "wave 1: restarts of 2487 Deployments (reader-0000, reader-0001, reader-0002, …) Running: 0 \
+             (wants result == 0), 1 measured, 0 failed"
+        );
     }
 }

@@ -274,9 +274,12 @@ pub fn plan_runs(
     let mut runs = known_runs(analyses, subject, workloads, &others);
     let recorded_by_key: BTreeMap<RunKey<'_>, &AnalysisRunStatus> =
         previous.iter().rev().map(|p| (key(p), p)).collect();
+    let grouped = lending_groups(analyses, subject, workloads, previous);
     for run in computed(subject.wave) {
+        // A run recorded on its own is newer than its group: a measurement is recorded on the run.
         let recorded = recorded_by_key
             .get(&key(&run))
+            .or_else(|| grouped.get(&member_key(&run)?))
             .copied()
             .filter(|_| !unsendable(&run));
         runs.push(match recorded {
@@ -298,20 +301,223 @@ pub fn known_runs(
     recorded: &[AnalysisRunStatus],
 ) -> Vec<AnalysisRunStatus> {
     let waves: BTreeSet<i32> = recorded.iter().map(|r| r.wave).collect();
+    let grouped = lending_groups(analyses, subject, workloads, recorded);
     let mut runs = Vec::new();
     for wave in waves {
         let members = workloads.get(&wave).map(Vec::as_slice).unwrap_or_default();
-        let known = runs_of_wave(analyses, &WaveSubject { wave, ..*subject }, members);
-        let known: BTreeSet<RunKey<'_>> = known.iter().map(key).collect();
-        runs.extend(
-            recorded
-                .iter()
-                .filter(|r| r.wave == wave && kept(r, subject.wave))
-                .filter(|r| !unsendable(r) && known.contains(&key(r)))
-                .cloned(),
-        );
+        let computed = runs_of_wave(analyses, &WaveSubject { wave, ..*subject }, members);
+        let known: BTreeSet<RunKey<'_>> = computed.iter().map(key).collect();
+        let wanted = |r: &&AnalysisRunStatus| r.wave == wave && kept(r, subject.wave);
+        let on_its_own =
+            |r: &AnalysisRunStatus| r.workloads.is_empty() && !unsendable(r) && known.contains(&key(r));
+        let alone: BTreeSet<MemberKey<'_>> = recorded
+            .iter()
+            .filter(wanted)
+            .filter(|r| on_its_own(r))
+            .filter_map(member_key)
+            .collect();
+        for run in recorded.iter().filter(wanted) {
+            if run.workloads.is_empty() {
+                if on_its_own(run) {
+                    runs.push(run.clone());
+                }
+                continue;
+            }
+            // A group keeps the members it lends to (a run recorded on its own is not its member any
+            // more), and the query of its first.
+            let mut members = computed.iter().filter(|c| {
+                member_key(c).is_some_and(|k| {
+                    !alone.contains(&k) && grouped.get(&k).is_some_and(|g| std::ptr::eq(*g, run))
+                })
+            });
+            let Some(first) = members.next() else {
+                continue;
+            };
+            let mut group = run.clone();
+            group.query = first.query.clone();
+            group.workloads = std::iter::once(first)
+                .chain(members)
+                .filter_map(|c| c.workload.clone())
+                .collect();
+            runs.push(group);
+        }
     }
     runs
+}
+
+/// Where each run recorded on its own stands in a list of runs, by its identity (template, wave,
+/// workload, query, condition): to record a measurement on it without walking the list, which holds
+/// thousands of runs for thousands of workloads.
+pub struct RunPlaces(BTreeMap<RunIdentity, usize>);
+
+type RunIdentity = (String, i32, Option<String>, Option<String>, String, String);
+
+fn identity(run: &AnalysisRunStatus) -> RunIdentity {
+    let (template, wave, kind, workload, query, condition) = key(run);
+    (
+        template.to_string(),
+        wave,
+        kind.map(str::to_string),
+        workload.map(str::to_string),
+        query.to_string(),
+        condition.to_string(),
+    )
+}
+
+impl RunPlaces {
+    pub fn of(runs: &[AnalysisRunStatus]) -> Self {
+        let mut places = BTreeMap::new();
+        for (at, run) in runs.iter().enumerate().filter(|(_, r)| r.workloads.is_empty()) {
+            places.entry(identity(run)).or_insert(at);
+        }
+        Self(places)
+    }
+
+    /// The place of the run with `run`'s identity; `None` when none stands on its own (it is in a
+    /// group, or not listed).
+    pub fn of_run(&self, run: &AnalysisRunStatus) -> Option<usize> {
+        self.0.get(&identity(run)).copied()
+    }
+}
+
+/// Identifies a per-workload run within its wave: template, wave, workload kind and name.
+type MemberKey<'r> = (&'r str, i32, &'r str, &'r str);
+
+fn member_key(run: &AnalysisRunStatus) -> Option<MemberKey<'_>> {
+    Some((
+        &run.template,
+        run.wave,
+        run.workload_kind.as_deref()?,
+        run.workload.as_deref()?,
+    ))
+}
+
+/// The groups of `recorded` (see [`compact`]) that may lend their measurements, by the member runs
+/// they lend to. A group lends only while cmset renders, for its first workload, the query it
+/// records, under the condition it records: a template or argument edited since starts its runs
+/// afresh, as for a run recorded on its own. The first group naming a workload wins.
+fn lending_groups<'r>(
+    analyses: &[Analysis],
+    subject: &WaveSubject<'_>,
+    workloads: &BTreeMap<i32, Vec<Workload<'_>>>,
+    recorded: &'r [AnalysisRunStatus],
+) -> BTreeMap<MemberKey<'r>, &'r AnalysisRunStatus> {
+    let mut lenders = BTreeMap::new();
+    for group in recorded.iter().filter(|r| !r.workloads.is_empty()) {
+        let (Some(kind), Some(first)) = (group.workload_kind.as_deref(), group.workloads.first()) else {
+            continue;
+        };
+        let Some(analysis) = analyses
+            .iter()
+            .find(|a| a.template == group.template && a.names_workload())
+        else {
+            continue;
+        };
+        // The kind as cmset serves it, from the wave's members: a group of another kind lends to none.
+        let members = workloads.get(&group.wave).map(Vec::as_slice).unwrap_or_default();
+        let Some(kind) = members.iter().map(|w| w.kind).find(|k| k.as_str() == kind) else {
+            continue;
+        };
+        let wave_subject = WaveSubject {
+            wave: group.wave,
+            ..*subject
+        };
+        let rendered = analysis.render(&wave_subject, Some(&Workload { kind, name: first }));
+        if rendered.as_deref() != Ok(group.query.as_str())
+            || analysis.condition.to_string() != group.condition
+        {
+            continue;
+        }
+        for name in &group.workloads {
+            lenders
+                .entry((group.template.as_str(), group.wave, kind.as_str(), name.as_str()))
+                .or_insert(group);
+        }
+    }
+    lenders
+}
+
+/// Per-workload runs of one template in one wave beyond this many are written in groups.
+pub const LISTED_RUNS_PER_TEMPLATE: usize = 20;
+
+/// `runs` as the status writes them: where a wave has more than [`LISTED_RUNS_PER_TEMPLATE`]
+/// per-workload runs of one template, those that stand alike (same verdict, counts, streak and
+/// times, none failed or inconclusive: their last values all passed) become one entry listing their
+/// workloads, in the place of the first. Runs that failed, were inconclusive or cannot be sent stay
+/// on their own, so a person sees each of them. 5,000 workloads measured at the same instants take a
+/// few entries instead of 5,000.
+pub fn compact(runs: Vec<AnalysisRunStatus>) -> Vec<AnalysisRunStatus> {
+    let mut per_template: BTreeMap<(String, i32), usize> = BTreeMap::new();
+    for run in runs.iter().filter(|r| groupable(r)) {
+        *per_template.entry((run.template.clone(), run.wave)).or_default() += 1;
+    }
+    let crowded = |run: &AnalysisRunStatus| {
+        per_template
+            .get(&(run.template.clone(), run.wave))
+            .is_some_and(|n| *n > LISTED_RUNS_PER_TEMPLATE)
+    };
+    let mut out: Vec<AnalysisRunStatus> = Vec::with_capacity(runs.len());
+    let mut groups: BTreeMap<Alike, usize> = BTreeMap::new();
+    for mut run in runs {
+        if !groupable(&run) || !crowded(&run) {
+            out.push(run);
+            continue;
+        }
+        let name = run.workload.take().unwrap_or_default();
+        match groups.get(&alike(&run)) {
+            Some(&at) => out[at].workloads.push(name),
+            None => {
+                groups.insert(alike(&run), out.len());
+                run.workloads = vec![name];
+                out.push(run);
+            }
+        }
+    }
+    // A group of one is a run of its own.
+    for run in &mut out {
+        if run.workloads.len() == 1 {
+            run.workload = run.workloads.pop();
+        }
+    }
+    out
+}
+
+/// A per-workload run recorded on its own, that may join a group: measured only with passing results
+/// (or not yet), and sendable.
+fn groupable(run: &AnalysisRunStatus) -> bool {
+    run.workload.is_some()
+        && run.workloads.is_empty()
+        && !unsendable(run)
+        && run.failures == 0
+        && run.inconclusive == 0
+        && matches!(run.verdict, AnalysisVerdict::Running | AnalysisVerdict::Passed)
+}
+
+/// What runs of a group share: template, wave, kind, condition, verdict, counts, streak and times.
+type Alike = (
+    String,
+    i32,
+    Option<String>,
+    String,
+    AnalysisVerdict,
+    i32,
+    i32,
+    Option<i64>,
+    Option<i64>,
+);
+
+fn alike(run: &AnalysisRunStatus) -> Alike {
+    (
+        run.template.clone(),
+        run.wave,
+        run.workload_kind.clone(),
+        run.condition.clone(),
+        run.verdict,
+        run.measurements,
+        run.streak,
+        run.streak_since.as_ref().map(|t| t.0.as_second()),
+        run.last_measured_at.as_ref().map(|t| t.0.as_second()),
+    )
 }
 
 /// Whether the status keeps `run` while the rollout is in wave `wave`: every run of that wave (and of
@@ -320,7 +526,8 @@ pub fn known_runs(
 /// of workloads they would outgrow the object, and they decide nothing any more (the wave passed;
 /// its per-wave runs and the metrics keep the record).
 pub fn kept(run: &AnalysisRunStatus, wave: i32) -> bool {
-    run.wave >= wave || run.workload.is_none() || run.verdict != AnalysisVerdict::Passed
+    let per_workload = run.workload.is_some() || !run.workloads.is_empty();
+    run.wave >= wave || !per_workload || run.verdict != AnalysisVerdict::Passed
 }
 
 /// Whether `run` is over: it failed, or has more failed (or inconclusive) measurements than its

@@ -742,3 +742,166 @@ fn more_inconclusive_measurements_than_the_limit_fail_the_run() {
         (AnalysisVerdict::Inconclusive, 3)
     );
 }
+
+/// A wave of `n` Deployments `w-000`..., for a per-workload analysis.
+fn many(n: usize) -> (Vec<String>, Analysis) {
+    let names = (0..n).map(|i| format!("w-{i:03}")).collect();
+    let per_workload =
+        Analysis::resolve(&reference("restarts"), &template(PER_WORKLOAD, "result == 0", 2)).unwrap();
+    (names, per_workload)
+}
+
+fn wave_of(names: &[String]) -> BTreeMap<i32, Vec<Workload<'_>>> {
+    let members = names
+        .iter()
+        .map(|name| Workload {
+            kind: WorkloadKind::Deployment,
+            name,
+        })
+        .collect();
+    BTreeMap::from([(SUBJECT.wave, members)])
+}
+
+/// The per-workload runs of `names`, each measured once at second 1,000 with `outcome_of` its index.
+fn measured_runs(
+    names: &[String],
+    analysis: &Analysis,
+    outcome_of: impl Fn(usize) -> QueryOutcome,
+) -> Vec<AnalysisRunStatus> {
+    let mut runs = plan_runs(std::slice::from_ref(analysis), &SUBJECT, &wave_of(names), &[]);
+    for (i, run) in runs.iter_mut().enumerate() {
+        record(run, analysis, &outcome_of(i), &at(1_000));
+        settle(run, analysis, RUNNING);
+    }
+    runs
+}
+
+#[test]
+fn up_to_twenty_runs_of_a_template_are_written_as_they_are() {
+    let (names, restarts) = many(LISTED_RUNS_PER_TEMPLATE);
+    let runs = measured_runs(&names, &restarts, |_| value(0.0));
+    assert_eq!(compact(runs.clone()), runs);
+}
+
+/// Past twenty, the runs measured alike become one entry in the place of the first; a run that failed
+/// or was inconclusive, or was measured at another instant, stays apart, and a group of one is a run.
+#[test]
+fn runs_measured_alike_are_written_as_one_group() {
+    let (names, restarts) = many(30);
+    let mut runs = measured_runs(&names, &restarts, |i| match i {
+        3 => value(2.0),
+        4 => QueryOutcome::NoData,
+        _ => value(0.0),
+    });
+    // w-029 was measured a second later.
+    let late = runs.pop().unwrap();
+    let mut late = AnalysisRunStatus {
+        measurements: 0,
+        streak: 0,
+        streak_since: None,
+        last_measured_at: None,
+        ..late
+    };
+    record(&mut late, &restarts, &value(0.0), &at(1_001));
+    runs.push(late.clone());
+    let written = compact(runs.clone());
+    let shown: Vec<(Option<&str>, usize, AnalysisVerdict)> = written
+        .iter()
+        .map(|r| (r.workload.as_deref(), r.workloads.len(), r.verdict))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (None, 27, AnalysisVerdict::Running),
+            (Some("w-003"), 0, AnalysisVerdict::Running),
+            (Some("w-004"), 0, AnalysisVerdict::Inconclusive),
+            (Some("w-029"), 0, AnalysisVerdict::Running),
+        ]
+    );
+    let group = &written[0];
+    assert_eq!(group.workloads[..4], ["w-000", "w-001", "w-002", "w-005"]);
+    assert_eq!(group.query, runs[0].query, "the query of its first");
+    assert_eq!(group.workload_kind.as_deref(), Some("Deployment"));
+    assert_eq!((group.measurements, group.streak), (1, 1));
+    assert_eq!(written[1].failures, 1);
+    assert_eq!(written[3], late);
+}
+
+/// What the status writes in groups plans exactly as what it wrote run by run: each member gets the
+/// group's measurements; a run recorded on its own after its group was written wins over the group.
+#[test]
+fn a_group_lends_its_measurements_to_each_member() {
+    let (names, restarts) = many(40);
+    let analyses = std::slice::from_ref(&restarts);
+    let members = wave_of(&names);
+    let runs = measured_runs(
+        &names,
+        &restarts,
+        |i| if i == 7 { value(1.0) } else { value(0.0) },
+    );
+    let written = compact(runs.clone());
+    assert_eq!(written.len(), 2);
+    assert_eq!(plan_runs(analyses, &SUBJECT, &members, &written), runs);
+    assert_eq!(known_runs(analyses, &SUBJECT, &members, &written), written);
+
+    // w-010 measured again: recorded on its own next to its group (as the I/O layer does), it wins.
+    let mut again = runs[10].clone();
+    record(&mut again, &restarts, &value(0.0), &at(1_030));
+    let mut recorded = written.clone();
+    recorded.push(again.clone());
+    let planned = plan_runs(analyses, &SUBJECT, &members, &recorded);
+    assert_eq!(planned[10], again);
+    assert_eq!(planned[11], runs[11]);
+    let kept = known_runs(analyses, &SUBJECT, &members, &recorded);
+    assert!(
+        !kept[0].workloads.contains(&"w-010".to_string()),
+        "not in its group any more"
+    );
+    assert_eq!(kept.last(), Some(&again));
+}
+
+/// A group lends nothing once its recorded query is not what cmset renders for its first workload
+/// (the template was edited, or the namespace forged it), nor to a workload of another kind or a
+/// member it does not name.
+#[test]
+fn a_group_lends_only_what_cmset_would_have_written() {
+    let (names, restarts) = many(30);
+    let members = wave_of(&names);
+    let runs = measured_runs(&names, &restarts, |_| value(0.0));
+    let group = compact(runs).remove(0);
+    assert_eq!(group.workloads.len(), 30);
+    let lends = |analysis: &Analysis, group: AnalysisRunStatus| {
+        let planned = plan_runs(std::slice::from_ref(analysis), &SUBJECT, &members, &[group]);
+        planned.iter().filter(|r| r.measurements > 0).count()
+    };
+    assert_eq!(lends(&restarts, group.clone()), 30);
+    let edited = Analysis::resolve(
+        &reference("restarts"),
+        &template(&format!("{PER_WORKLOAD} > 0"), "result == 0", 2),
+    )
+    .unwrap();
+    assert_eq!(lends(&edited, group.clone()), 0, "the template was edited");
+    let forged = |change: &dyn Fn(&mut AnalysisRunStatus)| {
+        let mut g = group.clone();
+        change(&mut g);
+        g
+    };
+    assert_eq!(lends(&restarts, forged(&|g| g.query = "up".into())), 0);
+    assert_eq!(
+        lends(&restarts, forged(&|g| g.condition = "result > -1".into())),
+        0
+    );
+    assert_eq!(
+        lends(
+            &restarts,
+            forged(&|g| g.workload_kind = Some("StatefulSet".into()))
+        ),
+        0
+    );
+    assert_eq!(lends(&restarts, forged(&|g| g.workloads.truncate(5))), 5);
+    // A name that is not a member lends to nobody; the members named still borrow.
+    assert_eq!(
+        lends(&restarts, forged(&|g| g.workloads.push("intruder".into()))),
+        30
+    );
+}
