@@ -1,4 +1,4 @@
-//! The operator's leader election (`cmset_controller::leader::Elector`) against a real API server,
+//! The operator's leader election (`cmset_controller::platform::leader::Elector`) against a real API server,
 //! driven directly, one Lease per test namespace:
 //! - a replica whose acquiring request took most of the renew deadline to come back steps down
 //!   `renew_deadline` after that request started (not after it returned), before a standby takes over;
@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use cmset_controller::leader::{Elector, LeaseConfig};
+use cmset_controller::platform::leader::{Elector, LeaseConfig};
 use cmset_e2e::fault_proxy::{Fault, FaultProxy, Match, Rule};
 use cmset_e2e::k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use cmset_e2e::k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;

@@ -204,7 +204,7 @@ async fn the_alert_rules_evaluate_in_prometheus_on_series_from_two_replicas() {
 /// cmset's own metrics and `/metrics` endpoint, as a leader in the middle of a rollout with analysis
 /// would report them: every kind of series the dashboard reads has a sample.
 async fn serve_cmset_metrics() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
-    use cmset_controller::metrics::{
+    use cmset_controller::platform::metrics::{
         KindLabel, Metrics, RequestLabels, ResultLabel, RolloutGauges, RolloutLabel, SetLabels,
     };
     let metrics = Metrics::default();
@@ -254,15 +254,15 @@ async fn serve_cmset_metrics() -> (std::net::SocketAddr, tokio::task::JoinHandle
     // The registry's type is the operator's (prometheus-client), named by `register`'s signature.
     let mut registry = Default::default();
     metrics.register(&mut registry);
-    let ready = cmset_controller::drain::Readiness::default();
+    let ready = cmset_controller::serving::drain::Readiness::default();
     ready.set_synced();
-    let health = cmset_controller::server::Health {
+    let health = cmset_controller::serving::server::Health {
         ready: std::sync::Arc::new(ready),
         registry: std::sync::Arc::new(registry),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    let server = tokio::spawn(cmset_controller::server::serve(
+    let server = tokio::spawn(cmset_controller::serving::server::serve(
         listener,
         health,
         futures::future::pending(),

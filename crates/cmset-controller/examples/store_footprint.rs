@@ -3,7 +3,7 @@
 //! allocator, so the figures are exact and do not depend on the machine.
 use std::sync::Arc;
 
-use cmset_controller::stored_workload::StoredWorkload;
+use cmset_controller::engine::stored_workload::StoredWorkload;
 use cmset_core::observe::WorkloadKind;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::DynamicObject;

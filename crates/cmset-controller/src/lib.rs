@@ -1,34 +1,19 @@
 //! The cmset operator's I/O layer: it observes the cluster through label-selected watches, asks
 //! `cmset-core` what to do, and carries out exactly those writes.
+//!
+//! Four rooms, by role:
+//! - [`engine`]: what the cluster looks like to cmset: the watches, the index they keep current, the
+//!   stores the controllers are keyed by, and the views the core plans from.
+//! - [`reconcile`]: the set and workload controllers, and what they decide with: analysis, the
+//!   rollout budget, Prometheus.
+//! - [`serving`]: what answers over HTTP: admission webhooks, their certificates, metrics and probes,
+//!   and the drain on shutdown.
+//! - [`platform`]: what any operator needs: flags, leader election, backoff, errors, redaction,
+//!   metrics.
+
 #![forbid(unsafe_code)]
 
-pub mod analysis_io;
-pub mod backoff;
-pub mod cert_keeper;
-pub mod cli;
-pub mod context;
-pub mod crash_points;
-pub mod decisions;
-pub mod drain;
-pub mod error;
-pub mod http;
-pub mod index;
-pub mod leader;
-pub mod measurer;
-pub mod memory;
-pub mod metrics;
-pub mod prometheus;
-pub mod redact;
-pub mod rollout_budget;
-pub mod runtime;
-pub mod served;
-pub mod server;
-pub mod set_controller;
-pub mod stored_workload;
-pub mod stores;
-pub mod tasks;
-pub mod template_admission;
-pub mod views;
-pub mod webhook;
-pub mod webhook_certs;
-pub mod workload_controller;
+pub mod engine;
+pub mod platform;
+pub mod reconcile;
+pub mod serving;

@@ -2,16 +2,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use cmset_controller::cert_keeper;
-use cmset_controller::cli::{Cli, LogFormat};
-use cmset_controller::context::system_clock;
-use cmset_controller::drain::{self, Readiness};
-use cmset_controller::http::Stop;
-use cmset_controller::leader::{Elector, LeaseConfig, Term};
-use cmset_controller::metrics::Metrics;
-use cmset_controller::runtime::{Scope, Scopes, Settings};
-use cmset_controller::server::{Health, bind, serve};
-use cmset_controller::webhook::{self, ServingCert};
+use cmset_controller::engine::context::system_clock;
+use cmset_controller::engine::runtime::{Scope, Scopes, Settings};
+use cmset_controller::platform::cli::{Cli, LogFormat};
+use cmset_controller::platform::leader::{Elector, LeaseConfig, Term};
+use cmset_controller::platform::metrics::Metrics;
+use cmset_controller::serving::cert_keeper;
+use cmset_controller::serving::drain::{self, Readiness};
+use cmset_controller::serving::http::Stop;
+use cmset_controller::serving::server::{Health, bind, serve};
+use cmset_controller::serving::webhook::{self, ServingCert};
 use futures::FutureExt;
 use prometheus_client::registry::Registry;
 use tracing::{error, info, warn};
@@ -22,7 +22,7 @@ fn init_logging(cli: &Cli) {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::{Layer, fmt};
-    let filter = cmset_controller::redact::log_filter(&cli.log_level);
+    let filter = cmset_controller::platform::redact::log_filter(&cli.log_level);
     let logs = match cli.log_format {
         LogFormat::Json => fmt::layer()
             .json()
@@ -65,7 +65,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     let endpoints = bind(cli.metrics_address).await?;
     let client = kube::Client::try_default()
         .await
-        .map_err(|e| cmset_controller::redact::api_error(&e).to_string())?;
+        .map_err(|e| cmset_controller::platform::redact::api_error(&e).to_string())?;
     let metrics = Arc::new(Metrics::default());
     let mut registry = Registry::default();
     metrics.register(&mut registry);
@@ -107,7 +107,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     }
     let mut watches = Vec::new();
     for namespace in namespaces {
-        let served = cmset_controller::served::Settings {
+        let served = cmset_controller::engine::served::Settings {
             kinds: kinds.clone(),
             discovery: cli.kind_discovery(),
         };
@@ -204,8 +204,8 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     info!("leading: reconciling");
     // A task of its own rather than part of this function's future, which `#[tokio::main]` polls on
     // the main thread, outside the worker threads; dropped (the lease lost), it is aborted.
-    let leading =
-        cmset_controller::tasks::spawn_owned(futures::future::join_all(scopes.scopes.iter().map(|scope| {
+    let leading = cmset_controller::engine::tasks::spawn_owned(futures::future::join_all(
+        scopes.scopes.iter().map(|scope| {
             let (scope, client, settings) = (scope.clone(), client.clone(), settings.clone());
             let (metrics, shutdown) = (metrics.clone(), shutdown.clone());
             async move {
@@ -213,7 +213,8 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                     .lead(client, settings, metrics, system_clock(), shutdown)
                     .await
             }
-        })));
+        }),
+    ));
     let lost = async {
         match &elector {
             Some(e) => e.hold().await,

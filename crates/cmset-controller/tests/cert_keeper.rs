@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine;
-use cmset_controller::cert_keeper::{KeepError, SecretSource, keep_once};
-use cmset_controller::webhook::ServingCert;
-use cmset_controller::webhook_certs::{self, Pair, Policy};
+use cmset_controller::serving::cert_keeper::{KeepError, SecretSource, keep_once};
+use cmset_controller::serving::webhook::ServingCert;
+use cmset_controller::serving::webhook_certs::{self, Pair, Policy};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use cmset_controller::leader::{Elector, LeaseConfig};
+use cmset_controller::platform::leader::{Elector, LeaseConfig};
 use http::{Request, Response};
 use kube::Client;
 use kube::client::Body;

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cmset_controller::metrics::{
+use cmset_controller::platform::metrics::{
     KindLabel, Metrics, RequestLabels, ResultLabel, RolloutGauges, RolloutLabel, SetLabels,
 };
 use prometheus_client::registry::Registry;

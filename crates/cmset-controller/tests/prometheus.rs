@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cmset_controller::prometheus::{Prometheus, PrometheusConfig};
-use cmset_controller::webhook_certs::{self, Policy};
+use cmset_controller::reconcile::prometheus::{Prometheus, PrometheusConfig};
+use cmset_controller::serving::webhook_certs::{self, Policy};
 use cmset_core::analysis::QueryOutcome;
 use k8s_openapi::jiff::Timestamp;
 use rustls::pki_types::pem::PemObject;

@@ -8,15 +8,15 @@ use std::sync::{Arc, RwLock};
 use cmset_api::{
     AnalysisTemplate, ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, SecretSet, SecretSetSpec, labels,
 };
-use cmset_controller::context::{Clock, Context};
-use cmset_controller::index::{
+use cmset_controller::engine::context::{Clock, Context};
+use cmset_controller::engine::index::{
     Index, Indexed, Key, TEMPLATES, TriggerReceivers, TriggerSenders, trigger_channels,
 };
-use cmset_controller::metrics::Metrics;
-use cmset_controller::rollout_budget::RolloutBudget;
-use cmset_controller::stored_workload::StoredWorkload;
-use cmset_controller::stores::{Stores, WorkloadStore};
-use cmset_controller::{set_controller, workload_controller};
+use cmset_controller::engine::stored_workload::StoredWorkload;
+use cmset_controller::engine::stores::{Stores, WorkloadStore};
+use cmset_controller::platform::metrics::Metrics;
+use cmset_controller::reconcile::rollout_budget::RolloutBudget;
+use cmset_controller::reconcile::{set_controller, workload_controller};
 use cmset_core::observe::WorkloadKind;
 use cmset_core::plan::{SetInput, plan_set};
 use cmset_core::revision::NewRevision;
@@ -296,7 +296,7 @@ where
 async fn reconcile_set(
     world: &World,
     set: &ConfigMapSet,
-) -> (cmset_controller::error::Result<Action>, Vec<Seen>) {
+) -> (cmset_controller::platform::error::Result<Action>, Vec<Seen>) {
     let owned = set.clone();
     scenario(world, ok_responder(set.clone()), |ctx| {
         set_controller::reconcile(Arc::new(owned), ctx)
@@ -309,7 +309,7 @@ async fn reconcile_deployment(
     world: &World,
     set: &ConfigMapSet,
     deployment: &Deployment,
-) -> (cmset_controller::error::Result<Action>, Vec<Seen>) {
+) -> (cmset_controller::platform::error::Result<Action>, Vec<Seen>) {
     let owned = deployment.clone();
     scenario(world, ok_responder(set.clone()), |ctx| {
         workload_controller::reconcile(WorkloadKind::Deployment, Arc::new(dynamic(&owned)), ctx)
@@ -518,7 +518,7 @@ async fn a_set_waits_for_a_kind_still_listing_then_plans_without_a_poll() {
     result.unwrap();
     lists.await.unwrap();
     assert!(
-        started.elapsed() < cmset_controller::context::CACHES_WAIT,
+        started.elapsed() < cmset_controller::engine::context::CACHES_WAIT,
         "woken by the list's end: {:?}",
         started.elapsed()
     );
@@ -1032,7 +1032,7 @@ async fn owners_for_new_replica_sets_are_batched() {
     assert_no_requests(&seen);
     // Once the batch window has passed since the first deferral, one patch carries the owner.
     let deferred_long_ago = |ctx: &Context| {
-        let since = std::time::Instant::now() - cmset_controller::context::BATCH_WINDOW * 2;
+        let since = std::time::Instant::now() - cmset_controller::engine::context::BATCH_WINDOW * 2;
         let id = (SetKind::ConfigMapSet, Key::new(NS, "nginx-config"));
         ctx.memory().deferred_since(&id, since, |_| true);
     };
@@ -1147,8 +1147,8 @@ async fn the_status_apply_carries_the_resource_version_it_was_planned_from() {
 
 #[tokio::test]
 async fn a_conflict_on_the_status_write_is_retried_quietly_with_backoff_and_sends_nothing_else() {
-    use cmset_controller::backoff::{self, Failure};
-    use cmset_controller::context::Reconciled;
+    use cmset_controller::engine::context::Reconciled;
+    use cmset_controller::platform::backoff::{self, Failure};
     let mut world = World::new();
     let set = set_at_41(&mut world);
     let ok = ok_responder(set.clone());
@@ -1169,7 +1169,7 @@ async fn a_conflict_on_the_status_write_is_retried_quietly_with_backoff_and_send
                 .collect(),
             Ok(_) => Vec::new(),
         };
-        let label = |operation| cmset_controller::metrics::WriteLabel { operation };
+        let label = |operation| cmset_controller::platform::metrics::WriteLabel { operation };
         let after = (
             ctx.metrics.writes.get_or_create(&label("write_status")).get(),
             ctx.metrics
@@ -1178,7 +1178,7 @@ async fn a_conflict_on_the_status_write_is_retried_quietly_with_backoff_and_send
                 .get(),
             ctx.metrics
                 .errors
-                .get_or_create(&cmset_controller::metrics::ErrorLabels {
+                .get_or_create(&cmset_controller::platform::metrics::ErrorLabels {
                     controller: set_controller::NAME,
                     category: "WriteStatus",
                 })
@@ -1258,7 +1258,7 @@ async fn a_store_behind_its_own_status_write_plans_again_before_writing_status()
 
 #[tokio::test]
 async fn nothing_is_sent_once_the_term_as_leader_has_ended() {
-    use cmset_controller::leader::Term;
+    use cmset_controller::platform::leader::Term;
     let mut world = World::new();
     let set = nginx_set("1");
     world.add_set(&set);
@@ -1272,7 +1272,7 @@ async fn nothing_is_sent_once_the_term_as_leader_has_ended() {
             |ctx| ctx.term = Some(term.clone()),
             |ctx| async move {
                 let result = set_controller::reconcile(Arc::new(owned), ctx.clone()).await;
-                let label = cmset_controller::metrics::WriteLabel {
+                let label = cmset_controller::platform::metrics::WriteLabel {
                     operation: "create_revision",
                 };
                 (result, ctx.metrics.writes.get_or_create(&label).get())
@@ -1308,7 +1308,7 @@ async fn nothing_is_sent_once_the_term_as_leader_has_ended() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_in_flight_when_the_term_ends_is_cut_off() {
-    use cmset_controller::leader::Term;
+    use cmset_controller::platform::leader::Term;
     use std::time::Duration;
     let mut world = World::new();
     let set = set_at_41(&mut world);
@@ -1344,8 +1344,8 @@ async fn a_write_in_flight_when_the_term_ends_is_cut_off() {
 
 #[tokio::test]
 async fn a_failing_set_backs_off_exponentially_honours_retry_after_and_resets_on_success() {
-    use cmset_controller::backoff::{self, Failure};
-    use cmset_controller::context::Reconciled;
+    use cmset_controller::engine::context::Reconciled;
+    use cmset_controller::platform::backoff::{self, Failure};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
@@ -1727,13 +1727,13 @@ async fn a_standby_decides_a_source_mode_set_by_its_status_and_the_leader_waits_
     world.add_secret_set(&set);
     // The watch saw the source's version; nobody on this replica read its content.
     world.see_secret(&db_source("7"));
-    let view = cmset_controller::views::workload_view(
+    let view = cmset_controller::engine::views::workload_view(
         WorkloadKind::Deployment,
         &dynamic(&reading_secret("web", "db")),
     )
     .unwrap();
     let decide = |world: &World| {
-        cmset_controller::decisions::Gathered::of(&world.index, &world.stores, NS, &view)
+        cmset_controller::reconcile::decisions::Gathered::of(&world.index, &world.stores, NS, &view)
             .and_then(|g| g.decide(&view))
     };
     // A standby (every replica serves admission) decides by what the leader recorded.
@@ -1974,13 +1974,13 @@ impl FakePrometheus {
         world: &World,
         concurrency: usize,
         timeout: std::time::Duration,
-    ) -> Arc<cmset_controller::measurer::Measurer> {
-        let config = cmset_controller::prometheus::PrometheusConfig {
+    ) -> Arc<cmset_controller::reconcile::measurer::Measurer> {
+        let config = cmset_controller::reconcile::prometheus::PrometheusConfig {
             timeout,
-            ..cmset_controller::prometheus::PrometheusConfig::new(self.url.clone())
+            ..cmset_controller::reconcile::prometheus::PrometheusConfig::new(self.url.clone())
         };
-        let prometheus = cmset_controller::prometheus::Prometheus::new(config).unwrap();
-        cmset_controller::measurer::Measurer::new(
+        let prometheus = cmset_controller::reconcile::prometheus::Prometheus::new(config).unwrap();
+        cmset_controller::reconcile::measurer::Measurer::new(
             Arc::new(prometheus),
             concurrency,
             world.index.clone(),
@@ -2002,7 +2002,7 @@ async fn eventually(what: &str, holds: impl Fn() -> bool) {
 fn analysis_context(
     world: &World,
     respond: Responder,
-    measurer: &Arc<cmset_controller::measurer::Measurer>,
+    measurer: &Arc<cmset_controller::reconcile::measurer::Measurer>,
 ) -> (
     Arc<Context>,
     tokio::task::JoinHandle<()>,

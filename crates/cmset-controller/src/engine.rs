@@ -1,0 +1,12 @@
+//! The engine: watches feed the index (looked up by key, never scanned) and the reflector stores the
+//! controllers are keyed by; views turn API objects into what `cmset-core` plans from.
+
+pub mod context;
+pub mod index;
+pub mod memory;
+pub mod runtime;
+pub mod served;
+pub mod stored_workload;
+pub mod stores;
+pub mod tasks;
+pub mod views;

@@ -1,0 +1,257 @@
+//! What every reconciliation shares: the client, the index and the reflector stores (see
+//! [`crate::engine::stores`]), the event recorder, metrics, the clock (passed in, so tests can fix it), the
+//! one wrapper every write goes through, and the backoff of failed reconciles.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cmset_api::ConfigMapSetStatus;
+use cmset_core::observe::WorkloadKind;
+use cmset_core::set::SetRef;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Client;
+use kube::runtime::events::{Event, Recorder, Reporter};
+
+use crate::engine::index::{Index, Key, SetId};
+use crate::engine::memory::SetMemory;
+use crate::engine::stores::Stores;
+use crate::platform::backoff::{self, Failure, Failures};
+use crate::platform::leader::{Term, TermEnded};
+use crate::platform::metrics::Metrics;
+
+pub type Clock = Arc<dyn Fn() -> Time + Send + Sync>;
+
+pub fn system_clock() -> Clock {
+    Arc::new(|| Time(jiff::Timestamp::now()))
+}
+
+pub struct Context {
+    pub client: Client,
+    pub index: Arc<Index>,
+    pub stores: Stores,
+    pub reporter: Reporter,
+    pub metrics: Arc<Metrics>,
+    pub clock: Clock,
+    /// How long a workload that reads several sets waits after the last change to any of them, so
+    /// that sets changed by one apply land in one rollout (see `workload_controller`).
+    pub multi_set_window: Duration,
+    /// The set controller's memory of its own writes and deferrals (bounded; see [`SetMemory`]).
+    memory: SetMemory,
+    /// Consecutive reconcile failures per object, for the backoff of `error_policy`.
+    pub failures: Failures<Reconciled>,
+    /// What measures the metric analysis of rollouts, off the reconcile path, against
+    /// `--prometheus-url`; `None` without one: a set that asks for analysis holds its rollout and says
+    /// why.
+    pub measurer: Option<Arc<crate::reconcile::measurer::Measurer>>,
+    /// This replica's term as leader (`None` without leader election: writes are always sent). No
+    /// write is sent after it ends, and one in flight then is cut off (see [`Context::write`]).
+    pub term: Option<Term>,
+}
+
+/// An object a controller reconciles: the key of its failure count.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Reconciled {
+    Set(SetId),
+    Workload(WorkloadKind, Key),
+}
+
+/// The longest a set's deferrable writes wait to be batched.
+pub const BATCH_WINDOW: Duration = Duration::from_secs(1);
+
+/// How long a reconcile waits for the caches to fill before it is requeued. Short: a replica shutting
+/// down waits for the reconciles in flight.
+pub const CACHES_WAIT: Duration = Duration::from_secs(1);
+
+impl Context {
+    pub fn new(
+        client: Client,
+        index: Arc<Index>,
+        stores: Stores,
+        metrics: Arc<Metrics>,
+        clock: Clock,
+        instance: Option<String>,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: cmset_api::labels::FIELD_MANAGER.to_string(),
+            instance,
+        };
+        Self {
+            client,
+            index,
+            stores,
+            reporter,
+            metrics,
+            clock,
+            multi_set_window: Duration::from_millis(500),
+            memory: SetMemory::default(),
+            failures: Failures::default(),
+            measurer: None,
+            term: None,
+        }
+    }
+
+    /// Records a failed reconcile of `object` and returns how long to wait before the next one:
+    /// exponential per object (see [`backoff`]). Counts of objects no longer cached are dropped here.
+    pub fn backoff(&self, object: &Reconciled, error: &crate::platform::error::Error) -> Duration {
+        let count = self.failures.record(object, |o| self.still_cached(o));
+        backoff::delay(
+            Failure {
+                count,
+                conflict: error.is_conflict(),
+                unreachable: error.is_unreachable(),
+                retry_after: error.retry_after(),
+            },
+            backoff::seed(object, count),
+        )
+    }
+
+    /// `object` reconciled: its next failure starts from the base delay again.
+    pub fn succeeded(&self, object: &Reconciled) {
+        self.failures.forget(object);
+    }
+
+    fn still_cached(&self, object: &Reconciled) -> bool {
+        match object {
+            Reconciled::Set(key) => self.stores.set(key).is_some(),
+            Reconciled::Workload(kind, key) => (self.stores)
+                .workload_object(*kind, &key.namespace, &key.name)
+                .is_some(),
+        }
+    }
+
+    /// Waits at most [`CACHES_WAIT`] until every watch has listed everything once; whether it has.
+    /// Planning from a half-filled index would take objects not yet listed for absent ones (a
+    /// revision to create again, a workload record to drop), so reconcilers wait for it.
+    pub async fn wait_caches_ready(&self) -> bool {
+        self.index.wait_until(CACHES_WAIT, Index::is_ready).await
+    }
+
+    /// As [`Context::wait_caches_ready`], and also until a watch started later (a workload kind
+    /// installed after start-up) has listed once: a set's status and pruning must see every reader,
+    /// and that kind's may name a revision nothing else names.
+    pub async fn wait_caches_complete(&self) -> bool {
+        self.index.wait_until(CACHES_WAIT, Index::is_complete).await
+    }
+
+    /// Marks `set`'s pending writes as deferred (batched until [`BATCH_WINDOW`] has passed or an
+    /// urgent write comes along): `Some(wait)` while the window since the first deferral is still open,
+    /// `None` once it has passed (write now).
+    pub fn defer(&self, set: &SetId) -> Option<Duration> {
+        let now = Instant::now();
+        let since = self
+            .memory
+            .deferred_since(set, now, |s| self.stores.set(s).is_some());
+        BATCH_WINDOW
+            .checked_sub(now.duration_since(since))
+            .filter(|w| !w.is_zero())
+    }
+
+    /// Forgets a deferral: the writes were made, or are no longer wanted.
+    pub fn forget_deferred(&self, set: &SetId) {
+        self.memory.forget_deferred(set);
+    }
+
+    /// Forgets everything remembered of a set being deleted.
+    pub fn forget_set(&self, set: &SetId) {
+        self.memory.forget(set);
+        if let Some(measurer) = &self.measurer {
+            measurer.forget(set);
+        }
+    }
+
+    /// Whether `status` is what this process already wrote for `set` as the store still shows it: the
+    /// store has not caught up with that write yet, and writing it again would change nothing. A set
+    /// changed by anyone since (another resourceVersion) is planned against as usual.
+    pub fn wrote_already(&self, key: &SetId, set: SetRef<'_>, status: &ConfigMapSetStatus) -> bool {
+        self.memory
+            .wrote_already(key, &set.metadata().resource_version, status)
+    }
+
+    /// Whether the store, which shows `set`, has not yet seen the last status this process wrote for
+    /// it (see [`SetMemory::behind_own_write`]): planning from it would start from older state.
+    pub fn behind_own_write(&self, key: &SetId, set: SetRef<'_>) -> bool {
+        self.memory
+            .behind_own_write(key, &set.metadata().resource_version)
+    }
+
+    /// Remembers that `status` was written for `set` as the store shows it, and that the API server
+    /// answered with the resourceVersion `answered`.
+    pub fn remember_written(
+        &self,
+        key: &SetId,
+        set: SetRef<'_>,
+        status: &ConfigMapSetStatus,
+        answered: Option<String>,
+    ) {
+        self.memory.remember_written(
+            key,
+            set.metadata().resource_version.clone(),
+            answered,
+            status,
+            |s| self.stores.set(s).is_some(),
+        );
+    }
+
+    /// The set controller's memory of its writes (tests read and prime it).
+    pub fn memory(&self) -> &SetMemory {
+        &self.memory
+    }
+
+    /// Sends one write of state to the API server: every write goes through here, counted by operation
+    /// (and, in crash tests, the place the process aborts: see `crash_points`). Only while this replica's
+    /// term as leader lasts: after it a write is not sent (nor counted), and one in flight when it ends
+    /// is cut off; both return [`TermEnded`]. A write the API server refuses because the object moved
+    /// on since it was read (409 Conflict) is counted as such too.
+    pub async fn write<T>(
+        &self,
+        operation: &'static str,
+        request: impl std::future::Future<Output = kube::Result<T>>,
+    ) -> kube::Result<T> {
+        let end = match &self.term {
+            None => None,
+            Some(term) => match term.ends_at() {
+                Some(end) => Some(end),
+                None => {
+                    tracing::debug!(operation, "not sent: this replica's term as leader has ended");
+                    return Err(TermEnded::error());
+                }
+            },
+        };
+        self.metrics.wrote(operation);
+        let n = crate::platform::crash_points::before_write(operation);
+        let result = match end {
+            Some(end) => tokio::time::timeout_at(end, request).await.unwrap_or_else(|_| {
+                tracing::debug!(
+                    operation,
+                    "cut off in flight: this replica's term as leader ended"
+                );
+                Err(TermEnded::error())
+            }),
+            None => request.await,
+        };
+        match &result {
+            Ok(_) => crate::platform::crash_points::after_write(n, operation),
+            Err(kube::Error::Api(status)) if status.code == 409 && status.reason == "Conflict" => {
+                self.metrics.conflicted(operation);
+            }
+            Err(_) => {}
+        }
+        result
+    }
+
+    /// Publishes an event, best effort. A fresh recorder each time: kube's recorder folds a repeat of
+    /// the same reason on the same object into a series that keeps the first message, while cmset
+    /// publishes only when something changed, so every event must keep its own message.
+    pub async fn publish(&self, event: &Event, regarding: &ObjectReference) {
+        if self.term.as_ref().is_some_and(|term| term.ends_at().is_none()) {
+            tracing::debug!(reason = %event.reason, "event not published: this replica's term as leader has ended");
+            return;
+        }
+        self.metrics.wrote("publish_event");
+        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+        if let Err(e) = recorder.publish(event, regarding).await {
+            tracing::warn!(reason = %event.reason, error = %crate::platform::redact::api_error(&e), "could not publish event");
+        }
+    }
+}

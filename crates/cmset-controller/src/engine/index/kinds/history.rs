@@ -1,0 +1,99 @@
+//! History objects of rewritten templates: ReplicaSets (of Deployments and Argo Rollouts),
+//! ControllerRevisions (of StatefulSets and DaemonSets) and Jobs (of CronJobs), reduced to the names
+//! they reference; never cached whole.
+
+use cmset_core::observe::{HistoryKind, HistoryObject};
+use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
+use k8s_openapi::api::batch::v1::Job;
+
+use super::{Indexed, managed_selector};
+use crate::engine::index::{Key, ReaderKind, State, Triggers};
+use crate::engine::views;
+
+impl Indexed for ReplicaSet {
+    const NAME: &'static str = "ReplicaSet";
+
+    fn selector() -> Option<String> {
+        managed_selector()
+    }
+
+    fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
+        index(
+            HistoryKind::ReplicaSet,
+            views::replica_set_view(self),
+            key,
+            state,
+            out,
+        );
+    }
+
+    fn unindex(key: &Key, state: &mut State, out: &mut Triggers) {
+        unindex(HistoryKind::ReplicaSet, key, state, out);
+    }
+
+    fn indexed_keys(state: &State) -> Vec<Key> {
+        state.graph.history_keys(HistoryKind::ReplicaSet)
+    }
+}
+
+impl Indexed for ControllerRevision {
+    const NAME: &'static str = "ControllerRevision";
+
+    fn selector() -> Option<String> {
+        managed_selector()
+    }
+
+    fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
+        let view = views::controller_revision_view(self);
+        index(HistoryKind::ControllerRevision, view, key, state, out);
+    }
+
+    fn unindex(key: &Key, state: &mut State, out: &mut Triggers) {
+        unindex(HistoryKind::ControllerRevision, key, state, out);
+    }
+
+    fn indexed_keys(state: &State) -> Vec<Key> {
+        state.graph.history_keys(HistoryKind::ControllerRevision)
+    }
+}
+
+impl Indexed for Job {
+    const NAME: &'static str = "Job";
+
+    fn selector() -> Option<String> {
+        managed_selector()
+    }
+
+    fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
+        index(HistoryKind::Job, views::job_view(self), key, state, out);
+    }
+
+    fn unindex(key: &Key, state: &mut State, out: &mut Triggers) {
+        unindex(HistoryKind::Job, key, state, out);
+    }
+
+    fn indexed_keys(state: &State) -> Vec<Key> {
+        state.graph.history_keys(HistoryKind::Job)
+    }
+}
+
+/// A history object as the watch sees it (`None`: it holds no template cmset can read).
+fn index(kind: HistoryKind, view: Option<HistoryObject>, key: &Key, state: &mut State, out: &mut Triggers) {
+    let Some(view) = view else {
+        unindex(kind, key, state, out);
+        return;
+    };
+    let names = view.referenced.clone();
+    state
+        .graph
+        .link(ReaderKind::History(kind), key, names, &state.sets, out);
+    state.graph.insert_history(kind, key, view);
+}
+
+fn unindex(kind: HistoryKind, key: &Key, state: &mut State, out: &mut Triggers) {
+    state.graph.remove_history(kind, key);
+    let names = Default::default();
+    state
+        .graph
+        .link(ReaderKind::History(kind), key, names, &state.sets, out);
+}

@@ -1,0 +1,97 @@
+//! ConfigMaps and Secrets, watched metadata-only and without a selector: a revision is recognised by
+//! its `cmset.dev/set` label, a source by its name (sources are other tools' objects, which cmset
+//! never labels). Nothing is stored: the index keeps the revisions' metadata and the versions of the
+//! sources some set versions, and lets every other object pass.
+
+use std::collections::BTreeSet;
+
+use cmset_api::labels;
+use cmset_core::refs::Referenced;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::core::PartialObjectMeta;
+use kube::{Resource, ResourceExt};
+
+use super::Indexed;
+use crate::engine::index::{Key, SetId, State, Triggers};
+use crate::engine::views;
+
+impl Indexed for PartialObjectMeta<ConfigMap> {
+    const NAME: &'static str = "ConfigMap";
+
+    fn selector() -> Option<String> {
+        None
+    }
+
+    fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
+        index(Referenced::ConfigMap, self, key, state, out);
+    }
+
+    fn unindex(key: &Key, state: &mut State, out: &mut Triggers) {
+        unindex(Referenced::ConfigMap, key, state, out);
+    }
+
+    fn indexed_keys(state: &State) -> Vec<Key> {
+        indexed_keys(Referenced::ConfigMap, state)
+    }
+}
+
+impl Indexed for PartialObjectMeta<Secret> {
+    const NAME: &'static str = "Secret";
+
+    fn selector() -> Option<String> {
+        None
+    }
+
+    fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
+        index(Referenced::Secret, self, key, state, out);
+    }
+
+    fn unindex(key: &Key, state: &mut State, out: &mut Triggers) {
+        unindex(Referenced::Secret, key, state, out);
+    }
+
+    fn indexed_keys(state: &State) -> Vec<Key> {
+        indexed_keys(Referenced::Secret, state)
+    }
+}
+
+fn index<K>(kind: Referenced, object: &PartialObjectMeta<K>, key: &Key, state: &mut State, out: &mut Triggers)
+where
+    PartialObjectMeta<K>: Resource,
+{
+    // Out from under the label it had (which may have changed), then in under the one it has now.
+    if let Some(set) = state.revisions.remove(kind, key, &state.sets) {
+        revision_moved(set, state, out);
+    }
+    if let Some(label) = object.labels().get(labels::SET).cloned() {
+        let view = views::revision_view(object);
+        if let Some(set) = state.revisions.insert(kind, key, view, label, &state.sets) {
+            revision_moved(set, state, out);
+        }
+    }
+    state.sources.seen(kind, key, object.resource_version(), out);
+}
+
+fn unindex(kind: Referenced, key: &Key, state: &mut State, out: &mut Triggers) {
+    if let Some(set) = state.revisions.remove(kind, key, &state.sets) {
+        revision_moved(set, state, out);
+    }
+    state.sources.seen(kind, key, None, out);
+}
+
+/// A revision of `set` came, changed or went: the set and the workloads that read it reconcile.
+fn revision_moved(set: SetId, state: &State, out: &mut Triggers) {
+    state.graph.trigger_readers(&set, out);
+    out.sets.insert(set);
+}
+
+/// The revisions of `kind`, and the sources of `kind` the watch has seen.
+fn indexed_keys(kind: Referenced, state: &State) -> Vec<Key> {
+    state
+        .revisions
+        .keys(kind)
+        .chain(state.sources.keys(kind))
+        .collect::<BTreeSet<Key>>()
+        .into_iter()
+        .collect()
+}

@@ -1,0 +1,61 @@
+//! Opted-in workloads of every kind in the table (`cmset_core::kinds`), watched as dynamic objects:
+//! only the references of their pod template are kept (see [`crate::engine::stored_workload`]); the store keeps
+//! the slim object for the controller keyed by it, and the index their names, wave and health.
+
+use cmset_api::labels;
+use cmset_core::moved;
+use cmset_core::observe::WorkloadKind;
+
+use super::Ops;
+use crate::engine::index::{Key, ReaderKind, State, Triggers};
+use crate::engine::stored_workload::StoredWorkload;
+use crate::engine::views;
+
+/// Only workloads that opted in are watched.
+pub fn selector() -> String {
+    format!("{}={}", labels::ENABLED, labels::ENABLED_VALUE)
+}
+
+impl Ops<StoredWorkload> for WorkloadKind {
+    fn index(&self, obj: &StoredWorkload, key: &Key, state: &mut State, out: &mut Triggers) {
+        let kind = *self;
+        let view = views::workload_view(kind, obj);
+        let names = view.as_ref().map(|v| v.referenced()).unwrap_or_default();
+        let reads = !names.is_empty();
+        state
+            .graph
+            .link(ReaderKind::Workload(kind), key, names, &state.sets, out);
+        // A kind whose template never changes after creation (a Job) has no rollout to follow.
+        let progress = view.filter(|_| kind.is_mutable()).map(|v| (v.wave, v.health));
+        if let Some(budget) = &state.budget {
+            // Moving, for the budget: rolling out the generation a move by cmset gave it (its mark),
+            // never merely unhealthy (see `cmset_core::moved`).
+            let generation = obj.metadata.generation.unwrap_or(0);
+            let mark = obj.metadata.labels.as_ref().and_then(|l| l.get(moved::MOVED));
+            let rolling = progress.as_ref().is_some_and(|(_, health)| {
+                moved::holds_slot(mark.map(String::as_str), generation, health, reads)
+            });
+            // Whoever's turn came is woken through the scope that watches it, this one or another.
+            budget.wake(budget.observe(&(kind, key.clone()), generation, rolling));
+        }
+        state.graph.progress(kind, key, progress, &state.sets, out);
+    }
+
+    fn unindex(&self, key: &Key, state: &mut State, out: &mut Triggers) {
+        if let Some(budget) = &state.budget {
+            budget.wake(budget.forget(&(*self, key.clone())));
+        }
+        state.graph.progress(*self, key, None, &state.sets, out);
+        state.graph.link(
+            ReaderKind::Workload(*self),
+            key,
+            Default::default(),
+            &state.sets,
+            out,
+        );
+    }
+
+    fn keys(&self, state: &State) -> Vec<Key> {
+        state.graph.keys(ReaderKind::Workload(*self))
+    }
+}

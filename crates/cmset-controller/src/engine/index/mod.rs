@@ -1,0 +1,566 @@
+//! The operator's index: what each reconcile needs, kept current by watch events, looked up by key.
+//!
+//! Every watched kind implements [`Indexed`] once (in `kinds/`): how one of its objects enters and
+//! leaves the index, and which reconciles that change must trigger. Reconcilers and mappers then
+//! answer their questions with map lookups whose cost grows with the objects that matter to one set or
+//! workload, never with everything in the namespace:
+//!
+//! - set → its revisions ([`Index::revisions`]);
+//! - set → the workloads and history objects (ReplicaSets, ControllerRevisions) that name it or one of
+//!   its revisions ([`Index::readers`]), through [`naming::set_candidates`], so a ConfigMap name maps to
+//!   its set in O(1);
+//! - workload → the sets it reads ([`Index::sets_read`]);
+//! - set → facts computed once per spec change ([`SetFacts`]: the content identity, whether the spec is
+//!   valid, when it last changed), so a workload reconcile never hashes a set's content.
+//!
+//! Only keys and small views live here. Sets and workloads themselves stay in kube's reflector stores
+//! (shared `Arc`s, which the controllers need anyway); revisions and history objects have no store at
+//! all: the index keeps the few names a decision reads and drops the rest of the object.
+//!
+//! The [`State`] behind the lock is made of parts, each in its own file with its own writer:
+//!
+//! | part | holds | written by |
+//! |---|---|---|
+//! | `sets.rs` | set facts, tracked rollouts | the set watches (and a source read, for `changed_at`) |
+//! | `revisions.rs` | revisions by label | the ConfigMap and Secret watches |
+//! | `graph.rs` | reader names, readers by set, waves and health, history views | the reader kinds' watches |
+//! | `sources.rs` | which sets version a source; versions seen; reads | set watches; ConfigMap/Secret watches; the set controller |
+//! | `relist.rs` | keys seen during a list; kinds listed; kinds that cannot list now | [`Index::handle`], [`Index::unavailable`] |
+//! | `templates.rs` | which sets name which AnalysisTemplate | the set watches |
+//!
+//! `triggers.rs` carries what a change asks to reconcile to the controllers. This file holds the
+//! handle: the lock, whether this replica leads, change notifications, and the queries.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use cmset_core::naming;
+use cmset_core::observe::{HistoryObject, RefNames, RevisionView, WorkloadKind};
+use cmset_core::refs::Referenced;
+use cmset_core::set::SetKind;
+use kube::Resource;
+use kube::runtime::watcher;
+
+use crate::engine::stored_workload::StoredWorkload;
+use crate::reconcile::rollout_budget::{RolloutBudget, WorkloadId};
+
+mod graph;
+mod kinds;
+mod relist;
+mod revisions;
+mod sets;
+mod sources;
+mod templates;
+#[cfg(test)]
+mod tests;
+mod triggers;
+
+pub use graph::ReaderKind;
+pub use kinds::{Indexed, workloads};
+pub use sets::SetFacts;
+pub use sources::SourceLookup;
+pub use triggers::{TriggerReceivers, TriggerSenders, Triggers, WorkloadQueue, trigger_channels};
+
+/// An object's namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Key {
+    pub fn new(namespace: &str, name: &str) -> Self {
+        Self {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+
+    fn of<K: Resource>(obj: &K) -> Option<Self> {
+        Some(Self {
+            namespace: obj.meta().namespace.clone()?,
+            name: obj.meta().name.clone()?,
+        })
+    }
+}
+
+/// The name of the AnalysisTemplate watch in the relist bookkeeping ([`Index::expect`]).
+pub const TEMPLATES: &str = "AnalysisTemplate";
+
+/// A set of either kind, by key: a ConfigMapSet and a SecretSet may share a name.
+pub type SetId = (SetKind, Key);
+
+/// What reads one set.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Readers {
+    pub workloads: Vec<(WorkloadKind, String)>,
+    pub history: Vec<HistoryObject>,
+}
+
+/// Everything indexed, for all namespaces in scope: one part per seam (see the table above). A kind's
+/// [`Indexed`] impl writes its own parts through their methods and only reads the others.
+#[derive(Default)]
+pub struct State {
+    sets: sets::Sets,
+    revisions: revisions::Revisions,
+    graph: graph::Graph,
+    sources: sources::Sources,
+    relist: relist::Relist,
+    templates: templates::Templates,
+    /// The cluster-wide rollout budget, when one is set: fed the workloads' progress (see
+    /// [`crate::reconcile::rollout_budget`]).
+    budget: Option<Arc<RolloutBudget>>,
+}
+
+/// The index of one scope, shared by its watches (writers) and its readers: the reconcilers on the
+/// leader, and the admission webhook on every replica.
+pub struct Index {
+    state: RwLock<State>,
+    senders: Option<TriggerSenders>,
+    /// Whether triggered reconciles are sent: only once this replica leads. A standby keeps its index
+    /// warm and sends nothing.
+    leading: AtomicBool,
+    /// Counts every change applied, so that a reader can wait for the next one (admission waiting for
+    /// a set created moments before to get its revision).
+    changes: tokio::sync::watch::Sender<u64>,
+    /// Told of every set deleted (the leader drops the set's metric series).
+    set_gone: RwLock<Option<SetGone>>,
+}
+
+/// What is told of a deleted set.
+pub type SetGone = Arc<dyn Fn(&SetId) + Send + Sync>;
+
+impl Index {
+    /// An index sending what changes trigger to `senders` (none in tests that drive reconciles by
+    /// hand). Each watch that feeds it says so ([`Index::expect`]).
+    pub fn new(senders: Option<TriggerSenders>) -> Self {
+        Self {
+            state: RwLock::new(State::default()),
+            senders,
+            leading: AtomicBool::new(false),
+            changes: tokio::sync::watch::Sender::new(0),
+            set_gone: RwLock::new(None),
+        }
+    }
+
+    /// An index that feeds `budget` what the workload watches show.
+    pub fn with_budget(self, budget: Option<Arc<RolloutBudget>>) -> Self {
+        self.write().budget = budget;
+        self
+    }
+
+    /// The cluster-wide rollout budget, if one is set.
+    pub fn budget(&self) -> Option<Arc<RolloutBudget>> {
+        self.read().budget.clone()
+    }
+
+    /// Wakes the workloads whose turn in the budget came (a slot freed up).
+    pub fn wake(&self, workloads: Vec<WorkloadId>) {
+        if workloads.is_empty() {
+            return;
+        }
+        let out = Triggers {
+            workloads: workloads.into_iter().collect(),
+            ..Triggers::default()
+        };
+        self.send(&out);
+    }
+
+    /// Asks the sets `kind` `key` reads to reconcile: what it waits for changed, and their status
+    /// says so.
+    pub fn remind_sets(&self, kind: WorkloadKind, key: &Key) {
+        let mut out = Triggers::default();
+        {
+            let state = self.read();
+            state
+                .graph
+                .trigger_sets_read(ReaderKind::Workload(kind), key, &state.sets, &mut out);
+        }
+        self.send(&out);
+    }
+
+    /// Asks set `set` to reconcile: something it waits for outside the cluster came (a measurement).
+    pub fn remind_set(&self, set: &SetId) {
+        let out = Triggers {
+            sets: [set.clone()].into(),
+            ..Triggers::default()
+        };
+        self.send(&out);
+    }
+
+    /// Applies one event of the AnalysisTemplate watch (cluster-scoped, kept whole in its store): the
+    /// sets that name a template created, changed or deleted reconcile. A list's end also triggers the
+    /// sets naming a template it did not hold (deleted while the watch was down).
+    pub fn handle_template(&self, event: &watcher::Event<cmset_api::AnalysisTemplate>) -> Triggers {
+        const NAME: &str = TEMPLATES;
+        let name_of = |t: &cmset_api::AnalysisTemplate| t.metadata.name.clone().unwrap_or_default();
+        let mut out = Triggers::default();
+        {
+            let mut guard = self.write();
+            let state = &mut *guard;
+            match event {
+                watcher::Event::Apply(t) | watcher::Event::Delete(t) => {
+                    state.templates.trigger_naming(&name_of(t), &mut out);
+                }
+                watcher::Event::Init => state.relist.start(NAME),
+                watcher::Event::InitApply(t) => {
+                    let name = name_of(t);
+                    state.templates.trigger_naming(&name, &mut out);
+                    state.relist.seen(NAME, Key::new("", &name));
+                }
+                watcher::Event::InitDone => {
+                    let seen = state.relist.done(NAME);
+                    let back = state.relist.available(NAME);
+                    let unseen: Vec<String> = (state.templates.named())
+                        .filter(|name| back || !seen.contains(&Key::new("", name)))
+                        .map(str::to_string)
+                        .collect();
+                    for name in unseen {
+                        state.templates.trigger_naming(&name, &mut out);
+                    }
+                }
+            }
+        }
+        self.changed();
+        self.send(&out);
+        out
+    }
+
+    /// The AnalysisTemplate watch could not list, for `why`. It does not hold the replica's readiness
+    /// nor any set without analysis: until its first list, the sets that name a template hold their
+    /// analysis and say why (see [`Index::templates_unlisted`]); they are asked to reconcile.
+    pub fn templates_unavailable(&self, why: String) {
+        let mut out = Triggers::default();
+        {
+            let mut guard = self.write();
+            let state = &mut *guard;
+            if !state.relist.unavailable(TEMPLATES, why) {
+                return;
+            }
+            let named: Vec<String> = state.templates.named().map(str::to_string).collect();
+            for name in named {
+                state.templates.trigger_naming(&name, &mut out);
+            }
+        }
+        self.changed();
+        self.send(&out);
+    }
+
+    /// Why the AnalysisTemplates cannot be read, when their watch has never listed them and cannot
+    /// now. (Once listed, a later refusal leaves the templates as last listed in use.)
+    pub fn templates_unlisted(&self) -> Option<String> {
+        self.read().relist.never_listed(TEMPLATES).map(str::to_string)
+    }
+
+    /// From now on the reconciles that changes trigger are sent (this replica leads).
+    pub fn lead(&self) {
+        self.leading.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_leading(&self) -> bool {
+        self.leading.load(Ordering::SeqCst)
+    }
+
+    /// A receiver that is told of every change applied to the index from now on.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        // A panic while holding the lock leaves plain maps behind, still consistent per entry.
+        self.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies one watch event and sends the reconciles it triggers.
+    pub fn handle<K: Indexed>(&self, event: &watcher::Event<K>) -> Triggers {
+        let out = self.apply(K::NAME, event, &kinds::Static::<K>::default());
+        if let watcher::Event::Delete(obj) = event
+            && let Some(kind) = SetKind::ALL.into_iter().find(|k| k.as_str() == K::NAME)
+            && let Some(key) = Key::of(obj)
+            && let Some(gone) = self.set_gone.read().unwrap_or_else(|e| e.into_inner()).as_ref()
+        {
+            gone(&(kind, key));
+        }
+        out
+    }
+
+    /// From now on `gone` is told of every set deleted.
+    pub fn on_set_gone(&self, gone: SetGone) {
+        *self.set_gone.write().unwrap_or_else(|e| e.into_inner()) = Some(gone);
+    }
+
+    /// Applies one watch event of the workload kind `kind` and sends the reconciles it triggers.
+    pub fn handle_workload(&self, kind: WorkloadKind, event: &watcher::Event<StoredWorkload>) -> Triggers {
+        self.apply(kind.as_str(), event, &kind)
+    }
+
+    fn apply<O: Resource>(
+        &self,
+        name: &'static str,
+        event: &watcher::Event<O>,
+        ops: &dyn kinds::Ops<O>,
+    ) -> Triggers {
+        let mut out = Triggers::default();
+        {
+            let mut guard = self.write();
+            let state = &mut *guard;
+            match event {
+                watcher::Event::Apply(obj) => {
+                    if let Some(key) = Key::of(obj) {
+                        ops.index(obj, &key, state, &mut out);
+                    }
+                }
+                watcher::Event::Delete(obj) => {
+                    if let Some(key) = Key::of(obj) {
+                        ops.unindex(&key, state, &mut out);
+                    }
+                }
+                watcher::Event::Init => state.relist.start(name),
+                watcher::Event::InitApply(obj) => {
+                    if let Some(key) = Key::of(obj) {
+                        ops.index(obj, &key, state, &mut out);
+                        state.relist.seen(name, key);
+                    }
+                }
+                watcher::Event::InitDone => {
+                    let seen = state.relist.done(name);
+                    for key in ops.keys(state) {
+                        if !seen.contains(&key) {
+                            ops.unindex(&key, state, &mut out);
+                        }
+                    }
+                    if state.relist.available(name) {
+                        // The sets that held for this kind plan again, from its fresh list.
+                        state.sets.trigger_all(&mut out);
+                    }
+                }
+            }
+        }
+        self.changed();
+        self.send(&out);
+        out
+    }
+
+    /// The workload kind `kind` is no longer served (its CRD was removed): everything it named is
+    /// dropped, as if each of its objects had been deleted, and its watch no longer counts.
+    pub fn forget_workloads(&self, kind: WorkloadKind) -> Triggers {
+        let mut out = Triggers::default();
+        {
+            let mut guard = self.write();
+            let state = &mut *guard;
+            let ops: &dyn kinds::Ops<StoredWorkload> = &kind;
+            for key in ops.keys(state) {
+                ops.unindex(&key, state, &mut out);
+            }
+            state.relist.forget(kind.as_str());
+        }
+        self.changed();
+        self.send(&out);
+        out
+    }
+
+    /// The watch of workload kind `kind` cannot list or watch now (refused, or its list failed), for
+    /// `why`: a refusal is not a removal. What it last listed stays indexed, budget slots included, and
+    /// the sets it may read hold until its next full list (see [`Index::unobserved_readers`]); they are
+    /// asked to reconcile, so that their status says why. `None` when that is no news (the same
+    /// refusal again).
+    pub fn unavailable(&self, kind: WorkloadKind, why: String) -> Option<Triggers> {
+        let mut out = Triggers::default();
+        {
+            let mut guard = self.write();
+            let state = &mut *guard;
+            if !state.relist.unavailable(kind.as_str(), why) {
+                return None;
+            }
+            state.sets.trigger_all(&mut out);
+        }
+        self.changed();
+        self.send(&out);
+        Some(out)
+    }
+
+    /// The workload kinds that may read set `set` but cannot be listed or watched now, with why: one
+    /// whose objects as last listed name the set, and one that never listed (any of its objects may).
+    /// The set's readers as the index holds them may be stale or incomplete, so the set plans nothing
+    /// from them: no wave opens, nothing is pruned.
+    pub fn unobserved_readers(&self, set: &SetId) -> Vec<(String, String)> {
+        let state = self.read();
+        let mut unavailable = state.relist.unavailable_kinds().peekable();
+        if unavailable.peek().is_none() {
+            return Vec::new();
+        }
+        let readers = state.graph.readers(set).workloads;
+        unavailable
+            // Templates are no readers: the sets that need them hold their analysis only.
+            .filter(|(kind, ..)| *kind != TEMPLATES)
+            .filter(|(kind, _, listed)| !listed || readers.iter().any(|(k, _)| k.as_str() == *kind))
+            .map(|(kind, why, _)| (kind.to_string(), why.to_string()))
+            .collect()
+    }
+
+    /// A watch of `name` feeds the index from now on: until it has listed once, the index is not
+    /// complete.
+    pub fn expect(&self, name: &'static str) {
+        self.write().relist.expect(name);
+        self.changed();
+    }
+
+    /// Every watch the replica needs to serve has been started ([`Index::expect`]): once they have all
+    /// listed, the index is ready. A watch started later (a kind installed afterwards) never makes it
+    /// unready again.
+    pub fn settle(&self) {
+        self.write().relist.settle();
+        // Every list may have ended already: settling alone can make the index ready.
+        self.changed();
+    }
+
+    fn send(&self, out: &Triggers) {
+        if let Some(senders) = self.senders.as_ref().filter(|_| self.is_leading()) {
+            senders.send(out);
+        }
+    }
+
+    /// Whether every watch needed at start-up has delivered its first full list: the replica can
+    /// answer admission.
+    pub fn is_ready(&self) -> bool {
+        self.read().relist.is_ready()
+    }
+
+    /// Whether every watch running now has delivered its first full list: nothing in scope is
+    /// missing from the index, so reconcilers may plan (and prune) from it.
+    pub fn is_complete(&self) -> bool {
+        self.read().relist.is_complete()
+    }
+
+    /// Waits until `holds` holds of the index, checked after every change, for at most `timeout`;
+    /// whether it held. A reconciler waiting for the first lists starts the moment they end rather
+    /// than at its next poll.
+    pub async fn wait_until(&self, timeout: std::time::Duration, holds: impl Fn(&Self) -> bool) -> bool {
+        // Every reconcile asks: when it holds, no subscription and no timer.
+        if holds(self) {
+            return true;
+        }
+        // Subscribed before the next check, so that a change in between is not missed.
+        let mut changes = self.changes();
+        let until_holds = async {
+            while !holds(self) {
+                if changes.changed().await.is_err() {
+                    // The index is being dropped: nothing will change any more.
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, until_holds).await.is_ok()
+    }
+
+    pub fn set_facts(&self, set: &SetId) -> Option<SetFacts> {
+        self.read().sets.get(set).cloned()
+    }
+
+    /// The revisions labelled for the set of `kind` whose label value is `label`.
+    pub fn revisions(&self, kind: SetKind, namespace: &str, label: &str) -> Vec<RevisionView> {
+        self.read().revisions.labelled(kind, namespace, label)
+    }
+
+    /// The workloads and history objects that name set `set` or one of its revisions. (A reader is
+    /// listed under every set its names could refer to; the planners look at the names themselves.)
+    pub fn readers(&self, set: &SetId) -> Readers {
+        self.read().graph.readers(set)
+    }
+
+    /// The names of objects of `kind` that the Pods listed under set `set` reference: a revision among
+    /// them is in use.
+    pub fn pod_refs(&self, set: &SetId, kind: Referenced) -> BTreeSet<String> {
+        self.read().graph.pod_refs(set, kind)
+    }
+
+    /// The lowest valid wave among the opted-in workloads that name set `set` or one of its revisions
+    /// (0 when none has one).
+    pub fn lowest_wave(&self, set: &SetId) -> i32 {
+        self.read().graph.lowest_wave(set)
+    }
+
+    /// The existing sets that the ConfigMap and Secret names `names` refer to, with their facts.
+    pub fn sets_read(&self, namespace: &str, names: &RefNames) -> Vec<(SetId, SetFacts)> {
+        let state = self.read();
+        graph::candidates(namespace, names)
+            .into_iter()
+            .filter_map(|set| {
+                let facts = state.sets.get(&set)?.clone();
+                Some((set, facts))
+            })
+            .collect()
+    }
+
+    /// Whether a set of `namespace` claims `name`, a name of objects of kind `of`: its bare name or a
+    /// name of its revisions' form (see [`naming::set_candidates`]).
+    pub fn claims(&self, namespace: &str, of: Referenced, name: &str) -> bool {
+        let state = self.read();
+        let kind = SetKind::of_revisions(of);
+        naming::set_candidates(name).any(|set| state.sets.contains(&(kind, Key::new(namespace, set))))
+    }
+
+    /// What is known of the content of source `name` of the sets of `kind` in `namespace`.
+    pub fn source(&self, kind: SetKind, namespace: &str, name: &str) -> SourceLookup {
+        self.read()
+            .sources
+            .lookup(kind.revision_kind(), &Key::new(namespace, name))
+    }
+
+    /// Records what the set controller read of a source: its version and content identity (`None`:
+    /// it does not exist). A read of a new version triggers the readers of the sets that version it: a
+    /// workload may have waited for it (see `workload_controller`), and the content may have changed,
+    /// in which case those sets also count as changed now.
+    pub fn record_source(
+        &self,
+        kind: SetKind,
+        namespace: &str,
+        name: &str,
+        version: Option<String>,
+        identity: Option<String>,
+    ) -> Triggers {
+        let mut out = Triggers::default();
+        {
+            let mut guard = self.write();
+            let state = &mut *guard;
+            let source = Key::new(namespace, name);
+            let Some(read) = state.sources.record(kind, &source, version, identity) else {
+                return out;
+            };
+            let now = Instant::now();
+            for id in read.sets {
+                if read.content_changed {
+                    state.sets.content_changed(&id, now);
+                }
+                state.graph.trigger_readers(&id, &mut out);
+            }
+        }
+        self.changed();
+        self.send(&out);
+        out
+    }
+
+    /// Sizes of the index, for tests and the debug log.
+    pub fn sizes(&self) -> BTreeMap<&'static str, usize> {
+        let state = self.read();
+        let (readers, history) = state.graph.sizes();
+        BTreeMap::from([
+            ("sets", state.sets.len()),
+            ("revisions", state.revisions.len()),
+            ("readers", readers),
+            ("history", history),
+            ("sources", state.sources.len()),
+            ("templates named", state.templates.len()),
+        ])
+    }
+}

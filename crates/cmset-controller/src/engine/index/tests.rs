@@ -1,0 +1,820 @@
+//! The index's tests: watch events in, triggered reconciles and query answers out.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, SecretSet, labels};
+use cmset_core::observe::WorkloadKind;
+use cmset_core::set::SetKind;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapEnvSource, Container, EnvFromSource, PodSpec, PodTemplateSpec, Secret,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::ResourceExt;
+use kube::core::PartialObjectMeta;
+use kube::runtime::watcher;
+
+use super::{Index, Indexed, Key, SetId, SourceLookup, Triggers};
+use crate::engine::stored_workload::StoredWorkload;
+
+const NS: &str = "team";
+
+fn index() -> Index {
+    let index = Index::new(None);
+    for kind in [
+        "ConfigMapSet",
+        "SecretSet",
+        "ConfigMap",
+        "Deployment",
+        "ReplicaSet",
+        "ControllerRevision",
+        "Pod",
+    ] {
+        index.expect(kind);
+    }
+    index.settle();
+    index
+}
+
+/// Deployments reach the index as the workload watch delivers them: dynamic objects of the table's
+/// kind, slimmed. (A test-only impl, so that the scenarios below read as typed objects.)
+impl Indexed for Deployment {
+    const NAME: &'static str = "Deployment";
+
+    fn selector() -> Option<String> {
+        Some(super::workloads::selector())
+    }
+
+    fn slim(&mut self) {
+        let stored = stored(self);
+        let mut object = stored.body();
+        object["metadata"] = serde_json::to_value(&stored.metadata).unwrap();
+        *self = serde_json::from_value(object).unwrap();
+    }
+
+    fn index(&self, key: &Key, state: &mut super::State, out: &mut Triggers) {
+        let ops: &dyn super::kinds::Ops<StoredWorkload> = &WorkloadKind::Deployment;
+        ops.index(&stored(self), key, state, out);
+    }
+
+    fn unindex(key: &Key, state: &mut super::State, out: &mut Triggers) {
+        let ops: &dyn super::kinds::Ops<StoredWorkload> = &WorkloadKind::Deployment;
+        ops.unindex(key, state, out);
+    }
+
+    fn indexed_keys(state: &super::State) -> Vec<Key> {
+        let ops: &dyn super::kinds::Ops<StoredWorkload> = &WorkloadKind::Deployment;
+        ops.keys(state)
+    }
+}
+
+/// A Deployment as its watch stores it.
+fn stored(d: &Deployment) -> StoredWorkload {
+    let object = serde_json::from_value(serde_json::to_value(d).unwrap()).unwrap();
+    StoredWorkload::slim(WorkloadKind::Deployment, object)
+}
+
+fn set(name: &str, generation: i64) -> ConfigMapSet {
+    let mut set = ConfigMapSet::new(
+        name,
+        ConfigMapSetSpec {
+            template: ConfigMapTemplate {
+                data: Some(BTreeMap::from([("K".to_string(), generation.to_string())])),
+                ..ConfigMapTemplate::default()
+            },
+            revision_history_limit: 10,
+            rollout: None,
+            config_map_name: None,
+        },
+    );
+    set.metadata.namespace = Some(NS.into());
+    set.metadata.uid = Some(format!("uid-{name}"));
+    set.metadata.generation = Some(generation);
+    set
+}
+
+fn deployment(name: &str, reads: &[&str]) -> Deployment {
+    Deployment {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            uid: Some(format!("uid-{name}")),
+            labels: Some(BTreeMap::from([(labels::ENABLED.into(), "true".into())])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(DeploymentSpec {
+            template: PodTemplateSpec {
+                metadata: None,
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: "app".into(),
+                        env_from: Some(
+                            reads
+                                .iter()
+                                .map(|r| EnvFromSource {
+                                    config_map_ref: Some(ConfigMapEnvSource {
+                                        name: r.to_string(),
+                                        optional: None,
+                                    }),
+                                    ..EnvFromSource::default()
+                                })
+                                .collect(),
+                        ),
+                        ..Container::default()
+                    }],
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        status: None,
+    }
+}
+
+fn revision(set: &str, name: &str) -> PartialObjectMeta<ConfigMap> {
+    PartialObjectMeta {
+        types: None,
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            labels: Some(BTreeMap::from([(labels::SET.into(), set.into())])),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "cmset.dev/v1alpha1".into(),
+                kind: "ConfigMapSet".into(),
+                name: set.into(),
+                uid: format!("uid-{set}"),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..ObjectMeta::default()
+        },
+        _phantom: Default::default(),
+    }
+}
+
+fn key(name: &str) -> Key {
+    Key::new(NS, name)
+}
+
+fn cms(name: &str) -> SetId {
+    (SetKind::ConfigMapSet, key(name))
+}
+
+fn workloads(keys: &[&str]) -> BTreeSet<(WorkloadKind, Key)> {
+    keys.iter().map(|k| (WorkloadKind::Deployment, key(k))).collect()
+}
+
+#[test]
+fn a_set_change_triggers_exactly_the_workloads_that_read_it() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    index.handle(&watcher::Event::Apply(set("other", 1)));
+    index.handle(&watcher::Event::Apply(deployment("web", &["app"])));
+    index.handle(&watcher::Event::Apply(deployment("api", &["app-d2c65kk9hm"])));
+    index.handle(&watcher::Event::Apply(deployment("unrelated", &["other"])));
+    let out = index.handle(&watcher::Event::Apply(set("app", 2)));
+    assert_eq!(out.workloads, workloads(&["api", "web"]));
+    assert!(
+        out.sets.is_empty(),
+        "the set's own controller sees its own change"
+    );
+}
+
+fn with_wave(mut deployment: Deployment, wave: &str) -> Deployment {
+    if let Some(labels) = deployment.metadata.labels.as_mut() {
+        labels.insert(labels::WAVE.into(), wave.into());
+    }
+    deployment
+}
+
+fn available(mut deployment: Deployment) -> Deployment {
+    deployment.metadata.generation = Some(1);
+    deployment.status = Some(k8s_openapi::api::apps::v1::DeploymentStatus {
+        observed_generation: Some(1),
+        replicas: Some(1),
+        updated_replicas: Some(1),
+        available_replicas: Some(1),
+        ..Default::default()
+    });
+    deployment
+}
+
+#[test]
+fn health_wakes_only_tracked_sets_and_a_new_wave_wakes_every_set_read() {
+    let index = index();
+    let mut tracked = set("app", 1);
+    tracked.spec.rollout = Some(cmset_api::RolloutSpec::default());
+    index.handle(&watcher::Event::Apply(tracked));
+    index.handle(&watcher::Event::Apply(set("plain", 1)));
+    index.handle(&watcher::Event::Apply(deployment("web", &["app", "plain"])));
+    // A status update that makes it healthy matters to the tracked set only.
+    let out = index.handle(&watcher::Event::Apply(available(deployment(
+        "web",
+        &["app", "plain"],
+    ))));
+    assert_eq!(out.sets, BTreeSet::from([cms("app")]));
+    assert!(out.workloads.is_empty());
+    // The same health again: nothing.
+    let out = index.handle(&watcher::Event::Apply(available(deployment(
+        "web",
+        &["app", "plain"],
+    ))));
+    assert_eq!(out, Triggers::default());
+    // A wave label matters to both: the plain set starts tracking a rollout.
+    let waved = with_wave(available(deployment("web", &["app", "plain"])), "2");
+    let out = index.handle(&watcher::Event::Apply(waved));
+    assert_eq!(out.sets, BTreeSet::from([cms("app"), cms("plain")]));
+}
+
+#[test]
+fn the_lowest_wave_of_a_set_s_readers_comes_from_the_index() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    assert_eq!(index.lowest_wave(&cms("app")), 0, "no readers");
+    index.handle(&watcher::Event::Apply(with_wave(deployment("b", &["app"]), "3")));
+    index.handle(&watcher::Event::Apply(with_wave(
+        deployment("c", &["app"]),
+        "later",
+    )));
+    index.handle(&watcher::Event::Apply(with_wave(
+        deployment("d", &["other"]),
+        "1",
+    )));
+    assert_eq!(
+        index.lowest_wave(&cms("app")),
+        3,
+        "invalid labels and other sets' readers do not count"
+    );
+    index.handle(&watcher::Event::Apply(with_wave(deployment("a", &["app"]), "2")));
+    assert_eq!(index.lowest_wave(&cms("app")), 2);
+    index.handle(&watcher::Event::Delete(with_wave(deployment("a", &["app"]), "2")));
+    assert_eq!(index.lowest_wave(&cms("app")), 3);
+}
+
+#[test]
+fn a_workload_that_switches_sets_triggers_the_old_and_the_new_one() {
+    let index = index();
+    for name in ["a", "b", "c"] {
+        index.handle(&watcher::Event::Apply(set(name, 1)));
+    }
+    let first = index.handle(&watcher::Event::Apply(deployment("web", &["a", "b"])));
+    assert_eq!(first.sets, [cms("a"), cms("b")].into());
+    let switched = index.handle(&watcher::Event::Apply(deployment("web", &["b-d2c65kk9hm", "c"])));
+    assert_eq!(switched.sets, [cms("a"), cms("b"), cms("c")].into());
+    assert_eq!(index.readers(&cms("a")).workloads, vec![]);
+    assert_eq!(
+        index.readers(&cms("c")).workloads,
+        vec![(WorkloadKind::Deployment, "web".to_string())]
+    );
+}
+
+#[test]
+fn a_workload_event_that_changes_no_reference_triggers_nothing() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    index.handle(&watcher::Event::Apply(deployment("web", &["app"])));
+    let mut scaled = deployment("web", &["app"]);
+    scaled.spec.as_mut().unwrap().replicas = Some(5);
+    assert_eq!(index.handle(&watcher::Event::Apply(scaled)), Triggers::default());
+}
+
+#[test]
+fn a_revision_triggers_its_set_and_the_set_s_readers() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    index.handle(&watcher::Event::Apply(deployment("web", &["app"])));
+    let out = index.handle(&watcher::Event::Apply(revision("app", "app-d2c65kk9hm")));
+    assert_eq!(out.sets, [cms("app")].into());
+    assert_eq!(out.workloads, workloads(&["web"]));
+    assert_eq!(index.revisions(SetKind::ConfigMapSet, NS, "app").len(), 1);
+    let gone = index.handle(&watcher::Event::Delete(revision("app", "app-d2c65kk9hm")));
+    assert_eq!(gone.sets, [cms("app")].into());
+    assert!(index.revisions(SetKind::ConfigMapSet, NS, "app").is_empty());
+}
+
+#[test]
+fn a_pod_that_appears_triggers_nothing_and_one_that_goes_tells_the_sets_it_named() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web-1", "namespace": NS, "labels": {"cmset.dev/managed": "true"}},
+        "spec": {"containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": "app-d2c65kk9hm"}}]}]}
+    }))
+    .unwrap();
+    assert_eq!(
+        index.handle(&watcher::Event::Apply(pod.clone())),
+        Triggers::default()
+    );
+    // The last reader of an old revision may be a terminating Pod: once it is gone the set may prune.
+    let gone = index.handle(&watcher::Event::Delete(pod));
+    assert_eq!(gone.sets, [cms("app")].into());
+    assert!(gone.workloads.is_empty());
+}
+
+#[test]
+fn facts_are_computed_once_per_spec_change() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    let first = index.set_facts(&cms("app")).unwrap();
+    assert_eq!(first.identity.as_deref().map(str::len), Some(10));
+    let mut status_only = set("app", 1);
+    status_only.status = Some(Default::default());
+    index.handle(&watcher::Event::Apply(status_only));
+    assert_eq!(
+        index.set_facts(&cms("app")).unwrap(),
+        first,
+        "a status write changes no fact"
+    );
+    index.handle(&watcher::Event::Apply(set("app", 2)));
+    let second = index.set_facts(&cms("app")).unwrap();
+    assert_ne!(second.identity, first.identity);
+    assert!(second.changed_at >= first.changed_at);
+}
+
+#[test]
+fn a_relist_drops_what_it_did_not_see_and_counts_as_listed() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    index.handle(&watcher::Event::Apply(deployment("web", &["app"])));
+    index.handle(&watcher::Event::Apply(deployment("gone", &["app"])));
+    index.handle::<Deployment>(&watcher::Event::Init);
+    index.handle(&watcher::Event::InitApply(deployment("web", &["app"])));
+    let out = index.handle::<Deployment>(&watcher::Event::InitDone);
+    assert_eq!(out.sets, [cms("app")].into(), "the set learns that `gone` went");
+    assert_eq!(
+        index.readers(&cms("app")).workloads,
+        vec![(WorkloadKind::Deployment, "web".to_string())]
+    );
+    assert!(!index.is_ready(), "only one of seven kinds has listed");
+}
+
+#[test]
+fn readiness_waits_for_the_kinds_of_start_up_and_completeness_for_every_kind_watched() {
+    let index = Index::new(None);
+    index.expect("ConfigMapSet");
+    index.handle::<ConfigMapSet>(&watcher::Event::InitDone);
+    assert!(
+        !index.is_ready(),
+        "not settled: more kinds may be found at start-up"
+    );
+    index.expect("Deployment");
+    index.settle();
+    assert!(!index.is_ready());
+    index.handle::<Deployment>(&watcher::Event::InitDone);
+    assert!(index.is_ready() && index.is_complete());
+    // A kind installed later: readiness stays, completeness waits for its list.
+    index.expect("Rollout");
+    assert!(index.is_ready());
+    assert!(!index.is_complete());
+    index.handle_workload(WorkloadKind::Rollout, &watcher::Event::InitDone);
+    assert!(index.is_complete());
+    // A kind removed: what its objects named is dropped and nothing waits for it.
+    index.expect("CronJob");
+    assert!(!index.is_complete());
+    index.forget_workloads(WorkloadKind::CronJob);
+    assert!(index.is_ready() && index.is_complete());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_wakes_when_the_last_list_ends_or_settling_makes_the_index_ready() {
+    use std::time::Duration;
+    let index = Arc::new(Index::new(None));
+    index.expect("ConfigMapSet");
+    index.expect("Deployment");
+    index.settle();
+    // Nothing lists: the wait ends at its timeout, not ready.
+    assert!(!index.wait_until(Duration::from_millis(50), Index::is_ready).await);
+
+    let waiting = tokio::spawn({
+        let index = index.clone();
+        async move {
+            let start = tokio::time::Instant::now();
+            let ready = index.wait_until(Duration::from_secs(5), Index::is_complete).await;
+            (ready, start.elapsed())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    index.handle::<ConfigMapSet>(&watcher::Event::InitDone);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(!waiting.is_finished(), "one of two kinds has listed");
+    index.handle::<Deployment>(&watcher::Event::InitDone);
+    let (ready, after) = waiting.await.unwrap();
+    assert!(ready);
+    assert_eq!(
+        after,
+        Duration::from_millis(20),
+        "woken by the list's end, not by a poll"
+    );
+
+    // Every list ended before the replica settled: settling alone wakes the waiter.
+    let index = Arc::new(Index::new(None));
+    index.expect("ConfigMapSet");
+    index.handle::<ConfigMapSet>(&watcher::Event::InitDone);
+    let waiting = tokio::spawn({
+        let index = index.clone();
+        async move { index.wait_until(Duration::from_secs(5), Index::is_ready).await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(!waiting.is_finished());
+    index.settle();
+    assert!(waiting.await.unwrap());
+}
+
+#[test]
+fn a_kind_no_longer_served_drops_its_readers_and_tells_their_sets() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    let rollout: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+        "metadata": {"name": "canary", "namespace": NS, "uid": "u-r", "labels": {"cmset.dev/enabled": "true"}},
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": "app"}}]}]}}}
+    }))
+    .unwrap();
+    let rollout = StoredWorkload::slim(WorkloadKind::Rollout, rollout);
+    let out = index.handle_workload(WorkloadKind::Rollout, &watcher::Event::Apply(rollout));
+    assert_eq!(out.sets, [cms("app")].into());
+    assert_eq!(
+        index.readers(&cms("app")).workloads,
+        vec![(WorkloadKind::Rollout, "canary".to_string())]
+    );
+    let out = index.forget_workloads(WorkloadKind::Rollout);
+    assert_eq!(
+        out.sets,
+        [cms("app")].into(),
+        "the set may now prune what it named"
+    );
+    assert!(index.readers(&cms("app")).workloads.is_empty());
+}
+
+#[test]
+fn a_workload_s_cached_template_keeps_only_its_references() {
+    let mut d = deployment("web", &["app"]);
+    d.spec
+        .as_mut()
+        .unwrap()
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers[0]
+        .image = Some("big".into());
+    d.metadata.annotations = Some(BTreeMap::from([("note".into(), "x".into())]));
+    let mut held = d.clone();
+    d.slim();
+    assert_eq!(d.metadata.annotations, None);
+    // cmset's hold is the one annotation a decision reads.
+    held.annotations_mut()
+        .insert(cmset_core::hold::HELD_SINCE.into(), "t".into());
+    held.slim();
+    assert_eq!(
+        held.metadata.annotations,
+        Some(BTreeMap::from([(
+            cmset_core::hold::HELD_SINCE.into(),
+            "t".into()
+        )]))
+    );
+    let container = &d.spec.unwrap().template.spec.unwrap().containers[0];
+    assert_eq!(container.image, None);
+    assert_eq!(container.env_from.as_ref().map(Vec::len), Some(1));
+}
+
+fn secret_set(name: &str, source: &str) -> SecretSet {
+    let mut set = SecretSet::new(
+        name,
+        cmset_api::SecretSetSpec {
+            secret_name: source.into(),
+            revision_history_limit: 10,
+            rollout: None,
+            ..cmset_api::SecretSetSpec::default()
+        },
+    );
+    set.metadata.namespace = Some(NS.into());
+    set.metadata.uid = Some(format!("uid-{name}"));
+    set.metadata.generation = Some(1);
+    set
+}
+
+fn secret_meta(name: &str, version: &str) -> PartialObjectMeta<Secret> {
+    PartialObjectMeta {
+        types: None,
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            resource_version: Some(version.into()),
+            ..ObjectMeta::default()
+        },
+        _phantom: Default::default(),
+    }
+}
+
+fn sec(name: &str) -> SetId {
+    (SetKind::SecretSet, key(name))
+}
+
+#[test]
+fn a_source_s_new_version_triggers_the_set_that_versions_it_and_nothing_else_does() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(secret_set("db", "db-credentials")));
+    let out = index.handle(&watcher::Event::Apply(secret_meta("db-credentials", "7")));
+    assert_eq!(out.sets, [sec("db")].into());
+    // The same version again (a relist), and an unrelated Secret: nothing.
+    assert_eq!(
+        index.handle(&watcher::Event::Apply(secret_meta("db-credentials", "7"))),
+        Triggers::default()
+    );
+    assert_eq!(
+        index.handle(&watcher::Event::Apply(secret_meta("unrelated", "1"))),
+        Triggers::default()
+    );
+    // A ConfigMap of the source's name is not the source.
+    let mut cm = revision("x", "db-credentials");
+    cm.metadata.labels = None;
+    cm.metadata.owner_references = None;
+    assert_eq!(index.handle(&watcher::Event::Apply(cm)).sets, BTreeSet::new());
+    // Deleted: the set learns it.
+    assert_eq!(
+        index
+            .handle(&watcher::Event::Delete(secret_meta("db-credentials", "7")))
+            .sets,
+        [sec("db")].into()
+    );
+}
+
+#[test]
+fn a_read_is_fresh_until_the_watch_sees_another_version() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(secret_set("db", "db-credentials")));
+    let lookup = || index.source(SetKind::SecretSet, NS, "db-credentials");
+    assert_eq!(lookup(), SourceLookup::Stale, "never read");
+    index.record_source(
+        SetKind::SecretSet,
+        NS,
+        "db-credentials",
+        Some("7".into()),
+        Some("9k5ddchd8d".into()),
+    );
+    assert_eq!(
+        lookup(),
+        SourceLookup::Fresh(Some("9k5ddchd8d".into())),
+        "read, the watch silent so far"
+    );
+    index.handle(&watcher::Event::Apply(secret_meta("db-credentials", "7")));
+    assert_eq!(
+        lookup(),
+        SourceLookup::Fresh(Some("9k5ddchd8d".into())),
+        "seen at the version read"
+    );
+    index.handle(&watcher::Event::Apply(secret_meta("db-credentials", "8")));
+    assert_eq!(lookup(), SourceLookup::Stale, "moved since the read");
+    index.record_source(SetKind::SecretSet, NS, "db-credentials", None, None);
+    index.handle(&watcher::Event::Delete(secret_meta("db-credentials", "8")));
+    assert_eq!(lookup(), SourceLookup::Fresh(None), "gone, and read as gone");
+}
+
+#[test]
+fn a_read_of_a_new_version_wakes_the_readers_even_when_the_content_is_the_same() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(secret_set("db", "db-credentials")));
+    let mut web = deployment("web", &[]);
+    let container = &mut web
+        .spec
+        .as_mut()
+        .unwrap()
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers[0];
+    container.env_from = Some(vec![k8s_openapi::api::core::v1::EnvFromSource {
+        secret_ref: Some(k8s_openapi::api::core::v1::SecretEnvSource {
+            name: "db".into(),
+            optional: None,
+        }),
+        ..Default::default()
+    }]);
+    index.handle(&watcher::Event::Apply(web));
+    let record = |version: &str, identity: &str| {
+        index.record_source(
+            SetKind::SecretSet,
+            NS,
+            "db-credentials",
+            Some(version.into()),
+            Some(identity.into()),
+        )
+    };
+    let first = record("7", "aaaaaaaaaa");
+    assert_eq!(first.workloads, workloads(&["web"]));
+    let changed_at = index.set_facts(&sec("db")).unwrap().changed_at;
+    // Rewritten with the same content (a refreshed annotation): the waiting workload moves on, and
+    // the set does not count as changed.
+    assert_eq!(record("8", "aaaaaaaaaa").workloads, workloads(&["web"]));
+    assert_eq!(index.set_facts(&sec("db")).unwrap().changed_at, changed_at);
+    // The same read again: nothing.
+    assert_eq!(record("8", "aaaaaaaaaa"), Triggers::default());
+    // A set switching to another source stops following the old one.
+    let mut moved = secret_set("db", "other");
+    moved.metadata.generation = Some(2);
+    index.handle(&watcher::Event::Apply(moved));
+    assert_eq!(
+        index.handle(&watcher::Event::Apply(secret_meta("db-credentials", "9"))),
+        Triggers::default()
+    );
+    assert_eq!(
+        index
+            .handle(&watcher::Event::Apply(secret_meta("other", "1")))
+            .sets,
+        [sec("db")].into()
+    );
+}
+
+const FORBIDDEN: &str = "403 Forbidden: cmset's service account may not list or watch it";
+
+fn unobserved(kind: &str) -> Vec<(String, String)> {
+    vec![(kind.to_string(), FORBIDDEN.to_string())]
+}
+
+#[test]
+fn a_refused_kind_keeps_its_readers_and_budget_slots_and_holds_only_the_sets_they_read() {
+    let budget = Arc::new(crate::reconcile::rollout_budget::RolloutBudget::new(1));
+    let index = index().with_budget(Some(budget.clone()));
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    index.handle(&watcher::Event::Apply(set("other", 1)));
+    index.handle::<Deployment>(&watcher::Event::Init);
+    // Rolling out the generation cmset's move gave it (its controller has not observed it yet): it
+    // holds the budget's one slot.
+    let mut web = deployment("web", &["app"]);
+    web.metadata.generation = Some(2);
+    web.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(cmset_api::labels::MOVED.into(), "2".into());
+    index.handle(&watcher::Event::InitApply(web));
+    index.handle::<Deployment>(&watcher::Event::InitDone);
+    assert_eq!(budget.usage().moving, 1, "web moves");
+
+    // Its list is refused: nothing is dropped, every set is told, and only `app` holds.
+    let out = index
+        .unavailable(WorkloadKind::Deployment, FORBIDDEN.to_string())
+        .expect("news");
+    assert_eq!(out.sets, [cms("app"), cms("other")].into());
+    assert!(
+        index
+            .unavailable(WorkloadKind::Deployment, FORBIDDEN.to_string())
+            .is_none(),
+        "the same refusal again is no news"
+    );
+    assert_eq!(
+        index.readers(&cms("app")).workloads,
+        vec![(WorkloadKind::Deployment, "web".to_string())],
+        "a refusal is not a removal"
+    );
+    assert_eq!(budget.usage().moving, 1, "its slot is not freed");
+    assert_eq!(index.unobserved_readers(&cms("app")), unobserved("Deployment"));
+    assert_eq!(
+        index.unobserved_readers(&cms("other")),
+        vec![],
+        "no Deployment reads it"
+    );
+
+    // It lists again: the fresh list replaces what it held, and every set plans again.
+    index.handle::<Deployment>(&watcher::Event::Init);
+    index.handle(&watcher::Event::InitApply(available(deployment(
+        "api",
+        &["other"],
+    ))));
+    let out = index.handle::<Deployment>(&watcher::Event::InitDone);
+    assert_eq!(out.sets, [cms("app"), cms("other")].into());
+    assert_eq!(index.unobserved_readers(&cms("app")), vec![]);
+    assert!(index.readers(&cms("app")).workloads.is_empty(), "web is gone");
+    assert_eq!(budget.usage().moving, 0, "gone, it frees its slot");
+}
+
+#[test]
+fn a_kind_refused_before_its_first_list_holds_every_set_but_not_readiness_until_discovery_drops_it() {
+    let index = Index::new(None);
+    index.expect("ConfigMapSet");
+    index.expect("Deployment");
+    index.settle();
+    index.handle::<ConfigMapSet>(&watcher::Event::InitDone);
+    assert!(!index.is_ready());
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    index.unavailable(WorkloadKind::Deployment, FORBIDDEN.to_string());
+    assert!(
+        index.is_ready() && index.is_complete(),
+        "nothing more is coming from it for now"
+    );
+    assert_eq!(
+        index.unobserved_readers(&cms("app")),
+        unobserved("Deployment"),
+        "any of its objects may read any set"
+    );
+    // A list that fails for another reason says so instead.
+    index.unavailable(WorkloadKind::Deployment, "its list failed: 500".to_string());
+    assert_eq!(
+        index.unobserved_readers(&cms("app")),
+        vec![("Deployment".to_string(), "its list failed: 500".to_string())]
+    );
+    // Discovery answers that it is gone: then, and only then, it is removed.
+    index.forget_workloads(WorkloadKind::Deployment);
+    assert_eq!(index.unobserved_readers(&cms("app")), vec![]);
+    assert!(index.is_ready() && index.is_complete());
+}
+
+/// A set naming the AnalysisTemplates `templates` in its rollout's analysis.
+fn analysed(name: &str, generation: i64, templates: &[&str]) -> ConfigMapSet {
+    let mut set = set(name, generation);
+    let analysis: Vec<_> = templates
+        .iter()
+        .map(|t| serde_json::json!({"template": t}))
+        .collect();
+    set.spec.rollout = Some(serde_json::from_value(serde_json::json!({"analysis": analysis})).unwrap());
+    set
+}
+
+fn template(name: &str) -> cmset_api::AnalysisTemplate {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "cmset.dev/v1alpha1", "kind": "AnalysisTemplate", "metadata": {"name": name},
+        "spec": {"query": "up", "successCondition": "result == 1"},
+    }))
+    .unwrap()
+}
+
+fn sets(names: &[&str]) -> BTreeSet<SetId> {
+    names.iter().map(|n| cms(n)).collect()
+}
+
+#[test]
+fn a_template_change_triggers_exactly_the_sets_that_name_it_as_their_specs_say_now() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(analysed(
+        "web",
+        1,
+        &["restarts", "errors"],
+    )));
+    index.handle(&watcher::Event::Apply(analysed("api", 1, &["errors"])));
+    index.handle(&watcher::Event::Apply(set("plain", 1)));
+    let changed = |name: &str| index.handle_template(&watcher::Event::Apply(template(name))).sets;
+    assert_eq!(changed("restarts"), sets(&["web"]));
+    assert_eq!(changed("errors"), sets(&["api", "web"]));
+    assert_eq!(changed("unnamed"), sets(&[]));
+    let deleted = index.handle_template(&watcher::Event::Delete(template("errors")));
+    assert_eq!(deleted.sets, sets(&["api", "web"]));
+
+    // The set watch keeps the index current: a spec that drops a template, or a set deleted, is no
+    // longer woken by it.
+    index.handle(&watcher::Event::Apply(analysed("web", 2, &["restarts"])));
+    index.handle(&watcher::Event::Delete(analysed("api", 1, &["errors"])));
+    assert_eq!(changed("errors"), sets(&[]));
+    assert_eq!(changed("restarts"), sets(&["web"]));
+
+    // A relist wakes the sets of the templates it holds, and of those it no longer holds (deleted
+    // while the watch was down); the templates watch counts as listed.
+    index.expect(super::TEMPLATES);
+    index.handle_template(&watcher::Event::Init);
+    let listed = index.handle_template(&watcher::Event::InitApply(template("other")));
+    assert_eq!(listed.sets, sets(&[]));
+    let done = index.handle_template(&watcher::Event::InitDone);
+    assert_eq!(done.sets, sets(&["web"]), "restarts was not listed: gone");
+    assert_eq!(index.sizes()["templates named"], 1);
+}
+
+#[test]
+fn templates_that_cannot_be_listed_hold_only_the_sets_that_name_them() {
+    let index = Index::new(None);
+    index.expect("ConfigMapSet");
+    index.expect(super::TEMPLATES);
+    index.settle();
+    index.handle::<ConfigMapSet>(&watcher::Event::InitDone);
+    assert!(!index.is_ready(), "the templates' first list is awaited");
+    index.handle(&watcher::Event::Apply(analysed("web", 1, &["restarts"])));
+    index.handle(&watcher::Event::Apply(set("plain", 1)));
+
+    // Refused: the replica is ready, no set holds as for an unobserved reader, and only the analysis
+    // of the sets that name a template has a reason to hold.
+    index.templates_unavailable("their list failed: 403 Forbidden".to_string());
+    assert!(index.is_ready() && index.is_complete());
+    assert_eq!(
+        index.unobserved_readers(&cms("plain")),
+        Vec::<(String, String)>::new()
+    );
+    assert_eq!(
+        index.unobserved_readers(&cms("web")),
+        Vec::<(String, String)>::new()
+    );
+    assert_eq!(
+        index.templates_unlisted().as_deref(),
+        Some("their list failed: 403 Forbidden")
+    );
+
+    // Listed at last: nothing holds, and the sets that name a template plan again.
+    index.handle_template(&watcher::Event::Init);
+    index.handle_template(&watcher::Event::InitApply(template("restarts")));
+    let done = index.handle_template(&watcher::Event::InitDone);
+    assert_eq!(done.sets, sets(&["web"]));
+    assert_eq!(index.templates_unlisted(), None);
+
+    // A later refusal leaves the templates as listed in use.
+    index.templates_unavailable("their list failed: 403 Forbidden".to_string());
+    assert_eq!(index.templates_unlisted(), None);
+}

@@ -1,0 +1,632 @@
+//! Wires the watches, the index and the two controllers of one scope (one namespace, or all of them).
+//!
+//! Every watch is as narrow as cmset's job allows, because an operator's memory grows with what it
+//! caches (the failure of tools that watch every ConfigMap in the cluster); each kind's selector and
+//! slimming live with its [`Indexed`] impl:
+//! - ConfigMapSets and SecretSets: all in scope (they are cmset's own); kept whole in a store.
+//! - ConfigMaps and Secrets: metadata only, no selector (a source is another tool's object, found by
+//!   name); indexed, not stored: the index keeps the revisions (label `cmset.dev/set`) and the versions
+//!   of the sources some set versions, and lets every other object pass. Secret values are never
+//!   watched: a source is read (GET) only when its version moved.
+//! - Workloads of every kind in the table (`cmset_core::kinds`) that the server serves (see
+//!   [`crate::engine::served`]): label `cmset.dev/enabled=true`; watched as dynamic objects, stored slim.
+//! - ReplicaSets, ControllerRevisions, Jobs: label `cmset.dev/managed=true` (which cmset puts on the
+//!   pod templates it rewrites, and on a CronJob's job template); reduced to the names they reference,
+//!   not stored.
+//! - Pods: label `cmset.dev/managed=true`, reduced to the names they reference (a revision a running
+//!   Pod names is in use), not stored.
+//! - AnalysisTemplates (cluster-scoped, cmset's own), only with a Prometheus to measure with: all, kept
+//!   whole in a store; a change reconciles the sets that name the template.
+//!
+//! Every watch event passes through the [`Index`], which sends the reconciles it triggers to the
+//! controllers (`reconcile_on`): no mapper ever walks a cache.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cmset_api::{AnalysisTemplate, ConfigMapSet, SecretSet};
+use futures::channel::mpsc::UnboundedSender;
+use futures::{FutureExt, Stream, StreamExt, future::BoxFuture};
+use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::utils::ResetTimerBackoff;
+use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
+use kube::{Api, Client};
+use tracing::{debug, warn};
+
+use crate::engine::context::{Clock, Context};
+use crate::engine::index::{Index, Indexed, TriggerReceivers, TriggerSenders, trigger_channels};
+use crate::engine::served::{self, Served, ServedKind};
+use crate::engine::stored_workload::StoredWorkload;
+use crate::engine::stores::Stores;
+use crate::engine::tasks::spawn_owned;
+use crate::engine::views::Object;
+use crate::platform::backoff::{ExpiryGate, WatchBackoff};
+use crate::platform::error::Error;
+use crate::platform::metrics::Metrics;
+use crate::reconcile::measurer::Measurer;
+use crate::reconcile::rollout_budget::RolloutBudget;
+use crate::reconcile::{set_controller, workload_controller};
+
+/// Tuning of one scope's controllers.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub concurrency: u16,
+    /// How long a workload that reads several sets waits after the last change to one of them (see
+    /// `workload_controller`).
+    pub multi_set_window: Duration,
+    pub instance: Option<String>,
+    /// Whether SecretSets (and so Secrets) are served.
+    pub secret_sets: bool,
+    /// Where the metric analysis of rollouts queries, if anywhere (`--prometheus-url`).
+    pub prometheus: Option<Arc<crate::reconcile::prometheus::Prometheus>>,
+    /// How many analysis queries may be in flight at once (`--analysis-concurrency`).
+    pub analysis_concurrency: usize,
+    /// This replica's term as leader, which bounds every write (`None` without leader election).
+    pub term: Option<crate::platform::leader::Term>,
+}
+
+fn api<K: Indexed>(client: &Client, namespace: Option<&str>) -> Api<K> {
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+fn watch_config<K: Indexed>() -> watcher::Config {
+    let config = watcher::Config::default();
+    match K::selector() {
+        Some(selector) => config.labels(&selector),
+        None => config,
+    }
+}
+
+/// The watches' retry delays: kube's default backoff (0.8 s doubling to 30 s, reset only after 2 min
+/// without errors) but capped at 5 s, so that after an API server outage every watch is back within
+/// seconds of it rather than half a minute later. A watch retry costs one request per kind, and the
+/// reset timer still keeps a watch that fails right after every list from looping.
+pub(crate) fn watch_backoff() -> ResetTimerBackoff<WatchBackoff> {
+    ResetTimerBackoff::new(WatchBackoff::default(), Duration::from_secs(120))
+}
+
+/// Passes over the first expiry (410 Gone) of a watch per grace period, so that it relists at once
+/// instead of after a backoff step (see [`ExpiryGate`]).
+pub(crate) fn relist_at_once_on_expiry<T>(
+    kind: &'static str,
+    stream: impl Stream<Item = Result<T, watcher::Error>>,
+) -> impl Stream<Item = Result<T, watcher::Error>> {
+    let mut gate = ExpiryGate::default();
+    stream.filter(move |item| {
+        let expired = matches!(item, Err(watcher::Error::WatchError(status)) if status.code == 410);
+        let skip = expired && gate.pass_over(std::time::Instant::now());
+        if skip {
+            debug!(kind, "watch expired (410 Gone); listing again at once");
+        }
+        futures::future::ready(!skip)
+    })
+}
+
+pub(crate) fn log_watch_error(kind: &'static str, e: &watcher::Error) {
+    warn!(kind, error = %crate::platform::redact::watcher_error(e), "watch error; retrying with backoff");
+}
+
+/// A watch that only feeds the index (revisions, history objects): nothing is cached whole.
+fn indexed_watch<K: Indexed>(
+    client: &Client,
+    namespace: Option<&str>,
+    index: Arc<Index>,
+) -> BoxFuture<'static, ()> {
+    index.expect(K::NAME);
+    relist_at_once_on_expiry(K::NAME, watcher(api::<K>(client, namespace), watch_config::<K>()))
+        .backoff(watch_backoff())
+        .modify(K::slim)
+        .for_each(move |event| {
+            match event {
+                Ok(event) => {
+                    index.handle(&event);
+                }
+                Err(e) => log_watch_error(K::NAME, &e),
+            }
+            futures::future::ready(())
+        })
+        .boxed()
+}
+
+/// Whether a list's objects reach the controller's queue, when this replica takes the lease while the
+/// list is under way. An object listed before then is not queued as it arrives (a standby queues
+/// nothing), and the queueing of everything stored that leading starts with does not see it either: a
+/// store shows a list only once the list is done. So the objects listed while following are queued
+/// when the list ends, if this replica leads by then; otherwise leading will queue them from the
+/// store.
+#[derive(Debug, Default)]
+pub(crate) struct ListedWhileFollowing {
+    missed: bool,
+}
+
+impl ListedWhileFollowing {
+    /// Observes one event of the watch; true when every object of the store must be queued now.
+    pub(crate) fn queue_all_now<K>(&mut self, event: &watcher::Event<K>, leading: bool) -> bool {
+        match event {
+            watcher::Event::Init => {
+                self.missed = false;
+                false
+            }
+            watcher::Event::InitApply(_) => {
+                self.missed |= !leading;
+                false
+            }
+            watcher::Event::InitDone => std::mem::take(&mut self.missed) && leading,
+            watcher::Event::Apply(_) | watcher::Event::Delete(_) => false,
+        }
+    }
+}
+
+/// A watch that fills a store a controller is keyed by, and feeds the index. While this replica leads,
+/// each object applied is also sent to its own controller's queue (`own`): the controller reconciles
+/// what changed, as kube's own store subscription would make it, but a standby queues nothing.
+fn stored_watch<K: Indexed>(
+    client: &Client,
+    namespace: Option<&str>,
+    index: Arc<Index>,
+    own: UnboundedSender<ObjectRef<K>>,
+) -> (Store<K>, BoxFuture<'static, ()>) {
+    let (reader, writer) = reflector::store();
+    index.expect(K::NAME);
+    let stored = reader.clone();
+    let mut listed = ListedWhileFollowing::default();
+    let driver = relist_at_once_on_expiry(K::NAME, watcher(api::<K>(client, namespace), watch_config::<K>()))
+        .backoff(watch_backoff())
+        .modify(K::slim)
+        .reflect(writer)
+        .for_each(move |event| {
+            match event {
+                Ok(event) => {
+                    index.handle(&event);
+                    let leading = index.is_leading();
+                    if let watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) = &event
+                        && leading
+                    {
+                        let _ = own.unbounded_send(ObjectRef::from_obj(obj));
+                    }
+                    if listed.queue_all_now(&event, leading) {
+                        queue_all(&stored, &own);
+                    }
+                }
+                Err(e) => log_watch_error(K::NAME, &e),
+            }
+            futures::future::ready(())
+        })
+        .boxed();
+    (reader, driver)
+}
+
+/// The AnalysisTemplate watch (cluster-scoped: every template, kept whole in a store, which the set
+/// controller resolves analyses against). A template created, changed or deleted reconciles the sets
+/// that name it (see [`Index::handle_template`]).
+fn templates_watch(client: &Client, index: Arc<Index>) -> (Store<AnalysisTemplate>, BoxFuture<'static, ()>) {
+    use crate::engine::index::TEMPLATES;
+    let (reader, writer) = reflector::store();
+    index.expect(TEMPLATES);
+    let api: Api<AnalysisTemplate> = Api::all(client.clone());
+    let driver = relist_at_once_on_expiry(TEMPLATES, watcher(api, watcher::Config::default()))
+        .backoff(watch_backoff())
+        .modify(|template| template.metadata.managed_fields = None)
+        .reflect(writer)
+        .for_each(move |event| {
+            match event {
+                Ok(event) => {
+                    index.handle_template(&event);
+                }
+                Err(e) => {
+                    log_watch_error(TEMPLATES, &e);
+                    // Refused (RBAC not updated yet, say) or failed: only analysed sets wait for it.
+                    if let watcher::Error::InitialListFailed(e) = &e {
+                        index.templates_unavailable(format!(
+                            "their list failed: {}",
+                            crate::platform::redact::api_error(e)
+                        ));
+                    }
+                }
+            }
+            futures::future::ready(())
+        })
+        .boxed();
+    (reader, driver)
+}
+
+fn log_results<S, T, E>(stream: S, controller: &'static str) -> BoxFuture<'static, ()>
+where
+    S: Stream<Item = Result<T, E>> + Send + 'static,
+    T: std::fmt::Debug + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    stream
+        .for_each(move |r| async move {
+            match r {
+                Ok(o) => debug!(controller, object = ?o, "reconciled"),
+                Err(e) => debug!(controller, error = %e, "reconcile failed"),
+            }
+        })
+        .boxed()
+}
+
+/// One scope (one namespace, or all of them): its watches, index and stores. Every replica runs one
+/// per scope and keeps it warm; admission answers from it, and the leader reconciles from it.
+pub struct Scope {
+    namespace: Option<String>,
+    pub index: Arc<Index>,
+    pub stores: Stores,
+    senders: TriggerSenders,
+    receivers: std::sync::Mutex<Option<TriggerReceivers>>,
+    /// The workload kinds served now (see [`crate::engine::served`]).
+    served: tokio::sync::watch::Receiver<Served>,
+}
+
+impl Scope {
+    /// Starts watching: the returned future drives every watch of the scope (forever; drop it to stop).
+    /// AnalysisTemplates are watched only when `analysis` (the operator has a Prometheus to measure
+    /// with).
+    pub fn watch(
+        client: &Client,
+        namespace: Option<String>,
+        secret_sets: bool,
+        analysis: bool,
+        kinds: served::Settings,
+        budget: Option<Arc<RolloutBudget>>,
+    ) -> (Arc<Self>, BoxFuture<'static, ()>) {
+        let ns = namespace.as_deref();
+        let (senders, receivers) = trigger_channels();
+        let index = Arc::new(Index::new(Some(senders.clone())).with_budget(budget.clone()));
+        if let Some(budget) = &budget {
+            budget.route(namespace.clone(), &index);
+        }
+
+        let (sets, sets_watch) =
+            stored_watch::<ConfigMapSet>(client, ns, index.clone(), senders.sets.clone());
+        let mut watches = vec![
+            sets_watch,
+            indexed_watch::<PartialObjectMeta<ConfigMap>>(client, ns, index.clone()),
+            indexed_watch::<ReplicaSet>(client, ns, index.clone()),
+            indexed_watch::<ControllerRevision>(client, ns, index.clone()),
+            indexed_watch::<Job>(client, ns, index.clone()),
+            indexed_watch::<Pod>(client, ns, index.clone()),
+        ];
+        let secret_sets = secret_sets.then(|| {
+            let (store, watch) =
+                stored_watch::<SecretSet>(client, ns, index.clone(), senders.secret_sets.clone());
+            watches.push(watch);
+            watches.push(indexed_watch::<PartialObjectMeta<Secret>>(
+                client,
+                ns,
+                index.clone(),
+            ));
+            store
+        });
+        let templates = analysis.then(|| {
+            let (store, watch) = templates_watch(client, index.clone());
+            watches.push(watch);
+            store
+        });
+        let stores = Stores {
+            sets,
+            secret_sets,
+            workloads: Default::default(),
+            templates,
+        };
+        let (served_tx, served) = tokio::sync::watch::channel(Served::new());
+        watches.push(served::serve(
+            client.clone(),
+            namespace.clone(),
+            kinds,
+            index.clone(),
+            senders.clone(),
+            stores.workloads.clone(),
+            served_tx,
+        ));
+        let scope = Arc::new(Self {
+            namespace,
+            index,
+            stores,
+            senders,
+            receivers: std::sync::Mutex::new(Some(receivers)),
+            served,
+        });
+        // Each watch a task of its own: decoding and indexing one kind's events need not wait for
+        // another's.
+        let watches = watches.into_iter().map(crate::engine::tasks::spawn_owned);
+        (scope, futures::future::join_all(watches).map(drop).boxed())
+    }
+
+    /// Whether this scope serves objects of `namespace`.
+    pub fn serves(&self, namespace: &str) -> bool {
+        self.namespace.as_deref().is_none_or(|ns| ns == namespace)
+    }
+
+    /// Whether every watch needed at start-up has listed everything once.
+    pub fn is_ready(&self) -> bool {
+        self.index.is_ready()
+    }
+
+    /// Reconciles from the warm index, from now until `shutdown` resolves and the reconciles in flight
+    /// have finished: no relist, every object already observed is queued at once. Called once, when
+    /// this replica takes the lease. A workload kind served later gets its controller then; one that
+    /// stops being served stops its controller.
+    pub async fn lead(
+        &self,
+        client: Client,
+        settings: Settings,
+        metrics: Arc<Metrics>,
+        clock: Clock,
+        shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
+    ) {
+        let Some(triggers) = self.receivers.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            warn!("a scope can only be led once");
+            return;
+        };
+        let mut context = Context::new(
+            client,
+            self.index.clone(),
+            self.stores.clone(),
+            metrics,
+            clock.clone(),
+            settings.instance.clone(),
+        );
+        context.multi_set_window = settings.multi_set_window;
+        context.measurer = settings.prometheus.clone().map(|prometheus| {
+            Measurer::new(
+                prometheus,
+                settings.analysis_concurrency,
+                self.index.clone(),
+                clock,
+            )
+        });
+        context.term = settings.term.clone();
+        // A deleted set's series go with it (only the leader reports them), and so do its
+        // measurements.
+        let gone_metrics = context.metrics.clone();
+        let gone_measurer = context.measurer.clone();
+        self.index
+            .on_set_gone(Arc::new(move |id: &crate::engine::index::SetId| {
+                let (kind, key) = id;
+                let labels = set_controller::set_labels(*kind, &key.namespace, &key.name);
+                gone_metrics.observe_rollout(&labels, None);
+                gone_metrics.forget_analysis(&labels);
+                if let Some(measurer) = &gone_measurer {
+                    measurer.forget(id);
+                }
+            }));
+        let wiring = Wiring {
+            config: controller::Config::default().concurrency(settings.concurrency),
+            ctx: Arc::new(context),
+            shutdown: shutdown.clone(),
+        };
+        let sets_ctl = set_controller::NAME;
+        let stores = &self.stores;
+        let controllers = futures::stream::FuturesUnordered::new();
+        controllers.push(wiring.controller(
+            stores.sets.clone(),
+            triggers.sets,
+            sets_ctl,
+            set_controller::reconcile::<ConfigMapSet>,
+            set_controller::error_policy::<ConfigMapSet>,
+        ));
+        if let Some(store) = &stores.secret_sets {
+            controllers.push(wiring.controller(
+                store.clone(),
+                triggers.secret_sets,
+                sets_ctl,
+                set_controller::reconcile::<SecretSet>,
+                set_controller::error_policy::<SecretSet>,
+            ));
+        }
+        // From here on changes trigger reconciles; then everything observed so far is queued once (an
+        // object changed in between is queued twice, and reconciled once).
+        self.index.lead();
+        queue_all(&stores.sets, &self.senders.sets);
+        if let Some(store) = &stores.secret_sets {
+            queue_all(store, &self.senders.secret_sets);
+        }
+        debug!(sizes = ?self.index.sizes(), "leading from the warm index");
+        self.lead_workload_kinds(&wiring, controllers, shutdown).await;
+    }
+
+    /// Runs a workload controller for every kind served, as kinds come and go, until `shutdown`; then
+    /// waits for every controller to finish.
+    async fn lead_workload_kinds<Shutdown>(
+        &self,
+        wiring: &Wiring<Shutdown>,
+        mut controllers: futures::stream::FuturesUnordered<BoxFuture<'static, ()>>,
+        shutdown: Shutdown,
+    ) where
+        Shutdown: std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
+    {
+        let mut served = self.served.clone();
+        let mut led: Vec<Arc<ServedKind>> = Vec::new();
+        let shutdown = shutdown.fuse();
+        futures::pin_mut!(shutdown);
+        loop {
+            let now: Vec<Arc<ServedKind>> = served.borrow_and_update().values().cloned().collect();
+            for kind in now {
+                if led.iter().any(|l| Arc::ptr_eq(l, &kind)) {
+                    continue;
+                }
+                if let Some(queue) = kind.take_queue() {
+                    controllers.push(wiring.workload_controller(&kind, queue));
+                    kind.queue_all();
+                }
+                led.push(kind);
+            }
+            // Forget kinds no longer served (their controllers stop on their own).
+            let current = served.borrow().clone();
+            led.retain(|l| current.get(&l.kind).is_some_and(|c| Arc::ptr_eq(c, l)));
+            tokio::select! {
+                changed = served.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                }
+                Some(()) = controllers.next() => {}
+                () = &mut shutdown => break,
+            }
+        }
+        while controllers.next().await.is_some() {}
+    }
+}
+
+/// Queues a reconcile of every object `store` holds.
+fn queue_all<K: Indexed>(store: &Store<K>, queue: &UnboundedSender<ObjectRef<K>>) {
+    for obj in store.state() {
+        let _ = queue.unbounded_send(ObjectRef::from_obj(obj.as_ref()));
+    }
+}
+
+/// Every scope this process serves.
+#[derive(Clone, Default)]
+pub struct Scopes {
+    pub scopes: Vec<Arc<Scope>>,
+    /// The window in which a workload reading several sets gathers their changes (`Settings`).
+    pub multi_set_window: Duration,
+    /// The workload kinds of the table, declared ones included.
+    pub kinds: cmset_core::kinds::Kinds,
+    /// A cluster-wide rollout budget is set: admission leaves references where they are on update,
+    /// and the workload controller moves them in the budget's order.
+    pub budgeted: bool,
+}
+
+impl Scopes {
+    /// The scope that serves `namespace`, if any.
+    pub fn serving(&self, namespace: &str) -> Option<&Arc<Scope>> {
+        self.scopes.iter().find(|s| s.serves(namespace))
+    }
+
+    pub fn are_ready(&self) -> bool {
+        self.scopes.iter().all(|s| s.is_ready())
+    }
+}
+
+/// What every controller of a scope shares: its tuning, its context and the shutdown signal.
+struct Wiring<Shutdown> {
+    config: controller::Config,
+    ctx: Arc<Context>,
+    shutdown: Shutdown,
+}
+
+impl<Shutdown> Wiring<Shutdown>
+where
+    Shutdown: std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
+{
+    /// One controller keyed by `K`, reconciling what its store holds and what the index triggers.
+    fn controller<K, Reconcile, Fut>(
+        &self,
+        store: Store<K>,
+        triggers: impl Stream<Item = ObjectRef<K>> + Send + 'static,
+        name: &'static str,
+        reconcile: Reconcile,
+        error_policy: fn(Arc<K>, &Error, Arc<Context>) -> controller::Action,
+    ) -> BoxFuture<'static, ()>
+    where
+        K: Object + Indexed,
+        Reconcile: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<controller::Action, Error>> + Send + 'static,
+    {
+        // Every reconcile comes through `triggers`: the index's, and each object's own changes (see
+        // `stored_watch`), which flow only while this replica leads.
+        let stream = Controller::for_shared_stream(futures::stream::pending(), store)
+            .with_config(self.config.clone())
+            .reconcile_on(triggers)
+            .graceful_shutdown_on(self.shutdown.clone())
+            .run(
+                // Each reconcile a task of its own, on whichever worker is free (see `tasks`).
+                move |obj, ctx| spawn_owned(reconcile(obj, ctx)),
+                error_policy,
+                self.ctx.clone(),
+            )
+            .map(|r| r.map_err(|e| crate::platform::redact::controller_error(&e).to_string()));
+        log_results(stream, name)
+    }
+
+    /// The workload controller of one served kind: stops when the kind stops being served, or at
+    /// shutdown.
+    fn workload_controller(
+        &self,
+        kind: &ServedKind,
+        queue: futures::channel::mpsc::UnboundedReceiver<ObjectRef<StoredWorkload>>,
+    ) -> BoxFuture<'static, ()> {
+        let workload_kind = kind.kind;
+        let stopped = futures::future::select(self.shutdown.clone().boxed(), kind.stopped().boxed())
+            .map(drop)
+            .shared();
+        let stream = Controller::for_shared_stream_with(
+            futures::stream::pending(),
+            kind.store.clone(),
+            kind.resource.clone(),
+        )
+        .with_config(self.config.clone())
+        .reconcile_on(queue)
+        .graceful_shutdown_on(stopped)
+        .run(
+            move |obj, ctx| spawn_owned(workload_controller::reconcile(workload_kind, obj, ctx)),
+            move |obj, error, ctx| workload_controller::error_policy(workload_kind, obj, error, ctx),
+            self.ctx.clone(),
+        )
+        .map(|r| r.map_err(|e| crate::platform::redact::controller_error(&e).to_string()));
+        log_results(stream, workload_controller::NAME)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::watcher::Event;
+
+    use super::ListedWhileFollowing;
+
+    /// Feeds `events`, each with whether this replica leads as it arrives; returns the events after
+    /// which everything stored is queued.
+    fn queued_after(events: &[(Event<()>, bool)]) -> Vec<usize> {
+        let mut listed = ListedWhileFollowing::default();
+        events
+            .iter()
+            .enumerate()
+            .filter(|(_, (event, leading))| listed.queue_all_now(event, *leading))
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    #[test]
+    fn a_list_that_began_while_following_is_queued_whole_once_it_ends_under_the_lease() {
+        use Event::*;
+        // The lease is taken after the first page: the store only shows the list at its end.
+        let taken_mid_list = [
+            (Init, false),
+            (InitApply(()), false),
+            (InitApply(()), true),
+            (InitDone, true),
+            (Apply(()), true),
+        ];
+        assert_eq!(queued_after(&taken_mid_list), vec![3]);
+        // Leading before the list began: each object was queued as it came.
+        let led_throughout = [(Init, true), (InitApply(()), true), (InitDone, true)];
+        assert_eq!(queued_after(&led_throughout), Vec::<usize>::new());
+        // Still following at the end: leading queues the then complete store itself.
+        let followed_throughout = [(Init, false), (InitApply(()), false), (InitDone, false)];
+        assert_eq!(queued_after(&followed_throughout), Vec::<usize>::new());
+        // A relist under the lease forgets what an earlier, followed list missed.
+        let relisted = [
+            (Init, false),
+            (InitApply(()), false),
+            (InitDone, false),
+            (Init, true),
+            (InitApply(()), true),
+            (InitDone, true),
+        ];
+        assert_eq!(queued_after(&relisted), Vec::<usize>::new());
+        // An empty list missed nothing.
+        assert_eq!(
+            queued_after(&[(Init, false), (InitDone, true)]),
+            Vec::<usize>::new()
+        );
+    }
+}

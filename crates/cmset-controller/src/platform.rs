@@ -1,0 +1,10 @@
+//! What the rest stands on: flags, leader election, per-object backoff, errors, redaction of what the
+//! API server sends, metrics, and the crash switch of the tests.
+
+pub mod backoff;
+pub mod cli;
+pub mod crash_points;
+pub mod error;
+pub mod leader;
+pub mod metrics;
+pub mod redact;

@@ -1,0 +1,10 @@
+//! Serving over HTTP: the admission webhooks (workloads, AnalysisTemplates) and their certificates,
+//! `/metrics` and the probes, and the drain that keeps admission answered while a replica leaves.
+
+pub mod cert_keeper;
+pub mod drain;
+pub mod http;
+pub mod server;
+pub mod template_admission;
+pub mod webhook;
+pub mod webhook_certs;
