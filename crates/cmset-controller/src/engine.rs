@@ -10,3 +10,4 @@ pub mod stored_workload;
 pub mod stores;
 pub mod tasks;
 pub mod views;
+pub mod wire;

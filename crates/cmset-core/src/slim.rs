@@ -184,6 +184,193 @@ fn projection(p: &VolumeProjection) -> VolumeProjection {
     }
 }
 
+/// A pod spec decoded straight into [`references_only`]'s form: the same value, without building the
+/// whole spec first. Everything else (images, commands, probes, resources, and every field a later
+/// Kubernetes adds) is skipped by the JSON reader, never allocated. For watches of objects cmset only
+/// indexes by what they reference (Pods, ReplicaSets, ControllerRevisions, Jobs), whose decoding is
+/// most of a standby's CPU.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReferencesOnly(pub PodSpec);
+
+impl<'de> Deserialize<'de> for ReferencesOnly {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let spec = wire::Spec::deserialize(deserializer)?;
+        Ok(Self(spec.into()))
+    }
+}
+
+/// The parts of a pod spec that can name a ConfigMap or a Secret, as they are written in JSON.
+mod wire {
+    use k8s_openapi::api::core::v1::{
+        ConfigMapEnvSource, ConfigMapKeySelector, ConfigMapProjection, ConfigMapVolumeSource, Container,
+        EnvFromSource, EnvVar, EnvVarSource, EphemeralContainer, PodSpec, ProjectedVolumeSource,
+        SecretEnvSource, SecretKeySelector, SecretProjection, SecretVolumeSource, Volume, VolumeProjection,
+    };
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct Spec {
+        containers: Option<Vec<Named>>,
+        init_containers: Option<Vec<Named>>,
+        ephemeral_containers: Option<Vec<Named>>,
+        volumes: Option<Vec<VolumeRefs>>,
+    }
+
+    /// A container of any of the three lists.
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Named {
+        name: Option<String>,
+        env: Option<Vec<Env>>,
+        env_from: Option<Vec<EnvFrom>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Env {
+        name: Option<String>,
+        value_from: Option<EnvFromKey>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct EnvFromKey {
+        config_map_key_ref: Option<ConfigMapKeySelector>,
+        secret_key_ref: Option<SecretKeySelector>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct EnvFrom {
+        config_map_ref: Option<ConfigMapEnvSource>,
+        secret_ref: Option<SecretEnvSource>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct VolumeRefs {
+        name: Option<String>,
+        config_map: Option<ConfigMapVolumeSource>,
+        secret: Option<SecretVolumeSource>,
+        projected: Option<Projected>,
+    }
+
+    #[derive(Deserialize)]
+    struct Projected {
+        sources: Option<Vec<Projection>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Projection {
+        config_map: Option<ConfigMapProjection>,
+        secret: Option<SecretProjection>,
+    }
+
+    impl From<Spec> for PodSpec {
+        fn from(spec: Spec) -> Self {
+            let containers =
+                |list: Option<Vec<Named>>| list.map(|cs| cs.into_iter().map(Container::from).collect());
+            PodSpec {
+                containers: containers(spec.containers).unwrap_or_default(),
+                init_containers: containers(spec.init_containers),
+                ephemeral_containers: spec
+                    .ephemeral_containers
+                    .map(|cs| cs.into_iter().map(EphemeralContainer::from).collect()),
+                volumes: spec.volumes.map(|vs| vs.into_iter().map(Volume::from).collect()),
+                ..PodSpec::default()
+            }
+        }
+    }
+
+    impl Named {
+        fn parts(self) -> (String, Option<Vec<EnvVar>>, Option<Vec<EnvFromSource>>) {
+            (
+                self.name.unwrap_or_default(),
+                self.env.map(|env| env.into_iter().map(EnvVar::from).collect()),
+                self.env_from
+                    .map(|from| from.into_iter().map(EnvFromSource::from).collect()),
+            )
+        }
+    }
+
+    impl From<Named> for Container {
+        fn from(named: Named) -> Self {
+            let (name, env, env_from) = named.parts();
+            Container {
+                name,
+                env,
+                env_from,
+                ..Container::default()
+            }
+        }
+    }
+
+    impl From<Named> for EphemeralContainer {
+        fn from(named: Named) -> Self {
+            let (name, env, env_from) = named.parts();
+            EphemeralContainer {
+                name,
+                env,
+                env_from,
+                ..EphemeralContainer::default()
+            }
+        }
+    }
+
+    impl From<Env> for EnvVar {
+        fn from(var: Env) -> Self {
+            let from = var
+                .value_from
+                .filter(|f| f.config_map_key_ref.is_some() || f.secret_key_ref.is_some());
+            EnvVar {
+                name: var.name.unwrap_or_default(),
+                value: None,
+                value_from: from.map(|f| EnvVarSource {
+                    config_map_key_ref: f.config_map_key_ref,
+                    secret_key_ref: f.secret_key_ref,
+                    ..EnvVarSource::default()
+                }),
+            }
+        }
+    }
+
+    impl From<EnvFrom> for EnvFromSource {
+        fn from(source: EnvFrom) -> Self {
+            EnvFromSource {
+                config_map_ref: source.config_map_ref,
+                secret_ref: source.secret_ref,
+                prefix: None,
+            }
+        }
+    }
+
+    impl From<VolumeRefs> for Volume {
+        fn from(volume: VolumeRefs) -> Self {
+            Volume {
+                name: volume.name.unwrap_or_default(),
+                config_map: volume.config_map,
+                secret: volume.secret,
+                projected: volume.projected.map(|p| ProjectedVolumeSource {
+                    default_mode: None,
+                    sources: p.sources.map(|sources| {
+                        sources
+                            .into_iter()
+                            .map(|s| VolumeProjection {
+                                config_map: s.config_map,
+                                secret: s.secret,
+                                ..VolumeProjection::default()
+                            })
+                            .collect()
+                    }),
+                }),
+                ..Volume::default()
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -747,3 +747,51 @@ fn any_object() -> impl Strategy<Value = Value> {
     });
     prop_oneof![any_json(), broken]
 }
+
+/// `value` with fields cmset never reads added at every level a reference lives in (what a real Pod
+/// carries: images, probes, resources), so decoding must skip them.
+fn with_noise(mut value: Value) -> Value {
+    let noise =
+        json!({"image": "registry.k8s.io/pause:3.9", "resources": {"limits": {"cpu": "1"}}, "args": ["-v"]});
+    let add = |object: &mut Value, extra: &Value| {
+        if let (Some(map), Some(extra)) = (object.as_object_mut(), extra.as_object()) {
+            for (k, v) in extra {
+                map.insert(k.clone(), v.clone());
+            }
+        }
+    };
+    for list in ["containers", "initContainers", "ephemeralContainers"] {
+        for container in value[list].as_array_mut().into_iter().flatten() {
+            add(container, &noise);
+            for var in container["env"].as_array_mut().into_iter().flatten() {
+                add(var, &json!({"value": "literal"}));
+            }
+            for source in container["envFrom"].as_array_mut().into_iter().flatten() {
+                add(source, &json!({"prefix": "P_"}));
+            }
+        }
+    }
+    for volume in value["volumes"].as_array_mut().into_iter().flatten() {
+        add(volume, &json!({"emptyDir": {}}));
+    }
+    add(
+        &mut value,
+        &json!({"nodeName": "node-1", "restartPolicy": "Always", "aFieldOfTomorrow": {"x": [1]}}),
+    );
+    value
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Decoding a pod spec's references straight from JSON gives what slimming the whole decoded spec
+    /// gives: the same references at the same pointers, whatever else the spec carries.
+    #[test]
+    fn references_decoded_from_json_are_the_slimmed_spec(spec in pod_spec()) {
+        let json = with_noise(serde_json::to_value(&spec).unwrap());
+        let whole: PodSpec = serde_json::from_value(json.clone()).unwrap();
+        let decoded: cmset_core::slim::ReferencesOnly = serde_json::from_value(json).unwrap();
+        prop_assert_eq!(&decoded.0, &cmset_core::slim::references_only(&whole));
+        prop_assert_eq!(find_refs(&decoded.0), find_refs(&whole));
+    }
+}

@@ -120,7 +120,7 @@ fn indexed_watch<K: Indexed>(
     index: Arc<Index>,
 ) -> BoxFuture<'static, ()> {
     index.expect(K::NAME);
-    relist_at_once_on_expiry(K::NAME, watcher(api::<K>(client, namespace), watch_config::<K>()))
+    relist_at_once_on_expiry(K::NAME, K::watch(client, namespace, watch_config::<K>()))
         .backoff(watch_backoff())
         .modify(K::slim)
         .for_each(move |event| {

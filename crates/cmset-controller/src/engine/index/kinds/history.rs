@@ -6,15 +6,28 @@ use cmset_core::observe::{HistoryKind, HistoryObject};
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
 use k8s_openapi::api::batch::v1::Job;
 
+use futures::stream::BoxStream;
+use kube::Client;
+use kube::runtime::watcher;
+
 use super::{Indexed, managed_selector};
 use crate::engine::index::{Key, ReaderKind, State, Triggers};
 use crate::engine::views;
+use crate::engine::wire::{self, WireControllerRevision, WireJob, WireReplicaSet};
 
 impl Indexed for ReplicaSet {
     const NAME: &'static str = "ReplicaSet";
 
     fn selector() -> Option<String> {
         managed_selector()
+    }
+
+    fn watch(
+        client: &Client,
+        namespace: Option<&str>,
+        config: watcher::Config,
+    ) -> BoxStream<'static, watcher::Result<watcher::Event<Self>>> {
+        wire::watch_as::<WireReplicaSet, ReplicaSet>(client, namespace, config)
     }
 
     fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
@@ -43,6 +56,14 @@ impl Indexed for ControllerRevision {
         managed_selector()
     }
 
+    fn watch(
+        client: &Client,
+        namespace: Option<&str>,
+        config: watcher::Config,
+    ) -> BoxStream<'static, watcher::Result<watcher::Event<Self>>> {
+        wire::watch_as::<WireControllerRevision, ControllerRevision>(client, namespace, config)
+    }
+
     fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
         let view = views::controller_revision_view(self);
         index(HistoryKind::ControllerRevision, view, key, state, out);
@@ -62,6 +83,14 @@ impl Indexed for Job {
 
     fn selector() -> Option<String> {
         managed_selector()
+    }
+
+    fn watch(
+        client: &Client,
+        namespace: Option<&str>,
+        config: watcher::Config,
+    ) -> BoxStream<'static, watcher::Result<watcher::Event<Self>>> {
+        wire::watch_as::<WireJob, Job>(client, namespace, config)
     }
 
     fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {

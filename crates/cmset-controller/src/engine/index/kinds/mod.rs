@@ -12,9 +12,14 @@
 //! | ReplicaSet, ControllerRevision, Job (of CronJobs) | `history.rs` | their reader names; their history views |
 //! | Pod | `pods.rs` | its reader names |
 
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::NamespaceResourceScope;
-use kube::Resource;
+use kube::runtime::watcher;
+use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
+
+use crate::engine::wire;
 
 use super::{Key, State, Triggers};
 
@@ -39,6 +44,16 @@ pub trait Indexed:
 
     /// The label selector of its watch: as narrow as cmset's job allows.
     fn selector() -> Option<String>;
+
+    /// Its watch in `namespace` (or every namespace): the objects as they are, unless the kind decodes
+    /// only what its index reads (see [`crate::engine::wire`]) or watches only metadata.
+    fn watch(
+        client: &Client,
+        namespace: Option<&str>,
+        config: watcher::Config,
+    ) -> BoxStream<'static, watcher::Result<watcher::Event<Self>>> {
+        watcher::watcher(wire::scoped::<Self>(client, namespace), config).boxed()
+    }
 
     /// Drops what no decision reads, before the object is cached or indexed.
     fn slim(&mut self) {

@@ -1,0 +1,243 @@
+//! What the watches of kinds cmset only indexes decode: the fields the index reads, and nothing else.
+//!
+//! A Pod's watch event is mostly its status and its containers' images, probes and resources; a
+//! ReplicaSet's or ControllerRevision's is a whole pod template; every object's metadata carries its
+//! managedFields. Decoding those whole was most of a standby's CPU in issue 26's profile. The wire types
+//! here skip them at the JSON reader (serde ignores fields a type does not name without allocating
+//! them) and turn into the k8s-openapi type the index takes, with only the read fields set: the
+//! references of the pod spec ([`ReferencesOnly`], the same value `slim::references_only` gives), and
+//! the metadata without managedFields.
+
+use std::collections::BTreeMap;
+
+use cmset_core::slim::ReferencesOnly;
+use futures::{StreamExt, TryStreamExt, stream::BoxStream};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet, ReplicaSetSpec};
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
+
+/// The watch of `W`'s objects in `namespace` (or every namespace), each turned into a `K`.
+pub fn watch_as<W, K>(
+    client: &Client,
+    namespace: Option<&str>,
+    config: watcher::Config,
+) -> BoxStream<'static, watcher::Result<Event<K>>>
+where
+    W: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+    K: From<W> + Send + 'static,
+{
+    watcher::watcher(scoped::<W>(client, namespace), config)
+        .map_ok(|event| convert(event, K::from))
+        .boxed()
+}
+
+/// An API of `K` in `namespace`, or in every namespace.
+pub fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+fn convert<W, K>(event: Event<W>, into: impl Fn(W) -> K) -> Event<K> {
+    match event {
+        Event::Apply(obj) => Event::Apply(into(obj)),
+        Event::Delete(obj) => Event::Delete(into(obj)),
+        Event::InitApply(obj) => Event::InitApply(into(obj)),
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
+    }
+}
+
+/// Object metadata without managedFields, which no decision reads and which is the largest part of
+/// most objects' metadata. The resourceVersion is kept: the watch resumes from it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Meta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    generation: Option<i64>,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+    owner_references: Option<Vec<OwnerReference>>,
+    creation_timestamp: Option<Time>,
+    deletion_timestamp: Option<Time>,
+}
+
+fn meta<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D::Error> {
+    let meta = Meta::deserialize(deserializer)?;
+    Ok(ObjectMeta {
+        name: meta.name,
+        namespace: meta.namespace,
+        uid: meta.uid,
+        resource_version: meta.resource_version,
+        generation: meta.generation,
+        labels: meta.labels,
+        annotations: meta.annotations,
+        owner_references: meta.owner_references,
+        creation_timestamp: meta.creation_timestamp,
+        deletion_timestamp: meta.deletion_timestamp,
+        ..ObjectMeta::default()
+    })
+}
+
+/// A pod template's spec, as far as its references go.
+#[derive(Clone, Debug, Deserialize)]
+struct Template {
+    spec: Option<ReferencesOnly>,
+}
+
+impl Template {
+    fn into_k8s(self) -> PodTemplateSpec {
+        PodTemplateSpec {
+            metadata: None,
+            spec: self.spec.map(|s| s.0),
+        }
+    }
+}
+
+/// Makes a wire type a resource of the same API path as `$k8s`, with its metadata.
+macro_rules! same_resource_as {
+    ($wire:ty, $k8s:ty) => {
+        impl k8s_openapi::Resource for $wire {
+            const API_VERSION: &'static str = <$k8s as k8s_openapi::Resource>::API_VERSION;
+            const GROUP: &'static str = <$k8s as k8s_openapi::Resource>::GROUP;
+            const KIND: &'static str = <$k8s as k8s_openapi::Resource>::KIND;
+            const VERSION: &'static str = <$k8s as k8s_openapi::Resource>::VERSION;
+            const URL_PATH_SEGMENT: &'static str = <$k8s as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+            type Scope = NamespaceResourceScope;
+        }
+
+        impl k8s_openapi::Metadata for $wire {
+            type Ty = ObjectMeta;
+
+            fn metadata(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+
+            fn metadata_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+/// A Pod: its metadata and its spec's references; never its status.
+#[derive(Clone, Debug, Deserialize)]
+pub struct WirePod {
+    #[serde(deserialize_with = "meta")]
+    metadata: ObjectMeta,
+    spec: Option<ReferencesOnly>,
+}
+same_resource_as!(WirePod, Pod);
+
+impl From<WirePod> for Pod {
+    fn from(pod: WirePod) -> Self {
+        Pod {
+            metadata: pod.metadata,
+            spec: pod.spec.map(|s| s.0),
+            status: None,
+        }
+    }
+}
+
+/// A ReplicaSet: its metadata and its template's references.
+#[derive(Clone, Debug, Deserialize)]
+pub struct WireReplicaSet {
+    #[serde(deserialize_with = "meta")]
+    metadata: ObjectMeta,
+    spec: Option<TemplateHolder>,
+}
+same_resource_as!(WireReplicaSet, ReplicaSet);
+
+#[derive(Clone, Debug, Deserialize)]
+struct TemplateHolder {
+    template: Option<Template>,
+}
+
+impl From<WireReplicaSet> for ReplicaSet {
+    fn from(rs: WireReplicaSet) -> Self {
+        ReplicaSet {
+            metadata: rs.metadata,
+            spec: rs.spec.map(|spec| ReplicaSetSpec {
+                template: spec.template.map(Template::into_k8s),
+                ..ReplicaSetSpec::default()
+            }),
+            status: None,
+        }
+    }
+}
+
+/// A Job: its metadata and its template's references.
+#[derive(Clone, Debug, Deserialize)]
+pub struct WireJob {
+    #[serde(deserialize_with = "meta")]
+    metadata: ObjectMeta,
+    spec: Option<TemplateHolder>,
+}
+same_resource_as!(WireJob, Job);
+
+impl From<WireJob> for Job {
+    fn from(job: WireJob) -> Self {
+        Job {
+            metadata: job.metadata,
+            spec: job.spec.map(|spec| JobSpec {
+                template: spec.template.map(Template::into_k8s).unwrap_or_default(),
+                ..JobSpec::default()
+            }),
+            status: None,
+        }
+    }
+}
+
+/// A ControllerRevision: its metadata, its number, and the references of the template its data
+/// records (`{"spec": {"template": {...}}}`, as StatefulSets and DaemonSets write it).
+#[derive(Clone, Debug, Deserialize)]
+pub struct WireControllerRevision {
+    #[serde(deserialize_with = "meta")]
+    metadata: ObjectMeta,
+    data: Option<RevisionData>,
+    #[serde(default)]
+    revision: i64,
+}
+same_resource_as!(WireControllerRevision, ControllerRevision);
+
+#[derive(Clone, Debug, Deserialize)]
+struct RevisionData {
+    spec: Option<TemplateHolder>,
+}
+
+impl From<WireControllerRevision> for ControllerRevision {
+    fn from(cr: WireControllerRevision) -> Self {
+        let spec = cr
+            .data
+            .and_then(|d| d.spec)
+            .and_then(|s| s.template)
+            .and_then(|t| t.spec);
+        ControllerRevision {
+            metadata: cr.metadata,
+            data: spec.map(|spec| RawExtension(serde_json::json!({"spec": {"template": {"spec": spec.0}}}))),
+            revision: cr.revision,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

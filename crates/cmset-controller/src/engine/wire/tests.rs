@@ -1,0 +1,153 @@
+//! Each wire type decodes an object as the API server sends it into what the index would have read
+//! from the whole object: the same views, the same reference names, no managedFields, no status.
+
+use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::engine::index::Indexed;
+use crate::engine::views;
+
+fn metadata(name: &str) -> Value {
+    json!({
+        "name": name,
+        "namespace": "shop",
+        "uid": format!("uid-{name}"),
+        "resourceVersion": "4242",
+        "generation": 3,
+        "labels": {"app": "web", "cmset.dev/managed": "true"},
+        "annotations": {"deployment.kubernetes.io/revision": "7"},
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "uid-web",
+                             "controller": true, "blockOwnerDeletion": true}],
+        "creationTimestamp": "2026-11-25T10:00:00Z",
+        "managedFields": [{"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "apps/v1",
+                           "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {".": {}}}}}]
+    })
+}
+
+/// A pod spec as a real Deployment's template has it: references among much else.
+fn pod_spec() -> Value {
+    json!({
+        "containers": [{
+            "name": "app",
+            "image": "registry.k8s.io/pause:3.9",
+            "args": ["--port=8080"],
+            "ports": [{"containerPort": 8080}],
+            "resources": {"limits": {"cpu": "500m", "memory": "128Mi"}},
+            "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}},
+            "env": [
+                {"name": "LITERAL", "value": "not a reference"},
+                {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "app-5g7bm8k4f2", "key": "MODE"}}},
+                {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+            ],
+            "envFrom": [{"secretRef": {"name": "creds-2t9h5m6c8b"}, "prefix": "DB_"}]
+        }],
+        "initContainers": [{"name": "init", "image": "busybox", "envFrom": [{"configMapRef": {"name": "boot"}}]}],
+        "volumes": [
+            {"name": "cache", "emptyDir": {}},
+            {"name": "config", "configMap": {"name": "app-5g7bm8k4f2", "defaultMode": 420}},
+            {"name": "all", "projected": {"sources": [{"secret": {"name": "tls"}}, {"downwardAPI": {"items": []}}]}}
+        ],
+        "nodeName": "node-1",
+        "restartPolicy": "Always",
+        "aFieldOfTomorrow": {"nested": [1, 2, 3]}
+    })
+}
+
+/// Decodes `value` whole as `K`, and through the wire type `W`; both slimmed as the watch does.
+fn both<W: DeserializeOwned, K: DeserializeOwned + From<W> + Indexed>(value: Value) -> (K, K) {
+    let mut whole: K = serde_json::from_value(value.clone()).unwrap();
+    let mut wire: K = K::from(serde_json::from_value::<W>(value).unwrap());
+    whole.slim();
+    wire.slim();
+    (whole, wire)
+}
+
+#[test]
+fn a_replica_set_decodes_to_the_same_history_view() {
+    let value = json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": metadata("web-7d4b9c"),
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}}, "spec": pod_spec()}},
+        "status": {"replicas": 2, "readyReplicas": 2, "observedGeneration": 3}
+    });
+    let (whole, wire) = both::<WireReplicaSet, ReplicaSet>(value);
+    let view = views::replica_set_view(&wire).expect("a template");
+    assert_eq!(views::replica_set_view(&whole), Some(view.clone()));
+    assert_eq!(view.owner_uid.as_deref(), Some("uid-web"));
+    assert_eq!(
+        view.referenced
+            .config_maps
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        ["app-5g7bm8k4f2", "boot"]
+    );
+    assert!(wire.status.is_none() && wire.metadata.managed_fields.is_none());
+    assert_eq!(
+        wire.metadata.resource_version.as_deref(),
+        Some("4242"),
+        "the watch resumes from it"
+    );
+}
+
+#[test]
+fn a_job_and_a_controller_revision_decode_to_the_same_history_views() {
+    let job = json!({
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": metadata("nightly-29001"),
+        "spec": {"backoffLimit": 2, "template": {"spec": pod_spec()}},
+        "status": {"succeeded": 1}
+    });
+    let (whole, wire) = both::<WireJob, Job>(job);
+    assert_eq!(views::job_view(&wire), views::job_view(&whole));
+    assert!(views::job_view(&wire).is_some());
+
+    let revision = json!({
+        "apiVersion": "apps/v1", "kind": "ControllerRevision", "metadata": metadata("db-6f8d7c9b5"),
+        "data": {"spec": {"template": {"$patch": "replace", "metadata": {"labels": {"app": "db"}},
+                                        "spec": pod_spec()}}},
+        "revision": 4
+    });
+    let (whole, wire) = both::<WireControllerRevision, ControllerRevision>(revision);
+    let view = views::controller_revision_view(&wire).expect("a template");
+    assert_eq!(views::controller_revision_view(&whole), Some(view));
+    assert_eq!(wire.revision, 4);
+}
+
+#[test]
+fn a_pod_decodes_to_the_same_references_and_no_status() {
+    let value = json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": metadata("web-7d4b9c-x2x9q"),
+        "spec": pod_spec(),
+        "status": {"phase": "Running", "podIP": "10.0.0.7",
+                   "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0, "image": "pause",
+                                          "imageID": "sha256:abc", "state": {"running": {}}}]}
+    });
+    let (whole, wire) = both::<WirePod, Pod>(value);
+    assert_eq!(
+        wire, whole,
+        "slimmed, a Pod keeps its name, namespace and references either way"
+    );
+    let names = cmset_core::observe::RefNames::of(wire.spec.as_ref().unwrap());
+    assert!(names.secrets.contains("creds-2t9h5m6c8b") && names.secrets.contains("tls"));
+}
+
+/// Objects without the parts the index reads decode as the whole type would: no template, no view.
+#[test]
+fn objects_without_a_template_have_no_view() {
+    let rs: ReplicaSet = WireReplicaSet::deserialize(json!({"metadata": metadata("bare")}))
+        .unwrap()
+        .into();
+    assert_eq!(views::replica_set_view(&rs), None);
+    let cr: ControllerRevision =
+        WireControllerRevision::deserialize(json!({"metadata": metadata("bare"), "revision": 1, "data": {}}))
+            .unwrap()
+            .into();
+    assert_eq!(views::controller_revision_view(&cr), None);
+    let job: Job = WireJob::deserialize(json!({"metadata": metadata("bare"), "spec": {}}))
+        .unwrap()
+        .into();
+    assert_eq!(views::job_view(&job), None);
+}
