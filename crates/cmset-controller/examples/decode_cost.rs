@@ -5,9 +5,10 @@
 //! `serde::de::IgnoredAny` (the JSON has to be read either way).
 use std::time::Instant;
 
-use cmset_controller::engine::wire::{WireControllerRevision, WirePod, WireReplicaSet};
+use cmset_controller::engine::wire::{WireControllerRevision, WireMeta, WirePod, WireReplicaSet};
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::core::PartialObjectMeta;
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::{Value, json};
 
@@ -85,6 +86,10 @@ fn controller_revision() -> Value {
         "revision": 4})
 }
 
+fn config_map_metadata() -> Value {
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": metadata("bench-00042-5g7bm8k4f2")})
+}
+
 /// Median nanoseconds per object of decoding `bytes` as `T`.
 fn median_ns<T: DeserializeOwned>(bytes: &[u8]) -> f64 {
     let mut rounds: Vec<f64> = (0..ROUNDS)
@@ -131,4 +136,8 @@ fn main() {
     row::<WirePod, Pod>("Pod", pod());
     row::<WireReplicaSet, ReplicaSet>("ReplicaSet", replica_set());
     row::<WireControllerRevision, ControllerRevision>("ControllerRevision", controller_revision());
+    row::<WireMeta<ConfigMap>, PartialObjectMeta<ConfigMap>>(
+        "ConfigMap (metadata only)",
+        config_map_metadata(),
+    );
 }

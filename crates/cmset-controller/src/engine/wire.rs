@@ -6,9 +6,12 @@
 //! here skip them at the JSON reader (serde ignores fields a type does not name without allocating
 //! them) and turn into the k8s-openapi type the index takes, with only the read fields set: the
 //! references of the pod spec ([`ReferencesOnly`], the same value `slim::references_only` gives), and
-//! the metadata without managedFields.
+//! the metadata without managedFields. ConfigMaps and Secrets are asked for as metadata only and
+//! decoded the same way ([`WireMeta`]).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::marker::PhantomData;
 
 use cmset_core::slim::ReferencesOnly;
 use futures::{StreamExt, TryStreamExt, stream::BoxStream};
@@ -18,6 +21,7 @@ use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
+use kube::core::{PartialObjectMeta, PartialObjectMetaExt};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
@@ -236,6 +240,57 @@ impl From<WireControllerRevision> for ControllerRevision {
             data: spec.map(|spec| RawExtension(serde_json::json!({"spec": {"template": {"spec": spec.0}}}))),
             revision: cr.revision,
         }
+    }
+}
+
+/// A ConfigMap's or Secret's metadata, asked for as metadata only (the API server sends no data) and
+/// decoded without managedFields. ConfigMaps and Secrets are watched without a selector (a set's
+/// source is another tool's object), so every one in scope passes through here, however unrelated.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(bound = "")]
+pub struct WireMeta<K> {
+    #[serde(deserialize_with = "meta")]
+    metadata: ObjectMeta,
+    #[serde(skip)]
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K: Resource<DynamicType = ()>> Resource for WireMeta<K> {
+    type DynamicType = ();
+    type Scope = K::Scope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        K::kind(dt)
+    }
+
+    fn group(dt: &()) -> Cow<'_, str> {
+        K::group(dt)
+    }
+
+    fn version(dt: &()) -> Cow<'_, str> {
+        K::version(dt)
+    }
+
+    fn plural(dt: &()) -> Cow<'_, str> {
+        K::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+
+    fn metadata_api() -> bool {
+        true
+    }
+}
+
+impl<K> From<WireMeta<K>> for PartialObjectMeta<K> {
+    fn from(wire: WireMeta<K>) -> Self {
+        wire.metadata.into_response_partial()
     }
 }
 

@@ -151,3 +151,27 @@ fn objects_without_a_template_have_no_view() {
         .into();
     assert_eq!(views::job_view(&job), None);
 }
+
+/// A ConfigMap's metadata as a metadata-only watch sends it: the same revision view as the whole
+/// PartialObjectMeta gives, and asked for as metadata only.
+#[test]
+fn a_config_map_s_metadata_decodes_to_the_same_revision_view() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::core::PartialObjectMeta;
+
+    let mut meta = metadata("app-5g7bm8k4f2");
+    meta["labels"] = json!({"cmset.dev/set": "app", "cmset.dev/revision": "3"});
+    let value = json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": meta});
+    let (whole, wire) = both::<WireMeta<ConfigMap>, PartialObjectMeta<ConfigMap>>(value);
+    assert_eq!(views::revision_view(&wire), views::revision_view(&whole));
+    assert!(wire.metadata.managed_fields.is_none());
+    assert!(
+        <WireMeta<ConfigMap> as Resource>::metadata_api(),
+        "the API server sends no data"
+    );
+    assert_eq!(wire_path::<ConfigMap>(), "/api/v1/namespaces/shop/configmaps");
+}
+
+fn wire_path<K: Resource<DynamicType = ()>>() -> String {
+    <WireMeta<K> as Resource>::url_path(&(), Some("shop"))
+}
