@@ -44,6 +44,7 @@ use crate::engine::stored_workload::StoredWorkload;
 use crate::engine::stores::Stores;
 use crate::engine::tasks::spawn_owned;
 use crate::engine::views::Object;
+use crate::engine::wire;
 use crate::platform::backoff::{ExpiryGate, WatchBackoff};
 use crate::platform::error::Error;
 use crate::platform::metrics::Metrics;
@@ -120,19 +121,22 @@ fn indexed_watch<K: Indexed>(
     index: Arc<Index>,
 ) -> BoxFuture<'static, ()> {
     index.expect(K::NAME);
-    relist_at_once_on_expiry(K::NAME, K::watch(client, namespace, watch_config::<K>()))
-        .backoff(watch_backoff())
-        .modify(K::slim)
-        .for_each(move |event| {
-            match event {
-                Ok(event) => {
-                    index.handle(&event);
-                }
-                Err(e) => log_watch_error(K::NAME, &e),
+    relist_at_once_on_expiry(
+        K::NAME,
+        wire::watch_as::<K::Wire, K>(client, namespace, watch_config::<K>()),
+    )
+    .backoff(watch_backoff())
+    .modify(K::slim)
+    .for_each(move |event| {
+        match event {
+            Ok(event) => {
+                index.handle(&event);
             }
-            futures::future::ready(())
-        })
-        .boxed()
+            Err(e) => log_watch_error(K::NAME, &e),
+        }
+        futures::future::ready(())
+    })
+    .boxed()
 }
 
 /// Whether a list's objects reach the controller's queue, when this replica takes the lease while the

@@ -40,10 +40,11 @@ where
         + std::fmt::Debug
         + Send
         + 'static,
-    K: From<W> + Send + 'static,
+    W: Into<K>,
+    K: Send + 'static,
 {
     watcher::watcher(scoped::<W>(client, namespace), config)
-        .map_ok(|event| convert(event, K::from))
+        .map_ok(|event| convert(event, W::into))
         .boxed()
 }
 

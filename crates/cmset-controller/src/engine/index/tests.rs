@@ -40,6 +40,7 @@ fn index() -> Index {
 /// Deployments reach the index as the workload watch delivers them: dynamic objects of the table's
 /// kind, slimmed. (A test-only impl, so that the scenarios below read as typed objects.)
 impl Indexed for Deployment {
+    type Wire = Self;
     const NAME: &'static str = "Deployment";
 
     fn selector() -> Option<String> {

@@ -6,28 +6,17 @@ use cmset_core::observe::{HistoryKind, HistoryObject};
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
 use k8s_openapi::api::batch::v1::Job;
 
-use futures::stream::BoxStream;
-use kube::Client;
-use kube::runtime::watcher;
-
 use super::{Indexed, managed_selector};
 use crate::engine::index::{Key, ReaderKind, State, Triggers};
 use crate::engine::views;
-use crate::engine::wire::{self, WireControllerRevision, WireJob, WireReplicaSet};
+use crate::engine::wire::{WireControllerRevision, WireJob, WireReplicaSet};
 
 impl Indexed for ReplicaSet {
+    type Wire = WireReplicaSet;
     const NAME: &'static str = "ReplicaSet";
 
     fn selector() -> Option<String> {
         managed_selector()
-    }
-
-    fn watch(
-        client: &Client,
-        namespace: Option<&str>,
-        config: watcher::Config,
-    ) -> BoxStream<'static, watcher::Result<watcher::Event<Self>>> {
-        wire::watch_as::<WireReplicaSet, ReplicaSet>(client, namespace, config)
     }
 
     fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
@@ -50,18 +39,11 @@ impl Indexed for ReplicaSet {
 }
 
 impl Indexed for ControllerRevision {
+    type Wire = WireControllerRevision;
     const NAME: &'static str = "ControllerRevision";
 
     fn selector() -> Option<String> {
         managed_selector()
-    }
-
-    fn watch(
-        client: &Client,
-        namespace: Option<&str>,
-        config: watcher::Config,
-    ) -> BoxStream<'static, watcher::Result<watcher::Event<Self>>> {
-        wire::watch_as::<WireControllerRevision, ControllerRevision>(client, namespace, config)
     }
 
     fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
@@ -79,18 +61,11 @@ impl Indexed for ControllerRevision {
 }
 
 impl Indexed for Job {
+    type Wire = WireJob;
     const NAME: &'static str = "Job";
 
     fn selector() -> Option<String> {
         managed_selector()
-    }
-
-    fn watch(
-        client: &Client,
-        namespace: Option<&str>,
-        config: watcher::Config,
-    ) -> BoxStream<'static, watcher::Result<watcher::Event<Self>>> {
-        wire::watch_as::<WireJob, Job>(client, namespace, config)
     }
 
     fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {

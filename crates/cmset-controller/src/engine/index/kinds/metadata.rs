@@ -11,28 +11,17 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::core::PartialObjectMeta;
 use kube::{Resource, ResourceExt};
 
-use futures::stream::BoxStream;
-use kube::Client;
-use kube::runtime::watcher;
-
 use super::Indexed;
 use crate::engine::index::{Key, SetId, State, Triggers};
 use crate::engine::views;
-use crate::engine::wire::{self, WireMeta};
+use crate::engine::wire::WireMeta;
 
 impl Indexed for PartialObjectMeta<ConfigMap> {
+    type Wire = WireMeta<ConfigMap>;
     const NAME: &'static str = "ConfigMap";
 
     fn selector() -> Option<String> {
         None
-    }
-
-    fn watch(
-        client: &Client,
-        namespace: Option<&str>,
-        config: watcher::Config,
-    ) -> BoxStream<'static, watcher::Result<watcher::Event<Self>>> {
-        wire::watch_as::<WireMeta<ConfigMap>, Self>(client, namespace, config)
     }
 
     fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {
@@ -49,18 +38,11 @@ impl Indexed for PartialObjectMeta<ConfigMap> {
 }
 
 impl Indexed for PartialObjectMeta<Secret> {
+    type Wire = WireMeta<Secret>;
     const NAME: &'static str = "Secret";
 
     fn selector() -> Option<String> {
         None
-    }
-
-    fn watch(
-        client: &Client,
-        namespace: Option<&str>,
-        config: watcher::Config,
-    ) -> BoxStream<'static, watcher::Result<watcher::Event<Self>>> {
-        wire::watch_as::<WireMeta<Secret>, Self>(client, namespace, config)
     }
 
     fn index(&self, key: &Key, state: &mut State, out: &mut Triggers) {

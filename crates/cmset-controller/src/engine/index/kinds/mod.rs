@@ -12,14 +12,9 @@
 //! | ReplicaSet, ControllerRevision, Job (of CronJobs) | `history.rs` | their reader names; their history views |
 //! | Pod | `pods.rs` | its reader names |
 
-use futures::StreamExt;
-use futures::stream::BoxStream;
 use k8s_openapi::NamespaceResourceScope;
-use kube::runtime::watcher;
-use kube::{Client, Resource};
+use kube::Resource;
 use serde::de::DeserializeOwned;
-
-use crate::engine::wire;
 
 use super::{Key, State, Triggers};
 
@@ -45,15 +40,15 @@ pub trait Indexed:
     /// The label selector of its watch: as narrow as cmset's job allows.
     fn selector() -> Option<String>;
 
-    /// Its watch in `namespace` (or every namespace): the objects as they are, unless the kind decodes
-    /// only what its index reads (see [`crate::engine::wire`]) or watches only metadata.
-    fn watch(
-        client: &Client,
-        namespace: Option<&str>,
-        config: watcher::Config,
-    ) -> BoxStream<'static, watcher::Result<watcher::Event<Self>>> {
-        watcher::watcher(wire::scoped::<Self>(client, namespace), config).boxed()
-    }
+    /// What its watch decodes, then turns into `Self` for the index: `Self` itself, or a wire type
+    /// that decodes only what the index reads (see [`crate::engine::wire`]).
+    type Wire: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static
+        + Into<Self>;
 
     /// Drops what no decision reads, before the object is cached or indexed.
     fn slim(&mut self) {

@@ -5,27 +5,16 @@ use cmset_core::observe::RefNames;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use futures::stream::BoxStream;
-use kube::Client;
-use kube::runtime::watcher;
-
 use super::{Indexed, managed_selector};
 use crate::engine::index::{Key, ReaderKind, State, Triggers};
-use crate::engine::wire::{self, WirePod};
+use crate::engine::wire::WirePod;
 
 impl Indexed for Pod {
+    type Wire = WirePod;
     const NAME: &'static str = "Pod";
 
     fn selector() -> Option<String> {
         managed_selector()
-    }
-
-    fn watch(
-        client: &Client,
-        namespace: Option<&str>,
-        config: watcher::Config,
-    ) -> BoxStream<'static, watcher::Result<watcher::Event<Self>>> {
-        wire::watch_as::<WirePod, Pod>(client, namespace, config)
     }
 
     fn slim(&mut self) {

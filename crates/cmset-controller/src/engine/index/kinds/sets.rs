@@ -8,6 +8,7 @@ use super::Indexed;
 use crate::engine::index::{Key, State, Triggers};
 
 impl Indexed for ConfigMapSet {
+    type Wire = Self;
     const NAME: &'static str = "ConfigMapSet";
 
     fn selector() -> Option<String> {
@@ -28,6 +29,7 @@ impl Indexed for ConfigMapSet {
 }
 
 impl Indexed for SecretSet {
+    type Wire = Self;
     const NAME: &'static str = "SecretSet";
 
     fn selector() -> Option<String> {
