@@ -120,6 +120,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             served,
             budget.clone(),
         );
+        scope.index.count_watch_events(metrics.watch_events.clone());
         scopes.scopes.push(scope);
         watches.push(watch);
     }

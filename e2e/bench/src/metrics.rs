@@ -21,6 +21,8 @@ pub struct Scrape {
     /// `cmset_admission_duration_seconds`: cumulative counts by upper bound (seconds; +Inf last).
     pub admission_buckets: Vec<(f64, f64)>,
     pub admission_seconds_sum: f64,
+    /// `cmset_watch_events_total` by `kind event` (`Pod apply`, `ReplicaSet delete`, …).
+    pub watch_events: BTreeMap<String, f64>,
 }
 
 impl Scrape {
@@ -53,6 +55,11 @@ impl Scrape {
                     s.admission_buckets.push((bound, value));
                 }
                 "cmset_admission_duration_seconds_sum" => s.admission_seconds_sum += value,
+                "cmset_watch_events_total" => {
+                    *s.watch_events
+                        .entry(format!("{} {}", label("kind"), label("event")))
+                        .or_default() += value;
+                }
                 _ => {}
             }
         }
@@ -75,6 +82,7 @@ impl Scrape {
         merge(&mut self.writes, &other.writes, 1.0);
         merge(&mut self.admissions, &other.admissions, 1.0);
         merge(&mut self.admission_requests, &other.admission_requests, 1.0);
+        merge(&mut self.watch_events, &other.watch_events, 1.0);
         self.leader += other.leader;
         self.admission_seconds_sum += other.admission_seconds_sum;
         self.admission_buckets = add_buckets(&self.admission_buckets, &other.admission_buckets, 1.0);
@@ -86,6 +94,7 @@ impl Scrape {
         merge(&mut d.writes, &before.writes, -1.0);
         merge(&mut d.admissions, &before.admissions, -1.0);
         merge(&mut d.admission_requests, &before.admission_requests, -1.0);
+        merge(&mut d.watch_events, &before.watch_events, -1.0);
         d.admission_seconds_sum -= before.admission_seconds_sum;
         d.admission_buckets = add_buckets(&self.admission_buckets, &before.admission_buckets, -1.0);
         d
@@ -231,6 +240,9 @@ cmset_admission_duration_seconds_bucket{le="0.0001"} 0
 cmset_admission_duration_seconds_bucket{le="0.0002"} 4
 cmset_admission_duration_seconds_bucket{le="0.0004"} 6
 cmset_admission_duration_seconds_bucket{le="+Inf"} 8
+cmset_watch_events_total{kind="Pod",event="apply"} 12
+cmset_watch_events_total{kind="Pod",event="delete"} 2
+cmset_watch_events_total{kind="ConfigMapSet",event="apply"} 3
 # EOF
 "#;
 
@@ -246,6 +258,9 @@ cmset_admission_duration_seconds_bucket{le="+Inf"} 8
         );
         assert_eq!(s.admission_buckets.len(), 5);
         assert_eq!(s.admission_buckets[4], (f64::INFINITY, 8.0));
+        assert_eq!(s.watch_events["Pod apply"], 12.0);
+        assert_eq!(s.watch_events["Pod delete"], 2.0);
+        assert_eq!(s.watch_events["ConfigMapSet apply"], 3.0);
     }
 
     #[test]
@@ -259,6 +274,7 @@ cmset_admission_duration_seconds_bucket{le="+Inf"} 8
         let d = two.since(&one);
         assert_eq!(d.admission_buckets, one.admission_buckets);
         assert_eq!(d.writes, one.writes);
+        assert_eq!(d.watch_events, one.watch_events);
         assert_eq!(Scrape::default().since(&Scrape::default()), Scrape::default());
     }
 

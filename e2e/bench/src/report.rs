@@ -229,6 +229,9 @@ pub struct Cost {
     /// CPU per change of the other processes watched (`--pid`), and of the bench itself.
     pub other_cpu_ms_per_change: BTreeMap<String, f64>,
     pub writes: Option<Writes>,
+    /// Watch events per change that one replica received (every replica's count ÷ replicas), by
+    /// `kind event` (`cmset_watch_events_total`); absent for an operator that does not count them.
+    pub watch_events_per_change: BTreeMap<String, f64>,
     /// The admission webhook in the window (every replica).
     pub admission: Option<Admission>,
     /// The window ends when the rollouts and the operator went quiet: this long after the last change
@@ -827,6 +830,24 @@ fn cost_rows(row: &mut impl FnMut(&str, String, String), stage: &str, cost: &Cos
             } else {
                 format!("{} ({})", num(total), parts.join(", "))
             },
+            String::new(),
+        );
+    }
+    if !cost.watch_events_per_change.is_empty() {
+        let mut by_count: Vec<(&String, &f64)> = cost.watch_events_per_change.iter().collect();
+        by_count.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
+        let parts: Vec<String> = by_count
+            .iter()
+            .filter(|(_, v)| **v >= 0.005)
+            .map(|(k, v)| format!("{k} {}", num(**v)))
+            .collect();
+        row(
+            &format!("{stage}: watch events per change and replica, by kind"),
+            format!(
+                "{} ({})",
+                num(cost.watch_events_per_change.values().sum::<f64>() + 0.0),
+                parts.join(", ")
+            ),
             String::new(),
         );
     }

@@ -474,8 +474,17 @@ impl Meter {
             }
             (None, _) => None,
         };
+        // Both replicas hear the same events; one replica's share is what one of them costs.
+        let replicas = install.replicas.len().max(1) as f64;
+        let watch_events_per_change = op_delta
+            .watch_events
+            .iter()
+            .map(|(k, v)| (k.clone(), per(*v) / replicas))
+            .filter(|(_, v)| *v > 0.0)
+            .collect();
         Cost {
             cpu_ms_per_change: cpu_ms,
+            watch_events_per_change,
             cpu_x_floor: cpu_ms.zip(ctx.floor.as_ref()).map(|(c, f)| c / f.seq_p50_ms),
             cpu_ms_per_change_by_role: cpu_by_role,
             other_cpu_ms_per_change: other_cpu,

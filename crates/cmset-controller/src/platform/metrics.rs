@@ -41,6 +41,15 @@ pub struct WriteLabel {
     pub operation: &'static str,
 }
 
+/// One watch event as the index received it: the kind watched (`ConfigMapSet`, `Pod`, `Deployment`,
+/// …) and what the event was (`apply` for an object added or changed, `delete`, `listed` for an object
+/// of a list, as after a start or an expired watch).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchEventLabels {
+    pub kind: &'static str,
+    pub event: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
     /// patched, unchanged or error.
@@ -143,6 +152,8 @@ pub struct Metrics {
     pub writes: Family<WriteLabel, Counter>,
     /// Writes the API server refused because the object had changed since it was read.
     pub write_conflicts: Family<WriteLabel, Counter>,
+    /// Watch events received, by kind and event: what a change costs every replica to hear.
+    pub watch_events: Family<WatchEventLabels, Counter>,
     pub revisions_created: Counter,
     pub revisions_pruned: Counter,
     pub workloads_updated: Family<KindLabel, Counter>,
@@ -182,6 +193,7 @@ impl Default for Metrics {
             duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 14))),
             writes: Family::default(),
             write_conflicts: Family::default(),
+            watch_events: Family::default(),
             revisions_created: Counter::default(),
             revisions_pruned: Counter::default(),
             workloads_updated: Family::default(),
@@ -231,6 +243,11 @@ impl Metrics {
             "api_write_conflicts",
             "Write requests the API server refused because the object changed since it was read (409 Conflict), by operation",
             self.write_conflicts.clone(),
+        );
+        r.register(
+            "watch_events",
+            "Watch events received, by kind and event (apply, delete, or listed for an object of a list)",
+            self.watch_events.clone(),
         );
         r.register(
             "revisions_created",

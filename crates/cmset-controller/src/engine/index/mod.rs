@@ -33,7 +33,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Instant;
 
 use cmset_core::naming;
@@ -42,8 +42,11 @@ use cmset_core::refs::Referenced;
 use cmset_core::set::SetKind;
 use kube::Resource;
 use kube::runtime::watcher;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 
 use crate::engine::stored_workload::StoredWorkload;
+use crate::platform::metrics::WatchEventLabels;
 use crate::reconcile::rollout_budget::{RolloutBudget, WorkloadId};
 
 mod graph;
@@ -127,7 +130,12 @@ pub struct Index {
     changes: tokio::sync::watch::Sender<u64>,
     /// Told of every set deleted (the leader drops the set's metric series).
     set_gone: RwLock<Option<SetGone>>,
+    /// Where every watch event is counted, by kind (`cmset_watch_events_total`), once set.
+    watch_events: OnceLock<WatchEvents>,
 }
+
+/// The counters of watch events, by kind and event.
+pub type WatchEvents = Family<WatchEventLabels, Counter>;
 
 /// What is told of a deleted set.
 pub type SetGone = Arc<dyn Fn(&SetId) + Send + Sync>;
@@ -142,6 +150,25 @@ impl Index {
             leading: AtomicBool::new(false),
             changes: tokio::sync::watch::Sender::new(0),
             set_gone: RwLock::new(None),
+            watch_events: OnceLock::new(),
+        }
+    }
+
+    /// From now on every watch event this index receives is counted in `counters`. (Set once, before
+    /// the watches start; a second call is ignored.)
+    pub fn count_watch_events(&self, counters: WatchEvents) {
+        let _ = self.watch_events.set(counters);
+    }
+
+    fn count<O>(&self, kind: &'static str, event: &watcher::Event<O>) {
+        let event = match event {
+            watcher::Event::Apply(_) => "apply",
+            watcher::Event::Delete(_) => "delete",
+            watcher::Event::InitApply(_) => "listed",
+            watcher::Event::Init | watcher::Event::InitDone => return,
+        };
+        if let Some(counters) = self.watch_events.get() {
+            counters.get_or_create(&WatchEventLabels { kind, event }).inc();
         }
     }
 
@@ -196,6 +223,7 @@ impl Index {
     pub fn handle_template(&self, event: &watcher::Event<cmset_api::AnalysisTemplate>) -> Triggers {
         const NAME: &str = TEMPLATES;
         let name_of = |t: &cmset_api::AnalysisTemplate| t.metadata.name.clone().unwrap_or_default();
+        self.count(TEMPLATES, event);
         let mut out = Triggers::default();
         {
             let mut guard = self.write();
@@ -310,6 +338,7 @@ impl Index {
         event: &watcher::Event<O>,
         ops: &dyn kinds::Ops<O>,
     ) -> Triggers {
+        self.count(name, event);
         let mut out = Triggers::default();
         {
             let mut guard = self.write();

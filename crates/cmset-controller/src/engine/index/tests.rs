@@ -819,3 +819,31 @@ fn templates_that_cannot_be_listed_hold_only_the_sets_that_name_them() {
     index.templates_unavailable("their list failed: 403 Forbidden".to_string());
     assert_eq!(index.templates_unlisted(), None);
 }
+
+#[test]
+fn every_watch_event_is_counted_by_kind_and_event_once_counting_is_on() {
+    use crate::platform::metrics::WatchEventLabels;
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("before", 1)));
+    let counters = super::WatchEvents::default();
+    index.count_watch_events(counters.clone());
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    index.handle(&watcher::Event::Apply(set("app", 2)));
+    index.handle(&watcher::Event::Delete(set("app", 2)));
+    index.handle::<Deployment>(&watcher::Event::Init);
+    index.handle(&watcher::Event::InitApply(deployment("web", &["app"])));
+    index.handle::<Deployment>(&watcher::Event::InitDone);
+    let count = |kind, event| counters.get_or_create(&WatchEventLabels { kind, event }).get();
+    assert_eq!(
+        count("ConfigMapSet", "apply"),
+        2,
+        "the event before counting began is not counted"
+    );
+    assert_eq!(count("ConfigMapSet", "delete"), 1);
+    assert_eq!(
+        count("Deployment", "listed"),
+        1,
+        "a list's start and end are no objects"
+    );
+    assert_eq!(count("Deployment", "apply"), 0);
+}
