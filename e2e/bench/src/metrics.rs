@@ -23,6 +23,8 @@ pub struct Scrape {
     pub admission_seconds_sum: f64,
     /// `cmset_watch_events_total` by `kind event` (`Pod apply`, `ReplicaSet delete`, …).
     pub watch_events: BTreeMap<String, f64>,
+    /// `cmset_reconciles_total` by controller (only a leader reconciles).
+    pub reconciles: BTreeMap<String, f64>,
 }
 
 impl Scrape {
@@ -55,6 +57,7 @@ impl Scrape {
                     s.admission_buckets.push((bound, value));
                 }
                 "cmset_admission_duration_seconds_sum" => s.admission_seconds_sum += value,
+                "cmset_reconciles_total" => *s.reconciles.entry(label("controller")).or_default() += value,
                 "cmset_watch_events_total" => {
                     *s.watch_events
                         .entry(format!("{} {}", label("kind"), label("event")))
@@ -83,6 +86,7 @@ impl Scrape {
         merge(&mut self.admissions, &other.admissions, 1.0);
         merge(&mut self.admission_requests, &other.admission_requests, 1.0);
         merge(&mut self.watch_events, &other.watch_events, 1.0);
+        merge(&mut self.reconciles, &other.reconciles, 1.0);
         self.leader += other.leader;
         self.admission_seconds_sum += other.admission_seconds_sum;
         self.admission_buckets = add_buckets(&self.admission_buckets, &other.admission_buckets, 1.0);
@@ -95,6 +99,7 @@ impl Scrape {
         merge(&mut d.admissions, &before.admissions, -1.0);
         merge(&mut d.admission_requests, &before.admission_requests, -1.0);
         merge(&mut d.watch_events, &before.watch_events, -1.0);
+        merge(&mut d.reconciles, &before.reconciles, -1.0);
         d.admission_seconds_sum -= before.admission_seconds_sum;
         d.admission_buckets = add_buckets(&self.admission_buckets, &before.admission_buckets, -1.0);
         d
@@ -243,6 +248,7 @@ cmset_admission_duration_seconds_bucket{le="+Inf"} 8
 cmset_watch_events_total{kind="Pod",event="apply"} 12
 cmset_watch_events_total{kind="Pod",event="delete"} 2
 cmset_watch_events_total{kind="ConfigMapSet",event="apply"} 3
+cmset_reconciles_total{controller="set"} 5
 # EOF
 "#;
 
@@ -261,6 +267,7 @@ cmset_watch_events_total{kind="ConfigMapSet",event="apply"} 3
         assert_eq!(s.watch_events["Pod apply"], 12.0);
         assert_eq!(s.watch_events["Pod delete"], 2.0);
         assert_eq!(s.watch_events["ConfigMapSet apply"], 3.0);
+        assert_eq!(s.reconciles["set"], 5.0);
     }
 
     #[test]

@@ -232,6 +232,9 @@ pub struct Cost {
     /// Watch events per change that one replica received (every replica's count ÷ replicas), by
     /// `kind event` (`cmset_watch_events_total`); absent for an operator that does not count them.
     pub watch_events_per_change: BTreeMap<String, f64>,
+    /// Reconciles per change, by controller (`cmset_reconciles_total`, every replica: only the leader
+    /// reconciles).
+    pub reconciles_per_change: BTreeMap<String, f64>,
     /// The admission webhook in the window (every replica).
     pub admission: Option<Admission>,
     /// The window ends when the rollouts and the operator went quiet: this long after the last change
@@ -846,6 +849,22 @@ fn cost_rows(row: &mut impl FnMut(&str, String, String), stage: &str, cost: &Cos
             format!(
                 "{} ({})",
                 num(cost.watch_events_per_change.values().sum::<f64>() + 0.0),
+                parts.join(", ")
+            ),
+            String::new(),
+        );
+    }
+    if !cost.reconciles_per_change.is_empty() {
+        let parts: Vec<String> = cost
+            .reconciles_per_change
+            .iter()
+            .map(|(k, v)| format!("{k} {}", num(*v)))
+            .collect();
+        row(
+            &format!("{stage}: reconciles per change, by controller"),
+            format!(
+                "{} ({})",
+                num(cost.reconciles_per_change.values().sum::<f64>() + 0.0),
                 parts.join(", ")
             ),
             String::new(),

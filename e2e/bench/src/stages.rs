@@ -482,9 +482,16 @@ impl Meter {
             .map(|(k, v)| (k.clone(), per(*v) / replicas))
             .filter(|(_, v)| *v > 0.0)
             .collect();
+        let reconciles_per_change = op_delta
+            .reconciles
+            .iter()
+            .map(|(k, v)| (k.clone(), per(*v)))
+            .filter(|(_, v)| *v > 0.0)
+            .collect();
         Cost {
             cpu_ms_per_change: cpu_ms,
             watch_events_per_change,
+            reconciles_per_change,
             cpu_x_floor: cpu_ms.zip(ctx.floor.as_ref()).map(|(c, f)| c / f.seq_p50_ms),
             cpu_ms_per_change_by_role: cpu_by_role,
             other_cpu_ms_per_change: other_cpu,

@@ -41,6 +41,17 @@ impl Revisions {
         set
     }
 
+    /// Revision `key` of `kind` as indexed: the label it was indexed under, and its view.
+    pub(super) fn get(&self, kind: Referenced, key: &Key) -> Option<(&String, &RevisionView)> {
+        let label = self.labels.get(&(kind, key.clone()))?;
+        let set_kind = SetKind::of_revisions(kind);
+        let view = self
+            .by_label
+            .get(&(set_kind, Key::new(&key.namespace, label)))?
+            .get(&key.name)?;
+        Some((label, view.as_ref()))
+    }
+
     /// Drops revision `key` of `kind`, if indexed; returns the existing set it belonged to.
     pub(super) fn remove(&mut self, kind: Referenced, key: &Key, sets: &Sets) -> Option<SetId> {
         let label = self.labels.remove(&(kind, key.clone()))?;

@@ -295,6 +295,71 @@ fn a_revision_triggers_its_set_and_the_set_s_readers() {
 }
 
 #[test]
+fn a_revision_gaining_an_owner_that_is_not_its_controller_triggers_its_set_alone() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    index.handle(&watcher::Event::Apply(deployment("web", &["app"])));
+    let name = "app-d2c65kk9hm";
+    index.handle(&watcher::Event::Apply(revision("app", name)));
+    let with_owner = |controller: bool, version: &str| {
+        let mut r = revision("app", name);
+        r.metadata.resource_version = Some(version.into());
+        let owners = r.metadata.owner_references.as_mut().unwrap();
+        owners.push(OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "ReplicaSet".into(),
+            name: "web-5d8f".into(),
+            uid: "uid-web-5d8f".into(),
+            controller: Some(false),
+            block_owner_deletion: None,
+        });
+        if controller {
+            owners[0].controller = Some(false);
+            owners[1].controller = Some(true);
+        }
+        r
+    };
+    // cmset's own patch adding a ReplicaSet as an owner: the set's history changed, no reader's move.
+    let owned = index.handle(&watcher::Event::Apply(with_owner(false, "2")));
+    assert_eq!(owned.sets, [cms("app")].into());
+    assert!(owned.workloads.is_empty(), "{:?}", owned.workloads);
+    // Anything else a reader could decide from still reaches the readers: a new controller, a label,
+    // an annotation, a deletion under way. Each is applied over the revision as cmset's patch left it.
+    let annotated = {
+        let mut r = with_owner(false, "4");
+        r.metadata.annotations = Some(BTreeMap::from([(labels::REVISION.into(), "2".into())]));
+        r
+    };
+    let relabelled = {
+        let mut r = with_owner(false, "4");
+        r.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("team".into(), "a".into());
+        r
+    };
+    let deleting = {
+        let mut r = with_owner(false, "4");
+        r.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-11-26T00:00:00Z".parse().unwrap(),
+        ));
+        r
+    };
+    for (what, changed) in [
+        ("a new controller", with_owner(true, "4")),
+        ("an annotation", annotated),
+        ("a label", relabelled),
+        ("a deletion", deleting),
+    ] {
+        index.handle(&watcher::Event::Apply(with_owner(false, "3")));
+        let out = index.handle(&watcher::Event::Apply(changed));
+        assert_eq!(out.workloads, workloads(&["web"]), "{what}");
+        assert_eq!(out.sets, [cms("app")].into(), "{what}");
+    }
+}
+
+#[test]
 fn a_pod_that_appears_triggers_nothing_and_one_that_goes_tells_the_sets_it_named() {
     let index = index();
     index.handle(&watcher::Event::Apply(set("app", 1)));

@@ -6,8 +6,10 @@
 use std::collections::BTreeSet;
 
 use cmset_api::labels;
+use cmset_core::observe::RevisionView;
 use cmset_core::refs::Referenced;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::core::PartialObjectMeta;
 use kube::{Resource, ResourceExt};
 
@@ -62,29 +64,56 @@ fn index<K>(kind: Referenced, object: &PartialObjectMeta<K>, key: &Key, state: &
 where
     PartialObjectMeta<K>: Resource,
 {
+    let label = object.labels().get(labels::SET).cloned();
+    let view = label.as_ref().map(|_| views::revision_view(object));
+    // A revision whose only news is an owner that is not its controller (cmset's own patch adding a
+    // ReplicaSet, say) matters to its set's history, and to no reader's decision.
+    let readers_concerned = match (state.revisions.get(kind, key), &label, &view) {
+        (Some((was_label, was)), Some(label), Some(view)) => {
+            was_label != label || !same_but_other_owners(was, view)
+        }
+        _ => true,
+    };
     // Out from under the label it had (which may have changed), then in under the one it has now.
     if let Some(set) = state.revisions.remove(kind, key, &state.sets) {
-        revision_moved(set, state, out);
+        revision_changed(set, readers_concerned, state, out);
     }
-    if let Some(label) = object.labels().get(labels::SET).cloned() {
-        let view = views::revision_view(object);
-        if let Some(set) = state.revisions.insert(kind, key, view, label, &state.sets) {
-            revision_moved(set, state, out);
-        }
+    if let (Some(label), Some(view)) = (label, view)
+        && let Some(set) = state.revisions.insert(kind, key, view, label, &state.sets)
+    {
+        revision_changed(set, readers_concerned, state, out);
     }
     state.sources.seen(kind, key, object.resource_version(), out);
 }
 
+/// Whether two views of one revision differ at most in owners that are not its controller (and in
+/// the resourceVersion such a change brings).
+fn same_but_other_owners(was: &RevisionView, now: &RevisionView) -> bool {
+    let controllers = |v: &RevisionView| -> Vec<OwnerReference> {
+        let controller = |o: &&OwnerReference| o.controller == Some(true);
+        v.owner_references.iter().filter(controller).cloned().collect()
+    };
+    let bare = |v: &RevisionView| RevisionView {
+        owner_references: Vec::new(),
+        resource_version: None,
+        ..v.clone()
+    };
+    controllers(was) == controllers(now) && bare(was) == bare(now)
+}
+
 fn unindex(kind: Referenced, key: &Key, state: &mut State, out: &mut Triggers) {
     if let Some(set) = state.revisions.remove(kind, key, &state.sets) {
-        revision_moved(set, state, out);
+        revision_changed(set, true, state, out);
     }
     state.sources.seen(kind, key, None, out);
 }
 
-/// A revision of `set` came, changed or went: the set and the workloads that read it reconcile.
-fn revision_moved(set: SetId, state: &State, out: &mut Triggers) {
-    state.graph.trigger_readers(&set, out);
+/// A revision of `set` came, changed or went: the set reconciles, and the workloads that read it
+/// when `readers_concerned`.
+fn revision_changed(set: SetId, readers_concerned: bool, state: &State, out: &mut Triggers) {
+    if readers_concerned {
+        state.graph.trigger_readers(&set, out);
+    }
     out.sets.insert(set);
 }
 
