@@ -1,5 +1,5 @@
 //! What the rest stands on: flags, leader election, per-object backoff, errors, redaction of what the
-//! API server sends, metrics, and the crash switch of the tests.
+//! API server sends, metrics, log spans not worth their cost, and the crash switch of the tests.
 
 pub mod backoff;
 pub mod cli;
@@ -7,4 +7,5 @@ pub mod crash_points;
 pub mod error;
 pub mod leader;
 pub mod metrics;
+pub mod quiet_spans;
 pub mod redact;

@@ -56,6 +56,8 @@ use crate::reconcile::{set_controller, workload_controller};
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub concurrency: u16,
+    /// How long a reconcile waits for more triggers of the same object (`--reconcile-debounce-ms`).
+    pub debounce: Duration,
     /// How long a workload that reads several sets waits after the last change to one of them (see
     /// `workload_controller`).
     pub multi_set_window: Duration,
@@ -403,7 +405,9 @@ impl Scope {
                 }
             }));
         let wiring = Wiring {
-            config: controller::Config::default().concurrency(settings.concurrency),
+            config: controller::Config::default()
+                .concurrency(settings.concurrency)
+                .debounce(settings.debounce),
             ctx: Arc::new(context),
             shutdown: shutdown.clone(),
         };

@@ -39,13 +39,15 @@ use tracing_subscriber::registry::LookupSpan;
 
 /// The filter of the log layer: the user's directives (`CMSET_LOG`; `info` when they do not
 /// parse), and in any case without kube's callsites that print response text (see
-/// [`NoResponseText`]). Both must enable a callsite, so no directive can bring those back.
+/// [`NoResponseText`]) and without kube's runner span (see [`crate::platform::quiet_spans`]). All
+/// must enable a callsite, so no directive can bring those back.
 pub fn log_filter<S>(directives: &str) -> impl Filter<S> + Send + Sync + 'static
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
     let user = EnvFilter::try_new(directives).unwrap_or_else(|_| EnvFilter::new("info"));
     user.and(NoResponseText)
+        .and(crate::platform::quiet_spans::WithoutRunnerSpan)
 }
 
 /// Modules whose events can print response text; all their callsites are dropped but
