@@ -195,7 +195,6 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
 
     let settings = Settings {
         concurrency: cli.concurrency.max(1),
-        debounce: Duration::from_millis(cli.reconcile_debounce_ms),
         multi_set_window: cli.multi_set_window(),
         instance: Some(cli.identity()),
         secret_sets: cli.secret_sets,

@@ -56,8 +56,6 @@ use crate::reconcile::{set_controller, workload_controller};
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub concurrency: u16,
-    /// How long a reconcile waits for more triggers of the same object (`--reconcile-debounce-ms`).
-    pub debounce: Duration,
     /// How long a workload that reads several sets waits after the last change to one of them (see
     /// `workload_controller`).
     pub multi_set_window: Duration,
@@ -405,9 +403,7 @@ impl Scope {
                 }
             }));
         let wiring = Wiring {
-            config: controller::Config::default()
-                .concurrency(settings.concurrency)
-                .debounce(settings.debounce),
+            config: controller::Config::default().concurrency(settings.concurrency),
             ctx: Arc::new(context),
             shutdown: shutdown.clone(),
         };

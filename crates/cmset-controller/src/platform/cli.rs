@@ -38,12 +38,6 @@ pub struct Cli {
     #[arg(long, env = "CMSET_CONCURRENCY", default_value_t = 4)]
     pub concurrency: u16,
 
-    /// How long a set's or workload's reconcile waits for more of its watch events before it runs
-    /// (milliseconds): the events one change brings in quick succession then cost one reconcile.
-    /// Every move waits this long once more. 0: each event reconciles at once.
-    #[arg(long, env = "CMSET_RECONCILE_DEBOUNCE_MS", default_value_t = 0)]
-    pub reconcile_debounce_ms: u64,
-
     /// How long a workload that reads several sets waits after the last change to one of them, so
     /// that sets changed by one apply land in one rollout (milliseconds). A workload that reads one set
     /// never waits.
