@@ -789,6 +789,16 @@ fn admission_requests(a: Option<&Admission>) -> String {
 /// One summary row: figure, value, value as a multiple of its stage's floor.
 type Row = (String, String, String);
 
+/// `total (part, part, …)`, or the total alone when there are no parts.
+fn total_and_parts(total: f64, parts: &[String]) -> String {
+    let total = num(total);
+    if parts.is_empty() {
+        total
+    } else {
+        format!("{total} ({})", parts.join(", "))
+    }
+}
+
 fn cost_rows(row: &mut impl FnMut(&str, String, String), stage: &str, cost: &Cost) {
     row(
         &format!("{stage}: admission p50 / p99, server side"),
@@ -828,11 +838,7 @@ fn cost_rows(row: &mut impl FnMut(&str, String, String), stage: &str, cost: &Cos
             .collect();
         row(
             &format!("{stage}: the operator identity's API requests per change, by verb and resource"),
-            if parts.is_empty() {
-                num(total)
-            } else {
-                format!("{} ({})", num(total), parts.join(", "))
-            },
+            total_and_parts(total, &parts),
             String::new(),
         );
     }
@@ -846,11 +852,7 @@ fn cost_rows(row: &mut impl FnMut(&str, String, String), stage: &str, cost: &Cos
             .collect();
         row(
             &format!("{stage}: watch events per change and replica, by kind"),
-            format!(
-                "{} ({})",
-                num(cost.watch_events_per_change.values().sum::<f64>() + 0.0),
-                parts.join(", ")
-            ),
+            total_and_parts(cost.watch_events_per_change.values().sum(), &parts),
             String::new(),
         );
     }
@@ -862,11 +864,7 @@ fn cost_rows(row: &mut impl FnMut(&str, String, String), stage: &str, cost: &Cos
             .collect();
         row(
             &format!("{stage}: reconciles per change, by controller"),
-            format!(
-                "{} ({})",
-                num(cost.reconciles_per_change.values().sum::<f64>() + 0.0),
-                parts.join(", ")
-            ),
+            total_and_parts(cost.reconciles_per_change.values().sum(), &parts),
             String::new(),
         );
     }
@@ -1872,6 +1870,46 @@ pub fn missing(c: &ConfigResults, webhook: bool, identity: bool) -> Vec<String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stage_reports_watch_events_by_kind_most_first_and_reconciles_by_controller() {
+        let cost = Cost {
+            watch_events_per_change: [
+                ("Pod apply".to_string(), 1.5),
+                ("Deployment apply".to_string(), 2.5),
+            ]
+            .into(),
+            reconciles_per_change: [("set".to_string(), 6.5), ("workload".to_string(), 5.25)].into(),
+            ..Cost::default()
+        };
+        let mut rows = Vec::new();
+        cost_rows(
+            &mut |figure, value, _| rows.push((figure.to_string(), value)),
+            "churn",
+            &cost,
+        );
+        let value = |figure: &str| rows.iter().find(|(f, _)| f == figure).map(|(_, v)| v.clone());
+        assert_eq!(
+            value("churn: watch events per change and replica, by kind").as_deref(),
+            Some("4.00 (Deployment apply 2.50, Pod apply 1.50)")
+        );
+        assert_eq!(
+            value("churn: reconciles per change, by controller").as_deref(),
+            Some("11.8 (set 6.50, workload 5.25)")
+        );
+        // An operator that does not count them: no row.
+        let mut rows = Vec::new();
+        cost_rows(
+            &mut |figure, value, _| rows.push((figure.to_string(), value)),
+            "churn",
+            &Cost::default(),
+        );
+        assert!(
+            !rows
+                .iter()
+                .any(|(f, _)| f.contains("watch events") || f.contains("reconciles"))
+        );
+    }
 
     #[test]
     fn nearest_rank() {
