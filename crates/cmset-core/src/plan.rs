@@ -321,17 +321,18 @@ fn current_revision(
 /// The live revision holding `content`: found by its content mark, or failing that (someone removed the
 /// annotation) by the collision-free name, which only this content can have. The metadata stage then
 /// restores the mark.
-pub(crate) fn revision_with_content<'a>(
-    set: SetRef<'_>,
-    owned: &'a [RevisionView],
-    content: &str,
-) -> Option<&'a RevisionView> {
-    let live = || owned.iter().filter(|r| !r.being_deleted);
+pub(crate) fn revision_with_content<'a, I>(set: SetRef<'_>, owned: I, content: &str) -> Option<&'a RevisionView>
+where
+    I: IntoIterator<Item = &'a RevisionView>,
+    I::IntoIter: Clone,
+{
+    let live = owned.into_iter().filter(|r| !r.being_deleted);
     let plain_name = crate::naming::revision_name(set.name(), content);
-    live()
+    live.clone()
         .find(|r| r.annotations.get(labels::CONTENT_HASH).map(String::as_str) == Some(content))
         .or_else(|| {
-            live().find(|r| r.name == plain_name && !r.annotations.contains_key(labels::CONTENT_HASH))
+            live.clone()
+                .find(|r| r.name == plain_name && !r.annotations.contains_key(labels::CONTENT_HASH))
         })
 }
 

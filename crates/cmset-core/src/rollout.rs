@@ -100,16 +100,16 @@ impl SetTarget {
             return Self::settled(set, workload_uid, history);
         };
         let uid = set.uid();
-        let owned: Vec<RevisionView> = revisions
+        // Borrowed, never cloned: the set planner asks this once per workload that reads the set, and
+        // a revision carries an owner reference per history object that runs it.
+        let owned = revisions
             .iter()
-            .filter(|r| r.is_controlled_by(&uid) && !r.being_deleted)
-            .cloned()
-            .collect();
+            .filter(|r| r.is_controlled_by(&uid) && !r.being_deleted);
         // Found exactly as the set planner finds it, so both agree on which revision is current.
-        let current = crate::plan::revision_with_content(set, &owned, identity)?
+        let current = crate::plan::revision_with_content(set, owned.clone(), identity)?
             .name
             .clone();
-        let mut names: BTreeSet<String> = owned.into_iter().map(|r| r.name).collect();
+        let mut names: BTreeSet<String> = owned.map(|r| r.name.clone()).collect();
         names.extend(
             set.status()
                 .iter()
