@@ -195,6 +195,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
 
     let settings = Settings {
         concurrency: cli.concurrency.max(1),
+        workload_concurrency: cli.workload_concurrency.max(1),
         multi_set_window: cli.multi_set_window(),
         instance: Some(cli.identity()),
         secret_sets: cli.secret_sets,

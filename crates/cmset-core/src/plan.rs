@@ -321,7 +321,11 @@ fn current_revision(
 /// The live revision holding `content`: found by its content mark, or failing that (someone removed the
 /// annotation) by the collision-free name, which only this content can have. The metadata stage then
 /// restores the mark.
-pub(crate) fn revision_with_content<'a, I>(set: SetRef<'_>, owned: I, content: &str) -> Option<&'a RevisionView>
+pub(crate) fn revision_with_content<'a, I>(
+    set: SetRef<'_>,
+    owned: I,
+    content: &str,
+) -> Option<&'a RevisionView>
 where
     I: IntoIterator<Item = &'a RevisionView>,
     I::IntoIter: Clone,

@@ -47,6 +47,27 @@ pub struct Context {
     /// This replica's term as leader (`None` without leader election: writes are always sent). No
     /// write is sent after it ends, and one in flight then is cut off (see [`Context::write`]).
     pub term: Option<Term>,
+    /// Bounds the events published off the reconcile path (see [`Context::publish_soon`]).
+    events: EventSlots,
+}
+
+/// How many events published off the reconcile path may be sent at once, and may wait to be sent.
+const EVENTS_IN_FLIGHT: usize = 8;
+const EVENTS_WAITING: usize = 1024;
+
+#[derive(Clone)]
+struct EventSlots {
+    waiting: Arc<tokio::sync::Semaphore>,
+    in_flight: Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for EventSlots {
+    fn default() -> Self {
+        Self {
+            waiting: Arc::new(tokio::sync::Semaphore::new(EVENTS_WAITING)),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(EVENTS_IN_FLIGHT)),
+        }
+    }
 }
 
 /// An object a controller reconciles: the key of its failure count.
@@ -88,6 +109,7 @@ impl Context {
             failures: Failures::default(),
             measurer: None,
             term: None,
+            events: EventSlots::default(),
         }
     }
 
@@ -244,14 +266,53 @@ impl Context {
     /// the same reason on the same object into a series that keeps the first message, while cmset
     /// publishes only when something changed, so every event must keep its own message.
     pub async fn publish(&self, event: &Event, regarding: &ObjectReference) {
-        if self.term.as_ref().is_some_and(|term| term.ends_at().is_none()) {
-            tracing::debug!(reason = %event.reason, "event not published: this replica's term as leader has ended");
+        send_event(
+            &self.client,
+            &self.reporter,
+            &self.metrics,
+            self.term.as_ref(),
+            event,
+            regarding,
+        )
+        .await;
+    }
+
+    /// [`Context::publish`] from a task of its own, so that the reconcile does not wait for the
+    /// answer: a workload's reconcile is then one request, and a rollout of many workloads moves at
+    /// the pace of its patches. At most [`EVENTS_IN_FLIGHT`] are sent at once; should
+    /// [`EVENTS_WAITING`] already wait, the event is dropped and logged (events are best effort).
+    pub fn publish_soon(&self, event: Event, regarding: ObjectReference) {
+        let Ok(waiting) = self.events.waiting.clone().try_acquire_owned() else {
+            tracing::warn!(reason = %event.reason, "event dropped: {EVENTS_WAITING} events wait to be published already");
             return;
-        }
-        self.metrics.wrote("publish_event");
-        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
-        if let Err(e) = recorder.publish(event, regarding).await {
-            tracing::warn!(reason = %event.reason, error = %crate::platform::redact::api_error(&e), "could not publish event");
-        }
+        };
+        let (client, reporter, metrics) = (self.client.clone(), self.reporter.clone(), self.metrics.clone());
+        let (term, in_flight) = (self.term.clone(), self.events.in_flight.clone());
+        tokio::spawn(async move {
+            let Ok(_sending) = in_flight.acquire_owned().await else {
+                return;
+            };
+            drop(waiting);
+            send_event(&client, &reporter, &metrics, term.as_ref(), &event, &regarding).await;
+        });
+    }
+}
+
+async fn send_event(
+    client: &Client,
+    reporter: &Reporter,
+    metrics: &Metrics,
+    term: Option<&Term>,
+    event: &Event,
+    regarding: &ObjectReference,
+) {
+    if term.is_some_and(|term| term.ends_at().is_none()) {
+        tracing::debug!(reason = %event.reason, "event not published: this replica's term as leader has ended");
+        return;
+    }
+    metrics.wrote("publish_event");
+    let recorder = Recorder::new(client.clone(), reporter.clone());
+    if let Err(e) = recorder.publish(event, regarding).await {
+        tracing::warn!(reason = %event.reason, error = %crate::platform::redact::api_error(&e), "could not publish event");
     }
 }

@@ -55,7 +55,10 @@ use crate::reconcile::{set_controller, workload_controller};
 /// Tuning of one scope's controllers.
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// Set reconciles at once, per set kind.
     pub concurrency: u16,
+    /// Workload reconciles at once, per workload kind.
+    pub workload_concurrency: u16,
     /// How long a workload that reads several sets waits after the last change to one of them (see
     /// `workload_controller`).
     pub multi_set_window: Duration,
@@ -404,6 +407,7 @@ impl Scope {
             }));
         let wiring = Wiring {
             config: controller::Config::default().concurrency(settings.concurrency),
+            workload_config: controller::Config::default().concurrency(settings.workload_concurrency),
             ctx: Arc::new(context),
             shutdown: shutdown.clone(),
         };
@@ -514,6 +518,7 @@ impl Scopes {
 /// What every controller of a scope shares: its tuning, its context and the shutdown signal.
 struct Wiring<Shutdown> {
     config: controller::Config,
+    workload_config: controller::Config,
     ctx: Arc<Context>,
     shutdown: Shutdown,
 }
@@ -568,7 +573,7 @@ where
             kind.store.clone(),
             kind.resource.clone(),
         )
-        .with_config(self.config.clone())
+        .with_config(self.workload_config.clone())
         .reconcile_on(queue)
         .graceful_shutdown_on(stopped)
         .run(

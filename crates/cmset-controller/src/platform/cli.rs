@@ -34,9 +34,15 @@ pub struct Cli {
     #[arg(long, env = "CMSET_LOG", default_value = "info")]
     pub log_level: String,
 
-    /// Reconciliations run at once, per controller.
+    /// Set reconciliations run at once, per set kind.
     #[arg(long, env = "CMSET_CONCURRENCY", default_value_t = 4)]
     pub concurrency: u16,
+
+    /// Workload reconciliations run at once, per workload kind. A workload's reconcile is one patch
+    /// of a few hundred bytes, so a rollout of many workloads moves as fast as the API server answers
+    /// this many patches in flight.
+    #[arg(long, env = "CMSET_WORKLOAD_CONCURRENCY", default_value_t = 16)]
+    pub workload_concurrency: u16,
 
     /// How long a workload that reads several sets waits after the last change to one of them, so
     /// that sets changed by one apply land in one rollout (milliseconds). A workload that reads one set
@@ -374,6 +380,14 @@ mod tests {
             "{error}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn workloads_move_more_at_once_than_sets_reconcile() {
+        let defaults = cli(&[]);
+        assert_eq!((defaults.concurrency, defaults.workload_concurrency), (4, 16));
+        let set = cli(&["--concurrency", "2", "--workload-concurrency", "64"]);
+        assert_eq!((set.concurrency, set.workload_concurrency), (2, 64));
     }
 
     #[test]

@@ -257,7 +257,7 @@ async fn reconcile_inner(this: &Workload<'_>, ctx: &Context) -> Result<Action> {
             secondary: None,
         }
     };
-    ctx.publish(&event, &object_ref(this, ctx)).await;
+    ctx.publish_soon(event, object_ref(this, ctx));
     Ok(Action::await_change())
 }
 
@@ -341,7 +341,7 @@ async fn release(
         action: "Release".to_string(),
         secondary: None,
     };
-    ctx.publish(&event, &object_ref(this, ctx)).await;
+    ctx.publish_soon(event, object_ref(this, ctx));
     Ok(Action::await_change())
 }
 
