@@ -5,6 +5,8 @@
 //! This crate holds only types and constants: no client, no async. Everything a user writes in YAML and
 //! everything cmset reports back is defined here, so the CRD generated from it is the API contract.
 
+#![forbid(unsafe_code)]
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;

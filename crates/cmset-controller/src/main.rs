@@ -86,6 +86,8 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         registry: Arc::new(registry),
     };
     let server = tokio::spawn(serve(endpoints, health, serving.clone()));
+    // Freed heap goes back to the kernel once enough of it piles up (see `platform::heap`).
+    tokio::spawn(cmset_controller::platform::heap::keep_trimmed());
 
     // Every replica watches and keeps its index warm, leader or not: admission answers from it, and a
     // replica that takes the lease reconciles from it at once, with no relist.
