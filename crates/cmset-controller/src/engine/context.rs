@@ -316,3 +316,101 @@ async fn send_event(
         tracing::warn!(reason = %event.reason, error = %crate::platform::redact::api_error(&e), "could not publish event");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::RwLock;
+
+    use kube::runtime::events::EventType;
+    use kube::runtime::reflector;
+
+    use super::*;
+    use crate::platform::metrics::WriteLabel;
+
+    fn context(client: Client, metrics: Arc<Metrics>) -> Context {
+        let stores = Stores {
+            sets: reflector::store::<cmset_api::ConfigMapSet>().0,
+            secret_sets: None,
+            workloads: Arc::new(RwLock::new(HashMap::new())),
+            templates: None,
+        };
+        Context::new(
+            client,
+            Arc::new(Index::new(None)),
+            stores,
+            metrics,
+            system_clock(),
+            None,
+        )
+    }
+
+    fn event(i: usize) -> (Event, ObjectReference) {
+        let event = Event {
+            type_: EventType::Normal,
+            reason: "ConfigUpdated".to_string(),
+            note: Some(format!("move {i}")),
+            action: "Rollout".to_string(),
+            secondary: None,
+        };
+        let regarding = ObjectReference {
+            kind: Some("Deployment".into()),
+            namespace: Some("team".into()),
+            name: Some(format!("web-{i}")),
+            ..ObjectReference::default()
+        };
+        (event, regarding)
+    }
+
+    #[tokio::test]
+    async fn events_off_the_reconcile_path_are_sent_a_few_at_a_time_and_a_flood_beyond_the_queue_is_dropped()
+    {
+        // An API server that takes every request and never answers.
+        let (service, mut handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let metrics = Arc::new(Metrics::default());
+        let ctx = context(Client::new(service, "team"), metrics.clone());
+        let flood = EVENTS_IN_FLIGHT + EVENTS_WAITING + 10;
+        for i in 0..flood {
+            let (event, regarding) = event(i);
+            ctx.publish_soon(event, regarding);
+        }
+        // Kept unanswered: each request holds its slot until answered.
+        let mut unanswered = Vec::new();
+        while let Ok(Some(request)) =
+            tokio::time::timeout(Duration::from_millis(200), handle.next_request()).await
+        {
+            unanswered.push(request);
+        }
+        let received = unanswered.len();
+        assert_eq!(
+            received, EVENTS_IN_FLIGHT,
+            "only so many wait for an answer at once"
+        );
+        let sent = metrics
+            .writes
+            .get_or_create(&WriteLabel {
+                operation: "publish_event",
+            })
+            .get();
+        assert_eq!(sent, EVENTS_IN_FLIGHT as u64);
+        // All were offered before any task ran: the queue took EVENTS_WAITING, and those now in
+        // flight have left it.
+        assert_eq!(ctx.events.waiting.available_permits(), EVENTS_IN_FLIGHT);
+        assert_eq!(ctx.events.in_flight.available_permits(), 0);
+        // Answered (here: cut off), the waiting ones go out; those beyond the queue never do.
+        drop(unanswered);
+        let mut later = 0;
+        while let Ok(Some(_request)) =
+            tokio::time::timeout(Duration::from_millis(200), handle.next_request()).await
+        {
+            later += 1;
+        }
+        assert_eq!(
+            received + later,
+            EVENTS_WAITING,
+            "the {} beyond the queue were dropped",
+            flood - EVENTS_WAITING
+        );
+    }
+}
