@@ -362,6 +362,21 @@ mod tests {
         (event, regarding)
     }
 
+    type Handle =
+        tower_test::mock::Handle<http::Request<kube::client::Body>, http::Response<kube::client::Body>>;
+    type Pending = (
+        http::Request<kube::client::Body>,
+        tower_test::mock::SendResponse<http::Response<kube::client::Body>>,
+    );
+
+    /// The next request the mocked server takes within `wait`.
+    async fn next(handle: &mut Handle, wait: Duration) -> Option<Pending> {
+        tokio::time::timeout(wait, handle.next_request())
+            .await
+            .ok()
+            .flatten()
+    }
+
     #[tokio::test]
     async fn events_off_the_reconcile_path_are_sent_a_few_at_a_time_and_a_flood_beyond_the_queue_is_dropped()
     {
@@ -377,15 +392,16 @@ mod tests {
         }
         // Kept unanswered: each request holds its slot until answered.
         let mut unanswered = Vec::new();
-        while let Ok(Some(request)) =
-            tokio::time::timeout(Duration::from_millis(200), handle.next_request()).await
-        {
-            unanswered.push(request);
+        for _ in 0..EVENTS_IN_FLIGHT {
+            unanswered.push(
+                next(&mut handle, Duration::from_secs(10))
+                    .await
+                    .expect("an event"),
+            );
         }
-        let received = unanswered.len();
-        assert_eq!(
-            received, EVENTS_IN_FLIGHT,
-            "only so many wait for an answer at once"
+        assert!(
+            next(&mut handle, Duration::from_millis(300)).await.is_none(),
+            "only {EVENTS_IN_FLIGHT} wait for an answer at once"
         );
         let sent = metrics
             .writes
@@ -400,15 +416,13 @@ mod tests {
         assert_eq!(ctx.events.in_flight.available_permits(), 0);
         // Answered (here: cut off), the waiting ones go out; those beyond the queue never do.
         drop(unanswered);
-        let mut later = 0;
-        while let Ok(Some(_request)) =
-            tokio::time::timeout(Duration::from_millis(200), handle.next_request()).await
-        {
-            later += 1;
+        for _ in EVENTS_IN_FLIGHT..EVENTS_WAITING {
+            next(&mut handle, Duration::from_secs(10))
+                .await
+                .expect("a waiting event");
         }
-        assert_eq!(
-            received + later,
-            EVENTS_WAITING,
+        assert!(
+            next(&mut handle, Duration::from_millis(300)).await.is_none(),
             "the {} beyond the queue were dropped",
             flood - EVENTS_WAITING
         );
