@@ -44,10 +44,33 @@ async fn termination() {
     }
 }
 
+// With `--features dhat-heap`, every allocation is recorded, and SIGUSR2 writes what is live then to
+// `dhat-heap-<pid>.json` (view it with dhat's viewer): what a long-running replica holds, without
+// stopping it. Slow; for profiling only.
+#[cfg(feature = "dhat-heap")]
+#[global_allocator]
+static ALLOC: dhat::Alloc = dhat::Alloc;
+
+#[cfg(feature = "dhat-heap")]
+fn profile_heap_until_sigusr2() {
+    let profiler = dhat::Profiler::builder()
+        .file_name(format!("dhat-heap-{}.json", std::process::id()))
+        .build();
+    tokio::spawn(async move {
+        let mut usr2 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2())
+            .expect("a SIGUSR2 handler can be installed");
+        usr2.recv().await;
+        info!("SIGUSR2 received; writing the heap profile");
+        drop(profiler);
+    });
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     init_logging(&cli);
+    #[cfg(feature = "dhat-heap")]
+    profile_heap_until_sigusr2();
     match run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -46,6 +46,16 @@ impl<K: Hash + Eq, V> Swept<K, V> {
         if self.map.len() >= self.sweep_at {
             self.map.retain(|k, _| exists(k));
             self.sweep_at = (self.map.len() * 2).max(SWEEP_FLOOR);
+            self.shrink_if_sparse();
+        }
+    }
+
+    /// Gives back the room of a map that emptied to a quarter of its capacity: a burst of sets, come and
+    /// gone, leaves no table of its peak size behind (that table would also pin heap pages the allocator
+    /// could otherwise return).
+    fn shrink_if_sparse(&mut self) {
+        if self.map.capacity() > SWEEP_FLOOR && self.map.len() * 4 < self.map.capacity() {
+            self.map.shrink_to(self.map.len() * 2);
         }
     }
 
@@ -54,7 +64,9 @@ impl<K: Hash + Eq, V> Swept<K, V> {
     }
 
     pub fn remove(&mut self, key: &K) -> Option<V> {
-        self.map.remove(key)
+        let removed = self.map.remove(key);
+        self.shrink_if_sparse();
+        removed
     }
 
     pub fn len(&self) -> usize {
@@ -175,6 +187,15 @@ impl SetMemory {
         lock(&self.deferred).remove(set);
     }
 
+    /// Room held, for tests: (written, deferred).
+    #[cfg(test)]
+    fn capacities(&self) -> (usize, usize) {
+        (
+            lock(&self.written).map.capacity(),
+            lock(&self.deferred).map.capacity(),
+        )
+    }
+
     /// Entries held, for tests and the debug log: (written, deferred).
     pub fn sizes(&self) -> (usize, usize) {
         (lock(&self.written).len(), lock(&self.deferred).len())
@@ -214,6 +235,28 @@ mod tests {
         );
         // The live set survives every sweep.
         assert!(memory.wrote_already(&id(0), &Some("1".into()), &ConfigMapSetStatus::default()));
+    }
+
+    #[test]
+    fn sets_forgotten_after_a_burst_leave_no_table_of_the_bursts_size() {
+        let memory = SetMemory::default();
+        let start = Instant::now();
+        for n in 0..5_000 {
+            let status = ConfigMapSetStatus::default();
+            memory.remember_written(&id(n), None, Some("1".into()), &status, |_| true);
+            memory.deferred_since(&id(n), start, |_| true);
+        }
+        let (written, deferred) = memory.capacities();
+        assert!(written >= 5_000 && deferred >= 5_000, "{written} {deferred}");
+        for n in 0..5_000 {
+            memory.forget(&id(n));
+        }
+        assert_eq!(memory.sizes(), (0, 0));
+        let (written, deferred) = memory.capacities();
+        assert!(
+            written <= SWEEP_FLOOR * 2 && deferred <= SWEEP_FLOOR * 2,
+            "{written} {deferred}"
+        );
     }
 
     #[test]

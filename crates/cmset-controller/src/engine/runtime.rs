@@ -193,7 +193,13 @@ fn stored_watch<K: Indexed>(
                 Ok(event) => {
                     index.handle(&event);
                     let leading = index.is_leading();
-                    if let watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) = &event
+                    // A deleted object is queued too: its controller may hold a requeue for it up to
+                    // the resync period out, which would keep the entry (and the heap pages it sits
+                    // on) that long. Queued now, it fires at once, finds the object gone from the
+                    // store and is dropped, with no reconcile.
+                    if let watcher::Event::Apply(obj)
+                    | watcher::Event::InitApply(obj)
+                    | watcher::Event::Delete(obj) = &event
                         && leading
                     {
                         let _ = own.unbounded_send(ObjectRef::from_obj(obj));
@@ -391,24 +397,25 @@ impl Scope {
             )
         });
         context.term = settings.term.clone();
+        let ctx = Arc::new(context);
         // A deleted set's series go with it (only the leader reports them), and so do its
-        // measurements.
-        let gone_metrics = context.metrics.clone();
-        let gone_measurer = context.measurer.clone();
+        // measurements and the set controller's memory of its writes: a set deleted without a
+        // finalizer is never reconciled again to forget them itself. Weak: the index outlives no
+        // context, and must not keep one alive.
+        let gone_ctx = Arc::downgrade(&ctx);
         self.index
             .on_set_gone(Arc::new(move |id: &crate::engine::index::SetId| {
+                let Some(ctx) = gone_ctx.upgrade() else { return };
                 let (kind, key) = id;
                 let labels = set_controller::set_labels(*kind, &key.namespace, &key.name);
-                gone_metrics.observe_rollout(&labels, None);
-                gone_metrics.forget_analysis(&labels);
-                if let Some(measurer) = &gone_measurer {
-                    measurer.forget(id);
-                }
+                ctx.metrics.observe_rollout(&labels, None);
+                ctx.metrics.forget_analysis(&labels);
+                ctx.forget_set(id);
             }));
         let wiring = Wiring {
             config: controller::Config::default().concurrency(settings.concurrency),
             workload_config: controller::Config::default().concurrency(settings.workload_concurrency),
-            ctx: Arc::new(context),
+            ctx,
             shutdown: shutdown.clone(),
         };
         let sets_ctl = set_controller::NAME;
