@@ -33,6 +33,9 @@ pub mod subscriptions;
 pub mod triggers;
 mod yaml;
 
+#[cfg(test)]
+mod fixtures;
+
 pub use config::Config;
 pub use subscriptions::Subscription;
 pub use triggers::{Event, Notification, SubscriptionKey};

@@ -1,16 +1,18 @@
 //! Templates (MiniJinja, a Jinja dialect), the context they see, the built-in template of each event,
 //! and rendering with a fallback: a template that fails is reported and the built-in one is sent.
 //!
-//! Undefined names are strict: `{{ set.nmae }}` is an error rather than empty text, so a typo shows up
-//! as a reported problem (and the built-in message still goes out) instead of a silently blank message.
-//! Every documented field is always present, `none` when it has no value; a label that may be missing
-//! is read with `set.labels.team | default("")` or `is defined`.
+//! A name the context does not have is refused when the configuration is read. Beyond that, templates
+//! are strict: printing, comparing or looping over something undefined (`{{ set.nmae }}`, a label the
+//! set lacks) is an error, reported, and the built-in message goes out instead of a silently blank one.
+//! Expressions (`when`, `oncePer`) are lenient: a missing label is undefined, which equals nothing and
+//! is false, so `set.labels.tier == 'prod'` is simply false on a set without that label. Every
+//! documented field is always present; one without a value is `none`, which prints as empty text.
 
 use std::collections::BTreeMap;
 
 use cmset_api::labels::PAUSED;
 use cmset_api::{RolloutPhase, WorkloadState};
-use minijinja::{AutoEscape, Environment, UndefinedBehavior};
+use minijinja::{AutoEscape, Environment, ErrorKind, UndefinedBehavior};
 use serde_json::{Value as Json, json};
 
 use super::config::{Service, ServiceKind};
@@ -92,28 +94,78 @@ pub enum Part {
     },
 }
 
-fn environment() -> Environment<'static> {
+/// The top-level names of the context ([`context`]).
+pub const FIELDS: [&str; 12] = [
+    "set",
+    "revision",
+    "previousRevision",
+    "wave",
+    "waves",
+    "phase",
+    "message",
+    "workloads",
+    "analysisRuns",
+    "event",
+    "trigger",
+    "next",
+];
+
+/// Templates are strict about undefined values, expressions lenient (see the module documentation).
+fn environment(undefined: UndefinedBehavior) -> Environment<'static> {
     let mut env = Environment::new();
-    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.set_undefined_behavior(undefined);
     env.set_auto_escape_callback(|_| AutoEscape::None);
     env.set_fuel(Some(FUEL));
+    env.set_formatter(|out, state, value| {
+        if value.is_undefined() {
+            return Err(minijinja::Error::new(
+                ErrorKind::UndefinedError,
+                "undefined value",
+            ));
+        }
+        if value.is_none() {
+            return Ok(());
+        }
+        minijinja::escape_formatter(out, state, value)
+    });
     env
 }
 
-/// Whether a template text compiles (the error says where it does not).
-pub(crate) fn check_template(source: &str) -> Result<(), String> {
-    environment()
-        .template_from_named_str("template", source)
-        .map(|_| ())
-        .map_err(|e| describe(&e))
+/// Names used at the top level that neither the context nor the engine provides.
+fn unknown_names(env: &Environment<'_>, used: std::collections::HashSet<String>) -> Result<(), String> {
+    let mut unknown: Vec<String> = used
+        .into_iter()
+        .filter(|name| !FIELDS.contains(&name.as_str()) && !env.globals().any(|(g, _)| g == name))
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    unknown.sort();
+    Err(format!(
+        "uses {}, which the context does not have (it has {})",
+        unknown
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        FIELDS.join(", ")
+    ))
 }
 
-/// Whether an expression (`when`, `oncePer`) compiles.
+/// Whether a template text compiles and uses only names of the context.
+pub(crate) fn check_template(source: &str) -> Result<(), String> {
+    let env = environment(UndefinedBehavior::Strict);
+    let template = env
+        .template_from_named_str("template", source)
+        .map_err(|e| describe(&e))?;
+    unknown_names(&env, template.undeclared_variables(false))
+}
+
+/// Whether an expression (`when`, `oncePer`) compiles and uses only names of the context.
 pub(crate) fn check_expression(source: &str) -> Result<(), String> {
-    environment()
-        .compile_expression(source)
-        .map(|_| ())
-        .map_err(|e| describe(&e))
+    let env = environment(UndefinedBehavior::Lenient);
+    let expr = env.compile_expression(source).map_err(|e| describe(&e))?;
+    unknown_names(&env, expr.undeclared_variables(false))
 }
 
 fn describe(e: &minijinja::Error) -> String {
@@ -125,30 +177,28 @@ fn describe(e: &minijinja::Error) -> String {
 
 /// Renders one template text over the context.
 fn render_text(source: &str, context: &Json) -> Result<String, String> {
-    environment()
+    environment(UndefinedBehavior::Strict)
         .render_str(source, minijinja::Value::from(minijinja::value::Serde(context)))
+        .map_err(|e| describe(&e))
+}
+
+fn evaluate(expression: &str, context: &Json) -> Result<minijinja::Value, String> {
+    let env = environment(UndefinedBehavior::Lenient);
+    let expr = env.compile_expression(expression).map_err(|e| describe(&e))?;
+    expr.eval(minijinja::Value::from(minijinja::value::Serde(context)))
         .map_err(|e| describe(&e))
 }
 
 /// Evaluates an expression over the context: `when` as true or false.
 pub fn is_true(expression: &str, context: &Json) -> Result<bool, String> {
-    let env = environment();
-    let expr = env.compile_expression(expression).map_err(|e| describe(&e))?;
-    let value = expr
-        .eval(minijinja::Value::from(minijinja::value::Serde(context)))
-        .map_err(|e| describe(&e))?;
-    Ok(value.is_true())
+    Ok(evaluate(expression, context)?.is_true())
 }
 
-/// Evaluates an expression over the context as text: `oncePer`.
+/// Evaluates an expression over the context as text: `oncePer`. Undefined or `none` is an error.
 pub fn text_of(expression: &str, context: &Json) -> Result<String, String> {
-    let env = environment();
-    let expr = env.compile_expression(expression).map_err(|e| describe(&e))?;
-    let value = expr
-        .eval(minijinja::Value::from(minijinja::value::Serde(context)))
-        .map_err(|e| describe(&e))?;
-    if value.is_undefined() {
-        return Err("is undefined".to_string());
+    let value = evaluate(expression, context)?;
+    if value.is_undefined() || value.is_none() {
+        return Err("gave no value".to_string());
     }
     Ok(value.to_string())
 }
@@ -434,4 +484,384 @@ pub fn built_in(name: &str) -> Option<Template> {
         }),
         webhook: BTreeMap::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use cmset_api::RolloutStatus;
+
+    use super::*;
+    use crate::notify::fixtures::{self, Set, failed_status, status};
+    use crate::notify::{Config, config};
+    use crate::set::SetKind;
+
+    fn template(message: &str) -> Template {
+        Template {
+            name: "t".into(),
+            message: message.into(),
+            slack: None,
+            teams: None,
+            webhook: BTreeMap::new(),
+        }
+    }
+
+    fn service(config: &Config, name: &str) -> Service {
+        config.services[name].clone()
+    }
+
+    /// Every documented field, in one template.
+    const EVERY_FIELD: &str = "\
+set: {{ set.kind }} {{ set.namespace }}/{{ set.name }} team={{ set.labels.team }} note={{ set.annotations.note }}
+revision: {{ revision }} (was {{ previousRevision }})
+wave: {{ wave }} of {{ waves | join(',') }}, phase {{ phase }}: {{ message }}
+{% for w in workloads %}workload: {{ w.kind }}/{{ w.name }} {{ w.state }} on {{ w.revision }} \
+(was {{ w.previousRevision }}) wave {{ w.wave }}: {{ w.message }}
+{% endfor %}{% for r in analysisRuns %}run: {{ r.template }} {{ r.workloadKind }}/{{ r.workload }} \
+{{ r.workloads | length }} grouped, wave {{ r.wave }}: {{ r.query }} {{ r.condition }} = {{ r.lastValue }} \
+{{ r.verdict }} {{ r.failures }}/{{ r.measurements }}: {{ r.message }}
+{% endfor %}event: {{ event }} trigger: {{ trigger }}
+next: {{ next }}";
+
+    #[test]
+    fn every_field_renders() {
+        let mut set = Set::new(failed_status());
+        set.annotations.insert("note".into(), "hello".into());
+        let config = fixtures::config_with(&[]);
+        let context = context(&set.view(), Event::RolloutFailed, "on-rollout-failed");
+        let message = render(&template(EVERY_FIELD), &context, &service(&config, "slack")).unwrap();
+        assert_eq!(
+            message.text,
+            "\
+set: ConfigMapSet shop/app team=payments note=hello
+revision: app-2 (was app-1)
+wave: 1 of 0,1,2, phase Failed: Deployment web is not healthy
+workload: Deployment/web RolledBack on app-1 (was app-1) wave 0: 
+workload: StatefulSet/db Waiting on app-1 (was ) wave 2: waits for wave 2
+run: error-rate Deployment/web 0 grouped, wave 1: rate(errors[5m]) result < 0.05 = 0.2 Failed 2/3: 0.2 is not < 0.05
+event: RolloutFailed trigger: on-rollout-failed
+next: kubectl cmset status -n shop configmapset/app"
+        );
+    }
+
+    #[test]
+    fn undefined_names_are_errors_unless_defaulted() {
+        let set = Set::new(status(RolloutPhase::Progressing, 0));
+        let context = context(&set.view(), Event::RolloutStarted, "on-rollout-started");
+        let config = fixtures::config_with(&[]);
+        let slack = service(&config, "slack");
+        for (source, want) in [
+            ("{{ set.nmae }}", Err("`message`: undefined value (line 1)")),
+            (
+                "{{ set.labels.tier }}",
+                Err("`message`: undefined value (line 1)"),
+            ),
+            ("{{ set.labels.tier | default('none set') }}", Ok("none set")),
+            (
+                "{% if set.labels.tier is defined %}x{% else %}y{% endif %}",
+                Ok("y"),
+            ),
+            ("{{ message }}", Ok("")),
+            (
+                "{% if set.labels.tier == 'prod' %}x{% endif %}",
+                Err("`message`: undefined value (line 1)"),
+            ),
+            ("{% if not message %}no message{% endif %}", Ok("no message")),
+        ] {
+            let got = render(&template(source), &context, &slack).map(|m| m.text);
+            assert_eq!(got, want.map(str::to_string).map_err(str::to_string), "{source}");
+        }
+    }
+
+    #[test]
+    fn next_names_the_plugin_verb_that_moves_the_rollout_on() {
+        for (phase, paused_annotation, kind, want) in [
+            (
+                RolloutPhase::AwaitingPromotion,
+                false,
+                SetKind::ConfigMapSet,
+                "kubectl cmset promote -n shop configmapset/app",
+            ),
+            (
+                RolloutPhase::Paused,
+                true,
+                SetKind::ConfigMapSet,
+                "kubectl cmset resume -n shop configmapset/app",
+            ),
+            // Paused by the spec: `resume` would not lift it.
+            (
+                RolloutPhase::Paused,
+                false,
+                SetKind::ConfigMapSet,
+                "kubectl cmset status -n shop configmapset/app",
+            ),
+            (
+                RolloutPhase::Failed,
+                false,
+                SetKind::SecretSet,
+                "kubectl cmset status -n shop secretset/app",
+            ),
+            (
+                RolloutPhase::Progressing,
+                false,
+                SetKind::ConfigMapSet,
+                "kubectl cmset status -n shop configmapset/app",
+            ),
+        ] {
+            let mut set = Set::new(status(phase, 1));
+            if paused_annotation {
+                set.annotations.insert(PAUSED.into(), "true".into());
+            }
+            let mut view = set.view();
+            view.kind = kind;
+            assert_eq!(next_command(&view), want, "{phase:?}");
+        }
+    }
+
+    #[test]
+    fn built_in_messages_read_well() {
+        let config = fixtures::config_with(&[]);
+        let slack = service(&config, "slack");
+        for (event, status, want) in [
+            (
+                Event::RolloutStarted,
+                status(RolloutPhase::Progressing, 0),
+                "ConfigMapSet shop/app: rollout of app-2 started (was app-1).",
+            ),
+            (
+                Event::WaveStarted,
+                status(RolloutPhase::Progressing, 1),
+                "ConfigMapSet shop/app: wave 1 of the rollout of app-2 started (waves 0, 1, 2).",
+            ),
+            (
+                Event::RolloutPaused,
+                status(RolloutPhase::Paused, 1),
+                "ConfigMapSet shop/app: rollout of app-2 is paused in wave 1. To go on: kubectl cmset status -n \
+                 shop configmapset/app",
+            ),
+            (
+                Event::AwaitingPromotion,
+                status(RolloutPhase::AwaitingPromotion, 1),
+                "ConfigMapSet shop/app: wave 1 of the rollout of app-2 is done; the next wave waits for: kubectl \
+                 cmset promote -n shop configmapset/app",
+            ),
+            (
+                Event::AnalysisFailed,
+                failed_status(),
+                "ConfigMapSet shop/app: analysis of app-2 failed in wave 1: error-rate (Deployment web): 0.2 is \
+                 not < 0.05",
+            ),
+            (
+                Event::RolloutFailed,
+                failed_status(),
+                "ConfigMapSet shop/app: rollout of app-2 failed in wave 1: Deployment web is not healthy. See: \
+                 kubectl cmset status -n shop configmapset/app",
+            ),
+            (
+                Event::RolledBack,
+                failed_status(),
+                "ConfigMapSet shop/app: rolled back after the rollout of app-2 failed: Deployment web to app-1.",
+            ),
+            (
+                Event::RolloutCompleted,
+                status(RolloutPhase::Complete, 2),
+                "ConfigMapSet shop/app: rollout of app-2 completed in 3 waves.",
+            ),
+        ] {
+            let set = Set::new(status);
+            let context = context(&set.view(), event, event.trigger());
+            let message = render(&built_in(event.template()).unwrap(), &context, &slack).unwrap();
+            assert_eq!(message.text, want, "{event:?}");
+        }
+    }
+
+    #[test]
+    fn built_in_templates_render_for_every_service_over_a_bare_status() {
+        let config = fixtures::config_with(&[]);
+        let bare = cmset_api::ConfigMapSetStatus {
+            rollout: Some(RolloutStatus {
+                revision: "app-9".into(),
+                ..RolloutStatus::default()
+            }),
+            ..cmset_api::ConfigMapSetStatus::default()
+        };
+        for status in [bare, failed_status(), status(RolloutPhase::Complete, 2)] {
+            let set = Set::new(status);
+            for event in Event::ALL {
+                let context = context(&set.view(), event, event.trigger());
+                for service in config.services.values() {
+                    let rendered = render(&built_in(event.template()).unwrap(), &context, service);
+                    assert!(rendered.is_ok(), "{event:?} for {}: {rendered:?}", service.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_failing_template_is_reported_and_the_built_in_one_sent() {
+        let (config, problems) = config::parse(
+            &fixtures::data(&[
+                ("service.slack", "token: t"),
+                ("template.typo", "message: '{{ set.nmae }}'"),
+                ("template.bad-blocks", "message: m\nslack:\n  blocks: 'not json'"),
+                ("template.rollout-failed", "message: '{{ set.labels.tier }}'"),
+            ]),
+            &fixtures::secret(),
+        );
+        assert_eq!(problems, []);
+        let slack = service(&config, "slack");
+        let set = Set::new(failed_status());
+        let context = context(&set.view(), Event::RolloutFailed, "on-rollout-failed");
+        let built_in_text = render(&built_in("rollout-failed").unwrap(), &context, &slack)
+            .unwrap()
+            .text;
+        for (name, problem) in [
+            (
+                "typo",
+                "could not be rendered for service slack: `message`: undefined value (line 1); the built-in \
+                 template rollout-failed was sent",
+            ),
+            (
+                "bad-blocks",
+                "could not be rendered for service slack: `slack.blocks` did not render to JSON: expected ident \
+                 at line 1 column 2; the built-in template rollout-failed was sent",
+            ),
+            // The override of the built-in template fails: the compiled-in one is sent.
+            (
+                "rollout-failed",
+                "could not be rendered for service slack: `message`: undefined value (line 1); the built-in \
+                 template rollout-failed was sent",
+            ),
+            (
+                "gone",
+                "is not defined; the built-in template rollout-failed was sent",
+            ),
+        ] {
+            let (message, got) = render_or_built_in(&config, name, Event::RolloutFailed, &context, &slack);
+            assert_eq!(
+                got,
+                Some(Problem::new(format!("template.{name}"), problem)),
+                "{name}"
+            );
+            assert_eq!(message.template, "rollout-failed");
+            assert_eq!(message.text, built_in_text);
+        }
+    }
+
+    #[test]
+    fn parts_render_for_their_service_only() {
+        let config = fixtures::config_with(&[(
+            "template.parts",
+            r#"
+message: "{{ set.name }} {{ phase }}"
+slack:
+  blocks: '[{"type": "section", "text": {"type": "mrkdwn", "text": {{ revision | tojson }}}}]'
+teams:
+  title: "{{ set.name }}"
+  facts: '[{"name": "Wave", "value": "{{ wave }}"}]'
+webhook:
+  audit:
+    method: PUT
+    path: "/sets/{{ set.namespace }}/{{ set.name }}"
+    body: '{"revision": "{{ revision }}"}'
+"#,
+        )]);
+        let set = Set::new(status(RolloutPhase::Complete, 2));
+        let context = context(&set.view(), Event::RolloutCompleted, "on-rollout-completed");
+        let template = config.template("parts").unwrap();
+        let part = |name: &str| render(&template, &context, &service(&config, name)).unwrap().part;
+        assert_eq!(
+            part("slack"),
+            Part::Slack {
+                attachments: None,
+                blocks: Some(json!([{"type": "section", "text": {"type": "mrkdwn", "text": "app-2"}}])),
+            }
+        );
+        assert_eq!(
+            part("teams"),
+            Part::Teams {
+                title: Some("app".into()),
+                text: None,
+                summary: None,
+                facts: Some(json!([{"name": "Wave", "value": "2"}])),
+                body: None,
+            }
+        );
+        assert_eq!(
+            part("audit"),
+            Part::Webhook {
+                method: "PUT".into(),
+                path: Some("/sets/shop/app".into()),
+                body: r#"{"revision": "app-2"}"#.into(),
+            }
+        );
+        // A template with no webhook part sends the message and the context as JSON.
+        let Part::Webhook { method, path, body } =
+            render(&template_for_webhook(), &context, &service(&config, "audit"))
+                .unwrap()
+                .part
+        else {
+            panic!("not a webhook part");
+        };
+        assert_eq!((method.as_str(), path), ("POST", None));
+        let body: Json = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["text"], "app Complete");
+        assert_eq!(body["context"], context);
+    }
+
+    fn template_for_webhook() -> Template {
+        template("{{ set.name }} {{ phase }}")
+    }
+
+    #[test]
+    fn names_the_context_lacks_are_refused_when_read() {
+        let has = FIELDS.join(", ");
+        assert_eq!(
+            check_template("{{ revison }} {% for w in workloads %}{{ w.name }}{% endfor %}{{ sett.name }}"),
+            Err(format!(
+                "uses `revison`, `sett`, which the context does not have (it has {has})"
+            ))
+        );
+        assert_eq!(
+            check_expression("phase == 'Failed' and lables.tier"),
+            Err(format!(
+                "uses `lables`, which the context does not have (it has {has})"
+            ))
+        );
+        // The engine's own functions, and names the template sets itself, are fine.
+        assert_eq!(
+            check_template("{% set n = namespace(x=1) %}{{ n.x }}{% for i in range(2) %}{{ i }}{% endfor %}"),
+            Ok(())
+        );
+        assert_eq!(
+            check_expression("wave >"),
+            Err("unexpected end of input, expected expression (line 1)".into())
+        );
+    }
+
+    #[test]
+    fn expressions_are_judged_over_the_context() {
+        let set = Set::new(status(RolloutPhase::Progressing, 1));
+        let context = context(&set.view(), Event::WaveStarted, "on-wave-started");
+        for (expr, want) in [
+            ("set.labels.team == 'payments'", Ok(true)),
+            ("wave >= 2", Ok(false)),
+            (
+                "workloads | selectattr('state', 'eq', 'Waiting') | list | length > 0",
+                Ok(true),
+            ),
+            ("'tier' in set.labels", Ok(false)),
+            ("set.labels.tier == 'prod'", Ok(false)),
+            (
+                "set.labels.tier.x == 'prod'",
+                Err("undefined value (line 1)".to_string()),
+            ),
+        ] {
+            assert_eq!(is_true(expr, &context), want, "{expr}");
+        }
+        assert_eq!(
+            text_of("revision ~ '/' ~ wave", &context),
+            Ok("app-2/1".to_string())
+        );
+        assert_eq!(text_of("message", &context), Err("gave no value".to_string()));
+    }
 }
