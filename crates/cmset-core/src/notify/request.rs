@@ -332,3 +332,299 @@ pub fn response_error(service: &Service, status: u16, body: &[u8]) -> Option<Str
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::notify::config::Config;
+    use crate::notify::fixtures::{self, HOOK, TOKEN};
+    use crate::notify::render::{self, Template};
+
+    fn message(text: &str, part: Part) -> Message {
+        Message {
+            template: "t".into(),
+            text: text.into(),
+            part,
+        }
+    }
+
+    fn slack_part() -> Part {
+        Part::Slack {
+            attachments: None,
+            blocks: None,
+        }
+    }
+
+    fn teams_part() -> Part {
+        Part::Teams {
+            title: None,
+            text: None,
+            summary: None,
+            facts: None,
+            body: None,
+        }
+    }
+
+    fn header<'a>(request: &'a HttpRequest, name: &str) -> Option<&'a str> {
+        request
+            .headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.expose())
+    }
+
+    fn body(request: &HttpRequest) -> Json {
+        serde_json::from_slice(&request.body).unwrap()
+    }
+
+    fn config() -> Config {
+        fixtures::config_with(&[])
+    }
+
+    #[test]
+    fn a_slack_bot_posts_to_chat_post_message() {
+        let config = config();
+        let blocks = json!([{"type": "divider"}]);
+        let part = Part::Slack {
+            attachments: None,
+            blocks: Some(blocks.clone()),
+        };
+        let request = request(&config.services["slack"], "#deploys", &message("hi", part)).unwrap();
+        assert_eq!(request.method, "POST");
+        assert_eq!(request.url.expose(), "https://slack.com/api/chat.postMessage");
+        assert_eq!(
+            header(&request, "authorization"),
+            Some(format!("Bearer {TOKEN}").as_str())
+        );
+        assert_eq!(
+            header(&request, "content-type"),
+            Some("application/json; charset=utf-8")
+        );
+        assert_eq!(
+            body(&request),
+            json!({"channel": "#deploys", "text": "hi", "blocks": blocks, "username": "cmset", "icon_emoji": ":rocket:"})
+        );
+        assert_eq!(request.transport, Transport::default());
+    }
+
+    #[test]
+    fn a_slack_webhook_posts_to_the_recipients_url() {
+        let config = config();
+        let request = request(&config.services["hooks"], "ops", &message("hi", slack_part())).unwrap();
+        assert_eq!(request.url.expose(), HOOK);
+        assert_eq!(header(&request, "authorization"), None);
+        assert_eq!(body(&request), json!({"text": "hi"}));
+        assert_eq!(
+            super::request(&config.services["hooks"], "nope", &message("hi", slack_part())),
+            Err("recipient \"nope\" is not one of service hooks's".to_string())
+        );
+    }
+
+    #[test]
+    fn teams_gets_a_message_card_or_an_adaptive_card_or_the_templates_body() {
+        let config = config();
+        let teams = &config.services["teams"];
+        let plain = request(teams, "prod", &message("line one\nline two", teams_part())).unwrap();
+        assert_eq!(plain.url.expose(), "https://teams.example.com/webhook/prod");
+        assert_eq!(
+            body(&plain),
+            json!({
+                "@type": "MessageCard",
+                "@context": "https://schema.org/extensions",
+                "summary": "line one",
+                "text": "line one\nline two",
+            })
+        );
+        let facts = json!([{"name": "Wave", "value": "1"}]);
+        let rich = Part::Teams {
+            title: Some("Rollout failed".into()),
+            text: None,
+            summary: None,
+            facts: Some(facts.clone()),
+            body: None,
+        };
+        assert_eq!(
+            body(&request(teams, "prod", &message("m", rich.clone())).unwrap()),
+            json!({
+                "@type": "MessageCard",
+                "@context": "https://schema.org/extensions",
+                "title": "Rollout failed",
+                "summary": "Rollout failed",
+                "text": "m",
+                "sections": [{"facts": facts}],
+            })
+        );
+        let mut adaptive = teams.clone();
+        if let ServiceKind::Teams(t) = &mut adaptive.kind {
+            t.format = TeamsFormat::AdaptiveCard;
+        }
+        assert_eq!(
+            body(&request(&adaptive, "prod", &message("m", rich)).unwrap()),
+            json!({
+                "type": "message",
+                "attachments": [{
+                    "contentType": "application/vnd.microsoft.card.adaptive",
+                    "content": {
+                        "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+                        "type": "AdaptiveCard",
+                        "version": "1.4",
+                        "body": [
+                            {"type": "TextBlock", "text": "Rollout failed", "weight": "Bolder", "size": "Medium", "wrap": true},
+                            {"type": "TextBlock", "text": "m", "wrap": true},
+                            {"type": "FactSet", "facts": [{"title": "Wave", "value": "1"}]},
+                        ],
+                    },
+                }],
+            })
+        );
+        let raw = Part::Teams {
+            title: None,
+            text: None,
+            summary: None,
+            facts: None,
+            body: Some(json!({"type": "message", "text": "raw"})),
+        };
+        assert_eq!(
+            body(&request(teams, "prod", &message("m", raw)).unwrap()),
+            json!({"type": "message", "text": "raw"})
+        );
+    }
+
+    #[test]
+    fn a_webhook_carries_its_headers_basic_auth_path_and_body() {
+        let config = config();
+        let audit = &config.services["audit"];
+        let part = Part::Webhook {
+            method: "PUT".into(),
+            path: Some("/sets/shop/app".into()),
+            body: "{\"a\":1}".into(),
+        };
+        let request = request(audit, "", &message("m", part)).unwrap();
+        assert_eq!(request.method, "PUT");
+        assert_eq!(
+            request.url.expose(),
+            "https://audit.example.com/api/sets/shop/app"
+        );
+        assert_eq!(header(&request, "x-token"), Some(TOKEN));
+        // base64("cmset:pa55word-secret")
+        assert_eq!(
+            header(&request, "authorization"),
+            Some("Basic Y21zZXQ6cGE1NXdvcmQtc2VjcmV0")
+        );
+        assert_eq!(request.body, b"{\"a\":1}");
+        assert_eq!(request.transport.retries, 5);
+        for (url, path, want) in [
+            ("https://h/api/", "/x", "https://h/api/x"),
+            ("https://h/api", "x", "https://h/api/x"),
+            ("https://h/api", "?since=1", "https://h/api?since=1"),
+        ] {
+            assert_eq!(join_path(url, path), want);
+        }
+    }
+
+    #[test]
+    fn debug_output_shows_no_credential() {
+        let config = config();
+        let bot = request(&config.services["slack"], "ops", &message("hi", slack_part())).unwrap();
+        let hook = request(&config.services["hooks"], "ops", &message("hi", slack_part())).unwrap();
+        let part = Part::Webhook {
+            method: "POST".into(),
+            path: None,
+            body: String::new(),
+        };
+        let audit = request(&config.services["audit"], "", &message("m", part)).unwrap();
+        for request in [bot, hook, audit] {
+            let debug = format!("{request:?}");
+            for secret in [TOKEN, HOOK, "pa55word-secret", "Y21zZXQ6cGE1NXdvcmQtc2VjcmV0"] {
+                assert!(!debug.contains(secret), "{debug}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_message_rendered_for_another_kind_is_refused() {
+        let config = config();
+        assert_eq!(
+            request(&config.services["slack"], "ops", &message("m", teams_part())),
+            Err("template t was not rendered for service slack".to_string())
+        );
+    }
+
+    #[test]
+    fn built_in_templates_make_valid_requests_for_every_service() {
+        let config = config();
+        let set = fixtures::Set::new(fixtures::failed_status());
+        for event in crate::notify::Event::ALL {
+            let context = render::context(&set.view(), event, event.trigger());
+            let template: Template = render::built_in(event.template()).unwrap();
+            for (service, recipient) in [
+                ("slack", "ops"),
+                ("hooks", "dev"),
+                ("teams", "prod"),
+                ("audit", ""),
+            ] {
+                let service = &config.services[service];
+                let message = render::render(&template, &context, service).unwrap();
+                let request = request(service, recipient, &message).unwrap();
+                let json: Json = serde_json::from_slice(&request.body).unwrap();
+                assert!(json.is_object(), "{event:?} {}", service.name);
+            }
+        }
+    }
+
+    #[test]
+    fn retries_back_off_and_stop() {
+        let s = Duration::from_secs;
+        for (attempt, status, header, want) in [
+            (1, None, None, Some(s(1))),
+            (2, Some(503), None, Some(s(2))),
+            (3, Some(500), None, Some(s(4))),
+            (3, Some(429), Some(s(7)), Some(s(7))),
+            (3, Some(429), Some(s(31)), None),
+            (2, Some(408), None, Some(s(2))),
+            (4, Some(500), None, None),
+            (1, Some(400), None, None),
+            (1, Some(404), None, None),
+            (1, Some(200), None, None),
+            (0, None, None, None),
+        ] {
+            assert_eq!(
+                retry_after(3, attempt, status, header),
+                want,
+                "{attempt} {status:?}"
+            );
+        }
+        // The backoff is capped at 30 s.
+        assert_eq!(retry_after(10, 6, None, None), Some(s(30)));
+        assert_eq!(retry_after(10, 10, None, None), Some(s(30)));
+        let transport = Transport {
+            retries: 0,
+            ..Transport::default()
+        };
+        assert_eq!(transport.retry_after(1, None, None), None);
+    }
+
+    #[test]
+    fn slack_failures_inside_a_200_are_found() {
+        let config = config();
+        let bot = &config.services["slack"];
+        for (status, body, want) in [
+            (200, &br#"{"ok": true}"#[..], None),
+            (
+                200,
+                br#"{"ok": false, "error": "channel_not_found"}"#,
+                Some("Slack answered channel_not_found"),
+            ),
+            (
+                200,
+                br#"{"ok": false, "error": "invalid_auth <b>!"}"#,
+                Some("Slack answered invalid_authb"),
+            ),
+            (500, b"", Some("HTTP 500")),
+        ] {
+            assert_eq!(response_error(bot, status, body).as_deref(), want);
+        }
+        // A webhook's 200 is a success whatever it says.
+        assert_eq!(response_error(&config.services["hooks"], 200, b"ok"), None);
+    }
+}

@@ -182,3 +182,135 @@ pub fn of_set(
     problems.sort();
     (subs.into_iter().collect(), problems)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::notify::fixtures::{self, data};
+
+    fn subs(list: &[(&str, &str, &str)]) -> Vec<Subscription> {
+        list.iter()
+            .map(|(t, s, r)| Subscription {
+                trigger: t.to_string(),
+                service: s.to_string(),
+                recipient: r.to_string(),
+            })
+            .collect()
+    }
+
+    fn annotate(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (format!("{SUBSCRIBE_PREFIX}{k}"), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn annotations_subscribe_recipients() {
+        let config = fixtures::config_with(&[("defaultTriggers", "[on-rollout-failed, on-rolled-back]")]);
+        let annotations = annotate(&[
+            ("on-rollout-completed.slack", " #deploys ; ops;; "),
+            ("on-rollout-failed.teams", "prod"),
+            ("on-rollout-failed.audit", ""),
+            ("on-rollout-failed.hooks", "dev"),
+            ("slack", "oncall"),
+        ]);
+        let (got, problems) = of_set(&config, &annotations, &BTreeMap::new());
+        assert_eq!(problems, []);
+        assert_eq!(
+            got,
+            subs(&[
+                ("on-rolled-back", "slack", "oncall"),
+                ("on-rollout-completed", "slack", "#deploys"),
+                ("on-rollout-completed", "slack", "ops"),
+                ("on-rollout-failed", "audit", ""),
+                ("on-rollout-failed", "hooks", "dev"),
+                ("on-rollout-failed", "slack", "oncall"),
+                ("on-rollout-failed", "teams", "prod"),
+            ])
+        );
+    }
+
+    #[test]
+    fn a_wrong_annotation_is_reported_without_quoting_its_recipient() {
+        let config = fixtures::config_with(&[]);
+        let url_refused =
+            "is a URL, which a set cannot name: name a channel or a recipient the admin configured";
+        for (suffix, value, want) in [
+            ("on-rollout-failed.slack", "https://hooks.slack.com/services/T/B/x", format!("the recipient {url_refused}")),
+            ("on-rollout-failed.slack", "ops;hooks.slack.com/services/x", format!("recipient 2 {url_refused}")),
+            ("on-rollout-failed.slack", "http:evil", format!("the recipient {url_refused}")),
+            (
+                "on-rollout-failed.slack",
+                "a b",
+                "the recipient is not a channel or recipient name (letters, digits, #, @, ., _ and -)".into(),
+            ),
+            ("on-rollout-failed.slack", "", "the recipient names no recipient of service slack".into()),
+            (
+                "on-rollout-failed.hooks",
+                "prod",
+                "the recipient is not one of the recipients of service hooks (dev, ops)".into(),
+            ),
+            ("on-rollout-failed.teams", "dev", "the recipient is not one of the recipients of service teams (prod)".into()),
+            (
+                "on-rollout-failed.email",
+                "a",
+                "the recipient names a service that is not configured (configured: audit, hooks, slack, teams)".into(),
+            ),
+            ("on-nothing.slack", "ops", "names trigger `on-nothing`, which is not defined".into()),
+            (
+                "a.b.c",
+                "ops",
+                format!("must be {SUBSCRIBE_PREFIX}<trigger>.<service> or {SUBSCRIBE_PREFIX}<service>"),
+            ),
+        ] {
+            let annotations = annotate(&[(suffix, value), ("on-rollout-completed.slack", "ops")]);
+            let (got, problems) = of_set(&config, &annotations, &BTreeMap::new());
+            let key = format!("{SUBSCRIBE_PREFIX}{suffix}");
+            assert_eq!(problems, [Problem::new(key, want)], "{suffix}: {value}");
+            // The other annotation still subscribes, and a good recipient beside a bad one too.
+            assert!(got.contains(&subs(&[("on-rollout-completed", "slack", "ops")])[0]), "{suffix}");
+            if value.starts_with("ops;") {
+                assert!(got.contains(&subs(&[("on-rollout-failed", "slack", "ops")])[0]));
+            }
+        }
+    }
+
+    #[test]
+    fn the_admins_subscriptions_apply_by_selector_and_merge_without_repeats() {
+        let config = fixtures::config_with(&[(
+            "subscriptions",
+            "- recipients: [slack:ops]\n  triggers: [on-rollout-failed]\n  selector: team=payments\n\
+             - recipients: [teams:prod]\n  triggers: [on-rollout-failed]\n  selector: team in (search)\n\
+             - recipients: [audit]\n  triggers: [on-rollout-completed]\n",
+        )]);
+        let annotations = annotate(&[("on-rollout-failed.slack", "ops")]);
+        let (got, problems) = of_set(&config, &annotations, &data(&[("team", "payments")]));
+        assert_eq!(problems, []);
+        assert_eq!(
+            got,
+            subs(&[
+                ("on-rollout-completed", "audit", ""),
+                ("on-rollout-failed", "slack", "ops")
+            ])
+        );
+        let (got, _) = of_set(&config, &BTreeMap::new(), &data(&[("team", "search")]));
+        assert_eq!(
+            got,
+            subs(&[
+                ("on-rollout-completed", "audit", ""),
+                ("on-rollout-failed", "teams", "prod")
+            ])
+        );
+    }
+
+    #[test]
+    fn a_subscription_without_triggers_takes_the_defaults() {
+        let config = fixtures::config_with(&[
+            ("defaultTriggers", "[on-rollout-failed]"),
+            ("subscriptions", "- recipients: [slack:ops]"),
+        ]);
+        let (got, _) = of_set(&config, &BTreeMap::new(), &BTreeMap::new());
+        assert_eq!(got, subs(&[("on-rollout-failed", "slack", "ops")]));
+    }
+}

@@ -295,3 +295,284 @@ fn once_key(
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use cmset_api::{RolloutStatus, WorkloadState};
+
+    use super::*;
+    use crate::notify::fixtures::{self, Set, failed_status, status};
+
+    const STARTED: &str = "@2025-01-02T03:04:05Z";
+
+    fn keys(events: Vec<(Event, String)>) -> Vec<(Event, String)> {
+        events
+            .into_iter()
+            .map(|(e, k)| (e, k.replace(STARTED, "@T")))
+            .collect()
+    }
+
+    fn ev(event: Event, key: &str) -> (Event, String) {
+        (event, key.to_string())
+    }
+
+    #[test]
+    fn events_stand_as_the_status_shows_them() {
+        use Event::*;
+        let mut rolled_back = status(RolloutPhase::Progressing, 0);
+        rolled_back.workloads[1].state = WorkloadState::RolledBack;
+        let mut no_start = status(RolloutPhase::Paused, 0);
+        no_start.rollout.as_mut().unwrap().started_at = None;
+        for (name, status, want) in [
+            ("no rollout", ConfigMapSetStatus::default(), vec![]),
+            (
+                "first wave",
+                status(RolloutPhase::Progressing, 0),
+                vec![ev(RolloutStarted, "app-2@T")],
+            ),
+            (
+                "a later wave",
+                status(RolloutPhase::Progressing, 1),
+                vec![ev(RolloutStarted, "app-2@T"), ev(WaveStarted, "app-2/1@T")],
+            ),
+            (
+                "paused",
+                status(RolloutPhase::Paused, 1),
+                vec![ev(RolloutStarted, "app-2@T"), ev(RolloutPaused, "app-2/1@T")],
+            ),
+            (
+                "paused, no start recorded",
+                no_start,
+                vec![ev(RolloutStarted, "app-2"), ev(RolloutPaused, "app-2/0")],
+            ),
+            (
+                "awaiting promotion",
+                status(RolloutPhase::AwaitingPromotion, 0),
+                vec![ev(RolloutStarted, "app-2@T"), ev(AwaitingPromotion, "app-2/0@T")],
+            ),
+            (
+                "failed with analysis and a rollback",
+                failed_status(),
+                vec![
+                    ev(RolloutStarted, "app-2@T"),
+                    ev(AnalysisFailed, "app-2@T"),
+                    ev(RolloutFailed, "app-2@T"),
+                    ev(RolledBack, "app-2@T"),
+                ],
+            ),
+            (
+                "rolled back",
+                rolled_back,
+                vec![ev(RolloutStarted, "app-2@T"), ev(RolledBack, "app-2@T")],
+            ),
+            (
+                "complete",
+                status(RolloutPhase::Complete, 2),
+                vec![ev(RolloutStarted, "app-2@T"), ev(RolloutCompleted, "app-2@T")],
+            ),
+        ] {
+            assert_eq!(keys(events(&status)), want, "{name}");
+        }
+    }
+
+    fn sub(trigger: &str, service: &str, recipient: &str) -> Subscription {
+        Subscription {
+            trigger: trigger.into(),
+            service: service.into(),
+            recipient: recipient.into(),
+        }
+    }
+
+    /// The subscription keys and once-per keys of what fires, given what was delivered.
+    fn fire(
+        config: &Config,
+        status: ConfigMapSetStatus,
+        subs: &[Subscription],
+        delivered: &BTreeMap<SubscriptionKey, String>,
+    ) -> (Vec<(String, String, String)>, Vec<Problem>) {
+        let set = Set::new(status);
+        let (fired, problems) = fired(config, &set.view(), subs, |k| {
+            delivered.get(k).map(String::as_str)
+        });
+        let got = fired
+            .into_iter()
+            .map(|n| {
+                (
+                    n.key.trigger,
+                    format!("{}:{}", n.key.service, n.key.recipient),
+                    n.once.replace(STARTED, "@T"),
+                )
+            })
+            .collect();
+        (got, problems)
+    }
+
+    fn record(
+        config: &Config,
+        status: ConfigMapSetStatus,
+        subs: &[Subscription],
+    ) -> BTreeMap<SubscriptionKey, String> {
+        let set = Set::new(status);
+        let (fired, _) = fired(config, &set.view(), subs, |_| None);
+        fired.into_iter().map(|n| (n.key, n.once)).collect()
+    }
+
+    fn row(trigger: &str, target: &str, once: &str) -> (String, String, String) {
+        (trigger.into(), target.into(), once.into())
+    }
+
+    #[test]
+    fn each_occasion_is_sent_once_per_subscription() {
+        let config = fixtures::config_with(&[]);
+        let subs = [
+            sub("on-wave-started", "slack", "ops"),
+            sub("on-wave-started", "teams", "prod"),
+            sub("on-rollout-failed", "slack", "ops"),
+        ];
+        let wave1 = || status(RolloutPhase::Progressing, 1);
+        let nothing = BTreeMap::new();
+        assert_eq!(
+            fire(&config, wave1(), &subs, &nothing),
+            (
+                vec![
+                    row("on-wave-started", "slack:ops", "app-2/1@T"),
+                    row("on-wave-started", "teams:prod", "app-2/1@T"),
+                ],
+                vec![]
+            )
+        );
+        // A restart with the same status and the same records sends nothing.
+        let delivered = record(&config, wave1(), &subs);
+        assert_eq!(fire(&config, wave1(), &subs, &delivered), (vec![], vec![]));
+        // The next wave sends one per subscription.
+        assert_eq!(
+            fire(&config, status(RolloutPhase::Progressing, 2), &subs, &delivered).0,
+            [
+                row("on-wave-started", "slack:ops", "app-2/2@T"),
+                row("on-wave-started", "teams:prod", "app-2/2@T"),
+            ]
+        );
+        // Only one recipient got it: the other is sent again.
+        let partly: BTreeMap<_, _> = delivered
+            .into_iter()
+            .filter(|(k, _)| k.service == "slack")
+            .collect();
+        assert_eq!(
+            fire(&config, wave1(), &subs, &partly).0,
+            [row("on-wave-started", "teams:prod", "app-2/1@T")]
+        );
+    }
+
+    #[test]
+    fn a_new_rollout_of_the_same_revision_is_a_new_occasion() {
+        let config = fixtures::config_with(&[]);
+        let subs = [sub("on-rollout-failed", "slack", "ops")];
+        let delivered = record(&config, failed_status(), &subs);
+        let mut again = failed_status();
+        again.rollout.as_mut().unwrap().started_at = Some(fixtures::time("2025-02-01T00:00:00Z"));
+        assert_eq!(
+            fire(&config, again, &subs, &delivered).0,
+            [row(
+                "on-rollout-failed",
+                "slack:ops",
+                "app-2@2025-02-01T00:00:00Z"
+            )]
+        );
+    }
+
+    #[test]
+    fn conditions_choose_and_once_per_replaces_the_key() {
+        let config = fixtures::config_with(&[
+            ("trigger.on-rollout-failed", "- when: set.labels.tier == 'prod'"),
+            (
+                "trigger.on-team-failure",
+                "- on: RolloutFailed\n  when: set.labels.team == 'payments'\n  oncePer: revision\n  send: [rollout-failed, rolled-back]\n\
+                 - on: RolledBack\n  when: workloads | selectattr('state', 'eq', 'RolledBack') | list | length > 0\n",
+            ),
+            (
+                "trigger.on-broken",
+                "- on: RolloutFailed\n  when: wave + 'x'\n  oncePer: set.labels.tier\n",
+            ),
+        ]);
+        let subs = [
+            sub("on-rollout-failed", "slack", "ops"),
+            sub("on-team-failure", "slack", "ops"),
+            sub("on-broken", "slack", "ops"),
+        ];
+        let (got, problems) = fire(&config, failed_status(), &subs, &BTreeMap::new());
+        // The set has no tier label: the overridden built-in trigger does not fire.
+        assert_eq!(
+            got,
+            [
+                row("on-team-failure", "slack:ops", "app-2"),
+                row("on-team-failure", "slack:ops", "app-2@T")
+            ]
+        );
+        assert_eq!(
+            problems,
+            [Problem::new(
+                "trigger.on-broken",
+                "condition [0]: `when` failed, so it did not fire: tried to use + operator on unsupported types \
+                 number and string (line 1)"
+            )]
+        );
+        let set = Set::new(failed_status());
+        let (fired, _) = fired(&config, &set.view(), &subs[1..2], |_| None);
+        assert_eq!(fired[0].key.condition, 0);
+        assert_eq!(fired[1].key.condition, 1);
+        let templates: Vec<&str> = fired[0].messages.iter().map(|m| m.template.as_str()).collect();
+        assert_eq!(templates, ["rollout-failed", "rolled-back"]);
+    }
+
+    #[test]
+    fn a_failing_once_per_falls_back_to_the_event_key() {
+        let config = fixtures::config_with(&[("trigger.on-rollout-failed", "- oncePer: set.labels.tier")]);
+        let (got, problems) = fire(
+            &config,
+            failed_status(),
+            &[sub("on-rollout-failed", "slack", "ops")],
+            &BTreeMap::new(),
+        );
+        assert_eq!(got, [row("on-rollout-failed", "slack:ops", "app-2@T")]);
+        assert_eq!(
+            problems,
+            [Problem::new(
+                "trigger.on-rollout-failed",
+                "condition [0]: `oncePer` failed, so the event's own key was used: gave no value"
+            )]
+        );
+    }
+
+    #[test]
+    fn a_missing_service_or_trigger_is_reported_and_the_rest_sent() {
+        let config = fixtures::config_with(&[]);
+        let subs = [
+            sub("on-rollout-failed", "gone", "x"),
+            sub("on-nothing", "slack", "ops"),
+            sub("on-rollout-failed", "hooks", "ops"),
+        ];
+        let (got, problems) = fire(&config, failed_status(), &subs, &BTreeMap::new());
+        assert_eq!(got, [row("on-rollout-failed", "hooks:ops", "app-2@T")]);
+        assert_eq!(
+            problems,
+            [
+                Problem::new("service.gone", "is not configured (a subscription names it)"),
+                Problem::new("trigger.on-nothing", "is not defined"),
+            ]
+        );
+    }
+
+    #[test]
+    fn nothing_stands_without_a_rollout() {
+        let config = fixtures::config_with(&[]);
+        let mut status = failed_status();
+        status.rollout = None::<RolloutStatus>;
+        let subs: Vec<Subscription> = Event::ALL
+            .iter()
+            .map(|e| sub(e.trigger(), "slack", "ops"))
+            .collect();
+        assert_eq!(fire(&config, status, &subs, &BTreeMap::new()), (vec![], vec![]));
+    }
+}
