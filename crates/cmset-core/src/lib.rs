@@ -17,6 +17,7 @@ pub mod kinds;
 pub mod message;
 pub mod moved;
 pub mod naming;
+pub mod notify;
 pub mod observe;
 pub mod plan;
 pub mod refs;

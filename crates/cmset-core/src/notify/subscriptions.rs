@@ -1,0 +1,316 @@
+//! Who hears about a set: its annotations `notifications.cmset.dev/subscribe.<trigger>.<service>:
+//! <recipient>[;<recipient>]` (or `subscribe.<service>` for the default triggers), and the ConfigMap's
+//! `subscriptions` whose selector matches its labels.
+//!
+//! A set names recipients, never addresses: a channel for a Slack bot, or one of the names the admin
+//! gave a Slack webhook or Teams URL. A recipient that looks like a URL is refused, and problems never
+//! quote a refused recipient (it may be a webhook URL, which is a credential).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::config::{Config, ServiceKind, SlackDelivery};
+use super::selector::Selector;
+use super::{Problem, SUBSCRIBE_PREFIX};
+
+/// One trigger, one service, one recipient (empty for a webhook service, which has none).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Subscription {
+    pub trigger: String,
+    pub service: String,
+    pub recipient: String,
+}
+
+/// A service and a recipient of it, checked against the configuration.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Target {
+    pub service: String,
+    pub recipient: String,
+}
+
+/// An entry of the ConfigMap's `subscriptions`: these recipients hear these triggers (the default ones
+/// when none are named) of every set whose labels the selector matches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DefaultSubscription {
+    pub recipients: Vec<Target>,
+    pub triggers: Vec<String>,
+    pub selector: Selector,
+}
+
+/// Longest recipient accepted (Slack channel names are at most 80 characters).
+const MAX_RECIPIENT_LEN: usize = 80;
+
+fn looks_like_url(recipient: &str) -> bool {
+    let lower = recipient.to_ascii_lowercase();
+    lower.contains("://")
+        || lower.contains('/')
+        || lower.contains('\\')
+        || lower.starts_with("http:")
+        || lower.starts_with("https:")
+        || lower.starts_with("www.")
+}
+
+/// Whether `recipient` may be sent to through `service`. The recipient of a webhook service is
+/// ignored and becomes empty. Messages never quote the recipient.
+pub(crate) fn check_recipient(config: &Config, service: &str, recipient: &str) -> Result<Target, String> {
+    let Some(configured) = config.services.get(service) else {
+        let names: Vec<&str> = config.services.keys().map(String::as_str).collect();
+        return Err(format!(
+            "names a service that is not configured (configured: {})",
+            if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            }
+        ));
+    };
+    let named = |names: &BTreeMap<String, super::Credential>| {
+        if names.contains_key(recipient) {
+            Ok(())
+        } else {
+            Err(format!(
+                "is not one of the recipients of service {service} ({})",
+                names.keys().map(String::as_str).collect::<Vec<_>>().join(", ")
+            ))
+        }
+    };
+    if let ServiceKind::Webhook(_) = configured.kind {
+        return Ok(Target {
+            service: service.to_string(),
+            recipient: String::new(),
+        });
+    }
+    if recipient.is_empty() {
+        return Err(format!("names no recipient of service {service}"));
+    }
+    if looks_like_url(recipient) {
+        return Err(
+            "is a URL, which a set cannot name: name a channel or a recipient the admin configured"
+                .to_string(),
+        );
+    }
+    let plain = recipient.len() <= MAX_RECIPIENT_LEN
+        && recipient
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '#' | '@' | '.' | '_' | '-'));
+    if !plain {
+        return Err("is not a channel or recipient name (letters, digits, #, @, ., _ and -)".to_string());
+    }
+    match &configured.kind {
+        ServiceKind::Slack(slack) => match &slack.delivery {
+            SlackDelivery::Bot { .. } => Ok(()),
+            SlackDelivery::Webhooks(names) => named(names),
+        },
+        ServiceKind::Teams(teams) => named(&teams.recipient_urls),
+        ServiceKind::Webhook(_) => Ok(()),
+    }?;
+    Ok(Target {
+        service: service.to_string(),
+        recipient: recipient.to_string(),
+    })
+}
+
+/// The subscriptions of a set, from its annotations and the ConfigMap's `subscriptions`, sorted and
+/// without repeats, and a problem for each annotation (or recipient in it) that is wrong, keyed by the
+/// annotation.
+pub fn of_set(
+    config: &Config,
+    annotations: &BTreeMap<String, String>,
+    labels: &BTreeMap<String, String>,
+) -> (Vec<Subscription>, Vec<Problem>) {
+    let mut subs = BTreeSet::new();
+    let mut problems = Vec::new();
+    for (annotation, value) in annotations {
+        let Some(rest) = annotation.strip_prefix(SUBSCRIBE_PREFIX) else {
+            continue;
+        };
+        let (triggers, service) = match rest.split('.').collect::<Vec<_>>().as_slice() {
+            [service] => (config.default_triggers(), *service),
+            [trigger, service] => (vec![trigger.to_string()], *service),
+            _ => {
+                problems.push(Problem::new(
+                    annotation,
+                    format!("must be {SUBSCRIBE_PREFIX}<trigger>.<service> or {SUBSCRIBE_PREFIX}<service>"),
+                ));
+                continue;
+            }
+        };
+        if let Some(unknown) = triggers.iter().find(|t| config.trigger(t).is_none()) {
+            problems.push(Problem::new(
+                annotation,
+                format!("names trigger `{unknown}`, which is not defined"),
+            ));
+            continue;
+        }
+        let recipients: Vec<&str> = value
+            .split(';')
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+            .collect();
+        let recipients = if recipients.is_empty() {
+            vec![""]
+        } else {
+            recipients
+        };
+        for (i, recipient) in recipients.iter().enumerate() {
+            match check_recipient(config, service, recipient) {
+                Ok(target) => subs.extend(triggers.iter().map(|trigger| Subscription {
+                    trigger: trigger.clone(),
+                    service: target.service.clone(),
+                    recipient: target.recipient.clone(),
+                })),
+                Err(e) if recipients.len() == 1 => {
+                    problems.push(Problem::new(annotation, format!("the recipient {e}")))
+                }
+                Err(e) => problems.push(Problem::new(annotation, format!("recipient {} {e}", i + 1))),
+            }
+        }
+    }
+    for default in config.subscriptions.iter().filter(|d| d.selector.matches(labels)) {
+        let triggers = if default.triggers.is_empty() {
+            config.default_triggers()
+        } else {
+            default.triggers.clone()
+        };
+        for trigger in &triggers {
+            subs.extend(default.recipients.iter().map(|target| Subscription {
+                trigger: trigger.clone(),
+                service: target.service.clone(),
+                recipient: target.recipient.clone(),
+            }));
+        }
+    }
+    problems.sort();
+    (subs.into_iter().collect(), problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::notify::fixtures::{self, data};
+
+    fn subs(list: &[(&str, &str, &str)]) -> Vec<Subscription> {
+        list.iter()
+            .map(|(t, s, r)| Subscription {
+                trigger: t.to_string(),
+                service: s.to_string(),
+                recipient: r.to_string(),
+            })
+            .collect()
+    }
+
+    fn annotate(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (format!("{SUBSCRIBE_PREFIX}{k}"), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn annotations_subscribe_recipients() {
+        let config = fixtures::config_with(&[("defaultTriggers", "[on-rollout-failed, on-rolled-back]")]);
+        let annotations = annotate(&[
+            ("on-rollout-completed.slack", " #deploys ; ops;; "),
+            ("on-rollout-failed.teams", "prod"),
+            ("on-rollout-failed.audit", ""),
+            ("on-rollout-failed.hooks", "dev"),
+            ("slack", "oncall"),
+        ]);
+        let (got, problems) = of_set(&config, &annotations, &BTreeMap::new());
+        assert_eq!(problems, []);
+        assert_eq!(
+            got,
+            subs(&[
+                ("on-rolled-back", "slack", "oncall"),
+                ("on-rollout-completed", "slack", "#deploys"),
+                ("on-rollout-completed", "slack", "ops"),
+                ("on-rollout-failed", "audit", ""),
+                ("on-rollout-failed", "hooks", "dev"),
+                ("on-rollout-failed", "slack", "oncall"),
+                ("on-rollout-failed", "teams", "prod"),
+            ])
+        );
+    }
+
+    #[test]
+    fn a_wrong_annotation_is_reported_without_quoting_its_recipient() {
+        let config = fixtures::config_with(&[]);
+        let url_refused =
+            "is a URL, which a set cannot name: name a channel or a recipient the admin configured";
+        for (suffix, value, want) in [
+            ("on-rollout-failed.slack", "https://hooks.slack.com/services/T/B/x", format!("the recipient {url_refused}")),
+            ("on-rollout-failed.slack", "ops;hooks.slack.com/services/x", format!("recipient 2 {url_refused}")),
+            ("on-rollout-failed.slack", "http:evil", format!("the recipient {url_refused}")),
+            (
+                "on-rollout-failed.slack",
+                "a b",
+                "the recipient is not a channel or recipient name (letters, digits, #, @, ., _ and -)".into(),
+            ),
+            ("on-rollout-failed.slack", "", "the recipient names no recipient of service slack".into()),
+            (
+                "on-rollout-failed.hooks",
+                "prod",
+                "the recipient is not one of the recipients of service hooks (dev, ops)".into(),
+            ),
+            ("on-rollout-failed.teams", "dev", "the recipient is not one of the recipients of service teams (prod)".into()),
+            (
+                "on-rollout-failed.email",
+                "a",
+                "the recipient names a service that is not configured (configured: audit, hooks, slack, teams)".into(),
+            ),
+            ("on-nothing.slack", "ops", "names trigger `on-nothing`, which is not defined".into()),
+            (
+                "a.b.c",
+                "ops",
+                format!("must be {SUBSCRIBE_PREFIX}<trigger>.<service> or {SUBSCRIBE_PREFIX}<service>"),
+            ),
+        ] {
+            let annotations = annotate(&[(suffix, value), ("on-rollout-completed.slack", "ops")]);
+            let (got, problems) = of_set(&config, &annotations, &BTreeMap::new());
+            let key = format!("{SUBSCRIBE_PREFIX}{suffix}");
+            assert_eq!(problems, [Problem::new(key, want)], "{suffix}: {value}");
+            // The other annotation still subscribes, and a good recipient beside a bad one too.
+            assert!(got.contains(&subs(&[("on-rollout-completed", "slack", "ops")])[0]), "{suffix}");
+            if value.starts_with("ops;") {
+                assert!(got.contains(&subs(&[("on-rollout-failed", "slack", "ops")])[0]));
+            }
+        }
+    }
+
+    #[test]
+    fn the_admins_subscriptions_apply_by_selector_and_merge_without_repeats() {
+        let config = fixtures::config_with(&[(
+            "subscriptions",
+            "- recipients: [slack:ops]\n  triggers: [on-rollout-failed]\n  selector: team=payments\n\
+             - recipients: [teams:prod]\n  triggers: [on-rollout-failed]\n  selector: team in (search)\n\
+             - recipients: [audit]\n  triggers: [on-rollout-completed]\n",
+        )]);
+        let annotations = annotate(&[("on-rollout-failed.slack", "ops")]);
+        let (got, problems) = of_set(&config, &annotations, &data(&[("team", "payments")]));
+        assert_eq!(problems, []);
+        assert_eq!(
+            got,
+            subs(&[
+                ("on-rollout-completed", "audit", ""),
+                ("on-rollout-failed", "slack", "ops")
+            ])
+        );
+        let (got, _) = of_set(&config, &BTreeMap::new(), &data(&[("team", "search")]));
+        assert_eq!(
+            got,
+            subs(&[
+                ("on-rollout-completed", "audit", ""),
+                ("on-rollout-failed", "teams", "prod")
+            ])
+        );
+    }
+
+    #[test]
+    fn a_subscription_without_triggers_takes_the_defaults() {
+        let config = fixtures::config_with(&[
+            ("defaultTriggers", "[on-rollout-failed]"),
+            ("subscriptions", "- recipients: [slack:ops]"),
+        ]);
+        let (got, _) = of_set(&config, &BTreeMap::new(), &BTreeMap::new());
+        assert_eq!(got, subs(&[("on-rollout-failed", "slack", "ops")]));
+    }
+}

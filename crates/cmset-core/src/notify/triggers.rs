@@ -1,0 +1,578 @@
+//! Which rollout events stand, judged from the set's status alone, and which subscriptions they fire.
+//!
+//! An event stands as long as the status shows it (the rollout is failed, a wave awaits promotion);
+//! each comes with a once-per key naming the occasion (the rollout, or the rollout's wave). A
+//! subscription fires when the key of a standing event differs from the last one delivered to it, which
+//! the I/O layer records. So a restart with the same status and records sends nothing, and a
+//! notification that could not be delivered is tried again at the next reconcile.
+
+use std::collections::BTreeMap;
+
+use cmset_api::{AnalysisVerdict, ConfigMapSetStatus, RolloutPhase, WorkloadState};
+use serde_json::Value as Json;
+
+use super::render::{self, Message};
+use super::subscriptions::Subscription;
+use super::{Config, Problem, SetView};
+use crate::set::rollout_id;
+
+/// A rollout event, each with a built-in trigger (`on-` and its name in kebab case) and a built-in
+/// template of the same name without `on-`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Event {
+    RolloutStarted,
+    WaveStarted,
+    RolloutPaused,
+    AwaitingPromotion,
+    AnalysisFailed,
+    RolloutFailed,
+    RolledBack,
+    RolloutCompleted,
+}
+
+impl Event {
+    pub const ALL: [Event; 8] = [
+        Self::RolloutStarted,
+        Self::WaveStarted,
+        Self::RolloutPaused,
+        Self::AwaitingPromotion,
+        Self::AnalysisFailed,
+        Self::RolloutFailed,
+        Self::RolledBack,
+        Self::RolloutCompleted,
+    ];
+
+    /// The name a trigger's `on` uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RolloutStarted => "RolloutStarted",
+            Self::WaveStarted => "WaveStarted",
+            Self::RolloutPaused => "RolloutPaused",
+            Self::AwaitingPromotion => "AwaitingPromotion",
+            Self::AnalysisFailed => "AnalysisFailed",
+            Self::RolloutFailed => "RolloutFailed",
+            Self::RolledBack => "RolledBack",
+            Self::RolloutCompleted => "RolloutCompleted",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.as_str() == name)
+    }
+
+    /// Its built-in trigger.
+    pub fn trigger(self) -> &'static str {
+        match self {
+            Self::RolloutStarted => "on-rollout-started",
+            Self::WaveStarted => "on-wave-started",
+            Self::RolloutPaused => "on-rollout-paused",
+            Self::AwaitingPromotion => "on-awaiting-promotion",
+            Self::AnalysisFailed => "on-analysis-failed",
+            Self::RolloutFailed => "on-rollout-failed",
+            Self::RolledBack => "on-rolled-back",
+            Self::RolloutCompleted => "on-rollout-completed",
+        }
+    }
+
+    /// Its built-in template.
+    pub fn template(self) -> &'static str {
+        &self.trigger()["on-".len()..]
+    }
+
+    /// The event whose built-in trigger has this name.
+    pub fn of_trigger(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.trigger() == name)
+    }
+}
+
+/// A named trigger: conditions, each firing on its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Trigger {
+    pub name: String,
+    pub conditions: Vec<Condition>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Condition {
+    /// The event it waits for.
+    pub on: Event,
+    /// An expression over the template context; the condition fires only when it is true.
+    pub when: Option<String>,
+    /// Templates to send, each as one message.
+    pub send: Vec<String>,
+    /// An expression over the template context whose text replaces the event's once-per key.
+    pub once_per: Option<String>,
+    pub description: Option<String>,
+}
+
+/// The built-in trigger of that name: on its event, no further condition, its built-in template.
+pub fn built_in(name: &str) -> Option<Trigger> {
+    let event = Event::of_trigger(name)?;
+    Some(Trigger {
+        name: name.to_string(),
+        conditions: vec![Condition {
+            on: event,
+            when: None,
+            send: vec![event.template().to_string()],
+            once_per: None,
+            description: None,
+        }],
+    })
+}
+
+/// The events the status shows, each with its once-per key: `<revision>@<rollout>` for the rollout's
+/// events and `<revision>/<wave>@<rollout>` for a wave's, where `<rollout>` is the instant it started
+/// (as `kubectl cmset promote` names a rollout), left out with `@` when the status has none.
+pub fn events(status: &ConfigMapSetStatus) -> Vec<(Event, String)> {
+    let Some(rollout) = &status.rollout else {
+        return Vec::new();
+    };
+    let started = rollout
+        .started_at
+        .as_ref()
+        .map(|t| format!("@{}", rollout_id(t)))
+        .unwrap_or_default();
+    let of_rollout = format!("{}{started}", rollout.revision);
+    let of_wave = format!("{}/{}{started}", rollout.revision, rollout.wave);
+    let mut out = vec![(Event::RolloutStarted, of_rollout.clone())];
+    let later_wave = rollout.waves.first().is_some_and(|&first| rollout.wave > first);
+    match rollout.phase {
+        RolloutPhase::Progressing if later_wave => out.push((Event::WaveStarted, of_wave)),
+        RolloutPhase::Paused => out.push((Event::RolloutPaused, of_wave)),
+        RolloutPhase::AwaitingPromotion => out.push((Event::AwaitingPromotion, of_wave)),
+        _ => {}
+    }
+    if rollout
+        .analysis
+        .iter()
+        .any(|a| a.verdict == AnalysisVerdict::Failed)
+    {
+        out.push((Event::AnalysisFailed, of_rollout.clone()));
+    }
+    if rollout.phase == RolloutPhase::Failed {
+        out.push((Event::RolloutFailed, of_rollout.clone()));
+    }
+    if status
+        .workloads
+        .iter()
+        .any(|w| w.state == WorkloadState::RolledBack)
+    {
+        out.push((Event::RolledBack, of_rollout.clone()));
+    }
+    if rollout.phase == RolloutPhase::Complete {
+        out.push((Event::RolloutCompleted, of_rollout));
+    }
+    out
+}
+
+/// What the I/O layer records per subscription of a set: the once-per key last delivered.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SubscriptionKey {
+    pub trigger: String,
+    /// The index of the trigger's condition.
+    pub condition: usize,
+    pub service: String,
+    pub recipient: String,
+}
+
+/// One subscription to notify now.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Notification {
+    pub key: SubscriptionKey,
+    /// To record for `key` once every message is delivered.
+    pub once: String,
+    pub event: Event,
+    /// One per template the condition sends, for `key.service` and `key.recipient`.
+    pub messages: Vec<Message>,
+}
+
+/// The notifications to send now for the set: for each subscription whose trigger has a condition on
+/// a standing event, whose `when` holds, and whose once-per key differs from the one `delivered` gives
+/// for it. Problems (an expression that fails, a template that fails and was replaced by the built-in
+/// one, a service that is gone) come sorted and without repeats.
+pub fn fired<'r>(
+    config: &Config,
+    set: &SetView<'_>,
+    subscriptions: &[Subscription],
+    delivered: impl Fn(&SubscriptionKey) -> Option<&'r str>,
+) -> (Vec<Notification>, Vec<Problem>) {
+    let standing: BTreeMap<Event, String> = events(set.status).into_iter().collect();
+    let mut by_trigger: BTreeMap<&str, Vec<&Subscription>> = BTreeMap::new();
+    for sub in subscriptions {
+        by_trigger.entry(&sub.trigger).or_default().push(sub);
+    }
+    let mut out = Vec::new();
+    let mut problems = Vec::new();
+    for (name, subs) in by_trigger {
+        let key = format!("trigger.{name}");
+        let Some(trigger) = config.trigger(name) else {
+            problems.push(Problem::new(key, "is not defined"));
+            continue;
+        };
+        for (index, condition) in trigger.conditions.iter().enumerate() {
+            let Some(event_key) = standing.get(&condition.on) else {
+                continue;
+            };
+            let context = render::context(set, condition.on, name);
+            let Some(once) = once_key(condition, index, event_key, &context, &key, &mut problems) else {
+                continue;
+            };
+            for sub in &subs {
+                let sub_key = SubscriptionKey {
+                    trigger: name.to_string(),
+                    condition: index,
+                    service: sub.service.clone(),
+                    recipient: sub.recipient.clone(),
+                };
+                if delivered(&sub_key) == Some(once.as_str()) {
+                    continue;
+                }
+                let Some(service) = config.services.get(&sub.service) else {
+                    problems.push(Problem::new(
+                        format!("service.{}", sub.service),
+                        "is not configured (a subscription names it)",
+                    ));
+                    continue;
+                };
+                let messages = condition
+                    .send
+                    .iter()
+                    .map(|template| {
+                        let (message, problem) =
+                            render::render_or_built_in(config, template, condition.on, &context, service);
+                        problems.extend(problem);
+                        message
+                    })
+                    .collect();
+                out.push(Notification {
+                    key: sub_key,
+                    once: once.clone(),
+                    event: condition.on,
+                    messages,
+                });
+            }
+        }
+    }
+    problems.sort();
+    problems.dedup();
+    (out, problems)
+}
+
+/// The condition's once-per key if it fires: `None` when `when` is false or fails (a failure is
+/// reported); a failing `oncePer` is reported and the event's own key used.
+fn once_key(
+    condition: &Condition,
+    index: usize,
+    event_key: &str,
+    context: &Json,
+    key: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<String> {
+    if let Some(when) = &condition.when {
+        match render::is_true(when, context) {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => {
+                problems.push(Problem::new(
+                    key,
+                    format!("condition [{index}]: `when` failed, so it did not fire: {e}"),
+                ));
+                return None;
+            }
+        }
+    }
+    match &condition.once_per {
+        None => Some(event_key.to_string()),
+        Some(expr) => match render::text_of(expr, context) {
+            Ok(text) => Some(text),
+            Err(e) => {
+                problems.push(Problem::new(
+                    key,
+                    format!("condition [{index}]: `oncePer` failed, so the event's own key was used: {e}"),
+                ));
+                Some(event_key.to_string())
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use cmset_api::{RolloutStatus, WorkloadState};
+
+    use super::*;
+    use crate::notify::fixtures::{self, Set, failed_status, status};
+
+    const STARTED: &str = "@2025-01-02T03:04:05Z";
+
+    fn keys(events: Vec<(Event, String)>) -> Vec<(Event, String)> {
+        events
+            .into_iter()
+            .map(|(e, k)| (e, k.replace(STARTED, "@T")))
+            .collect()
+    }
+
+    fn ev(event: Event, key: &str) -> (Event, String) {
+        (event, key.to_string())
+    }
+
+    #[test]
+    fn events_stand_as_the_status_shows_them() {
+        use Event::*;
+        let mut rolled_back = status(RolloutPhase::Progressing, 0);
+        rolled_back.workloads[1].state = WorkloadState::RolledBack;
+        let mut no_start = status(RolloutPhase::Paused, 0);
+        no_start.rollout.as_mut().unwrap().started_at = None;
+        for (name, status, want) in [
+            ("no rollout", ConfigMapSetStatus::default(), vec![]),
+            (
+                "first wave",
+                status(RolloutPhase::Progressing, 0),
+                vec![ev(RolloutStarted, "app-2@T")],
+            ),
+            (
+                "a later wave",
+                status(RolloutPhase::Progressing, 1),
+                vec![ev(RolloutStarted, "app-2@T"), ev(WaveStarted, "app-2/1@T")],
+            ),
+            (
+                "paused",
+                status(RolloutPhase::Paused, 1),
+                vec![ev(RolloutStarted, "app-2@T"), ev(RolloutPaused, "app-2/1@T")],
+            ),
+            (
+                "paused, no start recorded",
+                no_start,
+                vec![ev(RolloutStarted, "app-2"), ev(RolloutPaused, "app-2/0")],
+            ),
+            (
+                "awaiting promotion",
+                status(RolloutPhase::AwaitingPromotion, 0),
+                vec![ev(RolloutStarted, "app-2@T"), ev(AwaitingPromotion, "app-2/0@T")],
+            ),
+            (
+                "failed with analysis and a rollback",
+                failed_status(),
+                vec![
+                    ev(RolloutStarted, "app-2@T"),
+                    ev(AnalysisFailed, "app-2@T"),
+                    ev(RolloutFailed, "app-2@T"),
+                    ev(RolledBack, "app-2@T"),
+                ],
+            ),
+            (
+                "rolled back",
+                rolled_back,
+                vec![ev(RolloutStarted, "app-2@T"), ev(RolledBack, "app-2@T")],
+            ),
+            (
+                "complete",
+                status(RolloutPhase::Complete, 2),
+                vec![ev(RolloutStarted, "app-2@T"), ev(RolloutCompleted, "app-2@T")],
+            ),
+        ] {
+            assert_eq!(keys(events(&status)), want, "{name}");
+        }
+    }
+
+    fn sub(trigger: &str, service: &str, recipient: &str) -> Subscription {
+        Subscription {
+            trigger: trigger.into(),
+            service: service.into(),
+            recipient: recipient.into(),
+        }
+    }
+
+    /// The subscription keys and once-per keys of what fires, given what was delivered.
+    fn fire(
+        config: &Config,
+        status: ConfigMapSetStatus,
+        subs: &[Subscription],
+        delivered: &BTreeMap<SubscriptionKey, String>,
+    ) -> (Vec<(String, String, String)>, Vec<Problem>) {
+        let set = Set::new(status);
+        let (fired, problems) = fired(config, &set.view(), subs, |k| {
+            delivered.get(k).map(String::as_str)
+        });
+        let got = fired
+            .into_iter()
+            .map(|n| {
+                (
+                    n.key.trigger,
+                    format!("{}:{}", n.key.service, n.key.recipient),
+                    n.once.replace(STARTED, "@T"),
+                )
+            })
+            .collect();
+        (got, problems)
+    }
+
+    fn record(
+        config: &Config,
+        status: ConfigMapSetStatus,
+        subs: &[Subscription],
+    ) -> BTreeMap<SubscriptionKey, String> {
+        let set = Set::new(status);
+        let (fired, _) = fired(config, &set.view(), subs, |_| None);
+        fired.into_iter().map(|n| (n.key, n.once)).collect()
+    }
+
+    fn row(trigger: &str, target: &str, once: &str) -> (String, String, String) {
+        (trigger.into(), target.into(), once.into())
+    }
+
+    #[test]
+    fn each_occasion_is_sent_once_per_subscription() {
+        let config = fixtures::config_with(&[]);
+        let subs = [
+            sub("on-wave-started", "slack", "ops"),
+            sub("on-wave-started", "teams", "prod"),
+            sub("on-rollout-failed", "slack", "ops"),
+        ];
+        let wave1 = || status(RolloutPhase::Progressing, 1);
+        let nothing = BTreeMap::new();
+        assert_eq!(
+            fire(&config, wave1(), &subs, &nothing),
+            (
+                vec![
+                    row("on-wave-started", "slack:ops", "app-2/1@T"),
+                    row("on-wave-started", "teams:prod", "app-2/1@T"),
+                ],
+                vec![]
+            )
+        );
+        // A restart with the same status and the same records sends nothing.
+        let delivered = record(&config, wave1(), &subs);
+        assert_eq!(fire(&config, wave1(), &subs, &delivered), (vec![], vec![]));
+        // The next wave sends one per subscription.
+        assert_eq!(
+            fire(&config, status(RolloutPhase::Progressing, 2), &subs, &delivered).0,
+            [
+                row("on-wave-started", "slack:ops", "app-2/2@T"),
+                row("on-wave-started", "teams:prod", "app-2/2@T"),
+            ]
+        );
+        // Only one recipient got it: the other is sent again.
+        let partly: BTreeMap<_, _> = delivered
+            .into_iter()
+            .filter(|(k, _)| k.service == "slack")
+            .collect();
+        assert_eq!(
+            fire(&config, wave1(), &subs, &partly).0,
+            [row("on-wave-started", "teams:prod", "app-2/1@T")]
+        );
+    }
+
+    #[test]
+    fn a_new_rollout_of_the_same_revision_is_a_new_occasion() {
+        let config = fixtures::config_with(&[]);
+        let subs = [sub("on-rollout-failed", "slack", "ops")];
+        let delivered = record(&config, failed_status(), &subs);
+        let mut again = failed_status();
+        again.rollout.as_mut().unwrap().started_at = Some(fixtures::time("2025-02-01T00:00:00Z"));
+        assert_eq!(
+            fire(&config, again, &subs, &delivered).0,
+            [row(
+                "on-rollout-failed",
+                "slack:ops",
+                "app-2@2025-02-01T00:00:00Z"
+            )]
+        );
+    }
+
+    #[test]
+    fn conditions_choose_and_once_per_replaces_the_key() {
+        let config = fixtures::config_with(&[
+            ("trigger.on-rollout-failed", "- when: set.labels.tier == 'prod'"),
+            (
+                "trigger.on-team-failure",
+                "- on: RolloutFailed\n  when: set.labels.team == 'payments'\n  oncePer: revision\n  send: [rollout-failed, rolled-back]\n\
+                 - on: RolledBack\n  when: workloads | selectattr('state', 'eq', 'RolledBack') | list | length > 0\n",
+            ),
+            (
+                "trigger.on-broken",
+                "- on: RolloutFailed\n  when: wave + 'x'\n  oncePer: set.labels.tier\n",
+            ),
+        ]);
+        let subs = [
+            sub("on-rollout-failed", "slack", "ops"),
+            sub("on-team-failure", "slack", "ops"),
+            sub("on-broken", "slack", "ops"),
+        ];
+        let (got, problems) = fire(&config, failed_status(), &subs, &BTreeMap::new());
+        // The set has no tier label: the overridden built-in trigger does not fire.
+        assert_eq!(
+            got,
+            [
+                row("on-team-failure", "slack:ops", "app-2"),
+                row("on-team-failure", "slack:ops", "app-2@T")
+            ]
+        );
+        assert_eq!(
+            problems,
+            [Problem::new(
+                "trigger.on-broken",
+                "condition [0]: `when` failed, so it did not fire: tried to use + operator on unsupported types \
+                 number and string (line 1)"
+            )]
+        );
+        let set = Set::new(failed_status());
+        let (fired, _) = fired(&config, &set.view(), &subs[1..2], |_| None);
+        assert_eq!(fired[0].key.condition, 0);
+        assert_eq!(fired[1].key.condition, 1);
+        let templates: Vec<&str> = fired[0].messages.iter().map(|m| m.template.as_str()).collect();
+        assert_eq!(templates, ["rollout-failed", "rolled-back"]);
+    }
+
+    #[test]
+    fn a_failing_once_per_falls_back_to_the_event_key() {
+        let config = fixtures::config_with(&[("trigger.on-rollout-failed", "- oncePer: set.labels.tier")]);
+        let (got, problems) = fire(
+            &config,
+            failed_status(),
+            &[sub("on-rollout-failed", "slack", "ops")],
+            &BTreeMap::new(),
+        );
+        assert_eq!(got, [row("on-rollout-failed", "slack:ops", "app-2@T")]);
+        assert_eq!(
+            problems,
+            [Problem::new(
+                "trigger.on-rollout-failed",
+                "condition [0]: `oncePer` failed, so the event's own key was used: gave no value"
+            )]
+        );
+    }
+
+    #[test]
+    fn a_missing_service_or_trigger_is_reported_and_the_rest_sent() {
+        let config = fixtures::config_with(&[]);
+        let subs = [
+            sub("on-rollout-failed", "gone", "x"),
+            sub("on-nothing", "slack", "ops"),
+            sub("on-rollout-failed", "hooks", "ops"),
+        ];
+        let (got, problems) = fire(&config, failed_status(), &subs, &BTreeMap::new());
+        assert_eq!(got, [row("on-rollout-failed", "hooks:ops", "app-2@T")]);
+        assert_eq!(
+            problems,
+            [
+                Problem::new("service.gone", "is not configured (a subscription names it)"),
+                Problem::new("trigger.on-nothing", "is not defined"),
+            ]
+        );
+    }
+
+    #[test]
+    fn nothing_stands_without_a_rollout() {
+        let config = fixtures::config_with(&[]);
+        let mut status = failed_status();
+        status.rollout = None::<RolloutStatus>;
+        let subs: Vec<Subscription> = Event::ALL
+            .iter()
+            .map(|e| sub(e.trigger(), "slack", "ops"))
+            .collect();
+        assert_eq!(fire(&config, status, &subs, &BTreeMap::new()), (vec![], vec![]));
+    }
+}
