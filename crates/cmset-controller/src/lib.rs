@@ -15,6 +15,7 @@
 #![deny(unsafe_code)]
 
 pub mod engine;
+pub mod notify;
 pub mod platform;
 pub mod reconcile;
 pub mod serving;
