@@ -648,10 +648,13 @@ def main():
                 continue
             mine, orig = copy.deepcopy(obj), copy.deepcopy(orig)
             if obj["kind"] == "Deployment":
-                # Differs only by the namespaces it watches, and by the webhook, which a namespaced
-                # install cannot register (a MutatingWebhookConfiguration is cluster-scoped).
+                # Differs only by the namespaces it watches, by notifications (their configuration
+                # lives in cmset-system, where this install grants nothing), and by the webhook, which
+                # a namespaced install cannot register (a MutatingWebhookConfiguration is
+                # cluster-scoped).
+                own = ("CMSET_NAMESPACES", "CMSET_NOTIFICATIONS")
                 for c in mine["spec"]["template"]["spec"]["containers"]:
-                    c["env"] = [e for e in c.get("env", []) if e["name"] != "CMSET_NAMESPACES"]
+                    c["env"] = [e for e in c.get("env", []) if e["name"] not in own]
                 for c in orig["spec"]["template"]["spec"]["containers"]:
                     c["args"] = [a for a in c.get("args", []) if not a.startswith("--webhook-")]
                     c["ports"] = [p for p in c.get("ports", []) if p.get("name") != "webhook"]

@@ -264,6 +264,63 @@ pub struct ConfigMapSetStatus {
     /// The rollout of the current revision: the wave in progress, or how it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutStatus>,
+
+    /// Who hears about this set's rollouts (its `notifications.cmset.dev/subscribe.*` annotations and
+    /// the operator's `cmset-notifications` subscriptions that select it), and the last delivery to
+    /// each. Written by the notifier alone, under its own field manager (`cmset-notifications`): the
+    /// set controller's status writes never carry it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notifications: Option<Vec<NotificationStatus>>,
+}
+
+/// One subscription of a set (a trigger, a service and a recipient) and what it last heard.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NotificationStatus {
+    /// `on-rollout-failed`, ... or a trigger of the operator's configuration.
+    pub trigger: String,
+    /// Which condition of the trigger (its index), when it has more than one.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub condition: i32,
+    /// The service's name in the configuration (`slack`, `teams`, a webhook's name).
+    pub service: String,
+    /// The channel or named webhook; empty for a webhook service.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub recipient: String,
+    /// The event last heard, by its once-per key: an event with the same key is not sent again. When
+    /// the subscription was first seen, the event that already stood (a subscription hears of what
+    /// happens after it exists); empty when none did.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub once: String,
+    /// `Subscribed` (nothing sent yet), `Delivered`, or `Failed` (for good, after the retries).
+    pub result: NotificationResult,
+    /// When it was delivered, failed, or first seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
+    /// Attempts of the last delivery.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempts: i32,
+    /// Why the last delivery failed (never a credential).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+pub enum NotificationResult {
+    #[default]
+    Subscribed,
+    Delivered,
+    Failed,
+}
+
+impl NotificationResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Subscribed => "Subscribed",
+            Self::Delivered => "Delivered",
+            Self::Failed => "Failed",
+        }
+    }
 }
 
 /// Where the rollout of the current revision stands. It is the rollout's only memory: the controller

@@ -218,6 +218,27 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     }
     metrics.leader.set(1);
 
+    let term = elector.clone().map(Term::of);
+    // The notification configuration is read once for every scope, by the leader alone (a replica
+    // that loses the lease exits).
+    let notifications = cli.notifications.then(|| {
+        let reporting = cmset_controller::notify::config_watch::Reporting {
+            client: client.clone(),
+            reporter: kube::runtime::events::Reporter {
+                controller: cmset_api::labels::FIELD_MANAGER.to_string(),
+                instance: Some(cli.identity()),
+            },
+            metrics: metrics.clone(),
+            term: term.clone(),
+        };
+        let (loaded, watch) = cmset_controller::notify::config_watch::watch(
+            &cli.notifications_namespace(),
+            cli.secret_sets,
+            reporting,
+        );
+        tokio::spawn(watch);
+        loaded
+    });
     let settings = Settings {
         concurrency: cli.concurrency.max(1),
         workload_concurrency: cli.workload_concurrency.max(1),
@@ -226,7 +247,8 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         secret_sets: cli.secret_sets,
         prometheus,
         analysis_concurrency: cli.analysis_concurrency,
-        term: elector.clone().map(Term::of),
+        term,
+        notifications,
     };
     info!("leading: reconciling");
     // A task of its own rather than part of this function's future, which `#[tokio::main]` polls on

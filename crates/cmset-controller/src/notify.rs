@@ -1,5 +1,7 @@
-//! Notifications about rollouts, the I/O half: the configuration watched in the operator's namespace,
-//! the sending, and the records of what was delivered. What to send is decided by
-//! `cmset_core::notify`.
+//! Notifications about rollouts, the I/O half: the configuration watched in the operator's namespace
+//! ([`config_watch`]), the queue and the records ([`notifier`]), and the sending ([`sender`]). What to
+//! send, to whom and when is decided by `cmset_core::notify`.
 
+pub mod config_watch;
+pub mod notifier;
 pub mod sender;

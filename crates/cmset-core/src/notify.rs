@@ -26,6 +26,7 @@ use cmset_api::ConfigMapSetStatus;
 use crate::set::SetKind;
 
 pub mod config;
+pub mod records;
 pub mod render;
 pub mod request;
 pub mod selector;

@@ -720,6 +720,9 @@ fn set_status(
         workloads,
         history,
         rollout,
+        // The notifier's, carried as it stands: the planned status compares equal on it, and the set
+        // controller's status writes leave it out.
+        notifications: previous.notifications.clone(),
     }
 }
 

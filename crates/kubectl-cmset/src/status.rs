@@ -171,6 +171,10 @@ pub struct StatusReport {
     pub rollout: Option<RolloutReport>,
     /// Workloads referencing the set: opted-in ones and the others, by kind and name.
     pub workloads: Vec<WorkloadReport>,
+    /// Who hears about the set's rollouts, and the last delivery to each (`status.notifications`);
+    /// left out when nobody subscribed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notifications: Vec<cmset_api::NotificationStatus>,
 }
 
 /// How a rollout stands.
@@ -765,7 +769,50 @@ pub fn status_report_at(
         }),
         rollout: rollout_report(set, &known, now),
         workloads: reports,
+        notifications: set
+            .status()
+            .and_then(|s| s.notifications.clone())
+            .unwrap_or_default(),
     }
+}
+
+/// One line per subscription: who hears of what, and how the last delivery went.
+fn notification_lines(records: &[cmset_api::NotificationStatus]) -> Vec<(String, Option<Role>)> {
+    use cmset_api::NotificationResult;
+    records
+        .iter()
+        .map(|r| {
+            let target = match r.recipient.as_str() {
+                "" => r.service.clone(),
+                recipient => format!("{}:{recipient}", r.service),
+            };
+            let when = r
+                .time
+                .as_ref()
+                .map(|t| format!(" at {}", t.0))
+                .unwrap_or_default();
+            let (last, role) = match r.result {
+                NotificationResult::Subscribed => ("nothing sent yet".to_string(), None),
+                NotificationResult::Delivered => (
+                    format!(
+                        "delivered{when} ({} attempt{})",
+                        r.attempts,
+                        if r.attempts == 1 { "" } else { "s" }
+                    ),
+                    Some(Role::Good),
+                ),
+                NotificationResult::Failed => (
+                    format!(
+                        "failed{when} after {} attempts: {}",
+                        r.attempts,
+                        r.message.as_deref().unwrap_or("no reason given")
+                    ),
+                    Some(Role::Bad),
+                ),
+            };
+            (format!("{} to {target}: {last}", r.trigger), role)
+        })
+        .collect()
 }
 
 /// The built-in kinds, in the table's order, joined as a phrase: `Deployment, ..., Job or Rollout`.
@@ -909,6 +956,9 @@ pub fn render_text(report: &StatusReport, palette: Palette) -> String {
         for (i, (text, role)) in analysis_lines(&rollout.analysis).into_iter().enumerate() {
             field(if i == 0 { "Analysis" } else { "" }, text, role);
         }
+    }
+    for (i, (text, role)) in notification_lines(&report.notifications).into_iter().enumerate() {
+        field(if i == 0 { "Subscribed" } else { "" }, text, role);
     }
     let number = |g: Option<i64>| g.map_or("none".to_string(), |g| g.to_string());
     if report.status_behind_spec {
@@ -1289,6 +1339,68 @@ mod tests {
         assert!(
             text.contains("Generation:   3, observed none: status is behind the spec\n"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn subscriptions_and_their_last_deliveries_are_listed() {
+        use cmset_api::{NotificationResult, NotificationStatus};
+        let mut set = ready_set(vec![]);
+        let at = |t: &str| {
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                t.parse().unwrap(),
+            ))
+        };
+        set.status.as_mut().unwrap().notifications = Some(vec![
+            NotificationStatus {
+                trigger: "on-rollout-failed".into(),
+                service: "slack".into(),
+                recipient: "ops".into(),
+                once: "app-cccccccccc@2026-11-26T09:00:00Z".into(),
+                result: NotificationResult::Delivered,
+                time: at("2026-11-26T09:05:00Z"),
+                attempts: 3,
+                ..Default::default()
+            },
+            NotificationStatus {
+                trigger: "on-rolled-back".into(),
+                service: "pager".into(),
+                result: NotificationResult::Failed,
+                time: at("2026-11-26T09:05:01Z"),
+                attempts: 4,
+                message: Some("the receiver answered 503".into()),
+                ..Default::default()
+            },
+            NotificationStatus {
+                trigger: "on-rollout-completed".into(),
+                service: "teams".into(),
+                recipient: "prod".into(),
+                ..Default::default()
+            },
+        ]);
+        let set = SetRef::from(&set);
+        let cms = cms();
+        let report = status_report(set, &revisions_of(set, &cms), &[]);
+        let text = render_text(&report, Palette::PLAIN);
+        assert!(
+            text.contains(
+                "Subscribed:   on-rollout-failed to slack:ops: delivered at 2026-11-26T09:05:00Z (3 attempts)\n\
+                 \x20             on-rolled-back to pager: failed at 2026-11-26T09:05:01Z after 4 attempts: the receiver answered 503\n\
+                 \x20             on-rollout-completed to teams:prod: nothing sent yet\n"
+            ),
+            "{text}"
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["notifications"][0]["recipient"], "ops");
+        assert_eq!(json["notifications"][1]["result"], "Failed");
+        // Nobody subscribed: no line, no key.
+        let quiet = status_report(SetRef::from(&ready_set(vec![])), &[], &[]);
+        assert!(!render_text(&quiet, Palette::PLAIN).contains("Subscribed:"));
+        assert!(
+            serde_json::to_value(&quiet)
+                .unwrap()
+                .get("notifications")
+                .is_none()
         );
     }
 

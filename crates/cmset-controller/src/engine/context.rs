@@ -49,6 +49,8 @@ pub struct Context {
     pub term: Option<Term>,
     /// Bounds the events published off the reconcile path (see [`Context::publish_soon`]).
     events: EventSlots,
+    /// Hears of every set reconciled, to notify about its rollout (`None`: not configured).
+    pub notifier: Option<Arc<crate::notify::notifier::Notifier>>,
 }
 
 /// How many events published off the reconcile path may be sent at once, and may wait to be sent.
@@ -108,6 +110,7 @@ impl Context {
             memory: SetMemory::default(),
             failures: Failures::default(),
             measurer: None,
+            notifier: None,
             term: None,
             events: EventSlots::default(),
         }
@@ -298,7 +301,7 @@ impl Context {
     }
 }
 
-async fn send_event(
+pub(crate) async fn send_event(
     client: &Client,
     reporter: &Reporter,
     metrics: &Metrics,

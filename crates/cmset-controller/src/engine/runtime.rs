@@ -71,6 +71,8 @@ pub struct Settings {
     pub analysis_concurrency: usize,
     /// This replica's term as leader, which bounds every write (`None` without leader election).
     pub term: Option<crate::platform::leader::Term>,
+    /// The notification configuration as last read (see [`crate::notify`]); `None`: no notifier.
+    pub notifications: Option<tokio::sync::watch::Receiver<Arc<crate::notify::config_watch::Loaded>>>,
 }
 
 fn api<K: Indexed>(client: &Client, namespace: Option<&str>) -> Api<K> {
@@ -397,6 +399,12 @@ impl Scope {
             )
         });
         context.term = settings.term.clone();
+        let notifier_queues = settings.notifications.clone().map(|loaded| {
+            let (notifier, queues) = crate::notify::notifier::Notifier::new(loaded);
+            let notifier = Arc::new(notifier);
+            context.notifier = Some(notifier.clone());
+            (notifier, queues)
+        });
         let ctx = Arc::new(context);
         // A deleted set's series go with it (only the leader reports them), and so do its
         // measurements and the set controller's memory of its writes: a set deleted without a
@@ -411,7 +419,18 @@ impl Scope {
                 ctx.metrics.observe_rollout(&labels, None);
                 ctx.metrics.forget_analysis(&labels);
                 ctx.forget_set(id);
+                if let Some(notifier) = &ctx.notifier {
+                    notifier.forget(id);
+                }
             }));
+        if let Some((notifier, queues)) = notifier_queues {
+            tokio::spawn(crate::notify::notifier::run(
+                notifier.clone(),
+                queues,
+                ctx.clone(),
+            ));
+            tokio::spawn(crate::notify::notifier::observe_on_change(notifier, ctx.clone()));
+        }
         let wiring = Wiring {
             config: controller::Config::default().concurrency(settings.concurrency),
             workload_config: controller::Config::default().concurrency(settings.workload_concurrency),

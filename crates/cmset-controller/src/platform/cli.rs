@@ -136,6 +136,17 @@ pub struct Cli {
     #[arg(long, env = "CMSET_SECRET_SETS", default_value_t = true, action = clap::ArgAction::Set)]
     pub secret_sets: bool,
 
+    /// Send notifications about rollouts as the ConfigMap `cmset-notifications` (and the Secret
+    /// `cmset-notifications-secret`) of `--notifications-namespace` configure; without that
+    /// ConfigMap nothing is sent. `false`: do not even watch for it.
+    #[arg(long, env = "CMSET_NOTIFICATIONS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub notifications: bool,
+
+    /// Where the notification configuration lives (default: the operator's own namespace, from
+    /// POD_NAMESPACE, else cmset-system).
+    #[arg(long, env = "CMSET_NOTIFICATIONS_NAMESPACE")]
+    pub notifications_namespace: Option<String>,
+
     /// An extra workload kind with a pod template, as GROUP/VERSION/KIND=TEMPLATE (e.g.
     /// `apps.kruise.io/v1alpha1/CloneSet=spec.template`); repeat the flag (or separate by commas) for
     /// several. cmset needs list, watch and patch on its resource, and a webhook rule for it.
@@ -270,6 +281,12 @@ impl Cli {
     /// The namespace the operator runs in: POD_NAMESPACE, else cmset-system.
     pub fn operator_namespace(&self) -> String {
         std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "cmset-system".to_string())
+    }
+
+    pub fn notifications_namespace(&self) -> String {
+        self.notifications_namespace
+            .clone()
+            .unwrap_or_else(|| self.operator_namespace())
     }
 
     pub fn lease_namespace(&self) -> String {

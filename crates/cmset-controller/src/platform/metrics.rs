@@ -67,6 +67,17 @@ pub struct RolloutLabel {
     pub event: &'static str,
 }
 
+/// One notification's fate. `service` and `trigger` are names from the operator's
+/// `cmset-notifications` ConfigMap (or built in), so there are as many as the admin configured.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NotificationLabels {
+    pub service: String,
+    pub trigger: String,
+    /// delivered, failed (for good, after the retries) or dropped (the queue was full; sent again
+    /// from a later reconcile, since nothing was recorded).
+    pub result: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     /// get, list, watch, create, patch, update or delete.
@@ -183,6 +194,9 @@ pub struct Metrics {
     budget_in_use: Gauge,
     /// Workloads waiting for the budget to move.
     budget_waiting: Gauge,
+    pub notifications: Family<NotificationLabels, Counter>,
+    /// Entries of the notification configuration refused (each is skipped; the rest works).
+    pub notification_config_problems: Gauge,
 }
 
 impl Default for Metrics {
@@ -214,6 +228,8 @@ impl Default for Metrics {
             budget_limit: Gauge::default(),
             budget_in_use: Gauge::default(),
             budget_waiting: Gauge::default(),
+            notifications: Family::default(),
+            notification_config_problems: Gauge::default(),
         }
     }
 }
@@ -338,6 +354,16 @@ impl Metrics {
             "budget_waiting",
             "Workloads waiting for the budget before they move",
             self.budget_waiting.clone(),
+        );
+        r.register(
+            "notifications",
+            "Notifications about rollouts, by service, trigger and result",
+            self.notifications.clone(),
+        );
+        r.register(
+            "notification_config_problems",
+            "Entries of the cmset-notifications configuration refused",
+            self.notification_config_problems.clone(),
         );
     }
 

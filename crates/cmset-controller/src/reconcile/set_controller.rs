@@ -78,6 +78,12 @@ pub async fn reconcile<S: SetObject>(set: Arc<S>, ctx: Arc<Context>) -> Result<A
         namespace = set.namespace().unwrap_or_default(),
         set = %set.name_any(),
     );
+    if let Some(notifier) = &ctx.notifier
+        && set.meta().deletion_timestamp.is_none()
+    {
+        let _entered = span.enter();
+        notifier.observe(&ctx, set.as_set());
+    }
     let result = reconcile_inner(set.as_ref(), &ctx).instrument(span).await;
     ctx.metrics.reconciled(NAME, started.elapsed());
     if result.is_ok() {
@@ -695,6 +701,11 @@ async fn write_status<S: SetObject>(
         "kind": S::kind(&()),
         "status": status,
     });
+    // The notifier's records are its own to write (another field manager): a write of the set
+    // controller never carries them, so it can neither own nor turn back a record.
+    if let Some(status) = body["status"].as_object_mut() {
+        status.remove("notifications");
+    }
     if let Some(version) = &object.meta().resource_version {
         body["metadata"] = json!({ "resourceVersion": version });
     }

@@ -1,0 +1,453 @@
+//! The leader's notifier: each set reconcile tells it the set as the store shows it
+//! ([`Notifier::observe`]), which asks the core what the set's records should be and what to send
+//! (`cmset_core::notify::records::compose`), and queues the deliveries. Nothing here makes a reconcile
+//! wait: deliveries run on [`WORKERS`] tasks from a queue of [`QUEUE`]; a notification that finds the
+//! queue full is counted as dropped and, being unrecorded, is sent from a later reconcile.
+//!
+//! The records live in the set's `status.notifications`, written by one task under the field manager
+//! [`FIELD_MANAGER`], one set at a time, so two deliveries to one set cannot write over each other.
+//! Until the store shows a list this process wrote, that list (`pending`) is what the set is taken to
+//! have: a reconcile in between sends nothing twice.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use cmset_api::{NotificationResult, NotificationStatus};
+use cmset_core::notify::records::{self, Composed};
+use cmset_core::notify::request::{self, HttpRequest};
+use cmset_core::notify::triggers::SubscriptionKey;
+use cmset_core::notify::{SetView, config::Service, subscriptions};
+use cmset_core::set::{SetKind, SetRef};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, warn};
+
+use super::config_watch::Loaded;
+use super::sender::{Outcome, Sender};
+use crate::engine::context::Context;
+use crate::engine::index::{Key, SetId};
+use crate::platform::metrics::NotificationLabels;
+
+/// The field manager of `status.notifications`.
+pub const FIELD_MANAGER: &str = "cmset-notifications";
+/// Deliveries waiting at most; beyond, dropped (and sent from a later reconcile).
+pub const QUEUE: usize = 1024;
+/// Deliveries in flight at once: a receiver that never answers holds one of them for its timeouts.
+pub const WORKERS: usize = 8;
+/// How long a list this process wrote stands in for the set's until the store shows it: past that,
+/// someone else changed it and the store is right.
+const PENDING_FOR: Duration = Duration::from_secs(120);
+/// How long after a failed write of records it is tried again.
+const WRITE_RETRY: Duration = Duration::from_secs(5);
+
+/// One notification to deliver: every message of it, then its record.
+struct Delivery {
+    set: SetId,
+    regarding: ObjectReference,
+    key: SubscriptionKey,
+    once: String,
+    service: Service,
+    requests: Vec<HttpRequest>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Subscriptions of sets being delivered now: not queued twice.
+    in_flight: HashSet<(SetId, SubscriptionKey)>,
+    /// Lists written (or to write) that the store does not show yet.
+    pending: HashMap<SetId, (Instant, Vec<NotificationStatus>)>,
+}
+
+impl State {
+    /// The set's records: the pending list while the store has not caught up with it, else the
+    /// store's (and the pending list goes).
+    fn records(&mut self, set: &SetId, stored: &[NotificationStatus]) -> Vec<NotificationStatus> {
+        match self.pending.get(set) {
+            Some((since, list)) if list.as_slice() != stored && since.elapsed() < PENDING_FOR => list.clone(),
+            Some(_) => {
+                self.pending.remove(set);
+                stored.to_vec()
+            }
+            None => stored.to_vec(),
+        }
+    }
+}
+
+pub struct Notifier {
+    loaded: watch::Receiver<Arc<Loaded>>,
+    deliveries: mpsc::Sender<Delivery>,
+    writes: mpsc::UnboundedSender<SetId>,
+    state: Mutex<State>,
+}
+
+/// What the notifier's tasks take from: handed to [`run`].
+pub struct Queues {
+    deliveries: mpsc::Receiver<Delivery>,
+    writes: mpsc::UnboundedReceiver<SetId>,
+}
+
+impl Notifier {
+    pub fn new(loaded: watch::Receiver<Arc<Loaded>>) -> (Self, Queues) {
+        let (deliveries_tx, deliveries) = mpsc::channel(QUEUE);
+        let (writes_tx, writes) = mpsc::unbounded_channel();
+        let notifier = Self {
+            loaded,
+            deliveries: deliveries_tx,
+            writes: writes_tx,
+            state: Mutex::default(),
+        };
+        (notifier, Queues { deliveries, writes })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes in `set` as the store shows it: records new and gone subscriptions, and queues what to
+    /// send. Cheap when nothing is configured or the set has no subscription and no record.
+    pub fn observe(&self, ctx: &Context, set: SetRef<'_>) {
+        let loaded = self.loaded.borrow().clone();
+        let Some(config) = loaded.config.as_ref() else {
+            return;
+        };
+        let empty = Default::default();
+        let meta = set.metadata();
+        let (labels, annotations) = (
+            meta.labels.as_ref().unwrap_or(&empty),
+            meta.annotations.as_ref().unwrap_or(&empty),
+        );
+        let (subs, problems) = subscriptions::of_set(config, annotations, labels);
+        let default_status = Default::default();
+        let status = set.status().unwrap_or(&default_status);
+        let stored = status.notifications.as_deref().unwrap_or(&[]);
+        let id: SetId = (set.kind(), Key::new(set.namespace(), set.name()));
+        let mut state = self.state();
+        if subs.is_empty() && stored.is_empty() && !state.pending.contains_key(&id) {
+            return;
+        }
+        for problem in &problems {
+            debug!(set = %set.name(), annotation = %problem.key, problem = %problem.message, "subscription refused");
+        }
+        let current = state.records(&id, stored);
+        let view = SetView {
+            kind: set.kind(),
+            name: set.name(),
+            namespace: set.namespace(),
+            labels,
+            annotations,
+            status,
+        };
+        let Composed {
+            records,
+            changed,
+            send,
+            problems,
+        } = records::compose(config, &view, &subs, &current, &(ctx.clock)());
+        for problem in &problems {
+            warn!(set = %set.name(), key = %problem.key, problem = %problem.message, "notification not sent as configured");
+        }
+        if changed {
+            state.pending.insert(id.clone(), (Instant::now(), records));
+            let _ = self.writes.send(id.clone());
+        }
+        for notification in send {
+            let flight = (id.clone(), notification.key.clone());
+            if state.in_flight.contains(&flight) {
+                continue;
+            }
+            let Some(service) = config.services.get(&notification.key.service) else {
+                continue;
+            };
+            let requests: Result<Vec<HttpRequest>, String> = notification
+                .messages
+                .iter()
+                .map(|m| request::request(service, &notification.key.recipient, m))
+                .collect();
+            let requests = match requests {
+                Ok(requests) => requests,
+                Err(why) => {
+                    warn!(set = %set.name(), trigger = %notification.key.trigger, service = %service.name, problem = %why, "notification cannot be sent");
+                    continue;
+                }
+            };
+            let delivery = Delivery {
+                set: id.clone(),
+                regarding: reference(set),
+                key: notification.key.clone(),
+                once: notification.once.clone(),
+                service: service.clone(),
+                requests,
+            };
+            match self.deliveries.try_send(delivery) {
+                Ok(()) => {
+                    state.in_flight.insert(flight);
+                }
+                Err(_) => {
+                    count(ctx, &notification.key, "dropped");
+                    debug!(set = %set.name(), "notification queue full; sent from a later reconcile");
+                }
+            }
+        }
+    }
+
+    /// Forgets a deleted set.
+    pub fn forget(&self, set: &SetId) {
+        self.state().pending.remove(set);
+    }
+
+    /// Records how a delivery ended, and queues the write.
+    fn delivered(&self, delivery: &Delivery, record: NotificationStatus, stored: &[NotificationStatus]) {
+        let mut state = self.state();
+        state
+            .in_flight
+            .remove(&(delivery.set.clone(), delivery.key.clone()));
+        let current = state.records(&delivery.set, stored);
+        let list = records::with_record(&current, record);
+        state.pending.insert(delivery.set.clone(), (Instant::now(), list));
+        let _ = self.writes.send(delivery.set.clone());
+    }
+
+    fn to_write(&self, set: &SetId) -> Option<Vec<NotificationStatus>> {
+        self.state().pending.get(set).map(|(_, list)| list.clone())
+    }
+}
+
+fn reference(set: SetRef<'_>) -> ObjectReference {
+    let (api_version, kind) = match set.kind() {
+        SetKind::ConfigMapSet => ("cmset.dev/v1alpha1", "ConfigMapSet"),
+        SetKind::SecretSet => ("cmset.dev/v1alpha1", "SecretSet"),
+    };
+    ObjectReference {
+        api_version: Some(api_version.into()),
+        kind: Some(kind.into()),
+        name: Some(set.name().into()),
+        namespace: Some(set.namespace().into()),
+        uid: set.metadata().uid.clone(),
+        ..Default::default()
+    }
+}
+
+fn count(ctx: &Context, key: &SubscriptionKey, result: &'static str) {
+    ctx.metrics
+        .notifications
+        .get_or_create(&NotificationLabels {
+            service: key.service.clone(),
+            trigger: key.trigger.clone(),
+            result,
+        })
+        .inc();
+}
+
+/// Runs the notifier's tasks until the queues close: [`WORKERS`] deliveries at once, and one writer
+/// of records.
+pub async fn run(notifier: Arc<Notifier>, queues: Queues, ctx: Arc<Context>) {
+    let Queues { deliveries, writes } = queues;
+    let deliveries = Arc::new(tokio::sync::Mutex::new(deliveries));
+    let sender = Sender::new();
+    let workers = (0..WORKERS).map(|_| {
+        let (deliveries, notifier, ctx, sender) =
+            (deliveries.clone(), notifier.clone(), ctx.clone(), sender.clone());
+        async move {
+            loop {
+                let next = deliveries.lock().await.recv().await;
+                let Some(delivery) = next else { break };
+                deliver(&notifier, &ctx, &sender, delivery).await;
+            }
+        }
+    });
+    let writer = write_records(notifier.clone(), writes, ctx.clone());
+    futures::future::join(futures::future::join_all(workers), writer).await;
+}
+
+async fn deliver(notifier: &Notifier, ctx: &Context, sender: &Sender, delivery: Delivery) {
+    let mut attempts = 0;
+    let mut failure = None;
+    for request in &delivery.requests {
+        match sender.deliver(&delivery.service, request).await {
+            Outcome::Delivered { attempts: n } => attempts += n,
+            Outcome::Failed {
+                attempts: n, reason, ..
+            } => {
+                attempts += n;
+                failure = Some(reason);
+                break;
+            }
+        }
+    }
+    let key = &delivery.key;
+    let (result, message) = match failure {
+        None => {
+            count(ctx, key, "delivered");
+            debug!(trigger = %key.trigger, service = %key.service, "notification delivered");
+            (NotificationResult::Delivered, None)
+        }
+        Some(reason) => {
+            count(ctx, key, "failed");
+            let target = match key.recipient.as_str() {
+                "" => key.service.clone(),
+                recipient => format!("{}:{recipient}", key.service),
+            };
+            let note = format!(
+                "{} to {target} failed after {attempts} attempts: {reason}",
+                key.trigger
+            );
+            warn!(set = ?delivery.regarding.name, trigger = %key.trigger, service = %key.service, %reason, attempts, "notification failed for good");
+            ctx.publish_soon(
+                Event {
+                    type_: EventType::Warning,
+                    reason: "NotificationFailed".into(),
+                    note: Some(note),
+                    action: "Notify".into(),
+                    secondary: None,
+                },
+                delivery.regarding.clone(),
+            );
+            (NotificationResult::Failed, Some(reason))
+        }
+    };
+    let record = NotificationStatus {
+        result,
+        attempts: i32::try_from(attempts).unwrap_or(i32::MAX),
+        message,
+        ..records::subscribed(key, &delivery.once, &(ctx.clock)())
+    };
+    let stored = stored_records(ctx, &delivery.set);
+    notifier.delivered(&delivery, record, &stored);
+}
+
+fn stored_records(ctx: &Context, set: &SetId) -> Vec<NotificationStatus> {
+    ctx.stores
+        .set(set)
+        .and_then(|s| s.as_set().status().and_then(|st| st.notifications.clone()))
+        .unwrap_or_default()
+}
+
+/// Writes each set's pending records, one set at a time.
+async fn write_records(
+    notifier: Arc<Notifier>,
+    mut writes: mpsc::UnboundedReceiver<SetId>,
+    ctx: Arc<Context>,
+) {
+    while let Some(set) = writes.recv().await {
+        let Some(list) = notifier.to_write(&set) else {
+            continue;
+        };
+        let (kind, key) = &set;
+        let body = json!({
+            "apiVersion": "cmset.dev/v1alpha1",
+            "kind": kind.as_str(),
+            "status": { "notifications": list },
+        });
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let result = match kind {
+            SetKind::ConfigMapSet => {
+                let api: Api<cmset_api::ConfigMapSet> = Api::namespaced(ctx.client.clone(), &key.namespace);
+                ctx.write(
+                    "write_notifications",
+                    api.patch_status(&key.name, &params, &Patch::Apply(&body)),
+                )
+                .await
+                .map(drop)
+            }
+            SetKind::SecretSet => {
+                let api: Api<cmset_api::SecretSet> = Api::namespaced(ctx.client.clone(), &key.namespace);
+                ctx.write(
+                    "write_notifications",
+                    api.patch_status(&key.name, &params, &Patch::Apply(&body)),
+                )
+                .await
+                .map(drop)
+            }
+        };
+        if let Err(e) = result {
+            // A set gone takes its records with it; anything else is written again in a moment (the
+            // list stays pending, so no reconcile meanwhile sends twice).
+            if matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                notifier.forget(&set);
+            } else {
+                let (again, set) = (notifier.writes.clone(), set.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(WRITE_RETRY).await;
+                    let _ = again.send(set);
+                });
+            }
+            warn!(set = %key.name, error = %crate::platform::redact::api_error(&e), "notification records not written");
+        }
+    }
+}
+
+/// Observes every set again whenever the configuration changes: a subscription added by the admin
+/// is recorded, and one removed goes, without waiting for each set's next reconcile.
+pub async fn observe_on_change(notifier: Arc<Notifier>, ctx: Arc<Context>) {
+    let mut loaded = notifier.loaded.clone();
+    while loaded.changed().await.is_ok() {
+        for set in ctx.stores.sets.state() {
+            notifier.observe(&ctx, SetRef::ConfigMap(&set));
+        }
+        if let Some(store) = &ctx.stores.secret_sets {
+            for set in store.state() {
+                notifier.observe(&ctx, SetRef::Secret(&set));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cmset_core::set::SetKind;
+
+    use super::*;
+
+    fn record(trigger: &str, once: &str) -> NotificationStatus {
+        NotificationStatus {
+            trigger: trigger.into(),
+            service: "hook".into(),
+            once: once.into(),
+            result: NotificationResult::Delivered,
+            ..Default::default()
+        }
+    }
+
+    fn set() -> SetId {
+        (SetKind::ConfigMapSet, Key::new("shop", "web"))
+    }
+
+    #[test]
+    fn a_list_written_stands_for_the_sets_until_the_store_shows_it() {
+        let mut state = State::default();
+        let written = vec![record("on-rollout-failed", "web-2@t")];
+        state.pending.insert(set(), (Instant::now(), written.clone()));
+        // The store is behind: the list written is what the set has.
+        let behind = vec![record("on-rollout-failed", "")];
+        assert_eq!(state.records(&set(), &behind), written);
+        assert!(state.pending.contains_key(&set()));
+        // The store caught up: its list, and nothing pending.
+        assert_eq!(state.records(&set(), &written), written);
+        assert!(state.pending.is_empty());
+    }
+
+    #[test]
+    fn a_list_written_long_ago_gives_way_to_the_stores() {
+        let mut state = State::default();
+        let long_ago = Instant::now()
+            .checked_sub(PENDING_FOR + Duration::from_secs(1))
+            .expect("the clock is past that");
+        state
+            .pending
+            .insert(set(), (long_ago, vec![record("on-rollout-failed", "web-2@t")]));
+        let stored = vec![record("on-rollout-failed", "edited")];
+        assert_eq!(state.records(&set(), &stored), stored);
+        assert!(state.pending.is_empty());
+    }
+
+    #[test]
+    fn without_a_list_written_the_stores_is_the_sets() {
+        let mut state = State::default();
+        let stored = vec![record("on-rollout-completed", "web-1@t")];
+        assert_eq!(state.records(&set(), &stored), stored);
+    }
+}
