@@ -457,14 +457,17 @@ pub fn built_in(name: &str) -> Option<Template> {
         ),
         Event::RolloutFailed => (
             "Rollout failed",
-            "rollout of {{ revision }} failed in wave {{ wave }}{% if message %}: {{ message }}{% endif %}. \
-             See: {{ next }}",
+            // The status's message already starts with what the first words say: said once.
+            "rollout of {{ revision }} failed in wave {{ wave }}{% if message %}: \
+             {{ message | replace('the rollout of ' ~ revision ~ ' failed in wave ' ~ wave ~ ': ', '') }}\
+             {% endif %}. See: {{ next }}",
         ),
         Event::RolledBack => (
             "Rolled back",
             "rolled back after the rollout of {{ revision }} failed:\
              {% for w in workloads if w.state == 'RolledBack' %} {{ w.kind }} {{ w.name }} to \
-             {{ w.revision }}{% if not loop.last %},{% endif %}{% endfor %}.",
+             {{ w.previousRevision if w.revision == revision and w.previousRevision else w.revision }}\
+             {% if not loop.last %},{% endif %}{% endfor %}.",
         ),
         Event::RolloutCompleted => (
             "Rollout completed",
@@ -659,6 +662,30 @@ next: kubectl cmset status -n shop configmapset/app"
             (
                 Event::RolledBack,
                 failed_status(),
+                "ConfigMapSet shop/app: rolled back after the rollout of app-2 failed: Deployment web to app-1.",
+            ),
+            // The status's message as the planner writes it: its opening is not said twice.
+            (
+                Event::RolloutFailed,
+                {
+                    let mut status = failed_status();
+                    status.rollout.as_mut().unwrap().message =
+                        Some("the rollout of app-2 failed in wave 1: Deployment web is not healthy".into());
+                    status
+                },
+                "ConfigMapSet shop/app: rollout of app-2 failed in wave 1: Deployment web is not healthy. See: \
+                 kubectl cmset status -n shop configmapset/app",
+            ),
+            // Decided, not yet moved: the workload still names the failed revision; the message names
+            // where it goes back to.
+            (
+                Event::RolledBack,
+                {
+                    let mut status = failed_status();
+                    status.workloads[0].revision = "app-2".into();
+                    status.workloads[0].previous_revision = Some("app-1".into());
+                    status
+                },
                 "ConfigMapSet shop/app: rolled back after the rollout of app-2 failed: Deployment web to app-1.",
             ),
             (

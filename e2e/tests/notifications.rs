@@ -1,0 +1,352 @@
+//! Notifications on a real API server: a rollout that fails and is rolled back tells every subscribed
+//! service exactly once per event (a generic webhook, a Slack bot through `chat.postMessage`, a Teams
+//! incoming webhook, all played by one receiver in the test); a receiver that answers 500 twice gets
+//! the message on the third try; a restart of the operator afterwards sends nothing again; and the
+//! set's status and `kubectl cmset status` show each subscription's last delivery.
+//!
+//! The operator reads its notification configuration from the test's namespace
+//! (`--notifications-namespace`), so tests running at once do not hear each other.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cmset_e2e::cmset_api::{ConfigMapSet, NotificationResult, RolloutPhase, WorkloadState};
+use cmset_e2e::k8s_openapi::api::core::v1::Node;
+use cmset_e2e::kube::Api;
+use cmset_e2e::{Operator, TestNamespace, eventually_within, kustomize_name, stays};
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response};
+
+const WAIT: Duration = Duration::from_secs(120);
+const FAIL_KEY: &str = "CMSET_FAKE_NODE_FAIL";
+const FAKE_NODE: &str = "cmset-fake-node";
+const SET: &str = "app-config";
+const WORKLOAD: &str = "web";
+
+/// One request the receiver took.
+#[derive(Clone, Debug)]
+struct Heard {
+    path: String,
+    authorization: Option<String>,
+    body: serde_json::Value,
+}
+
+/// Plays Slack, Teams and a webhook on one port: records every request, and answers 500 to the first
+/// `fail[path]` requests of a path.
+#[derive(Clone, Default)]
+struct Receiver {
+    heard: Arc<Mutex<Vec<Heard>>>,
+    fail: Arc<Mutex<BTreeMap<String, u32>>>,
+}
+
+impl Receiver {
+    async fn start(self) -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let me = self.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| me.clone().answer(req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        port
+    }
+
+    async fn answer(self, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+        let path = req.uri().path().to_string();
+        let authorization = req
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let bytes = req
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let body = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+        self.heard.lock().unwrap().push(Heard {
+            path: path.clone(),
+            authorization,
+            body,
+        });
+        let failing = {
+            let mut fail = self.fail.lock().unwrap();
+            match fail.get_mut(&path) {
+                Some(n) if *n > 0 => {
+                    *n -= 1;
+                    true
+                }
+                _ => false,
+            }
+        };
+        let (status, body) = if failing {
+            (500, "{}")
+        } else if path.starts_with("/slack") {
+            (200, r#"{"ok":true}"#)
+        } else {
+            (200, "{}")
+        };
+        Ok(Response::builder()
+            .status(status)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap())
+    }
+
+    fn heard(&self) -> Vec<Heard> {
+        self.heard.lock().unwrap().clone()
+    }
+}
+
+/// `kubectl-cmset`, built beside this test (or `CMSET_PLUGIN_BIN`).
+fn plugin_bin() -> std::path::PathBuf {
+    if let Some(bin) = std::env::var_os("CMSET_PLUGIN_BIN") {
+        return bin.into();
+    }
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.join("kubectl-cmset")));
+    let workspace =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/kubectl-cmset");
+    beside.filter(|b| b.exists()).unwrap_or(workspace)
+}
+
+fn configuration(port: u16) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Secret
+metadata:
+  name: cmset-notifications-secret
+stringData:
+  slack-token: xoxb-e2e-secret-token
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: cmset-notifications
+data:
+  service.webhook.hook: |
+    url: http://127.0.0.1:{port}/hook
+  service.webhook.flaky: |
+    url: http://127.0.0.1:{port}/flaky
+    retries: 3
+  service.slack: |
+    token: $slack-token
+    apiURL: http://127.0.0.1:{port}/slack/chat.postMessage
+  service.teams: |
+    recipientUrls:
+      prod: http://127.0.0.1:{port}/teams/prod
+"#
+    )
+}
+
+fn set_yaml(data: &[(&str, &str)]) -> String {
+    let entries: String = data
+        .iter()
+        .map(|(k, v)| format!("\n      {k}: {}", serde_json::to_string(v).unwrap()))
+        .collect();
+    format!(
+        r#"
+apiVersion: cmset.dev/v1alpha1
+kind: ConfigMapSet
+metadata:
+  name: {SET}
+  annotations:
+    notifications.cmset.dev/subscribe.on-rollout-failed.hook: ""
+    notifications.cmset.dev/subscribe.on-rolled-back.hook: ""
+    notifications.cmset.dev/subscribe.on-rollout-failed.slack: ops
+    notifications.cmset.dev/subscribe.on-rolled-back.slack: ops
+    notifications.cmset.dev/subscribe.on-rollout-failed.teams: prod
+    notifications.cmset.dev/subscribe.on-rolled-back.teams: prod
+    notifications.cmset.dev/subscribe.on-rollout-failed.flaky: ""
+spec:
+  rollout:
+    stabilizationSeconds: 2
+    progressDeadlineSeconds: 15
+    autoRollback: true
+  template:
+    data:{entries}
+"#
+    )
+}
+
+fn deployment_yaml() -> String {
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {WORKLOAD}
+  labels:
+    cmset.dev/enabled: "true"
+spec:
+  replicas: 1
+  progressDeadlineSeconds: 3600
+  selector:
+    matchLabels: {{app: {WORKLOAD}}}
+  template:
+    metadata:
+      labels: {{app: {WORKLOAD}}}
+    spec:
+      containers:
+        - name: app
+          image: registry.k8s.io/pause:3.9
+          envFrom:
+            - configMapRef: {{name: {SET}}}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_rollout_is_told_once_to_each_service_and_a_restart_tells_it_again_to_none() {
+    let ns = TestNamespace::new("notify").await;
+    let node = Api::<Node>::all(ns.client.clone()).get_opt(FAKE_NODE).await;
+    if !matches!(node, Ok(Some(_))) {
+        eprintln!("SKIPPED: a bad revision needs the local cluster's simulated node {FAKE_NODE}");
+        return;
+    }
+    let receiver = Receiver::default();
+    receiver.fail.lock().unwrap().insert("/flaky".into(), 2);
+    let port = receiver.clone().start().await;
+    ns.apply(&configuration(port));
+    let notifications_namespace = format!("--notifications-namespace={}", ns.name);
+    let mut operator = Operator::start_with(&ns.name, &[&notifications_namespace]).await;
+
+    let good_data = [("APP_VERSION", "1")];
+    let good = kustomize_name(SET, &good_data);
+    ns.apply(&set_yaml(&good_data));
+    ns.apply(&deployment_yaml());
+    let sets: Api<ConfigMapSet> = ns.api();
+    // Every subscription is recorded before anything happens to it.
+    eventually_within(
+        WAIT,
+        "the subscriptions recorded, the set ready on its first revision",
+        || async {
+            let set = sets.get(SET).await.ok()?;
+            let status = set.status?;
+            let records = status.notifications.clone().unwrap_or_default();
+            let ready = status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            (records.len() == 7 && ready && status.current_revision.as_deref() == Some(good.as_str()))
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        receiver.heard().is_empty(),
+        "nothing sent for what stood before: {:?}",
+        receiver.heard()
+    );
+
+    // The bad change: the new pod never becomes ready, the rollout fails and web is rolled back.
+    let bad_data = [("APP_VERSION", "1"), (FAIL_KEY, "true")];
+    let bad = kustomize_name(SET, &bad_data);
+    ns.apply(&set_yaml(&bad_data));
+    eventually_within(
+        WAIT,
+        "the rollout of the bad revision to fail and web to be rolled back",
+        || async {
+            let status = sets.get(SET).await.ok()?.status?;
+            let rollout = status.rollout.as_ref()?;
+            let back = status
+                .workloads
+                .iter()
+                .any(|w| w.name == WORKLOAD && w.state == WorkloadState::RolledBack && w.revision == good);
+            (rollout.revision == bad && rollout.phase == RolloutPhase::Failed && back).then_some(())
+        },
+    )
+    .await;
+    eventually_within(
+        WAIT,
+        "every service to hear of the failure and the rollback",
+        || async {
+            let heard = receiver.heard();
+            let slack = heard.iter().filter(|h| h.path.starts_with("/slack")).count();
+            let teams = heard.iter().filter(|h| h.path.starts_with("/teams")).count();
+            let hook = heard.iter().filter(|h| h.path == "/hook").count();
+            let flaky = heard.iter().filter(|h| h.path == "/flaky").count();
+            (slack == 2 && teams == 2 && hook == 2 && flaky == 3).then_some(())
+        },
+    )
+    .await;
+    let heard = receiver.heard();
+    let hook: Vec<&Heard> = heard.iter().filter(|h| h.path == "/hook").collect();
+    let about = |trigger: &str| {
+        hook.iter()
+            .filter(|h| h.body["context"]["trigger"] == trigger)
+            .count()
+    };
+    assert_eq!(
+        (about("on-rollout-failed"), about("on-rolled-back")),
+        (1, 1),
+        "the webhook heard each event once: {hook:?}"
+    );
+    let slack: Vec<&Heard> = heard.iter().filter(|h| h.path.starts_with("/slack")).collect();
+    assert!(
+        slack.iter().all(
+            |h| h.authorization.as_deref() == Some("Bearer xoxb-e2e-secret-token")
+                && h.body["channel"] == "ops"
+        ),
+        "Slack's requests carry the bot token and the channel: {slack:?}"
+    );
+    // The rollback names where web went back to, not the revision that failed.
+    let rolled_back = hook
+        .iter()
+        .find(|h| h.body["context"]["trigger"] == "on-rolled-back")
+        .unwrap();
+    let text = rolled_back.body["text"].as_str().unwrap_or_default();
+    assert!(text.contains(&format!("Deployment web to {good}")), "{text}");
+    // The flaky receiver answered 500 twice, then took the third try.
+    let status = sets.get(SET).await.unwrap().status.unwrap();
+    let records = status.notifications.unwrap();
+    let flaky = records.iter().find(|r| r.service == "flaky").unwrap();
+    assert_eq!(
+        (flaky.result, flaky.attempts),
+        (NotificationResult::Delivered, 3),
+        "{flaky:?}"
+    );
+    assert!(
+        records
+            .iter()
+            .all(|r| r.result == NotificationResult::Delivered && r.once.starts_with(&bad)),
+        "every subscription heard of the bad revision's rollout: {records:?}"
+    );
+    let before = receiver.heard().len();
+
+    // A restart reads the records and sends nothing again.
+    operator.restart().await;
+    stays(
+        "nothing sent again after a restart",
+        Duration::from_secs(10),
+        || async { receiver.heard().len() == before },
+    )
+    .await;
+
+    // kubectl cmset status lists each subscription with its last delivery.
+    let out = std::process::Command::new(plugin_bin())
+        .args(["-n", &ns.name, "status", SET])
+        .output()
+        .expect("kubectl-cmset runs");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains("on-rollout-failed to flaky: delivered") && text.contains("(3 attempts)"),
+        "{text}"
+    );
+    assert!(!text.contains("xoxb-e2e-secret-token"), "{text}");
+}
