@@ -350,3 +350,146 @@ async fn a_failed_rollout_is_told_once_to_each_service_and_a_restart_tells_it_ag
     );
     assert!(!text.contains("xoxb-e2e-secret-token"), "{text}");
 }
+
+/// A ConfigMapSet `name` with content `data`, subscribed to `on-rollout-completed` through `service`,
+/// read by one opted-in Deployment of the same name.
+fn completed_set_yaml(name: &str, service: &str, data: &str) -> String {
+    format!(
+        r#"
+apiVersion: cmset.dev/v1alpha1
+kind: ConfigMapSet
+metadata:
+  name: {name}
+  annotations:
+    notifications.cmset.dev/subscribe.on-rollout-completed.{service}: ""
+spec:
+  template:
+    data:
+      APP_VERSION: "{data}"
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+  labels:
+    cmset.dev/enabled: "true"
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {{app: {name}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+    spec:
+      containers:
+        - name: app
+          image: registry.k8s.io/pause:3.9
+          envFrom:
+            - configMapRef: {{name: {name}}}
+"#
+    )
+}
+
+fn templates_yaml(port: u16, stuck_port: u16, greeting: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: cmset-notifications
+data:
+  service.webhook.hook: |
+    url: http://127.0.0.1:{port}/hook
+  service.webhook.stuck: |
+    url: http://127.0.0.1:{stuck_port}/stuck
+    timeout: 60s
+    retries: 0
+  template.rollout-completed: |
+    message: "{greeting} {{{{ set.name }}}} on {{{{ revision }}}}"
+"#
+    )
+}
+
+/// A listener that takes connections and never answers.
+async fn silent_listener() -> (u16, tokio::net::TcpListener) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    (listener.local_addr().unwrap().port(), listener)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_template_is_the_next_message_and_a_silent_receiver_holds_up_no_other_set() {
+    let ns = TestNamespace::new("notifyedit").await;
+    let receiver = Receiver::default();
+    let port = receiver.clone().start().await;
+    let (stuck_port, _silent) = silent_listener().await;
+    ns.apply(&templates_yaml(port, stuck_port, "first"));
+    let notifications_namespace = format!("--notifications-namespace={}", ns.name);
+    let _operator = Operator::start_with(&ns.name, &[&notifications_namespace]).await;
+    let sets: Api<ConfigMapSet> = ns.api();
+    let recorded = |name: &'static str| {
+        let sets = sets.clone();
+        async move {
+            let status = sets.get(name).await.ok()?.status?;
+            let complete = status
+                .rollout
+                .as_ref()
+                .is_none_or(|r| r.phase == RolloutPhase::Complete);
+            (status.notifications.is_some_and(|n| !n.is_empty()) && complete).then_some(())
+        }
+    };
+    ns.apply(&completed_set_yaml("quiet", "stuck", "1"));
+    ns.apply(&completed_set_yaml("web", "hook", "1"));
+    eventually_within(WAIT, "both sets subscribed", || async {
+        recorded("quiet").await?;
+        recorded("web").await
+    })
+    .await;
+
+    // quiet's receiver never answers; web's rollout and its message go through meanwhile.
+    ns.apply(&completed_set_yaml("quiet", "stuck", "2"));
+    ns.apply(&completed_set_yaml("web", "hook", "2"));
+    let web_2 = kustomize_name("web", &[("APP_VERSION", "2")]);
+    let first = format!("first web on {web_2}");
+    eventually_within(
+        Duration::from_secs(45),
+        "web's completion told with the first template",
+        || async {
+            receiver
+                .heard()
+                .iter()
+                .any(|h| h.path == "/hook" && h.body["text"] == first.as_str())
+                .then_some(())
+        },
+    )
+    .await;
+
+    // The template edited in the ConfigMap is the one the next message uses, with no restart.
+    ns.apply(&templates_yaml(port, stuck_port, "second"));
+    // The operator reads the edit from its watch: give it a moment before the change it applies to.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ns.apply(&completed_set_yaml("web", "hook", "3"));
+    let web_3 = kustomize_name("web", &[("APP_VERSION", "3")]);
+    let second = format!("second web on {web_3}");
+    eventually_within(
+        WAIT,
+        "web's next completion told with the edited template",
+        || async {
+            receiver
+                .heard()
+                .iter()
+                .any(|h| h.path == "/hook" && h.body["text"] == second.as_str())
+                .then_some(())
+        },
+    )
+    .await;
+    // One message per completed rollout of web: its first revision (the set was created subscribed),
+    // then each change, each with the template of its time.
+    let web_1 = kustomize_name("web", &[("APP_VERSION", "1")]);
+    let texts: Vec<String> = receiver
+        .heard()
+        .into_iter()
+        .filter(|h| h.path == "/hook")
+        .map(|h| h.body["text"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(texts, [format!("first web on {web_1}"), first, second]);
+}

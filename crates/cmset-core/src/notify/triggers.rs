@@ -123,9 +123,25 @@ pub fn built_in(name: &str) -> Option<Trigger> {
 /// The events the status shows, each with its once-per key: `<revision>@<rollout>` for the rollout's
 /// events and `<revision>/<wave>@<rollout>` for a wave's, where `<rollout>` is the instant it started
 /// (as `kubectl cmset promote` names a rollout), left out with `@` when the status has none.
+///
+/// A set without `spec.rollout` records no rollout: its workloads all move at once to the current
+/// revision. Its rollout starts when that revision becomes current and completes once no workload is
+/// pending or waiting any more (each runs it, or is pinned by a rollback), both keyed by the revision
+/// alone.
 pub fn events(status: &ConfigMapSetStatus) -> Vec<(Event, String)> {
     let Some(rollout) = &status.rollout else {
-        return Vec::new();
+        let Some(current) = &status.current_revision else {
+            return Vec::new();
+        };
+        let mut out = vec![(Event::RolloutStarted, current.clone())];
+        if status
+            .workloads
+            .iter()
+            .all(|w| w.state == WorkloadState::Current || w.state == WorkloadState::Pinned)
+        {
+            out.push((Event::RolloutCompleted, current.clone()));
+        }
+        return out;
     };
     let started = rollout
         .started_at
@@ -325,8 +341,34 @@ mod tests {
         rolled_back.workloads[1].state = WorkloadState::RolledBack;
         let mut no_start = status(RolloutPhase::Paused, 0);
         no_start.rollout.as_mut().unwrap().started_at = None;
+        // A set without spec.rollout: no rollout recorded, its workloads moved all at once.
+        let mut at_once = status(RolloutPhase::Complete, 0);
+        at_once.rollout = None;
+        at_once.current_revision = Some("app-2".into());
+        for w in &mut at_once.workloads {
+            w.state = WorkloadState::Current;
+        }
+        let mut at_once_moving = at_once.clone();
+        at_once_moving.workloads[0].state = WorkloadState::Pending;
+        let mut at_once_pinned = at_once.clone();
+        at_once_pinned.workloads[0].state = WorkloadState::Pinned;
         for (name, status, want) in [
             ("no rollout", ConfigMapSetStatus::default(), vec![]),
+            (
+                "all at once, done",
+                at_once,
+                vec![ev(RolloutStarted, "app-2"), ev(RolloutCompleted, "app-2")],
+            ),
+            (
+                "all at once, moving",
+                at_once_moving,
+                vec![ev(RolloutStarted, "app-2")],
+            ),
+            (
+                "all at once, one pinned by a rollback",
+                at_once_pinned,
+                vec![ev(RolloutStarted, "app-2"), ev(RolloutCompleted, "app-2")],
+            ),
             (
                 "first wave",
                 status(RolloutPhase::Progressing, 0),
@@ -565,7 +607,7 @@ mod tests {
     }
 
     #[test]
-    fn nothing_stands_without_a_rollout() {
+    fn a_set_without_a_rollout_tells_only_of_its_start_and_its_end() {
         let config = fixtures::config_with(&[]);
         let mut status = failed_status();
         status.rollout = None::<RolloutStatus>;
@@ -573,6 +615,18 @@ mod tests {
             .iter()
             .map(|e| sub(e.trigger(), "slack", "ops"))
             .collect();
-        assert_eq!(fire(&config, status, &subs, &BTreeMap::new()), (vec![], vec![]));
+        // A workload not yet on the revision: started, not complete; nothing of waves or failures.
+        let (fired, problems) = fire(&config, status.clone(), &subs, &BTreeMap::new());
+        let triggers: Vec<String> = fired.iter().map(|(t, ..)| t.to_string()).collect();
+        assert_eq!(
+            (triggers, problems),
+            (vec!["on-rollout-started".to_string()], vec![])
+        );
+        for w in &mut status.workloads {
+            w.state = WorkloadState::Current;
+        }
+        let (fired, _) = fire(&config, status, &subs, &BTreeMap::new());
+        let triggers: Vec<String> = fired.iter().map(|(t, ..)| t.to_string()).collect();
+        assert_eq!(triggers, ["on-rollout-completed", "on-rollout-started"]);
     }
 }
