@@ -52,6 +52,9 @@ use crate::reconcile::measurer::Measurer;
 use crate::reconcile::rollout_budget::RolloutBudget;
 use crate::reconcile::{set_controller, workload_controller};
 
+/// How long shutdown waits for notifications under way (each bounded by its service's timeouts).
+const NOTIFICATIONS_DRAIN: Duration = Duration::from_secs(15);
+
 /// Tuning of one scope's controllers.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -465,6 +468,16 @@ impl Scope {
         }
         debug!(sizes = ?self.index.sizes(), "leading from the warm index");
         self.lead_workload_kinds(&wiring, controllers, shutdown).await;
+        // The controllers are done (shutdown): the notifications under way finish and are recorded,
+        // within the grace period the caller allows, so the next leader sends none of them again.
+        if let Some(notifier) = &wiring.ctx.notifier
+            && !notifier.drain(NOTIFICATIONS_DRAIN).await
+        {
+            warn!(
+                ?NOTIFICATIONS_DRAIN,
+                "notifications still under way at shutdown; the next leader may send them again"
+            );
+        }
     }
 
     /// Runs a workload controller for every kind served, as kinds come and go, until `shutdown`; then

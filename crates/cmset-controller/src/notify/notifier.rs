@@ -10,6 +10,7 @@
 //! have: a reconcile in between sends nothing twice.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -82,6 +83,10 @@ pub struct Notifier {
     deliveries: mpsc::Sender<Delivery>,
     writes: mpsc::UnboundedSender<SetId>,
     state: Mutex<State>,
+    /// Set at shutdown: nothing new is queued, what is under way finishes (see [`Notifier::drain`]).
+    closing: AtomicBool,
+    /// Writes of records queued or being made.
+    writes_outstanding: AtomicUsize,
 }
 
 /// What the notifier's tasks take from: handed to [`run`].
@@ -99,6 +104,8 @@ impl Notifier {
             deliveries: deliveries_tx,
             writes: writes_tx,
             state: Mutex::default(),
+            closing: AtomicBool::new(false),
+            writes_outstanding: AtomicUsize::new(0),
         };
         (notifier, Queues { deliveries, writes })
     }
@@ -110,6 +117,9 @@ impl Notifier {
     /// Takes in `set` as the store shows it: records new and gone subscriptions, and queues what to
     /// send. Cheap when nothing is configured or the set has no subscription and no record.
     pub fn observe(&self, ctx: &Context, set: SetRef<'_>) {
+        if self.closing.load(Ordering::SeqCst) {
+            return;
+        }
         let loaded = self.loaded.borrow().clone();
         let Some(config) = loaded.config.as_ref() else {
             return;
@@ -152,7 +162,7 @@ impl Notifier {
         }
         if changed {
             state.pending.insert(id.clone(), (Instant::now(), records));
-            let _ = self.writes.send(id.clone());
+            self.queue_write(id.clone());
         }
         for notification in send {
             let flight = (id.clone(), notification.key.clone());
@@ -208,7 +218,33 @@ impl Notifier {
         let current = state.records(&delivery.set, stored);
         let list = records::with_record(&current, record);
         state.pending.insert(delivery.set.clone(), (Instant::now(), list));
-        let _ = self.writes.send(delivery.set.clone());
+        self.queue_write(delivery.set.clone());
+    }
+
+    fn queue_write(&self, set: SetId) {
+        self.writes_outstanding.fetch_add(1, Ordering::SeqCst);
+        if self.writes.send(set).is_err() {
+            self.writes_outstanding.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// At shutdown: queues nothing more, and waits at most `within` for the deliveries under way and
+    /// their records, so that what was delivered is recorded before another replica leads (and does
+    /// not send it again). Whether everything finished.
+    pub async fn drain(&self, within: Duration) -> bool {
+        self.closing.store(true, Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let idle =
+                self.state().in_flight.is_empty() && self.writes_outstanding.load(Ordering::SeqCst) == 0;
+            if idle {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     fn to_write(&self, set: &SetId) -> Option<Vec<NotificationStatus>> {
@@ -333,50 +369,47 @@ async fn write_records(
     ctx: Arc<Context>,
 ) {
     while let Some(set) = writes.recv().await {
-        let Some(list) = notifier.to_write(&set) else {
-            continue;
-        };
-        let (kind, key) = &set;
-        let body = json!({
-            "apiVersion": "cmset.dev/v1alpha1",
-            "kind": kind.as_str(),
-            "status": { "notifications": list },
-        });
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        let result = match kind {
-            SetKind::ConfigMapSet => {
-                let api: Api<cmset_api::ConfigMapSet> = Api::namespaced(ctx.client.clone(), &key.namespace);
-                ctx.write(
-                    "write_notifications",
-                    api.patch_status(&key.name, &params, &Patch::Apply(&body)),
-                )
-                .await
-                .map(drop)
-            }
-            SetKind::SecretSet => {
-                let api: Api<cmset_api::SecretSet> = Api::namespaced(ctx.client.clone(), &key.namespace);
-                ctx.write(
-                    "write_notifications",
-                    api.patch_status(&key.name, &params, &Patch::Apply(&body)),
-                )
-                .await
-                .map(drop)
-            }
-        };
-        if let Err(e) = result {
-            // A set gone takes its records with it; anything else is written again in a moment (the
-            // list stays pending, so no reconcile meanwhile sends twice).
-            if matches!(&e, kube::Error::Api(s) if s.code == 404) {
-                notifier.forget(&set);
-            } else {
-                let (again, set) = (notifier.writes.clone(), set.clone());
-                tokio::spawn(async move {
-                    tokio::time::sleep(WRITE_RETRY).await;
-                    let _ = again.send(set);
-                });
-            }
-            warn!(set = %key.name, error = %crate::platform::redact::api_error(&e), "notification records not written");
+        write_one(&notifier, &set, &ctx).await;
+        notifier.writes_outstanding.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+async fn write_one(notifier: &Arc<Notifier>, set: &SetId, ctx: &Context) {
+    let Some(list) = notifier.to_write(set) else {
+        return;
+    };
+    let (kind, key) = set;
+    let body = json!({
+        "apiVersion": "cmset.dev/v1alpha1",
+        "kind": kind.as_str(),
+        "status": { "notifications": list },
+    });
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let patch = Patch::Apply(&body);
+    let result = match kind {
+        SetKind::ConfigMapSet => {
+            let api: Api<cmset_api::ConfigMapSet> = Api::namespaced(ctx.client.clone(), &key.namespace);
+            let request = api.patch_status(&key.name, &params, &patch);
+            ctx.write("write_notifications", request).await.map(drop)
         }
+        SetKind::SecretSet => {
+            let api: Api<cmset_api::SecretSet> = Api::namespaced(ctx.client.clone(), &key.namespace);
+            let request = api.patch_status(&key.name, &params, &patch);
+            ctx.write("write_notifications", request).await.map(drop)
+        }
+    };
+    let Err(e) = result else { return };
+    warn!(set = %key.name, error = %crate::platform::redact::api_error(&e), "notification records not written");
+    // A set gone takes its records with it; anything else is written again in a moment (the list
+    // stays pending, so no reconcile meanwhile sends twice).
+    if matches!(&e, kube::Error::Api(s) if s.code == 404) {
+        notifier.forget(set);
+    } else {
+        let (notifier, set) = (notifier.clone(), set.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(WRITE_RETRY).await;
+            notifier.queue_write(set);
+        });
     }
 }
 
@@ -442,6 +475,18 @@ mod tests {
         let stored = vec![record("on-rollout-failed", "edited")];
         assert_eq!(state.records(&set(), &stored), stored);
         assert!(state.pending.is_empty());
+    }
+
+    #[tokio::test]
+    async fn shutdown_waits_for_a_delivery_under_way_and_then_queues_nothing() {
+        let (_tx, loaded) = watch::channel(Arc::new(Loaded::default()));
+        let (notifier, _queues) = Notifier::new(loaded);
+        let flight = (set(), records::key_of(&record("on-rollout-failed", "")));
+        notifier.state().in_flight.insert(flight.clone());
+        assert!(!notifier.drain(Duration::from_millis(120)).await, "still under way");
+        assert!(notifier.closing.load(Ordering::SeqCst));
+        notifier.state().in_flight.remove(&flight);
+        assert!(notifier.drain(Duration::from_millis(120)).await);
     }
 
     #[test]
