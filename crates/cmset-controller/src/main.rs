@@ -204,23 +204,9 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             ),
         ))
     });
-    if let Some(elector) = &elector {
-        tokio::select! {
-            _ = elector.acquire() => {}
-            _ = shutdown.clone() => {
-                let _ = server.await;
-                if let Some(webhook) = webhook {
-                    let _ = webhook.await;
-                }
-                return stop_serving(Ok(()));
-            }
-        }
-    }
-    metrics.leader.set(1);
-
     let term = elector.clone().map(Term::of);
-    // The notification configuration is read once for every scope, by the leader alone (a replica
-    // that loses the lease exits).
+    // The notification configuration is read once for every scope, and by a standby too, so that a
+    // replica taking over lists nothing (its Events wait for its term as leader).
     let notifications = cli.notifications.then(|| {
         let reporting = cmset_controller::notify::config_watch::Reporting {
             client: client.clone(),
@@ -239,6 +225,20 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         tokio::spawn(watch);
         loaded
     });
+    if let Some(elector) = &elector {
+        tokio::select! {
+            _ = elector.acquire() => {}
+            _ = shutdown.clone() => {
+                let _ = server.await;
+                if let Some(webhook) = webhook {
+                    let _ = webhook.await;
+                }
+                return stop_serving(Ok(()));
+            }
+        }
+    }
+    metrics.leader.set(1);
+
     let settings = Settings {
         concurrency: cli.concurrency.max(1),
         workload_concurrency: cli.workload_concurrency.max(1),
