@@ -41,6 +41,26 @@ fn env_path(key: &str) -> Option<PathBuf> {
     std::env::var_os(key).map(PathBuf::from)
 }
 
+/// `kubectl-cmset`: `CMSET_PLUGIN_BIN`, else the one built beside the running test, else the
+/// workspace's (`cargo build -p kubectl-cmset` first).
+pub fn plugin_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("CMSET_PLUGIN_BIN") {
+        return PathBuf::from(bin);
+    }
+    // A test runs from <target>/debug/deps/; the plugin is built into <target>/debug/.
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.join("kubectl-cmset")));
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/kubectl-cmset");
+    let bin = beside.filter(|b| b.exists()).unwrap_or(workspace);
+    assert!(
+        bin.exists(),
+        "{} does not exist: run `cargo build -p kubectl-cmset` first, or set CMSET_PLUGIN_BIN",
+        bin.display()
+    );
+    bin
+}
+
 /// The kubeconfig an operator runs with: `CMSET_OPERATOR_KUBECONFIG`, else `KUBECONFIG`.
 pub fn operator_kubeconfig() -> PathBuf {
     env_path("CMSET_OPERATOR_KUBECONFIG")

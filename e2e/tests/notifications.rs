@@ -13,9 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cmset_e2e::cmset_api::{ConfigMapSet, NotificationResult, RolloutPhase, WorkloadState};
+use cmset_e2e::fixtures::wave_deployment_yaml;
 use cmset_e2e::k8s_openapi::api::core::v1::Node;
 use cmset_e2e::kube::Api;
-use cmset_e2e::{Operator, TestNamespace, eventually_within, kustomize_name, stays};
+use cmset_e2e::{Operator, TestNamespace, eventually_within, kustomize_name, plugin_bin, stays};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response};
@@ -111,19 +112,6 @@ impl Receiver {
     }
 }
 
-/// `kubectl-cmset`, built beside this test (or `CMSET_PLUGIN_BIN`).
-fn plugin_bin() -> std::path::PathBuf {
-    if let Some(bin) = std::env::var_os("CMSET_PLUGIN_BIN") {
-        return bin.into();
-    }
-    let beside = std::env::current_exe()
-        .ok()
-        .and_then(|exe| Some(exe.parent()?.parent()?.join("kubectl-cmset")));
-    let workspace =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/kubectl-cmset");
-    beside.filter(|b| b.exists()).unwrap_or(workspace)
-}
-
 fn configuration(port: u16) -> String {
     format!(
         r#"
@@ -184,33 +172,6 @@ spec:
     )
 }
 
-fn deployment_yaml() -> String {
-    format!(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {WORKLOAD}
-  labels:
-    cmset.dev/enabled: "true"
-spec:
-  replicas: 1
-  progressDeadlineSeconds: 3600
-  selector:
-    matchLabels: {{app: {WORKLOAD}}}
-  template:
-    metadata:
-      labels: {{app: {WORKLOAD}}}
-    spec:
-      containers:
-        - name: app
-          image: registry.k8s.io/pause:3.9
-          envFrom:
-            - configMapRef: {{name: {SET}}}
-"#
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_rollout_is_told_once_to_each_service_and_a_restart_tells_it_again_to_none() {
     let ns = TestNamespace::new("notify").await;
@@ -229,7 +190,7 @@ async fn a_failed_rollout_is_told_once_to_each_service_and_a_restart_tells_it_ag
     let good_data = [("APP_VERSION", "1")];
     let good = kustomize_name(SET, &good_data);
     ns.apply(&set_yaml(&good_data));
-    ns.apply(&deployment_yaml());
+    ns.apply(&wave_deployment_yaml(WORKLOAD, 0, SET));
     let sets: Api<ConfigMapSet> = ns.api();
     // Every subscription is recorded before anything happens to it.
     eventually_within(
@@ -352,9 +313,9 @@ async fn a_failed_rollout_is_told_once_to_each_service_and_a_restart_tells_it_ag
 }
 
 /// A ConfigMapSet `name` with content `data`, subscribed to `on-rollout-completed` through `service`,
-/// read by one opted-in Deployment of the same name.
+/// and one opted-in Deployment of the same name that reads it.
 fn completed_set_yaml(name: &str, service: &str, data: &str) -> String {
-    format!(
+    let set = format!(
         r#"
 apiVersion: cmset.dev/v1alpha1
 kind: ConfigMapSet
@@ -366,28 +327,9 @@ spec:
   template:
     data:
       APP_VERSION: "{data}"
----
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {name}
-  labels:
-    cmset.dev/enabled: "true"
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {{app: {name}}}
-  template:
-    metadata:
-      labels: {{app: {name}}}
-    spec:
-      containers:
-        - name: app
-          image: registry.k8s.io/pause:3.9
-          envFrom:
-            - configMapRef: {{name: {name}}}
 "#
-    )
+    );
+    format!("{set}---{}", wave_deployment_yaml(name, 0, name))
 }
 
 fn templates_yaml(port: u16, stuck_port: u16, greeting: &str) -> String {

@@ -19,7 +19,7 @@ use cmset_e2e::fixtures::{DeploymentYaml, Reads, Template, rollout_status, set_y
 use cmset_e2e::kinds::install_crd;
 use cmset_e2e::kube::config::{KubeConfigOptions, Kubeconfig};
 use cmset_e2e::kube::{Client, Config, ResourceExt};
-use cmset_e2e::{Operator, TestNamespace, eventually};
+use cmset_e2e::{Operator, TestNamespace, eventually, plugin_bin};
 use http_body_util::BodyExt;
 use serde_json::Value;
 
@@ -49,24 +49,6 @@ fn deployment_yaml(name: &str, opted_in: bool) -> String {
     DeploymentYaml::new(name, &[Reads::EnvFromOptional(SET)])
         .opted_in(opted_in)
         .yaml()
-}
-
-fn plugin_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("CMSET_PLUGIN_BIN") {
-        return PathBuf::from(bin);
-    }
-    // This test runs from <target>/debug/deps/; the plugin is built into <target>/debug/.
-    let beside = std::env::current_exe()
-        .ok()
-        .and_then(|exe| Some(exe.parent()?.parent()?.join("kubectl-cmset")));
-    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/kubectl-cmset");
-    let bin = beside.filter(|b| b.exists()).unwrap_or(workspace);
-    assert!(
-        bin.exists(),
-        "{} does not exist: run `cargo build -p kubectl-cmset` first, or set CMSET_PLUGIN_BIN",
-        bin.display()
-    );
-    bin
 }
 
 /// One run of the plugin.

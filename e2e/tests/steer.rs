@@ -7,32 +7,18 @@
 //! wave 1. The plugin binary is `target/debug/kubectl-cmset` (or `CMSET_PLUGIN_BIN`).
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use cmset_e2e::cmset_api::{ConfigMapSet, ConfigMapSetStatus, RolloutPhase, RolloutStatus};
 use cmset_e2e::fixtures::{template_names, wave_deployment_yaml};
-use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name, stays};
+use cmset_e2e::{Operator, TestNamespace, eventually, kustomize_name, plugin_bin, stays};
 
 const SET: &str = "app-config";
 const FIRST: &str = "first";
 const SECOND: &str = "second";
 /// How long "nothing moves" is watched for.
 const STILL: Duration = Duration::from_secs(5);
-
-fn plugin_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("CMSET_PLUGIN_BIN") {
-        return PathBuf::from(bin);
-    }
-    let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/kubectl-cmset");
-    assert!(
-        bin.exists(),
-        "{} does not exist: run `cargo build -p kubectl-cmset`",
-        bin.display()
-    );
-    bin
-}
 
 /// `kubectl cmset -n <ns> <args>`, which must succeed; its standard output.
 fn cmset(ns: &TestNamespace, args: &[&str]) -> String {

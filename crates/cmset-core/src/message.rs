@@ -6,6 +6,15 @@ const MORE_ROOM: usize = 32;
 
 const ELLIPSIS: &str = "…";
 
+/// A timeout as people write it: `10s`, or `250ms` when it is not whole seconds.
+pub fn duration(duration: std::time::Duration) -> String {
+    if duration.subsec_millis() == 0 {
+        format!("{}s", duration.as_secs())
+    } else {
+        format!("{}ms", duration.as_millis())
+    }
+}
+
 /// `clauses` joined with `; `, in order, in at most `max_len` bytes: as many as fit, then
 /// `; and N more`. The first clause is always shown, cut short with `…` if it alone is too long.
 /// `max_len` must leave room for the count (more than 32 bytes).
@@ -51,6 +60,19 @@ fn truncate(s: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        use std::time::Duration;
+        for (d, want) in [
+            (Duration::from_secs(10), "10s"),
+            (Duration::from_millis(250), "250ms"),
+            (Duration::from_millis(1500), "1500ms"),
+            (Duration::ZERO, "0s"),
+        ] {
+            assert_eq!(duration(d), want);
+        }
+    }
 
     #[test]
     fn truncate_respects_character_boundaries() {

@@ -483,7 +483,10 @@ mod tests {
         let (notifier, _queues) = Notifier::new(loaded);
         let flight = (set(), records::key_of(&record("on-rollout-failed", "")));
         notifier.state().in_flight.insert(flight.clone());
-        assert!(!notifier.drain(Duration::from_millis(120)).await, "still under way");
+        assert!(
+            !notifier.drain(Duration::from_millis(120)).await,
+            "still under way"
+        );
         assert!(notifier.closing.load(Ordering::SeqCst));
         notifier.state().in_flight.remove(&flight);
         assert!(notifier.drain(Duration::from_millis(120)).await);

@@ -335,7 +335,7 @@ impl Prepared {
     /// of error is told in our words, with the OS's, hyper's or rustls's fixed description of the cause.
     fn describe(&self, error: &reqwest::Error, timeout: Duration) -> String {
         if error.is_timeout() {
-            return format!("no answer within {}", humanize(timeout));
+            return format!("no answer within {}", cmset_core::message::duration(timeout));
         }
         let what = match (error.is_connect(), self.via_proxy) {
             (true, true) => "could not connect through the proxy",
@@ -402,14 +402,6 @@ fn network_kind(kind: io::ErrorKind) -> bool {
             | NetworkUnreachable
             | NetworkDown
     )
-}
-
-fn humanize(duration: Duration) -> String {
-    if duration.subsec_millis() == 0 {
-        format!("{}s", duration.as_secs())
-    } else {
-        format!("{}ms", duration.as_millis())
-    }
 }
 
 #[cfg(test)]

@@ -129,7 +129,10 @@ impl Prometheus {
     pub async fn query(&self, promql: &str) -> QueryOutcome {
         match tokio::time::timeout(self.timeout, self.ask(promql)).await {
             Ok(outcome) => outcome,
-            Err(_) => QueryOutcome::Error(format!("no answer within {}", humanize(self.timeout))),
+            Err(_) => QueryOutcome::Error(format!(
+                "no answer within {}",
+                cmset_core::message::duration(self.timeout)
+            )),
         }
     }
 
@@ -276,14 +279,6 @@ fn describe(error: &(dyn std::error::Error + 'static)) -> String {
         next = e.source();
     }
     cmset_core::message::join_capped(&[parts.join(": ")], MAX_MESSAGE_LEN)
-}
-
-fn humanize(duration: Duration) -> String {
-    if duration.subsec_millis() == 0 {
-        format!("{}s", duration.as_secs())
-    } else {
-        format!("{}ms", duration.as_millis())
-    }
 }
 
 #[cfg(test)]
