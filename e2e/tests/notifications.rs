@@ -435,3 +435,127 @@ async fn an_edited_template_is_the_next_message_and_a_silent_receiver_holds_up_n
         .collect();
     assert_eq!(texts, [format!("first web on {web_1}"), first, second]);
 }
+
+/// A set rolled out in two waves (`first` in wave 0, `second` in wave 1), subscribed through `hook` to
+/// the rollout's start, each later wave, and its completion.
+fn waves_set_yaml(version: &str) -> String {
+    format!(
+        r#"
+apiVersion: cmset.dev/v1alpha1
+kind: ConfigMapSet
+metadata:
+  name: {SET}
+  annotations:
+    notifications.cmset.dev/subscribe.on-rollout-started.hook: ""
+    notifications.cmset.dev/subscribe.on-wave-started.hook: ""
+    notifications.cmset.dev/subscribe.on-rollout-completed.hook: ""
+spec:
+  rollout:
+    stabilizationSeconds: 8
+  template:
+    data:
+      APP_VERSION: "{version}"
+"#
+    )
+}
+
+async fn leading(op: &Operator, what: &str) {
+    eventually_within(WAIT, what, || async {
+        (op.metric("cmset_leader") == 1.0).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_change_in_the_middle_of_a_rollout_tells_each_event_once() {
+    let ns = TestNamespace::new("notifyleader").await;
+    let receiver = Receiver::default();
+    let port = receiver.clone().start().await;
+    ns.apply(&format!(
+        r#"
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: cmset-notifications
+data:
+  service.webhook.hook: |
+    url: http://127.0.0.1:{port}/hook
+"#
+    ));
+    let notifications_namespace = format!("--notifications-namespace={}", ns.name);
+    let args = |replica: &str| {
+        let mut args = ns.pair_replica_args(replica);
+        args.push(notifications_namespace.clone());
+        args
+    };
+    let a_args = args("a");
+    let mut a =
+        Operator::start_without_webhook(&ns.name, &a_args.iter().map(String::as_str).collect::<Vec<_>>())
+            .await;
+    leading(&a, "replica a to lead").await;
+    let b_args = args("b");
+    let b = Operator::start_without_webhook(&ns.name, &b_args.iter().map(String::as_str).collect::<Vec<_>>())
+        .await;
+    ns.apply(&waves_set_yaml("1"));
+    ns.apply(&wave_deployment_yaml("first", 0, SET));
+    ns.apply(&wave_deployment_yaml("second", 1, SET));
+    let sets: Api<ConfigMapSet> = ns.api();
+    eventually_within(WAIT, "the first revision rolled out", || async {
+        let status = sets.get(SET).await.ok()?.status?;
+        let done = status
+            .rollout
+            .as_ref()
+            .is_some_and(|r| r.phase == RolloutPhase::Complete);
+        (done && status.workloads.len() == 2).then_some(())
+    })
+    .await;
+
+    // The change starts a rollout; once its start is told and recorded, the leader dies.
+    ns.apply(&waves_set_yaml("2"));
+    let v2 = kustomize_name(SET, &[("APP_VERSION", "2")]);
+    eventually_within(WAIT, "the rollout's start told and recorded", || async {
+        let status = sets.get(SET).await.ok()?.status?;
+        let records = status.notifications?;
+        records
+            .iter()
+            .any(|r| {
+                r.trigger == "on-rollout-started"
+                    && r.once.starts_with(&v2)
+                    && r.result == NotificationResult::Delivered
+            })
+            .then_some(())
+    })
+    .await;
+    a.kill().await;
+    leading(&b, "replica b to take over").await;
+    eventually_within(WAIT, "the rollout to complete under the new leader", || async {
+        let status = sets.get(SET).await.ok()?.status?;
+        let rollout = status.rollout?;
+        (rollout.revision == v2 && rollout.phase == RolloutPhase::Complete).then_some(())
+    })
+    .await;
+    let told = |trigger: &str| {
+        receiver
+            .heard()
+            .iter()
+            .filter(|h| {
+                h.path == "/hook"
+                    && h.body["context"]["trigger"] == trigger
+                    && h.body["context"]["revision"] == v2.as_str()
+            })
+            .count()
+    };
+    eventually_within(WAIT, "the completion told", || async {
+        (told("on-rollout-completed") >= 1).then_some(())
+    })
+    .await;
+    stays("nothing told twice", Duration::from_secs(5), || async {
+        (
+            told("on-rollout-started"),
+            told("on-wave-started"),
+            told("on-rollout-completed"),
+        ) == (1, 1, 1)
+    })
+    .await;
+    ns.drop_pair_lease().await;
+}
