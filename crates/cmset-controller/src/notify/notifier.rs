@@ -492,6 +492,107 @@ mod tests {
         assert!(notifier.drain(Duration::from_millis(120)).await);
     }
 
+    fn context(metrics: Arc<crate::platform::metrics::Metrics>) -> Context {
+        use std::sync::RwLock;
+        let (service, _handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let stores = crate::engine::stores::Stores {
+            sets: kube::runtime::reflector::store::<cmset_api::ConfigMapSet>().0,
+            secret_sets: None,
+            workloads: Arc::new(RwLock::new(HashMap::new())),
+            templates: None,
+        };
+        Context::new(
+            kube::Client::new(service, "team"),
+            Arc::new(crate::engine::index::Index::new(None)),
+            stores,
+            metrics,
+            crate::engine::context::system_clock(),
+            None,
+        )
+    }
+
+    /// A failed set `name` subscribed to `on-rollout-failed` through the webhook `hook`, whose record
+    /// heard nothing yet.
+    fn failing_set(name: &str) -> cmset_api::ConfigMapSet {
+        let mut set = cmset_api::ConfigMapSet::new(name, Default::default());
+        set.metadata.namespace = Some("shop".into());
+        set.metadata.annotations = Some(
+            [(
+                "notifications.cmset.dev/subscribe.on-rollout-failed.hook".to_string(),
+                String::new(),
+            )]
+            .into(),
+        );
+        set.status = Some(cmset_api::ConfigMapSetStatus {
+            rollout: Some(cmset_api::RolloutStatus {
+                revision: format!("{name}-2"),
+                phase: cmset_api::RolloutPhase::Failed,
+                ..Default::default()
+            }),
+            notifications: Some(vec![NotificationStatus {
+                result: NotificationResult::Subscribed,
+                ..record("on-rollout-failed", "")
+            }]),
+            ..Default::default()
+        });
+        set
+    }
+
+    #[tokio::test]
+    async fn a_flood_fills_the_queue_counts_the_overflow_and_never_waits() {
+        let metrics = Arc::new(crate::platform::metrics::Metrics::default());
+        let ctx = context(metrics.clone());
+        let data = [(
+            "service.webhook.hook".to_string(),
+            "url: http://127.0.0.1:9/hook".to_string(),
+        )]
+        .into();
+        let (config, problems) = cmset_core::notify::config::parse(&data, &Default::default());
+        assert!(problems.is_empty(), "{problems:?}");
+        let loaded = Loaded {
+            config: Some(config),
+            problems,
+        };
+        let (_tx, rx) = watch::channel(Arc::new(loaded));
+        // No task takes from the queue: every delivery waits there.
+        let (notifier, _queues) = Notifier::new(rx);
+        let started = Instant::now();
+        for i in 0..QUEUE + 100 {
+            notifier.observe(&ctx, SetRef::ConfigMap(&failing_set(&format!("set-{i}"))));
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "observing never waits for the queue"
+        );
+        let dropped = metrics
+            .notifications
+            .get_or_create(&NotificationLabels {
+                service: "hook".into(),
+                trigger: "on-rollout-failed".into(),
+                result: "dropped",
+            })
+            .get();
+        assert_eq!(dropped, 100);
+        assert_eq!(notifier.state().in_flight.len(), QUEUE);
+        // Seen again, a set queued already is not queued twice, and one dropped is tried again.
+        notifier.observe(&ctx, SetRef::ConfigMap(&failing_set("set-0")));
+        notifier.observe(
+            &ctx,
+            SetRef::ConfigMap(&failing_set(&format!("set-{}", QUEUE + 1))),
+        );
+        assert_eq!(notifier.state().in_flight.len(), QUEUE);
+        let dropped_again = metrics
+            .notifications
+            .get_or_create(&NotificationLabels {
+                service: "hook".into(),
+                trigger: "on-rollout-failed".into(),
+                result: "dropped",
+            })
+            .get();
+        assert_eq!(dropped_again, 101);
+    }
+
     #[test]
     fn without_a_list_written_the_stores_is_the_sets() {
         let mut state = State::default();
