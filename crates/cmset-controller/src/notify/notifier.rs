@@ -18,7 +18,7 @@ use cmset_api::{NotificationResult, NotificationStatus};
 use cmset_core::notify::records::{self, Composed};
 use cmset_core::notify::request::{self, HttpRequest};
 use cmset_core::notify::triggers::SubscriptionKey;
-use cmset_core::notify::{SetView, config::Service, subscriptions};
+use cmset_core::notify::{Problem, SetView, config::Service, subscriptions};
 use cmset_core::set::{SetKind, SetRef};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, Patch, PatchParams};
@@ -61,9 +61,44 @@ struct State {
     in_flight: HashSet<(SetId, SubscriptionKey)>,
     /// Lists written (or to write) that the store does not show yet.
     pending: HashMap<SetId, (Instant, Vec<NotificationStatus>)>,
+    /// What is wrong with each set's subscriptions, as last reported: told once, not at every reconcile.
+    reported: HashMap<SetId, Vec<Problem>>,
 }
 
 impl State {
+    /// Logs `problems` and names them in a Warning Event on the set, when they differ from those last
+    /// reported for it.
+    fn report(&mut self, ctx: &Context, set: SetRef<'_>, id: &SetId, mut problems: Vec<Problem>) {
+        problems.sort();
+        problems.dedup();
+        let before = self.reported.get(id).map_or(&[][..], Vec::as_slice);
+        if before == problems.as_slice() {
+            return;
+        }
+        for problem in &problems {
+            warn!(set = %set.name(), key = %problem.key, problem = %problem.message, "notification subscription not taken as written");
+        }
+        if problems.is_empty() {
+            self.reported.remove(id);
+            return;
+        }
+        let note = problems.iter().map(ToString::to_string).collect::<Vec<_>>();
+        ctx.publish_soon(
+            Event {
+                type_: EventType::Warning,
+                reason: "InvalidNotificationSubscription".into(),
+                note: Some(cmset_core::message::join_capped(
+                    &note,
+                    cmset_core::plan::EVENT_MESSAGE_MAX_LEN,
+                )),
+                action: "Notify".into(),
+                secondary: None,
+            },
+            reference(set),
+        );
+        self.reported.insert(id.clone(), problems);
+    }
+
     /// The set's records: the pending list while the store has not caught up with it, else the
     /// store's (and the pending list goes).
     fn records(&mut self, set: &SetId, stored: &[NotificationStatus]) -> Vec<NotificationStatus> {
@@ -137,11 +172,10 @@ impl Notifier {
         let id: SetId = (set.kind(), Key::new(set.namespace(), set.name()));
         let mut state = self.state();
         if subs.is_empty() && stored.is_empty() && !state.pending.contains_key(&id) {
+            state.report(ctx, set, &id, problems);
             return;
         }
-        for problem in &problems {
-            debug!(set = %set.name(), annotation = %problem.key, problem = %problem.message, "subscription refused");
-        }
+        let annotation_problems = problems;
         let current = state.records(&id, stored);
         let view = SetView {
             kind: set.kind(),
@@ -157,9 +191,9 @@ impl Notifier {
             send,
             problems,
         } = records::compose(config, &view, &subs, &current, &(ctx.clock)());
-        for problem in &problems {
-            warn!(set = %set.name(), key = %problem.key, problem = %problem.message, "notification not sent as configured");
-        }
+        let mut problems = problems;
+        problems.extend(annotation_problems);
+        state.report(ctx, set, &id, problems);
         if changed {
             state.pending.insert(id.clone(), (Instant::now(), records));
             self.queue_write(id.clone());
@@ -206,7 +240,9 @@ impl Notifier {
 
     /// Forgets a deleted set.
     pub fn forget(&self, set: &SetId) {
-        self.state().pending.remove(set);
+        let mut state = self.state();
+        state.pending.remove(set);
+        state.reported.remove(set);
     }
 
     /// Records how a delivery ended, and queues the write.
@@ -591,6 +627,60 @@ mod tests {
             })
             .get();
         assert_eq!(dropped_again, 101);
+    }
+
+    #[tokio::test]
+    async fn a_bad_subscription_is_reported_once_not_at_every_reconcile() {
+        let metrics = Arc::new(crate::platform::metrics::Metrics::default());
+        let ctx = context(metrics.clone());
+        let data = [("service.slack".to_string(), "token: xoxb-1".to_string())].into();
+        let (config, _) = cmset_core::notify::config::parse(&data, &Default::default());
+        let (_tx, rx) = watch::channel(Arc::new(Loaded {
+            config: Some(config),
+            problems: vec![],
+        }));
+        let (notifier, _queues) = Notifier::new(rx);
+        let mut set = cmset_api::ConfigMapSet::new("web", Default::default());
+        set.metadata.namespace = Some("shop".into());
+        // A set may not name a URL of its own.
+        set.metadata.annotations = Some(
+            [(
+                "notifications.cmset.dev/subscribe.on-rollout-failed.slack".to_string(),
+                "https://hooks.example.invalid/T0/B0/secret".to_string(),
+            )]
+            .into(),
+        );
+        for _ in 0..3 {
+            notifier.observe(&ctx, SetRef::ConfigMap(&set));
+        }
+        let reported = notifier
+            .state()
+            .reported
+            .get(&set_id("web"))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(reported.len(), 1, "{reported:?}");
+        assert!(
+            !format!("{reported:?}").contains("secret"),
+            "the refused recipient is not quoted"
+        );
+        // One Event, sent off the reconcile path.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let events = metrics
+            .writes
+            .get_or_create(&crate::platform::metrics::WriteLabel {
+                operation: "publish_event",
+            })
+            .get();
+        assert_eq!(events, 1);
+        // Fixed: forgotten, and a later problem is told again.
+        set.metadata.annotations = None;
+        notifier.observe(&ctx, SetRef::ConfigMap(&set));
+        assert!(!notifier.state().reported.contains_key(&set_id("web")));
+    }
+
+    fn set_id(name: &str) -> SetId {
+        (SetKind::ConfigMapSet, Key::new("shop", name))
     }
 
     #[test]
