@@ -1,11 +1,13 @@
 //! The cmset operator's I/O layer: it observes the cluster through label-selected watches, asks
 //! `cmset-core` what to do, and carries out exactly those writes.
 //!
-//! Four rooms, by role:
+//! Five rooms, by role:
 //! - [`engine`]: what the cluster looks like to cmset: the watches, the index they keep current, the
 //!   stores the controllers are keyed by, and the views the core plans from.
 //! - [`reconcile`]: the set and workload controllers, and what they decide with: analysis, the
 //!   rollout budget, Prometheus.
+//! - [`notify`]: notifications about rollouts: the configuration, the queue, the sending and the
+//!   records of what was delivered.
 //! - [`serving`]: what answers over HTTP: admission webhooks, their certificates, metrics and probes,
 //!   and the drain on shutdown.
 //! - [`platform`]: what any operator needs: flags, leader election, backoff, errors, redaction,
