@@ -601,15 +601,17 @@ mod tests {
             started.elapsed() < Duration::from_secs(5),
             "observing never waits for the queue"
         );
-        let dropped = metrics
-            .notifications
-            .get_or_create(&NotificationLabels {
-                service: "hook".into(),
-                trigger: "on-rollout-failed".into(),
-                result: "dropped",
-            })
-            .get();
-        assert_eq!(dropped, 100);
+        let dropped = || {
+            metrics
+                .notifications
+                .get_or_create(&NotificationLabels {
+                    service: "hook".into(),
+                    trigger: "on-rollout-failed".into(),
+                    result: "dropped",
+                })
+                .get()
+        };
+        assert_eq!(dropped(), 100);
         assert_eq!(notifier.state().in_flight.len(), QUEUE);
         // Seen again, a set queued already is not queued twice, and one dropped is tried again.
         notifier.observe(&ctx, SetRef::ConfigMap(&failing_set("set-0")));
@@ -618,15 +620,7 @@ mod tests {
             SetRef::ConfigMap(&failing_set(&format!("set-{}", QUEUE + 1))),
         );
         assert_eq!(notifier.state().in_flight.len(), QUEUE);
-        let dropped_again = metrics
-            .notifications
-            .get_or_create(&NotificationLabels {
-                service: "hook".into(),
-                trigger: "on-rollout-failed".into(),
-                result: "dropped",
-            })
-            .get();
-        assert_eq!(dropped_again, 101);
+        assert_eq!(dropped(), 101);
     }
 
     #[tokio::test]
