@@ -37,6 +37,12 @@ pub const PAUSED: &str = "cmset.dev/paused";
 /// that rollout after which the next wave may open (see `cmset_core::set::Promoted`). `kubectl cmset
 /// promote` writes it.
 pub const PROMOTED: &str = "cmset.dev/promoted";
+/// On a set: `<revision>@<startedAt>`, a rollout the change windows may not hold (`kubectl cmset
+/// promote --override-window`). It names one rollout, so it lets nothing else through.
+pub const WINDOW_OVERRIDE: &str = "cmset.dev/window-override";
+/// Beside [`WINDOW_OVERRIDE`]: who asked for it and when, `<user> <RFC 3339 time>`, for people and the
+/// set's Event.
+pub const WINDOW_OVERRIDE_BY: &str = "cmset.dev/window-override-by";
 /// Label on a workload cmset moved to a new revision while a cluster-wide rollout budget is set: the
 /// generation the move gave it, as a decimal string. The workload holds a budget slot while it rolls out
 /// at that generation; the controller removes the mark once it is healthy there. A workload cmset never

@@ -19,12 +19,14 @@ use serde::{Deserialize, Serialize};
 pub mod analysis;
 pub mod labels;
 pub mod secret_set;
+pub mod windows;
 
 pub use analysis::{
     AnalysisArg, AnalysisArgType, AnalysisRef, AnalysisRunStatus, AnalysisTemplate, AnalysisTemplateSpec,
     AnalysisVerdict,
 };
 pub use secret_set::{SecretSet, SecretSetSpec, SecretSetStatus, SecretTemplate};
+pub use windows::{ChangeWindow, ChangeWindowSpec, RolloutWindow, WindowKind};
 
 /// API group of every cmset resource.
 pub const GROUP: &str = "cmset.dev";
@@ -142,6 +144,35 @@ pub struct RolloutSpec {
     /// the wave until the progress deadline fails it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub analysis: Vec<AnalysisRef>,
+
+    /// When workloads may move: moving a workload to a new revision and opening a
+    /// wave happen only while the windows allow, and a rollout held by them waits where it stands
+    /// (phase `Waiting`) with its clocks stopped. Rollbacks, new workloads and revisions are never
+    /// held. They add to the cluster's `ChangeWindow`s, so they can only narrow them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = windows::MAX_WINDOWS))]
+    pub windows: Vec<RolloutWindow>,
+
+    /// `Waves` (the default): the rollout goes wave by wave, held by pauses, promotions, windows and
+    /// the cluster's rollout budget. `Immediate`: every new revision reaches every reader at once and
+    /// nothing holds it, and no rollback (cmset's own, or a manual one) leaves a reader on an older
+    /// revision: for credentials a secret manager rotates and soon revokes.
+    #[serde(default, skip_serializing_if = "Strategy::is_waves")]
+    pub strategy: Strategy,
+}
+
+/// How a new revision reaches the readers.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Strategy {
+    #[default]
+    Waves,
+    Immediate,
+}
+
+impl Strategy {
+    pub fn is_waves(&self) -> bool {
+        *self == Self::Waves
+    }
 }
 
 /// Whether the next wave opens by itself or when someone promotes the rollout.
@@ -171,6 +202,8 @@ impl Default for RolloutSpec {
             paused: false,
             promotion: Promotion::Auto,
             analysis: Vec::new(),
+            windows: Vec::new(),
+            strategy: Strategy::Waves,
         }
     }
 }
@@ -331,8 +364,8 @@ pub struct RolloutStatus {
     /// The revision being rolled out (the current one).
     pub revision: String,
     /// `Progressing`, `Paused` (held: `spec.rollout.paused` or `kubectl cmset pause`),
-    /// `AwaitingPromotion` (a wave is done; the next waits for `kubectl cmset promote`), `Complete` or
-    /// `Failed`.
+    /// `AwaitingPromotion` (a wave is done; the next waits for `kubectl cmset promote`), `Waiting` (held
+    /// by a change window: see `reason` and `nextWindow`), `Complete` or `Failed`.
     pub phase: RolloutPhase,
     /// The wave in progress: workloads of this wave and lower ones may run the revision, higher waves
     /// wait. When the rollout failed, the wave it failed in.
@@ -356,6 +389,14 @@ pub struct RolloutStatus {
     /// analysis interval runs out: the rollout's clocks stand still at this instant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_since: Option<Time>,
+    /// While `Waiting`: `OutsideWindow` (Allow windows apply and none is open) or the name of the open
+    /// Deny window that holds it (`DenyWindow` when it has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// While `Waiting`: when the windows next let moves happen. Absent when no window opens within
+    /// the years cmset looks ahead (a schedule that never fires).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_window: Option<Time>,
     /// A promotion (`cmset.dev/promoted` naming no rollout) that was on the set when this rollout
     /// began: it was given to an earlier rollout of the same revision and does not promote this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -374,6 +415,7 @@ pub enum RolloutPhase {
     Progressing,
     Paused,
     AwaitingPromotion,
+    Waiting,
     Complete,
     Failed,
 }
@@ -384,14 +426,23 @@ impl RolloutPhase {
             Self::Progressing => "Progressing",
             Self::Paused => "Paused",
             Self::AwaitingPromotion => "AwaitingPromotion",
+            Self::Waiting => "Waiting",
             Self::Complete => "Complete",
             Self::Failed => "Failed",
         }
     }
 
-    /// Still under way: progressing, or held by a person (paused, awaiting promotion).
+    /// Still under way: progressing, held by a person (paused, awaiting promotion) or by a window.
     pub fn is_under_way(self) -> bool {
-        matches!(self, Self::Progressing | Self::Paused | Self::AwaitingPromotion)
+        matches!(
+            self,
+            Self::Progressing | Self::Paused | Self::AwaitingPromotion | Self::Waiting
+        )
+    }
+
+    /// Held: nothing moves and no clock of the rollout runs.
+    pub fn is_held(self) -> bool {
+        matches!(self, Self::Paused | Self::AwaitingPromotion | Self::Waiting)
     }
 }
 
@@ -489,6 +540,7 @@ pub fn crd_yamls() -> Vec<(&'static str, String)> {
         (ConfigMapSet::crd_name(), crd_yaml()),
         (SecretSet::crd_name(), to_yaml(&secret_set::crd())),
         (AnalysisTemplate::crd_name(), to_yaml(&AnalysisTemplate::crd())),
+        (ChangeWindow::crd_name(), to_yaml(&ChangeWindow::crd())),
     ]
 }
 

@@ -220,6 +220,8 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
             started_at: Some(whole_second_after(now)),
             message: None,
             held_since: None,
+            reason: None,
+            next_window: None,
             stale_promotion: input
                 .promoted
                 .filter(|p| p.rollout.is_none() && p.revision == input.current)
@@ -783,6 +785,10 @@ fn decide_entry(
                     rollout.wave
                 )),
                 (Some(_), RolloutPhase::AwaitingPromotion) => None,
+                (Some(_), RolloutPhase::Waiting) => Some(format!(
+                    "held by a change window: {}",
+                    rollout.message.as_deref().unwrap_or("outside the windows")
+                )),
             };
             match held {
                 Some(message) => {

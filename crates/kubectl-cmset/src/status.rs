@@ -184,6 +184,7 @@ pub enum Phase {
     Progressing,
     Paused,
     AwaitingPromotion,
+    Waiting,
     Complete,
     Failed,
 }
@@ -194,6 +195,7 @@ impl Phase {
             RolloutPhase::Progressing => Self::Progressing,
             RolloutPhase::Paused => Self::Paused,
             RolloutPhase::AwaitingPromotion => Self::AwaitingPromotion,
+            RolloutPhase::Waiting => Self::Waiting,
             RolloutPhase::Complete => Self::Complete,
             RolloutPhase::Failed => Self::Failed,
         }
@@ -1061,6 +1063,12 @@ fn rollout_lines(r: &RolloutReport) -> Vec<(String, Option<Role>)> {
                     None,
                 ));
             }
+        }
+        Phase::Waiting => {
+            lines.push((
+                format!("{revision}: wave {} held by a change window", r.wave),
+                Some(Role::Attention),
+            ));
         }
         Phase::Paused | Phase::AwaitingPromotion => {
             let (what, how) = if r.phase == Phase::Paused {
