@@ -27,3 +27,4 @@ pub mod set;
 pub mod slim;
 pub mod validate;
 pub mod waves;
+pub mod windows;

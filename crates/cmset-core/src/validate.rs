@@ -49,7 +49,7 @@ pub struct Problem {
 }
 
 impl Problem {
-    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             field: field.into(),
             message: message.into(),
@@ -289,7 +289,7 @@ fn check_config_map_key(field: &str, key: &str, problems: &mut Vec<Problem>) {
 
 /// A label or annotation key: a name, optionally preceded by a DNS subdomain and `/`, as Kubernetes'
 /// `IsQualifiedName` checks it.
-fn check_qualified_name(field: &str, key: &str, problems: &mut Vec<Problem>) {
+pub(crate) fn check_qualified_name(field: &str, key: &str, problems: &mut Vec<Problem>) {
     let (prefix, name) = match key.split_once('/') {
         Some((_, rest)) if rest.contains('/') => {
             problems.push(Problem::new(
@@ -372,7 +372,7 @@ fn check_not_reserved(field: &str, key: &str, problems: &mut Vec<Problem>) {
     }
 }
 
-fn check_label_value(field: &str, value: &str, problems: &mut Vec<Problem>) {
+pub(crate) fn check_label_value(field: &str, value: &str, problems: &mut Vec<Problem>) {
     if value.len() > MAX_LABEL_VALUE_LEN {
         problems.push(Problem::new(
             field,
