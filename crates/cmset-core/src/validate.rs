@@ -21,6 +21,7 @@ use crate::naming::{
     MAX_DNS_SUBDOMAIN_LEN, MAX_LABEL_VALUE_LEN, MAX_SET_NAME_LEN, has_dns_subdomain_form,
     has_label_value_form,
 };
+use crate::windows::{WindowSource, parse_all};
 
 /// Most bytes the annotations of an object may take, keys and values together (Kubernetes'
 /// `TotalAnnotationSizeLimitB`).
@@ -166,6 +167,9 @@ fn check_rollout(rollout: Option<&cmset_api::RolloutSpec>, problems: &mut Vec<Pr
             "spec.rollout.progressDeadlineSeconds",
             format!("must be 1 or more, not {}", rollout.progress_deadline_seconds),
         ));
+    }
+    if let Err(found) = parse_all(&rollout.windows, &WindowSource::Set, "spec.rollout.windows") {
+        problems.extend(found);
     }
 }
 
