@@ -53,12 +53,19 @@ pub struct Window {
     tz: TimeZone,
     plan: Schedule,
     length: SignedDuration,
+    /// The widest wall-clock gap between consecutive fires on days that fire one after another.
+    widest_gap: SignedDuration,
 }
 
 impl Window {
     /// `field` is where it is written, e.g. "spec.rollout.windows[0]"; a problem names the sub-field,
     /// e.g. "spec.rollout.windows[0].timeZone".
-    pub fn parse(window: &RolloutWindow, source: WindowSource, index: usize, field: &str) -> Result<Window, Problem> {
+    pub fn parse(
+        window: &RolloutWindow,
+        source: WindowSource,
+        index: usize,
+        field: &str,
+    ) -> Result<Window, Problem> {
         Self::parse_each(window, source, index, field).map_err(|mut problems| problems.remove(0))
     }
 
@@ -73,7 +80,10 @@ impl Window {
         if let Some(name) = &window.name
             && (name.is_empty() || name.len() > 63)
         {
-            problems.push(Problem::new(format!("{field}.name"), "must be 1 to 63 characters"));
+            problems.push(Problem::new(
+                format!("{field}.name"),
+                "must be 1 to 63 characters",
+            ));
         }
         let zone_name = window.time_zone.clone().unwrap_or_else(|| "UTC".to_string());
         let tz = match TimeZone::get(&zone_name) {
@@ -110,6 +120,7 @@ impl Window {
                 duration: window.duration.clone(),
                 time_zone: zone_name,
                 tz,
+                widest_gap: plan.widest_gap(),
                 plan,
                 length,
             }),
@@ -137,11 +148,58 @@ impl Window {
 
     /// When open at `t`: the end of the opening (the latest opening that started at or before `t`).
     pub fn open_at(&self, t: Timestamp) -> Option<Timestamp> {
+        self.opening_at(t).map(|(_, end)| end)
+    }
+
+    /// The opening open at `t`, as its start and end.
+    fn opening_at(&self, t: Timestamp) -> Option<(Timestamp, Timestamp)> {
         let reach = self.length.min(HORIZON);
         let not_before = t.checked_sub(reach).unwrap_or(Timestamp::MIN);
         let start = self.plan.last_fire_at_or_before(&self.tz, t, not_before)?;
         let end = start.checked_add(self.length).unwrap_or(Timestamp::MAX);
-        (end > t).then_some(end)
+        (end > t).then_some((start, end))
+    }
+
+    /// Where the openings that follow the one open at `t` stop chaining (each starting before the
+    /// last ends), as far as a walk of whole days can tell; never later than the truth. It spares
+    /// stepping opening by opening through a window that is always open (`0 */3 * * *` for 4h), and
+    /// gives None when it cannot tell cheaply.
+    fn chain_end(&self, t: Timestamp, limit: Timestamp) -> Option<Timestamp> {
+        if self.widest_gap > self.length || self.plan.start.is_some() || self.plan.until.is_some() {
+            return None;
+        }
+        let (start, _) = self.opening_at(t)?;
+        let last_date = self.tz.to_datetime(limit).date().tomorrow().ok()?;
+        let mut date = self.tz.to_datetime(start).date();
+        let mut last_day = None;
+        while date <= last_date && self.plan.fires_on(date) {
+            last_day = Some(date);
+            date = date.tomorrow().ok()?;
+        }
+        let mut last_day = last_day?;
+        // Turning clocks back widens the gap across the repeated hour (its times fire once): end the
+        // walk the day before a change that widens some gap past the length. Turning them forward
+        // only narrows gaps.
+        let last = self.plan.last_fire_on(&self.tz, last_day);
+        for transition in self.tz.following(start) {
+            let at = transition.timestamp();
+            if at > last {
+                break;
+            }
+            let before = self
+                .tz
+                .to_offset(at.checked_sub(SignedDuration::from_secs(1)).ok()?);
+            let widened = i64::from(before.seconds() - transition.offset().seconds());
+            if widened > 0 && self.widest_gap + SignedDuration::from_secs(widened) > self.length {
+                last_day = self.tz.to_datetime(at).date().yesterday().ok()?;
+                if last_day < self.tz.to_datetime(start).date() {
+                    return None;
+                }
+                break;
+            }
+        }
+        let last = self.plan.last_fire_on(&self.tz, last_day);
+        last.checked_add(self.length).ok()
     }
 
     /// The first opening that starts strictly after `t`, within the horizon.
@@ -152,7 +210,11 @@ impl Window {
 }
 
 /// Parses a list: every problem, each naming its field (`prefix` e.g. "spec.rollout.windows").
-pub fn parse_all(windows: &[RolloutWindow], source: &WindowSource, prefix: &str) -> Result<Vec<Window>, Vec<Problem>> {
+pub fn parse_all(
+    windows: &[RolloutWindow],
+    source: &WindowSource,
+    prefix: &str,
+) -> Result<Vec<Window>, Vec<Problem>> {
     let mut parsed = Vec::with_capacity(windows.len());
     let mut problems = Vec::new();
     for (index, window) in windows.iter().enumerate() {
@@ -161,7 +223,11 @@ pub fn parse_all(windows: &[RolloutWindow], source: &WindowSource, prefix: &str)
             Err(found) => problems.extend(found),
         }
     }
-    if problems.is_empty() { Ok(parsed) } else { Err(problems) }
+    if problems.is_empty() {
+        Ok(parsed)
+    } else {
+        Err(problems)
+    }
 }
 
 /// Checks a ChangeWindow's spec for the admission webhook: its windows, its namespace globs and its
@@ -174,7 +240,11 @@ pub fn validate_change_window(spec: &ChangeWindowSpec) -> Result<(), Vec<Problem
     if spec.windows.len() > cmset_api::windows::MAX_WINDOWS as usize {
         problems.push(Problem::new(
             "spec.windows",
-            format!("names {} windows; at most {} are allowed", spec.windows.len(), cmset_api::windows::MAX_WINDOWS),
+            format!(
+                "names {} windows; at most {} are allowed",
+                spec.windows.len(),
+                cmset_api::windows::MAX_WINDOWS
+            ),
         ));
     }
     // The object's name does not matter to parsing.
@@ -185,9 +255,14 @@ pub fn validate_change_window(spec: &ChangeWindowSpec) -> Result<(), Vec<Problem
     for (index, glob) in spec.namespaces.iter().enumerate() {
         let field = format!("spec.namespaces[{index}]");
         if glob.is_empty() {
-            problems.push(Problem::new(field, "must not be empty; leave the list empty for every namespace"));
+            problems.push(Problem::new(
+                field,
+                "must not be empty; leave the list empty for every namespace",
+            ));
         } else if glob.len() > 63
-            || !glob.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-*?".contains(&b))
+            || !glob
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-*?".contains(&b))
         {
             problems.push(Problem::new(
                 field,
@@ -198,7 +273,11 @@ pub fn validate_change_window(spec: &ChangeWindowSpec) -> Result<(), Vec<Problem
     if let Some(selector) = &spec.selector {
         check_selector(selector, &mut problems);
     }
-    if problems.is_empty() { Ok(()) } else { Err(problems) }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
 }
 
 /// The checks Kubernetes makes of a label selector (`ValidateLabelSelector`).
@@ -214,10 +293,16 @@ fn check_selector(selector: &LabelSelector, problems: &mut Vec<Problem>) {
         let values = expression.values.as_deref().unwrap_or_default();
         match expression.operator.as_str() {
             "In" | "NotIn" if values.is_empty() => {
-                problems.push(Problem::new(format!("{field}.values"), "must not be empty with In or NotIn"));
+                problems.push(Problem::new(
+                    format!("{field}.values"),
+                    "must not be empty with In or NotIn",
+                ));
             }
             "Exists" | "DoesNotExist" if !values.is_empty() => {
-                problems.push(Problem::new(format!("{field}.values"), "must be empty with Exists or DoesNotExist"));
+                problems.push(Problem::new(
+                    format!("{field}.values"),
+                    "must be empty with Exists or DoesNotExist",
+                ));
             }
             "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
             other => problems.push(Problem::new(
@@ -233,7 +318,10 @@ fn check_selector(selector: &LabelSelector, problems: &mut Vec<Problem>) {
 
 /// Whether a namespace glob list matches `namespace` (empty list: every namespace; `*` and `?`).
 pub fn namespaces_match(globs: &[String], namespace: &str) -> bool {
-    globs.is_empty() || globs.iter().any(|glob| glob_match(glob.as_bytes(), namespace.as_bytes()))
+    globs.is_empty()
+        || globs
+            .iter()
+            .any(|glob| glob_match(glob.as_bytes(), namespace.as_bytes()))
 }
 
 /// Wildcard match with backtracking to the last `*` only: linear in practice, never exponential.
@@ -266,7 +354,11 @@ pub enum Verdict {
     /// Moves are held. `reason`: the first open Deny window's `reason()`, else "OutsideWindow". `by`:
     /// which windows hold, for people. `opens_at`: the earliest instant >= now at which moves are
     /// allowed; None when none within the horizon.
-    Held { reason: String, by: String, opens_at: Option<Timestamp> },
+    Held {
+        reason: String,
+        by: String,
+        opens_at: Option<Timestamp>,
+    },
 }
 
 /// The verdict at `now` for every window that applies (the set's and the cluster's together).
@@ -274,8 +366,10 @@ pub fn evaluate(windows: &[Window], now: Timestamp) -> Verdict {
     let allows: Vec<&Window> = windows.iter().filter(|w| w.kind == WindowKind::Allow).collect();
     let denies: Vec<&Window> = windows.iter().filter(|w| w.kind == WindowKind::Deny).collect();
     let limit = now.checked_add(HORIZON).unwrap_or(Timestamp::MAX);
-    let open_denies: Vec<(&Window, Timestamp)> =
-        denies.iter().filter_map(|w| w.open_at(now).map(|end| (*w, end))).collect();
+    let open_denies: Vec<(&Window, Timestamp)> = denies
+        .iter()
+        .filter_map(|w| w.open_at(now).map(|end| (*w, end)))
+        .collect();
     let allow_end = latest_end(&allows, now);
 
     if open_denies.is_empty() && (allows.is_empty() || allow_end.is_some()) {
@@ -285,7 +379,9 @@ pub fn evaluate(windows: &[Window], now: Timestamp) -> Verdict {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        return Verdict::Open { until: until.filter(|until| *until <= limit) };
+        return Verdict::Open {
+            until: until.filter(|until| *until <= limit),
+        };
     }
 
     let (reason, by) = match open_denies.first() {
@@ -297,9 +393,16 @@ pub fn evaluate(windows: &[Window], now: Timestamp) -> Verdict {
                 .collect::<Vec<_>>()
                 .join("; "),
         ),
-        None => ("OutsideWindow".to_string(), "outside every Allow window".to_string()),
+        None => (
+            "OutsideWindow".to_string(),
+            "outside every Allow window".to_string(),
+        ),
     };
-    Verdict::Held { reason, by, opens_at: opens_at(&allows, &denies, now, limit) }
+    Verdict::Held {
+        reason,
+        by,
+        opens_at: opens_at(&allows, &denies, now, limit),
+    }
 }
 
 /// The latest end among the windows open at `t`.
@@ -314,10 +417,15 @@ fn coverage_end(allows: &[&Window], mut end: Timestamp, limit: Timestamp) -> Opt
         if end > limit {
             return None;
         }
-        match latest_end(allows, end) {
-            Some(next) => end = next,
-            None => return Some(end),
+        let Some(mut next) = latest_end(allows, end) else {
+            return Some(end);
+        };
+        for window in allows {
+            if let Some(chained) = window.chain_end(end, limit) {
+                next = next.max(chained);
+            }
         }
+        end = next;
     }
     Some(end)
 }
@@ -330,7 +438,12 @@ fn opens_at(allows: &[&Window], denies: &[&Window], now: Timestamp, limit: Times
         if t > limit {
             return None;
         }
-        if let Some(end) = latest_end(denies, t) {
+        if let Some(mut end) = latest_end(denies, t) {
+            for window in denies {
+                if let Some(chained) = window.chain_end(t, limit) {
+                    end = end.max(chained);
+                }
+            }
             t = end;
             continue;
         }

@@ -22,7 +22,11 @@ impl CronDays {
         let dom = self.dom & (1 << date.day()) != 0;
         let dow = self.dow & weekday_bit(date.weekday()) != 0;
         // robfig's dayMatches: when both day fields are restricted, either one fires.
-        if self.dom_star || self.dow_star { dom && dow } else { dom || dow }
+        if self.dom_star || self.dow_star {
+            dom && dow
+        } else {
+            dom || dow
+        }
     }
 }
 
@@ -38,15 +42,38 @@ struct Field {
     first_name: u32,
 }
 
-const MINUTE: Field = Field { name: "minute", min: 0, max: 59, max_written: 59, names: &[], first_name: 0 };
-const HOUR: Field = Field { name: "hour", min: 0, max: 23, max_written: 23, names: &[], first_name: 0 };
-const DOM: Field = Field { name: "day-of-month", min: 1, max: 31, max_written: 31, names: &[], first_name: 0 };
+const MINUTE: Field = Field {
+    name: "minute",
+    min: 0,
+    max: 59,
+    max_written: 59,
+    names: &[],
+    first_name: 0,
+};
+const HOUR: Field = Field {
+    name: "hour",
+    min: 0,
+    max: 23,
+    max_written: 23,
+    names: &[],
+    first_name: 0,
+};
+const DOM: Field = Field {
+    name: "day-of-month",
+    min: 1,
+    max: 31,
+    max_written: 31,
+    names: &[],
+    first_name: 0,
+};
 const MONTH: Field = Field {
     name: "month",
     min: 1,
     max: 12,
     max_written: 12,
-    names: &["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"],
+    names: &[
+        "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
+    ],
     first_name: 1,
 };
 const DOW: Field = Field {
@@ -68,7 +95,9 @@ pub(crate) fn parse(schedule: &str) -> Result<Schedule, String> {
         "@daily" | "@midnight" => "0 0 * * *",
         "@hourly" => "0 * * * *",
         lower if lower.starts_with("@every") => {
-            return Err("@every is not supported: a window needs wall-clock times; write five cron fields".into());
+            return Err(
+                "@every is not supported: a window needs wall-clock times; write five cron fields".into(),
+            );
         }
         lower if lower.starts_with('@') => {
             return Err(format!(
@@ -106,7 +135,12 @@ pub(crate) fn parse(schedule: &str) -> Result<Schedule, String> {
         }
     }
     Ok(Schedule {
-        days: Days::Cron(CronDays { dom: dom as u32, dow: dow as u8, dom_star, dow_star }),
+        days: Days::Cron(CronDays {
+            dom: dom as u32,
+            dow: dow as u8,
+            dom_star,
+            dow_star,
+        }),
         months: months as u16,
         times,
         start: None,
@@ -134,11 +168,12 @@ fn parse_field(text: &str, field: &Field) -> Result<(u64, bool), String> {
         let step = match step {
             None => 1,
             Some(step) => {
-                let step: u32 = step
-                    .parse()
-                    .ok()
-                    .filter(|step| *step > 0)
-                    .ok_or_else(|| format!("{} field {text:?} has a step that is not a number above 0", field.name))?;
+                let step: u32 = step.parse().ok().filter(|step| *step > 0).ok_or_else(|| {
+                    format!(
+                        "{} field {text:?} has a step that is not a number above 0",
+                        field.name
+                    )
+                })?;
                 // robfig: `a/n` runs from a to the field's end.
                 if !is_star && !range.contains('-') {
                     high = field.max.max(low);
@@ -154,7 +189,10 @@ fn parse_field(text: &str, field: &Field) -> Result<(u64, bool), String> {
                 ));
             }
             if low > high {
-                return Err(format!("{} field {text:?} has a range whose start is after its end", field.name));
+                return Err(format!(
+                    "{} field {text:?} has a range whose start is after its end",
+                    field.name
+                ));
             }
         }
         star |= is_star && step == 1;
@@ -177,7 +215,16 @@ fn value(text: &str, field: &Field) -> Result<u32, String> {
     let allowed = if field.names.is_empty() {
         format!("numbers {}-{}", field.min, field.max_written)
     } else {
-        format!("numbers {}-{} or names {}-{}", field.min, field.max_written, field.names[0], field.names[field.names.len() - 1])
+        format!(
+            "numbers {}-{} or names {}-{}",
+            field.min,
+            field.max_written,
+            field.names[0],
+            field.names[field.names.len() - 1]
+        )
     };
-    Err(format!("{} field has {text:?}, which is not a value; allowed: {allowed}, *, ranges a-b, steps /n, lists a,b", field.name))
+    Err(format!(
+        "{} field has {text:?}, which is not a value; allowed: {allowed}, *, ranges a-b, steps /n, lists a,b",
+        field.name
+    ))
 }

@@ -15,9 +15,13 @@ pub(crate) fn parse(text: &str) -> Result<SignedDuration, String> {
     let mut nanos: i128 = 0;
     let mut rest = text;
     while !rest.is_empty() {
-        let number_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
         let (number, tail) = rest.split_at(number_len);
-        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
         let (unit, tail) = tail.split_at(unit_len);
         let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
         if whole.is_empty() && fraction.is_empty() {
@@ -31,13 +35,21 @@ pub(crate) fn parse(text: &str) -> Result<SignedDuration, String> {
             "m" => 60_000_000_000,
             "h" => 3_600_000_000_000,
             // Go has no days: a day is not always 24 hours, so say which is meant.
-            "d" => return Err(format!("{text:?}: days are not a unit; write hours, e.g. 24h for a day")),
+            "d" => {
+                return Err(format!(
+                    "{text:?}: days are not a unit; write hours, e.g. 24h for a day"
+                ));
+            }
             "" => return Err(format!("{text:?} has a number without a unit; {FORM}")),
             _ => return Err(format!("{text:?} has an unknown unit; {FORM}")),
         };
         let too_long = || format!("{text:?} is too long; {FORM}");
         // Digits beyond nanoseconds cannot matter; 18 keeps the arithmetic inside i128.
-        let whole: i128 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| too_long())? };
+        let whole: i128 = if whole.is_empty() {
+            0
+        } else {
+            whole.parse().map_err(|_| too_long())?
+        };
         let mut part = whole.checked_mul(per_unit).ok_or_else(too_long)?;
         let mut scale = per_unit;
         for digit in fraction.bytes().take(18) {

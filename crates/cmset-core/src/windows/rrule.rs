@@ -60,7 +60,11 @@ impl RuleDays {
             day = day.tomorrow().unwrap_or(day);
         }
         self.set_positions.iter().any(|&position| {
-            let index = if position > 0 { position as i64 - 1 } else { count as i64 + position as i64 };
+            let index = if position > 0 {
+                position as i64 - 1
+            } else {
+                count as i64 + position as i64
+            };
             (0..count as i64).contains(&index) && matching[index as usize] == date
         })
     }
@@ -111,7 +115,9 @@ impl RuleDays {
             let from_end = (length - index) / 7 + 1;
             return self.weekdays.iter().any(|&(ordinal, wanted)| {
                 wanted == weekday
-                    && (ordinal == 0 || (ordinal > 0 && ordinal == from_start) || (ordinal < 0 && -ordinal == from_end))
+                    && (ordinal == 0
+                        || (ordinal > 0 && ordinal == from_start)
+                        || (ordinal < 0 && -ordinal == from_end))
             });
         }
         true
@@ -121,7 +127,9 @@ impl RuleDays {
 /// Whether `schedule` is written as an RRULE rather than as cron.
 pub(crate) fn is_rrule(schedule: &str) -> bool {
     let upper = schedule.to_ascii_uppercase();
-    upper.contains("FREQ=") || upper.trim_start().starts_with("RRULE") || upper.trim_start().starts_with("DTSTART")
+    upper.contains("FREQ=")
+        || upper.trim_start().starts_with("RRULE")
+        || upper.trim_start().starts_with("DTSTART")
 }
 
 pub(crate) fn parse(schedule: &str, tz: &TimeZone) -> Result<Schedule, String> {
@@ -131,9 +139,11 @@ pub(crate) fn parse(schedule: &str, tz: &TimeZone) -> Result<Schedule, String> {
         let upper = line.to_ascii_uppercase();
         if let Some(rest) = upper.strip_prefix("DTSTART") {
             let Some(value) = rest.strip_prefix(':') else {
-                return Err("DTSTART parameters (TZID, VALUE) are not supported; write DTSTART:20260105T090000, \
+                return Err(
+                    "DTSTART parameters (TZID, VALUE) are not supported; write DTSTART:20260105T090000, \
                             read in the window's timeZone"
-                    .into());
+                        .into(),
+                );
             };
             if dtstart.replace(parse_date_time("DTSTART", value, tz)?).is_some() {
                 return Err("DTSTART is given twice".into());
@@ -145,10 +155,14 @@ pub(crate) fn parse(schedule: &str, tz: &TimeZone) -> Result<Schedule, String> {
             }
         } else {
             let name = upper.split([':', ';']).next().unwrap_or_default();
-            return Err(format!("{name:?} lines are not supported; write an RRULE line and optionally a DTSTART line"));
+            return Err(format!(
+                "{name:?} lines are not supported; write an RRULE line and optionally a DTSTART line"
+            ));
         }
     }
-    let Some(rule) = rule else { return Err("has no RRULE (FREQ=...)".into()) };
+    let Some(rule) = rule else {
+        return Err("has no RRULE (FREQ=...)".into());
+    };
     build(&rule, dtstart, tz)
 }
 
@@ -176,7 +190,11 @@ fn build(rule: &str, dtstart: Option<DateTime>, tz: &TimeZone) -> Result<Schedul
                     "WEEKLY" => Freq::Weekly,
                     "MONTHLY" => Freq::Monthly,
                     "YEARLY" => Freq::Yearly,
-                    _ => return Err(format!("FREQ={value} is not supported; use DAILY, WEEKLY, MONTHLY or YEARLY")),
+                    _ => {
+                        return Err(format!(
+                            "FREQ={value} is not supported; use DAILY, WEEKLY, MONTHLY or YEARLY"
+                        ));
+                    }
                 })
                 .is_some(),
             "INTERVAL" => interval.replace(number::<u32>(name, value, 1, 10_000)?).is_some(),
@@ -189,9 +207,13 @@ fn build(rule: &str, dtstart: Option<DateTime>, tz: &TimeZone) -> Result<Schedul
             "BYMINUTE" => minutes.replace(list::<i8>(name, value, 0, 59)?).is_some(),
             "BYSECOND" => seconds.replace(list::<i8>(name, value, 0, 59)?).is_some(),
             "BYSETPOS" => set_positions.replace(signed_list(name, value, 31)?).is_some(),
-            "WKST" => wkst.replace(weekday(value).ok_or_else(|| format!("WKST={value} is not a weekday (MO..SU)"))?).is_some(),
+            "WKST" => wkst
+                .replace(weekday(value).ok_or_else(|| format!("WKST={value} is not a weekday (MO..SU)"))?)
+                .is_some(),
             "BYYEARDAY" | "BYWEEKNO" => {
-                return Err(format!("{name} is not supported; use BYMONTH, BYMONTHDAY or BYDAY"));
+                return Err(format!(
+                    "{name} is not supported; use BYMONTH, BYMONTHDAY or BYDAY"
+                ));
             }
             _ => return Err(format!("{name} is not a supported RRULE part")),
         };
@@ -199,7 +221,9 @@ fn build(rule: &str, dtstart: Option<DateTime>, tz: &TimeZone) -> Result<Schedul
             return Err(format!("{name} is given twice"));
         }
     }
-    let Some(freq) = freq else { return Err("FREQ is missing; use FREQ=DAILY, WEEKLY, MONTHLY or YEARLY".into()) };
+    let Some(freq) = freq else {
+        return Err("FREQ is missing; use FREQ=DAILY, WEEKLY, MONTHLY or YEARLY".into());
+    };
     let interval = interval.unwrap_or(1);
     if interval > 1 && dtstart.is_none() {
         return Err("INTERVAL above 1 needs a DTSTART line to count periods from".into());
@@ -214,12 +238,17 @@ fn build(rule: &str, dtstart: Option<DateTime>, tz: &TimeZone) -> Result<Schedul
     if weekdays.iter().any(|(ordinal, _)| *ordinal != 0) && matches!(freq, Freq::Daily | Freq::Weekly) {
         return Err("BYDAY with an ordinal (e.g. -1FR) needs FREQ=MONTHLY or YEARLY".into());
     }
-    let mut month_days = month_days.unwrap_or_default().into_iter().map(|day| day as i8).collect::<Vec<_>>();
+    let mut month_days = month_days
+        .unwrap_or_default()
+        .into_iter()
+        .map(|day| day as i8)
+        .collect::<Vec<_>>();
     if !month_days.is_empty() && freq == Freq::Weekly {
         return Err("BYMONTHDAY is not allowed with FREQ=WEEKLY".into());
     }
     let set_positions = set_positions.unwrap_or_default();
-    let needs_start = |what: &str| format!("FREQ without {what} takes it from DTSTART; give {what} or a DTSTART line");
+    let needs_start =
+        |what: &str| format!("FREQ without {what} takes it from DTSTART; give {what} or a DTSTART line");
     let mut month_list = months.unwrap_or_default();
     let by_month = !month_list.is_empty();
     // RFC 5545: what the rule leaves out is taken from DTSTART.
@@ -279,7 +308,11 @@ fn build(rule: &str, dtstart: Option<DateTime>, tz: &TimeZone) -> Result<Schedul
         months: month_bits,
         times,
         start: dtstart,
-        until: until.map(|until| tz.to_ambiguous_timestamp(until).compatible().unwrap_or(Timestamp::MAX)),
+        until: until.map(|until| {
+            tz.to_ambiguous_timestamp(until)
+                .compatible()
+                .unwrap_or(Timestamp::MAX)
+        }),
     };
     if let (Some(count), Some(start)) = (count, dtstart) {
         // COUNT becomes an UNTIL: the instant of the COUNT-th fire.
@@ -298,7 +331,9 @@ fn build(rule: &str, dtstart: Option<DateTime>, tz: &TimeZone) -> Result<Schedul
             .map_err(|_| "DTSTART is out of range".to_string())?;
         for _ in 0..count {
             last = schedule.first_fire_after(tz, last, horizon_end).ok_or_else(|| {
-                format!("COUNT={count} reaches more than 10 years past DTSTART (or never); give UNTIL instead")
+                format!(
+                    "COUNT={count} reaches more than 10 years past DTSTART (or never); give UNTIL instead"
+                )
             })?;
         }
         schedule.until = Some(last);
@@ -306,7 +341,12 @@ fn build(rule: &str, dtstart: Option<DateTime>, tz: &TimeZone) -> Result<Schedul
     Ok(schedule)
 }
 
-fn number<T: std::str::FromStr + PartialOrd + std::fmt::Display>(name: &str, value: &str, min: T, max: T) -> Result<T, String> {
+fn number<T: std::str::FromStr + PartialOrd + std::fmt::Display>(
+    name: &str,
+    value: &str,
+    min: T,
+    max: T,
+) -> Result<T, String> {
     value
         .parse::<T>()
         .ok()
@@ -322,7 +362,10 @@ fn list<T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy>(
 ) -> Result<Vec<T>, String> {
     value
         .split(',')
-        .map(|item| number(name, item, min, max).map_err(|_| format!("{name}={value} must list numbers from {min} to {max}")))
+        .map(|item| {
+            number(name, item, min, max)
+                .map_err(|_| format!("{name}={value} must list numbers from {min} to {max}"))
+        })
         .collect()
 }
 
@@ -343,13 +386,25 @@ fn by_day(value: &str) -> Result<Vec<(i16, Weekday)>, String> {
     value
         .split(',')
         .map(|item| {
-            let bad = || format!("BYDAY={value} must list weekdays MO..SU, optionally with an ordinal such as 2MO or -1FR");
-            let split = item.len().checked_sub(2).filter(|at| item.is_char_boundary(*at)).ok_or_else(bad)?;
+            let bad = || {
+                format!(
+                    "BYDAY={value} must list weekdays MO..SU, optionally with an ordinal such as 2MO or -1FR"
+                )
+            };
+            let split = item
+                .len()
+                .checked_sub(2)
+                .filter(|at| item.is_char_boundary(*at))
+                .ok_or_else(bad)?;
             let (ordinal, day) = item.split_at(split);
             let day = weekday(day).ok_or_else(bad)?;
             let ordinal = match ordinal {
                 "" => 0,
-                _ => ordinal.parse::<i16>().ok().filter(|n| *n != 0 && n.abs() <= 53).ok_or_else(bad)?,
+                _ => ordinal
+                    .parse::<i16>()
+                    .ok()
+                    .filter(|n| *n != 0 && n.abs() <= 53)
+                    .ok_or_else(bad)?,
             };
             Ok((ordinal, day))
         })
@@ -371,7 +426,11 @@ fn weekday(text: &str) -> Option<Weekday> {
 
 /// `20260105T090000` (wall-clock in the window's zone), `20260105T080000Z` (UTC) or `20260105`.
 fn parse_date_time(name: &str, value: &str, tz: &TimeZone) -> Result<DateTime, String> {
-    let bad = || format!("{name}:{value} is not a date-time; write e.g. 20260105T090000 (in the window's timeZone), 20260105T080000Z or 20260105");
+    let bad = || {
+        format!(
+            "{name}:{value} is not a date-time; write e.g. 20260105T090000 (in the window's timeZone), 20260105T080000Z or 20260105"
+        )
+    };
     let (text, utc) = match value.strip_suffix('Z') {
         Some(text) => (text, true),
         None => (value, false),
@@ -386,14 +445,21 @@ fn parse_date_time(name: &str, value: &str, tz: &TimeZone) -> Result<DateTime, S
     let date = Date::new(digits(0..4)?, digits(4..6)? as i8, digits(6..8)? as i8).map_err(|_| bad())?;
     let time = match text.len() {
         8 if !utc => Time::midnight(),
-        15 if text.as_bytes()[8] == b'T' => {
-            Time::new(digits(9..11)? as i8, digits(11..13)? as i8, digits(13..15)? as i8, 0).map_err(|_| bad())?
-        }
+        15 if text.as_bytes()[8] == b'T' => Time::new(
+            digits(9..11)? as i8,
+            digits(11..13)? as i8,
+            digits(13..15)? as i8,
+            0,
+        )
+        .map_err(|_| bad())?,
         _ => return Err(bad()),
     };
     let local = date.to_datetime(time);
     if utc {
-        let instant = TimeZone::UTC.to_ambiguous_timestamp(local).compatible().map_err(|_| bad())?;
+        let instant = TimeZone::UTC
+            .to_ambiguous_timestamp(local)
+            .compatible()
+            .map_err(|_| bad())?;
         return Ok(tz.to_datetime(instant));
     }
     Ok(local)

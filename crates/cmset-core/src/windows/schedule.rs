@@ -4,9 +4,9 @@
 //! The search walks day by day, never minute by minute: on a day that fires, a binary search over the
 //! times of day finds the fire wanted, since wall-clock times map to instants in order.
 
-use jiff::Timestamp;
 use jiff::civil::{Date, DateTime, Time, Weekday};
 use jiff::tz::TimeZone;
+use jiff::{SignedDuration, Timestamp};
 
 use super::cron::CronDays;
 use super::rrule::RuleDays;
@@ -45,6 +45,37 @@ impl Schedule {
         self.months & (1 << date.month()) != 0
     }
 
+    /// Whether `date` fires at every time of day (no start cuts it).
+    pub(crate) fn fires_on(&self, date: Date) -> bool {
+        self.times_on(date).len() == self.times.len()
+    }
+
+    /// The last fire of a day that fires.
+    pub(crate) fn last_fire_on(&self, tz: &TimeZone, date: Date) -> Timestamp {
+        self.times
+            .last()
+            .map_or(Timestamp::MAX, |time| Self::fire(tz, date, *time))
+    }
+
+    /// The widest wall-clock gap between consecutive fires when consecutive days fire: between two
+    /// times of a day, or from a day's last time to the next day's first.
+    pub(crate) fn widest_gap(&self) -> SignedDuration {
+        let seconds = |time: &Time| {
+            i64::from(time.hour()) * 3600 + i64::from(time.minute()) * 60 + i64::from(time.second())
+        };
+        let inner = self
+            .times
+            .windows(2)
+            .map(|pair| seconds(&pair[1]) - seconds(&pair[0]))
+            .max()
+            .unwrap_or(0);
+        let wrap = match (self.times.first(), self.times.last()) {
+            (Some(first), Some(last)) => 86_400 - seconds(last) + seconds(first),
+            _ => 86_400,
+        };
+        SignedDuration::from_secs(inner.max(wrap))
+    }
+
     /// The times `date` fires at (before the DST mapping), honouring the start.
     fn times_on(&self, date: Date) -> &[Time] {
         if !self.month_may_fire(date) || !self.days.matches(date) {
@@ -69,7 +100,12 @@ impl Schedule {
     }
 
     /// The first fire strictly after `t` and no later than `limit`.
-    pub(crate) fn first_fire_after(&self, tz: &TimeZone, t: Timestamp, limit: Timestamp) -> Option<Timestamp> {
+    pub(crate) fn first_fire_after(
+        &self,
+        tz: &TimeZone,
+        t: Timestamp,
+        limit: Timestamp,
+    ) -> Option<Timestamp> {
         // A day's fires can fall on the neighbouring local day across a DST change: start a day early.
         let mut date = tz.to_datetime(t).date().yesterday().ok()?;
         if let Some(start) = self.start {
@@ -128,7 +164,11 @@ impl Schedule {
 /// Days since 1970-01-01, for periods counted from a DTSTART.
 pub(crate) fn day_number(date: Date) -> i64 {
     // Howard Hinnant's days_from_civil.
-    let (y, m, d) = (i64::from(date.year()), i64::from(date.month()), i64::from(date.day()));
+    let (y, m, d) = (
+        i64::from(date.year()),
+        i64::from(date.month()),
+        i64::from(date.day()),
+    );
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;
