@@ -350,6 +350,8 @@ fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
 pub enum Verdict {
     /// Moves are allowed now; `until`: the next instant at which they may be held (the next start of a
     /// Deny window or the end of the Allow coverage), None when nothing holds within the horizon.
+    /// Never later than the truth: should Allow openings chain on past a few thousand links that no
+    /// day-by-day walk can skip, it is the last end found, and evaluating again then goes on.
     Open { until: Option<Timestamp> },
     /// Moves are held. `reason`: the first open Deny window's `reason()`, else "OutsideWindow". `by`:
     /// which windows hold, for people. `opens_at`: the earliest instant >= now at which moves are

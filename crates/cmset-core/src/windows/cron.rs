@@ -85,7 +85,7 @@ const DOW: Field = Field {
     first_name: 0,
 };
 
-/// Whether `schedule` reads as cron rather than as an RRULE.
+/// Parses five fields or a descriptor; the error says what is wrong and what is allowed.
 pub(crate) fn parse(schedule: &str) -> Result<Schedule, String> {
     let text = schedule.trim();
     let expanded = match text.to_ascii_lowercase().as_str() {

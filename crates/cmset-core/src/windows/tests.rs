@@ -102,6 +102,12 @@ const FIRES: &[(&str, &str, Option<&str>)] = &[
         "2026-11-26T12:00:00Z",
         Some("2026-11-27T00:00:00Z"),
     ),
+    // As in robfig/cron, a stepped `*/2` is a restriction too (odd days, or Mondays).
+    (
+        "0 0 */2 * 1",
+        "2026-11-26T12:00:00Z",
+        Some("2026-11-27T00:00:00Z"),
+    ),
     // ...while `*` leaves only the weekday.
     ("0 0 * * 1", "2026-11-26T12:00:00Z", Some("2026-11-30T00:00:00Z")),
     ("0 9 29 2 *", "2026-03-01T00:00:00Z", Some("2028-02-29T09:00:00Z")),
