@@ -273,6 +273,7 @@ mod tests {
                 identity: Identity::Invalid,
                 revisions: &[],
                 lowest_wave: workload.wave.number().unwrap_or(0),
+                window_held: false,
             })
             .collect();
         let decided = targets(&observed, &workload);

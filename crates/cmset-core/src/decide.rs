@@ -45,6 +45,9 @@ pub struct Observed<'a> {
     pub revisions: &'a [RevisionView],
     /// The lowest wave among the workloads that read the set (0 without waves).
     pub lowest_wave: i32,
+    /// The change windows hold the set's moves now (see [`crate::window_hold::WindowState::holds`]).
+    /// Admission of a new workload passes false: its first start always names the current revision.
+    pub window_held: bool,
 }
 
 /// Why a decision cannot be made yet.
@@ -89,7 +92,13 @@ pub fn target_seeing(
     };
     let target = SetTarget::observed_seeing(set, identity, observed.revisions, &workload.uid, history)
         .ok_or_else(undecided)?;
-    let gate = waves::gate(set, &target.current, workload, observed.lowest_wave);
+    let gate = waves::gate(
+        set,
+        &target.current,
+        workload,
+        observed.lowest_wave,
+        observed.window_held,
+    );
     Ok(target.gated(gate))
 }
 

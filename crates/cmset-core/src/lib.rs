@@ -27,4 +27,5 @@ pub mod set;
 pub mod slim;
 pub mod validate;
 pub mod waves;
+pub mod window_hold;
 pub mod windows;

@@ -25,6 +25,7 @@ use crate::rollout::{previous_by_uid, workload_status};
 use crate::set::{SetRef, SourceState};
 use crate::validate;
 use crate::waves::{Member, WaveEvent, WaveInput, WaveOutcome, plan_waves};
+use crate::window_hold::WindowState;
 
 /// What the set controller observed, as plain data.
 #[derive(Clone, Debug)]
@@ -48,6 +49,9 @@ pub struct SetInput<'a> {
     pub budget_waiting: &'a BTreeMap<String, String>,
     /// The set's metric analysis, when its spec asks for one (see [`crate::waves::WaveAnalysis`]).
     pub analysis: Option<crate::waves::WaveAnalysis<'a>>,
+    /// What the change windows say of the set now (see [`crate::window_hold`]); the default holds
+    /// nothing.
+    pub windows: &'a WindowState,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -179,12 +183,14 @@ pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
 
 /// Reasons of the events that tell a rollout's phase changes: each stands alone, so that whoever
 /// watches a set's rollout (a person, an alert, a notification) can select it by reason.
-pub const ROLLOUT_REASONS: [&str; 6] = [
+pub const ROLLOUT_REASONS: [&str; 8] = [
     "RolloutStarted",
     "WaveStarted",
     "RolloutPaused",
     "RolloutResumed",
     "AwaitingPromotion",
+    "RolloutWaiting",
+    "WindowOverridden",
     "RolloutComplete",
 ];
 
@@ -546,6 +552,9 @@ fn workload_entries<'a>(input: &SetInput<'a>, current: &CurrentRevision) -> Entr
             .filter_map(|w| w.wave.number())
             .min()
             .unwrap_or(0),
+        window_held: input
+            .windows
+            .holds(set, set.status().and_then(|s| s.rollout.as_ref())),
     };
     let previous = previous_by_uid(set);
     let mut members: Vec<Member<'a>> = input
@@ -607,6 +616,10 @@ fn plan_rollout(
         budget_waiting: input.budget_waiting,
         namespace: input.set.namespace(),
         analysis: input.analysis,
+        immediate: input.set.immediate(),
+        windows: input.windows,
+        window_override: input.set.window_override(),
+        window_override_by: input.set.window_override_by(),
     };
     plan_waves(&wave_input, members)
 }
@@ -668,6 +681,16 @@ fn wave_event(event: WaveEvent) -> PlannedEvent {
         WaveEvent::AwaitingPromotion(message) => PlannedEvent {
             kind: EventKind::Normal,
             reason: "AwaitingPromotion",
+            message,
+        },
+        WaveEvent::Waiting(message) => PlannedEvent {
+            kind: EventKind::Normal,
+            reason: "RolloutWaiting",
+            message,
+        },
+        WaveEvent::WindowOverridden(message) => PlannedEvent {
+            kind: EventKind::Warning,
+            reason: "WindowOverridden",
             message,
         },
     }
@@ -753,6 +776,22 @@ fn ready_condition(
             message: format!(
                 "Revision {number} ({name}): {}{rolled_back}{held}",
                 failed.message.as_deref().unwrap_or("the rollout failed")
+            ),
+        }
+    } else if let Some(held) = rollout.filter(|r| r.phase == RolloutPhase::Waiting) {
+        let opens = match &held.next_window {
+            Some(at) => format!("moves resume at {}", at.0),
+            None => "no window opens within the years cmset looks ahead".to_string(),
+        };
+        Desired {
+            type_: READY,
+            status: false,
+            reason: "RolloutWaiting",
+            message: format!(
+                "Revision {number} ({name}) waits in wave {} of {:?}: {}; {opens}; {waiting} of {total} workloads wait",
+                held.wave,
+                held.waves,
+                held.message.as_deref().unwrap_or("held by a change window"),
             ),
         }
     } else if let Some(held) =

@@ -46,6 +46,9 @@ pub struct SetTarget {
     pub rolled_out: Option<String>,
     /// Whether the rollout of the current revision lets the workload move (see [`crate::waves`]).
     pub gate: Gate,
+    /// The set's strategy is `Immediate`: a reference to an older revision always moves to the
+    /// current one, even after a rollback (its old copy may be revoked).
+    pub immediate: bool,
 }
 
 impl SetTarget {
@@ -135,6 +138,7 @@ impl SetTarget {
             revisions,
             rolled_out,
             gate: Gate::Open,
+            immediate: set.immediate(),
         }
     }
 
@@ -174,7 +178,7 @@ impl SetTarget {
         if name == self.current || !self.revisions.contains(name) {
             return None;
         }
-        let pinned = self.rolled_out.as_deref() == Some(self.current.as_str());
+        let pinned = !self.immediate && self.rolled_out.as_deref() == Some(self.current.as_str());
         (!pinned).then(|| self.current.clone())
     }
 }

@@ -175,6 +175,32 @@ impl<'a> SetRef<'a> {
         annotated || self.rollout().is_some_and(|r| r.paused)
     }
 
+    /// Whether every new revision reaches every reader at once, held by nothing and never rolled back
+    /// from (`spec.rollout.strategy: Immediate`): for credentials a secret manager rotates.
+    pub fn immediate(self) -> bool {
+        self.rollout()
+            .is_some_and(|r| r.strategy == cmset_api::Strategy::Immediate)
+    }
+
+    /// The rollout the change windows may not hold (annotation `cmset.dev/window-override`,
+    /// `<revision>@<startedAt>`), if any.
+    pub fn window_override(self) -> Option<&'a str> {
+        self.metadata()
+            .annotations
+            .as_ref()?
+            .get(cmset_api::labels::WINDOW_OVERRIDE)
+            .map(String::as_str)
+    }
+
+    /// Who asked for the window override and when (annotation `cmset.dev/window-override-by`).
+    pub fn window_override_by(self) -> Option<&'a str> {
+        self.metadata()
+            .annotations
+            .as_ref()?
+            .get(cmset_api::labels::WINDOW_OVERRIDE_BY)
+            .map(String::as_str)
+    }
+
     /// Whether each next wave waits to be promoted (`spec.rollout.promotion: Manual`).
     pub fn manual_promotion(self) -> bool {
         self.rollout()

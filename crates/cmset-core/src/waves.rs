@@ -40,6 +40,7 @@ use crate::kinds::WorkloadKind;
 use crate::observe::WorkloadView;
 use crate::refs::Referenced;
 use crate::set::{Promoted, SetRef, rollout_id};
+use crate::window_hold::{WindowState, override_value};
 
 /// One workload that reads the set, with the status entry the reference rules gave it (`Current`,
 /// `Pending` or `Pinned`).
@@ -93,6 +94,13 @@ pub struct WaveInput<'a> {
     pub namespace: &'a str,
     /// The set's metric analysis, when its spec asks for one.
     pub analysis: Option<WaveAnalysis<'a>>,
+    /// The set's strategy is `Immediate`: every reader moves at once and nothing holds or tracks it.
+    pub immediate: bool,
+    /// What the change windows say of the set now.
+    pub windows: &'a WindowState,
+    /// The rollout the windows may not hold (annotation `cmset.dev/window-override`), and who asked.
+    pub window_override: Option<&'a str>,
+    pub window_override_by: Option<&'a str>,
 }
 
 /// What the planner knows of a set's metric analysis (see [`crate::analysis`]).
@@ -137,6 +145,11 @@ pub enum WaveEvent {
     AnalysisFailed(String),
     /// Held by a person: paused.
     Paused(String),
+    /// Held by a change window.
+    Waiting(String),
+    /// The change windows hold the rollout, and a person let it through (`kubectl cmset promote
+    /// --override-window`).
+    WindowOverridden(String),
     /// A wave is done; the next waits for a promotion.
     AwaitingPromotion(String),
     Complete(String),
@@ -169,8 +182,17 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
         .is_some_and(|p| p.revision == input.current && p.phase != RolloutPhase::Complete);
     let tracked = input.spec.is_some()
         || input.paused
+        || input.windows.held.is_some()
         || members.iter().any(|m| *m.wave != Wave::Number(0))
         || unfinished;
+    // Rotated credentials reach every reader at once: no wave, hold or budget, and no rollout to track.
+    if input.immediate {
+        let entries = members.into_iter().map(|m| m.entry).collect();
+        return WaveOutcome {
+            entries,
+            ..WaveOutcome::default()
+        };
+    }
     if !tracked {
         let entries = members
             .into_iter()
@@ -236,10 +258,16 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
         .is_under_way()
         .then(|| (rollout.phase, rollout.held_since.take()));
     let was_paused = rollout.phase == RolloutPhase::Paused;
+    let was_waiting = rollout.phase == RolloutPhase::Waiting;
     if held_before.is_some() {
         rollout.phase = RolloutPhase::Progressing;
     }
     let mut held = None;
+    // The windows hold this rollout unless a person let this very rollout through.
+    let overridden = input
+        .window_override
+        .is_some_and(|v| override_value(&rollout).as_deref() == Some(v));
+    let window_hold = input.windows.held.as_ref().filter(|_| !overridden);
 
     let mut events = Vec::new();
     if fresh {
@@ -361,6 +389,10 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
             held = Some(RolloutPhase::AwaitingPromotion);
             break;
         }
+        if next.is_some() && window_hold.is_some() {
+            held = Some(RolloutPhase::Waiting);
+            break;
+        }
         rollout.wave_healthy_since = None;
         match next {
             Some(next) => {
@@ -386,22 +418,59 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
         }
     }
 
-    // Paused, the rollout is held wherever it stands (the gate keeps every workload not moved yet).
+    // Paused, or outside the windows, the rollout is held wherever it stands (the gate keeps every
+    // workload not moved yet).
     if rollout.phase == RolloutPhase::Progressing && input.paused {
         held = Some(RolloutPhase::Paused);
+    } else if rollout.phase == RolloutPhase::Progressing && window_hold.is_some() {
+        held = Some(RolloutPhase::Waiting);
     }
     if let Some(phase) = held.filter(|_| rollout.phase == RolloutPhase::Progressing) {
         rollout.phase = phase;
         rollout.held_since = match held_before {
             Some((before, since)) if before == phase => since,
             _ => {
-                events.push(hold_event(phase, &rollout, input.current));
+                events.push(hold_event(phase, &rollout, input.current, window_hold));
                 Some(whole_second_after(now))
             }
         };
     }
+    // Held by a window: why, and until when, for people and tools.
+    match window_hold.filter(|_| rollout.phase == RolloutPhase::Waiting) {
+        Some(hold) => {
+            rollout.reason = Some(hold.reason.clone());
+            rollout.next_window = hold.opens_at.map(Time);
+            rollout.message = Some(hold.by.clone());
+        }
+        None => {
+            rollout.reason = None;
+            rollout.next_window = None;
+            if was_waiting && rollout.phase != RolloutPhase::Failed {
+                rollout.message = None;
+            }
+        }
+    }
+    if was_waiting && rollout.phase != RolloutPhase::Waiting {
+        let why = if overridden && input.windows.held.is_some() {
+            let by = input
+                .window_override_by
+                .map(|by| format!(" (by {by})"))
+                .unwrap_or_default();
+            events.push(WaveEvent::WindowOverridden(format!(
+                "The rollout of {} goes through the change windows: overridden{by}",
+                input.current
+            )));
+            "overridden"
+        } else {
+            "the change windows allow moves again"
+        };
+        events.push(WaveEvent::Resumed(format!(
+            "The rollout of {} resumes in wave {}: {why}",
+            input.current, rollout.wave
+        )));
+    }
 
-    if was_paused && rollout.phase != RolloutPhase::Paused {
+    if was_paused && !matches!(rollout.phase, RolloutPhase::Paused | RolloutPhase::Waiting) {
         events.push(WaveEvent::Resumed(format!(
             "The rollout of {} is resumed in wave {}",
             input.current, rollout.wave
@@ -465,15 +534,26 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
         .into_iter()
         .map(|m| decide_entry(m, &rollout, deadline, input, clock))
         .collect();
-    // Held, nothing runs out: the next look comes with the change that ends the hold.
-    let held_now = matches!(
-        rollout.phase,
-        RolloutPhase::Paused | RolloutPhase::AwaitingPromotion
-    );
+    // Held, nothing runs out: the next look comes with the change that ends the hold, or when the
+    // windows may let it go. Under way, it looks again when the windows may begin to hold it.
+    let held_now = rollout.phase.is_held();
+    let window_recheck = match rollout.phase {
+        RolloutPhase::Waiting => rollout.next_window.as_ref().map(|t| t.0),
+        RolloutPhase::Progressing => input.windows.changes_at,
+        _ => None,
+    }
+    .map(|at| time_until(at, now));
+    let recheck = recheck
+        .into_iter()
+        .min()
+        .filter(|_| !held_now)
+        .into_iter()
+        .chain(window_recheck)
+        .min();
     WaveOutcome {
         rollout: Some(rollout),
         entries,
-        recheck_in: recheck.into_iter().min().filter(|_| !held_now),
+        recheck_in: recheck,
         events,
         // Held, nothing is measured either.
         analysis_due: if held_now { Vec::new() } else { analysis_due },
@@ -518,9 +598,24 @@ fn resume_clocks(rollout: &mut RolloutStatus, members: &mut [Member<'_>], since:
     }
 }
 
-fn hold_event(phase: RolloutPhase, rollout: &RolloutStatus, current: &str) -> WaveEvent {
+fn hold_event(
+    phase: RolloutPhase,
+    rollout: &RolloutStatus,
+    current: &str,
+    window: Option<&crate::window_hold::WindowHold>,
+) -> WaveEvent {
     let wave = rollout.wave;
     match phase {
+        RolloutPhase::Waiting => {
+            let by = window.map_or("a change window", |w| w.by.as_str());
+            let opens = match window.and_then(|w| w.opens_at) {
+                Some(at) => format!("moves resume at {at}"),
+                None => "no window opens within the years cmset looks ahead".to_string(),
+            };
+            WaveEvent::Waiting(format!(
+                "The rollout of {current} waits in wave {wave}, held by {by}; {opens}"
+            ))
+        }
         RolloutPhase::AwaitingPromotion => WaveEvent::AwaitingPromotion(format!(
             "Wave {wave} of {current} is done; the next wave waits for `kubectl cmset promote`"
         )),
@@ -528,6 +623,14 @@ fn hold_event(phase: RolloutPhase, rollout: &RolloutStatus, current: &str) -> Wa
             "The rollout of {current} is paused in wave {wave}: nothing more moves until it is resumed"
         )),
     }
+}
+
+/// How long from `now` until `at`, at least a second (a recheck due now comes a moment later).
+fn time_until(at: k8s_openapi::jiff::Timestamp, now: &Time) -> Duration {
+    let left = at.duration_since(now.0);
+    Duration::try_from(left)
+        .unwrap_or_default()
+        .max(Duration::from_secs(1))
 }
 
 fn wave_list(waves: &[i32]) -> String {
@@ -830,7 +933,19 @@ pub enum Gate {
 /// The gate for `workload` on the references to `set`, whose current revision is `current`.
 /// `lowest_wave` is the lowest wave among the workloads that read the set: before the status records a
 /// rollout of `current`, only that wave moves (with no waves at all, that is every workload, at once).
-pub fn gate(set: SetRef<'_>, current: &str, workload: &WorkloadView, lowest_wave: i32) -> Gate {
+/// `window_held`: the change windows hold the set's moves now (see [`crate::window_hold`]); like a
+/// pause, it keeps every workload where it stands, and never holds a rollback.
+pub fn gate(
+    set: SetRef<'_>,
+    current: &str,
+    workload: &WorkloadView,
+    lowest_wave: i32,
+    window_held: bool,
+) -> Gate {
+    // Rotated credentials reach every reader at once: nothing holds them and nothing rolls back.
+    if set.immediate() {
+        return Gate::Open;
+    }
     let status = set.status();
     let entry = status.and_then(|s| s.workloads.iter().find(|w| w.uid == workload.uid));
     let rollout = status
@@ -846,8 +961,9 @@ pub fn gate(set: SetRef<'_>, current: &str, workload: &WorkloadView, lowest_wave
             .or_else(|| status.and_then(|s| last_good(s, current)))
     };
     let wave = workload.wave.number();
-    // Paused, nothing more moves to the revision (what moved already stays: a hold keeps it).
-    let paused = set.paused();
+    // Paused or outside the windows, nothing more moves to the revision (what moved already stays: a
+    // hold keeps it).
+    let paused = set.paused() || window_held;
     let Some(rollout) = rollout else {
         return match wave {
             Some(w) if w <= lowest_wave && !paused => Gate::Open,

@@ -248,6 +248,7 @@ proptest! {
             identity: Identity::Known(&identity),
             revisions: &after,
             lowest_wave: 0,
+            window_held: false,
         };
         for w in &workloads {
             let target = decide::target_seeing(&observed, w, &history);

@@ -121,6 +121,10 @@ impl Case {
             budget_waiting: &waiting,
             namespace: "team",
             analysis: None,
+            immediate: false,
+            windows: &Default::default(),
+            window_override: None,
+            window_override_by: None,
         };
         let members = self
             .entries

@@ -78,6 +78,7 @@ fn app_target() -> SetTarget {
         revisions: BTreeSet::from(["app-5d7c9f".to_string(), "app-zzzzzz".to_string()]),
         rolled_out: None,
         gate: Gate::Open,
+        immediate: false,
     }
 }
 

@@ -569,6 +569,7 @@ fn observed<'a>(set: &'a ConfigMapSet, identity: &'a str, revisions: &'a [Revisi
         identity: Identity::Known(identity),
         revisions,
         lowest_wave: 0,
+        window_held: false,
     }
 }
 

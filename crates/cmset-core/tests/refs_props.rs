@@ -513,6 +513,7 @@ fn targets() -> impl Strategy<Value = Vec<SetTarget>> {
                     revisions: known,
                     rolled_out,
                     gate: cmset_core::waves::Gate::Open,
+                    immediate: false,
                 }
             })
     };
@@ -618,6 +619,7 @@ proptest! {
             identity: Identity::Invalid,
             revisions: &[],
             lowest_wave: 0,
+            window_held: false,
         };
         let decided = decide::target(&observed, &view).expect("a settled status decides");
         prop_assert_eq!(&decided.current, &target.current);

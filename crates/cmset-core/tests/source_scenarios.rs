@@ -70,6 +70,7 @@ fn plan(
         now: Time(Timestamp::from_second(1_800_000_000).unwrap()),
         budget_waiting: &Default::default(),
         analysis: None,
+        windows: &Default::default(),
     })
 }
 
@@ -257,6 +258,7 @@ fn a_secret_set_moves_only_secret_references_and_a_config_map_set_only_config_ma
         revisions: ["app-9k5ddchd8d".to_string()].into(),
         rolled_out: None,
         gate: cmset_core::waves::Gate::Open,
+        immediate: false,
     };
     let plan_secrets = plan_workload(&web, std::slice::from_ref(&secret_target));
     let moved: Vec<&str> = plan_secrets.changes.iter().map(|c| c.pointer.as_str()).collect();
@@ -276,6 +278,7 @@ fn a_secret_set_moves_only_secret_references_and_a_config_map_set_only_config_ma
         revisions: ["app-d2c65kk9hm".to_string()].into(),
         rolled_out: None,
         gate: cmset_core::waves::Gate::Open,
+        immediate: false,
     };
     let both = plan_workload(&web, &[secret_target, config_target]);
     assert_eq!(

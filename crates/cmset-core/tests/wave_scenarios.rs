@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use cmset_api::{
     AnalysisRef, AnalysisRunStatus, AnalysisTemplateSpec, AnalysisVerdict, ConfigMapSet, ConfigMapSetSpec,
-    ConfigMapTemplate, RolloutPhase, RolloutSpec, WorkloadState, WorkloadStatus, labels,
+    ConfigMapTemplate, RolloutPhase, RolloutSpec, RolloutWindow, Strategy, WindowKind, WorkloadState,
+    WorkloadStatus, labels,
 };
 use cmset_core::analysis::{self, Analysis, QueryOutcome};
 use cmset_core::health::{Health, Wave};
@@ -17,6 +18,8 @@ use cmset_core::revision::inline_identity;
 use cmset_core::rollout::{SetTarget, plan_workload};
 use cmset_core::set::{SetRef, SourceState, rollout_id};
 use cmset_core::waves::{Gate, WaveAnalysis, gate, transitions};
+use cmset_core::window_hold::{override_value, window_state};
+use cmset_core::windows::{Window, WindowSource};
 use k8s_openapi::api::core::v1::{ConfigMapEnvSource, Container, EnvFromSource, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -83,6 +86,8 @@ struct World {
     measured: Option<Vec<AnalysisRunStatus>>,
     /// Every query sent to Prometheus, in order.
     sent: Vec<String>,
+    /// The cluster's windows that apply to the set.
+    cluster: Vec<Window>,
 }
 
 impl World {
@@ -113,6 +118,7 @@ impl World {
             analyses: None,
             measured: None,
             sent: Vec::new(),
+            cluster: Vec::new(),
         }
     }
 
@@ -125,6 +131,7 @@ impl World {
             .map(|r| r.analysis.clone())
             .unwrap_or_default();
         let runs = self.measured.clone().unwrap_or(recorded);
+        let windows = window_state((&self.set).into(), &self.cluster, at(self.now).0);
         plan_set(&SetInput {
             set: (&self.set).into(),
             source: SourceState::Inline,
@@ -138,6 +145,7 @@ impl World {
                 analyses,
                 runs: &runs,
             }),
+            windows: &windows,
         })
     }
 
@@ -183,7 +191,9 @@ impl World {
             else {
                 continue;
             };
-            let gate = gate(set, &target.current, workload, lowest);
+            let windows = window_state(set, &self.cluster, at(self.now).0);
+            let held = windows.holds(set, set.status().and_then(|s| s.rollout.as_ref()));
+            let gate = gate(set, &target.current, workload, lowest, held);
             let plan = plan_workload(workload, &[target.gated(gate)]);
             for change in plan.changes {
                 moved.push((i, change.from, change.to));
@@ -759,20 +769,20 @@ fn gates_by_what_the_status_records() {
     let set: SetRef<'_> = (&world.set).into();
     let first = world.workloads[0].clone();
     let second = world.workloads[1].clone();
-    assert_eq!(gate(set, &new, &first, 0), Gate::Open);
+    assert_eq!(gate(set, &new, &first, 0, false), Gate::Open);
     assert_eq!(
-        gate(set, &new, &second, 0),
+        gate(set, &new, &second, 0, false),
         Gate::Held {
             keep: Some(old.clone())
         }
     );
-    assert_eq!(gate(set, &new, &second, 1), Gate::Open, "the lowest wave");
+    assert_eq!(gate(set, &new, &second, 1, false), Gate::Open, "the lowest wave");
     let recorded = world.reconcile_set();
     let set: SetRef<'_> = (&world.set).into();
     assert_eq!(recorded.status.rollout.as_ref().unwrap().wave, 0);
-    assert_eq!(gate(set, &new, &first, 0), Gate::Open);
+    assert_eq!(gate(set, &new, &first, 0, false), Gate::Open);
     assert_eq!(
-        gate(set, &new, &second, 0),
+        gate(set, &new, &second, 0, false),
         Gate::Held {
             keep: Some(old.clone())
         }
@@ -1615,4 +1625,333 @@ fn the_status_of_a_set_with_5000_analysed_readers_stays_small() {
     );
     // Measured now: 1,268,993 at the largest, 1,182,501 of them the workloads (236 bytes each).
     assert!(largest < 1_300_000, "{largest} bytes at the largest");
+}
+
+// ------------------------------------------------------------------------------ change windows --
+// START is 2027-01-15T08:00:00Z; `two_waves` leaves the world at 08:05.
+
+fn window(kind: WindowKind, name: Option<&str>, schedule: &str, duration: &str) -> RolloutWindow {
+    RolloutWindow {
+        name: name.map(str::to_string),
+        kind,
+        schedule: schedule.into(),
+        duration: duration.into(),
+        time_zone: None,
+    }
+}
+
+/// A window of the cluster's ChangeWindow `freeze`.
+fn cluster_window(kind: WindowKind, schedule: &str, duration: &str) -> Window {
+    let source = WindowSource::Cluster {
+        name: "freeze".into(),
+    };
+    Window::parse(
+        &window(kind, None, schedule, duration),
+        source,
+        0,
+        "spec.windows[0]",
+    )
+    .unwrap()
+}
+
+impl World {
+    fn set_windows(&mut self, windows: Vec<RolloutWindow>) {
+        self.set
+            .spec
+            .rollout
+            .get_or_insert_with(RolloutSpec::default)
+            .windows = windows;
+        self.set.metadata.generation = Some(self.set.metadata.generation.unwrap() + 1);
+    }
+}
+
+#[test]
+fn a_deny_window_holds_a_new_rollout_and_it_completes_once_the_window_closes() {
+    let (mut world, old) = two_waves(Some(rollout(0, 600, false)));
+    world.set_windows(vec![window(
+        WindowKind::Deny,
+        Some("morning-freeze"),
+        "0 8 * * *",
+        "1h",
+    )]);
+    world.change_content("v2");
+    world.now += 10;
+    let plan = world.settle();
+    let new = world.current();
+    assert_ne!(new, old, "the revision is made whatever the windows say");
+    assert_eq!(
+        (world.reads("first"), world.reads("second")),
+        (old.clone(), old.clone()),
+        "nothing moves"
+    );
+    let rollout = world.rollout();
+    assert_eq!(
+        (rollout.phase, rollout.wave, rollout.reason.as_deref()),
+        (RolloutPhase::Waiting, 0, Some("morning-freeze"))
+    );
+    assert_eq!(
+        rollout.next_window,
+        Some(at(3600)),
+        "09:00, when the Deny window closes"
+    );
+    assert_eq!(world.ready(), ("False".into(), "RolloutWaiting".into()));
+    assert!(
+        world
+            .ready_message()
+            .contains("moves resume at 2027-01-15T09:00:00Z"),
+        "{}",
+        world.ready_message()
+    );
+    assert_eq!(world.entry("first").state, WorkloadState::Waiting);
+    assert_eq!(world.told("waits in wave 0"), 1, "{:?}", world.events);
+    let left = plan.recheck_in.expect("looks again when the window closes");
+    assert_eq!(left.as_secs(), 3600 - 310);
+
+    // Later, and after a restart: still held, told once.
+    world.now += 1000;
+    world.settle();
+    assert_eq!(world.reads("first"), old);
+    assert_eq!(world.told("waits in wave 0"), 1);
+
+    world.now = 3600;
+    world.settle();
+    assert_eq!(world.reads("first"), new, "the window closed: wave 0 moves");
+    assert_eq!(world.reads("second"), old);
+    assert_eq!(
+        world.told("the change windows allow moves again"),
+        1,
+        "{:?}",
+        world.events
+    );
+    let rollout = world.rollout();
+    assert_eq!(
+        (rollout.phase, rollout.reason, rollout.next_window),
+        (RolloutPhase::Progressing, None, None)
+    );
+    world.heal_all();
+    world.heal_all();
+    assert_eq!(world.reads("second"), new);
+    assert_eq!(world.rollout().phase, RolloutPhase::Complete);
+}
+
+#[test]
+fn a_window_that_opens_mid_rollout_holds_it_where_it_stands_and_stops_its_deadline() {
+    let (mut world, old) = two_waves(Some(rollout(0, 600, false)));
+    // 08:06 to 08:36, of the cluster's ChangeWindow.
+    world.cluster = vec![cluster_window(WindowKind::Deny, "6 8 * * *", "30m")];
+    world.change_content("v2");
+    world.settle();
+    let new = world.current();
+    assert_eq!(
+        world.reads("first"),
+        new,
+        "08:05: wave 0 moves before the window opens"
+    );
+    world.now = 360;
+    world.settle();
+    let rollout = world.rollout();
+    assert_eq!(
+        (
+            rollout.phase,
+            rollout.reason.as_deref(),
+            rollout.held_since.clone()
+        ),
+        (RolloutPhase::Waiting, Some("DenyWindow"), Some(at(360)))
+    );
+    assert_eq!(world.reads("first"), new, "what moved stays");
+    // Far beyond the progress deadline (600 s from 08:05): the clock stands still while held.
+    world.now = 1500;
+    world.heal_all();
+    world.workload("first").health = Health::Progressing;
+    world.settle();
+    assert_eq!(
+        world.rollout().phase,
+        RolloutPhase::Waiting,
+        "no deadline runs out while held"
+    );
+    assert_eq!(world.reads("second"), old, "no wave opens");
+
+    world.now = 2160;
+    world.settle();
+    assert_eq!(
+        world.rollout().phase,
+        RolloutPhase::Progressing,
+        "08:36: it goes on"
+    );
+    // It had 600 - 60 s left when the window opened.
+    world.now = 2160 + 500;
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::Progressing);
+    world.now = 2160 + 560;
+    world.settle();
+    assert_eq!(
+        world.rollout().phase,
+        RolloutPhase::Failed,
+        "{:?}",
+        world.rollout()
+    );
+}
+
+#[test]
+fn a_rollout_failing_inside_a_deny_window_is_still_rolled_back() {
+    let (mut world, old) = two_waves(Some(rollout(0, 600, true)));
+    world.cluster = vec![cluster_window(WindowKind::Deny, "6 8 * * *", "30m")];
+    world.change_content("v2");
+    world.settle();
+    let new = world.current();
+    assert_eq!(world.reads("first"), new);
+    world.now = 400;
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::Waiting);
+    world.workload("first").health = Health::Failed("crashed".into());
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::Failed);
+    assert_eq!(world.reads("first"), old, "rolled back inside the window");
+    assert_eq!(world.entry("first").state, WorkloadState::RolledBack);
+}
+
+#[test]
+fn an_allow_window_holds_until_it_opens() {
+    let (mut world, old) = two_waves(Some(rollout(0, 600, false)));
+    world.set_windows(vec![window(WindowKind::Allow, None, "30 8 * * *", "1h")]);
+    world.change_content("v2");
+    world.settle();
+    let rollout = world.rollout();
+    assert_eq!(
+        (
+            rollout.phase,
+            rollout.reason.as_deref(),
+            rollout.next_window.clone()
+        ),
+        (RolloutPhase::Waiting, Some("OutsideWindow"), Some(at(1800)))
+    );
+    assert_eq!(world.reads("first"), old);
+    world.now = 1800;
+    world.settle();
+    assert_eq!(
+        world.reads("first"),
+        world.current(),
+        "08:30: the Allow window opened"
+    );
+}
+
+#[test]
+fn a_cluster_deny_beats_a_set_allow() {
+    let (mut world, old) = two_waves(Some(rollout(0, 600, false)));
+    world.set_windows(vec![window(WindowKind::Allow, None, "0 8 * * *", "2h")]);
+    world.cluster = vec![cluster_window(WindowKind::Deny, "0 8 * * *", "1h")];
+    world.change_content("v2");
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::Waiting);
+    assert_eq!(world.rollout().next_window, Some(at(3600)));
+    assert_eq!(world.reads("first"), old);
+    world.now = 3600;
+    world.settle();
+    assert_eq!(world.reads("first"), world.current());
+}
+
+#[test]
+fn without_a_rollout_spec_a_cluster_deny_still_holds_a_change() {
+    let (mut world, old) = two_waves(None);
+    world.cluster = vec![cluster_window(WindowKind::Deny, "0 8 * * *", "1h")];
+    world.change_content("v2");
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::Waiting);
+    assert_eq!((world.reads("first"), world.reads("second")), (old.clone(), old));
+    world.now = 3600;
+    world.heal_all();
+    world.heal_all();
+    world.heal_all();
+    assert_eq!(world.rollout().phase, RolloutPhase::Complete);
+    assert_eq!(world.reads("second"), world.current());
+}
+
+#[test]
+fn the_override_lets_the_current_rollout_through_and_no_later_one() {
+    let (mut world, old) = two_waves(Some(rollout(0, 600, false)));
+    world.set_windows(vec![window(WindowKind::Deny, None, "0 8 * * *", "4h")]);
+    world.change_content("v2");
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::Waiting);
+    let value = override_value(&world.rollout()).unwrap();
+    world.annotate(labels::WINDOW_OVERRIDE, Some(&value));
+    world.annotate(labels::WINDOW_OVERRIDE_BY, Some("alice 2027-01-15T08:06:00Z"));
+    world.now += 60;
+    world.settle();
+    let new = world.current();
+    assert_eq!(world.reads("first"), new, "overridden: wave 0 moves");
+    assert_eq!(
+        world
+            .reasons()
+            .iter()
+            .filter(|r| **r == "WindowOverridden")
+            .count(),
+        1
+    );
+    assert_eq!(
+        world.told("(by alice 2027-01-15T08:06:00Z)"),
+        1,
+        "{:?}",
+        world.events
+    );
+    world.heal_all();
+    world.heal_all();
+    assert_eq!(world.reads("second"), new);
+    assert_eq!(world.rollout().phase, RolloutPhase::Complete);
+
+    // The next rollout is held again: the override named the one before.
+    world.change_content("v3");
+    world.now += 60;
+    world.settle();
+    assert_eq!(world.rollout().phase, RolloutPhase::Waiting);
+    assert_eq!(world.reads("first"), new);
+    let _ = old;
+}
+
+#[test]
+fn an_immediate_set_moves_every_reader_at_once_through_waves_windows_and_pause_and_undo_is_undone() {
+    let spec = RolloutSpec {
+        strategy: Strategy::Immediate,
+        paused: true,
+        windows: vec![window(WindowKind::Deny, None, "0 0 * * *", "24h")],
+        ..RolloutSpec::default()
+    };
+    let mut world = World::new(
+        Some(spec),
+        vec![
+            deployment("first", None, "app"),
+            deployment("second", Some(1), "app"),
+        ],
+    );
+    world.cluster = vec![cluster_window(WindowKind::Deny, "0 0 * * *", "24h")];
+    world.settle();
+    let first = world.current();
+    assert_eq!(
+        (world.reads("first"), world.reads("second")),
+        (first.clone(), first.clone())
+    );
+    world.change_content("v2");
+    world.now += 10;
+    world.settle();
+    let rotated = world.current();
+    assert_eq!(
+        (world.reads("first"), world.reads("second")),
+        (rotated.clone(), rotated.clone()),
+        "every reader, at once"
+    );
+    assert!(
+        world.set.status.as_ref().unwrap().rollout.is_none(),
+        "nothing to track, nothing held"
+    );
+    // `kubectl rollout undo` brings back the old copy: it may be revoked, so cmset moves it on.
+    let reference = world.workload("first").pod_spec.containers[0]
+        .env_from
+        .as_mut()
+        .unwrap()[0]
+        .config_map_ref
+        .as_mut()
+        .unwrap();
+    reference.name = first.clone();
+    world.settle();
+    assert_eq!(world.reads("first"), rotated, "never left on an older revision");
 }

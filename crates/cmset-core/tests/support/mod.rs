@@ -32,6 +32,7 @@ pub fn plan_seeing(
         now: Time(Timestamp::from_second(1_800_000_000).unwrap()),
         budget_waiting: &Default::default(),
         analysis: None,
+        windows: &Default::default(),
     })
 }
 

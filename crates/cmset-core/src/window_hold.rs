@@ -1,0 +1,164 @@
+//! Whether the change windows hold a set's rollout at an instant: the set's own windows
+//! (`spec.rollout.windows`) and the cluster's that select it (`ChangeWindow`), evaluated together (see
+//! [`crate::windows`]), less a break-glass override of the rollout.
+//!
+//! A window holds only moves to a new revision and the opening of waves. Rollbacks, a new workload's
+//! first start, revisions and history are never held: the callers ask this only where a move forward
+//! is decided. A set whose strategy is `Immediate` is never held.
+
+use std::collections::BTreeMap;
+
+use cmset_api::{ChangeWindow, RolloutStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::set::{SetRef, rollout_id};
+use crate::validate::Problem;
+use crate::windows::{self, Verdict, Window, WindowSource};
+
+/// Why the windows hold a set's moves now, and until when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WindowHold {
+    /// `status.rollout.reason`: `OutsideWindow`, or the name of the Deny window that holds it.
+    pub reason: String,
+    /// For people: which window holds it.
+    pub by: String,
+    /// When moves may resume; `None` when no window opens within the horizon.
+    pub opens_at: Option<Timestamp>,
+}
+
+/// What the windows say of one set at one instant.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WindowState {
+    /// Held now, before any override of the rollout.
+    pub held: Option<WindowHold>,
+    /// When the verdict may next change: the rollout looks again then.
+    pub changes_at: Option<Timestamp>,
+    /// The set's windows could not be read: the set is invalid, and its own windows are left out.
+    pub invalid: bool,
+}
+
+impl WindowState {
+    /// Whether the windows hold the moves of `rollout` (the status's record of the current revision's
+    /// rollout, if any): held now, and not overridden for that very rollout.
+    pub fn holds(&self, set: SetRef<'_>, rollout: Option<&RolloutStatus>) -> bool {
+        self.held.is_some() && !rollout.is_some_and(|r| overridden(set, r))
+    }
+}
+
+/// The windows' verdict for `set` at `now`, with `cluster` the cluster's windows that select it.
+pub fn window_state(set: SetRef<'_>, cluster: &[Window], now: Timestamp) -> WindowState {
+    let own = set.rollout().map(|r| r.windows.as_slice()).unwrap_or_default();
+    if set.immediate() || (own.is_empty() && cluster.is_empty()) {
+        return WindowState::default();
+    }
+    let (mut all, invalid) = match windows::parse_all(own, &WindowSource::Set, "spec.rollout.windows") {
+        Ok(parsed) => (parsed, false),
+        Err(_) => (Vec::new(), true),
+    };
+    all.extend(cluster.iter().cloned());
+    match windows::evaluate(&all, now) {
+        Verdict::Open { until } => WindowState {
+            held: None,
+            changes_at: until,
+            invalid,
+        },
+        Verdict::Held { reason, by, opens_at } => WindowState {
+            held: Some(WindowHold { reason, by, opens_at }),
+            changes_at: opens_at,
+            invalid,
+        },
+    }
+}
+
+/// Whether the set's override annotation names `rollout`: `<revision>@<startedAt>`. It names one
+/// rollout, so a later rollout (another revision, or the same one started again) is held as usual.
+pub fn overridden(set: SetRef<'_>, rollout: &RolloutStatus) -> bool {
+    let (Some(value), Some(started)) = (set.window_override(), rollout.started_at.as_ref()) else {
+        return false;
+    };
+    value.split_once('@') == Some((rollout.revision.as_str(), rollout_id(started).as_str()))
+}
+
+/// The override annotation's value for `rollout`.
+pub fn override_value(rollout: &RolloutStatus) -> Option<String> {
+    let started = rollout.started_at.as_ref()?;
+    Some(format!("{}@{}", rollout.revision, rollout_id(started)))
+}
+
+/// A `ChangeWindow`, parsed: which sets it selects and its windows.
+#[derive(Clone, Debug)]
+pub struct ClusterWindows {
+    pub name: String,
+    namespaces: Vec<String>,
+    selector: Option<LabelSelector>,
+    pub windows: Vec<Window>,
+}
+
+impl ClusterWindows {
+    /// The `ChangeWindow` parsed, or every problem with it (each naming its field).
+    pub fn parse(object: &ChangeWindow) -> Result<Self, Vec<Problem>> {
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let source = WindowSource::Cluster { name: name.clone() };
+        let windows = windows::parse_all(&object.spec.windows, &source, "spec.windows")?;
+        Ok(Self {
+            name,
+            namespaces: object.spec.namespaces.clone(),
+            selector: object.spec.selector.clone(),
+            windows,
+        })
+    }
+
+    /// Whether its windows apply to `set`: its namespace matches one of the globs (or there are
+    /// none) and its labels match the selector (or there is none).
+    pub fn selects(&self, set: SetRef<'_>) -> bool {
+        let labels = set.metadata().labels.as_ref();
+        windows::namespaces_match(&self.namespaces, set.namespace())
+            && self
+                .selector
+                .as_ref()
+                .is_none_or(|s| selector_matches(s, labels.unwrap_or(&BTreeMap::new())))
+    }
+}
+
+/// The windows of `cluster` that apply to `set`.
+pub fn windows_for(set: SetRef<'_>, cluster: &[ClusterWindows]) -> Vec<Window> {
+    cluster
+        .iter()
+        .filter(|c| c.selects(set))
+        .flat_map(|c| c.windows.iter().cloned())
+        .collect()
+}
+
+/// The windows of the `changewindows` that apply to `set`, parsed; a ChangeWindow that does not
+/// parse is left out (the admission webhook refuses those).
+pub fn cluster_windows_for(set: SetRef<'_>, changewindows: &[ChangeWindow]) -> Vec<Window> {
+    let parsed: Vec<ClusterWindows> = changewindows
+        .iter()
+        .filter_map(|c| ClusterWindows::parse(c).ok())
+        .collect();
+    windows_for(set, &parsed)
+}
+
+/// Whether `labels` match a Kubernetes label selector: every `matchLabels` pair and every
+/// `matchExpressions` requirement (`In`, `NotIn`, `Exists`, `DoesNotExist`). An empty selector
+/// matches everything; an unknown operator matches nothing.
+pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let pairs = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let expressions = selector.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.as_deref().unwrap_or_default();
+        let value = labels.get(&e.key);
+        match e.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false,
+        }
+    });
+    pairs && expressions
+}
