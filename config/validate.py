@@ -196,7 +196,7 @@ def rule_tuples(rules):
 
 # Cluster-scoped resources the operator reads: no Role in a watched namespace can grant them, so in
 # config/namespaced a cluster admin grants them once, through config/namespaced/cluster-admin.
-CLUSTER_SCOPED = {("cmset.dev", "analysistemplates")}
+CLUSTER_SCOPED = {("cmset.dev", "analysistemplates"), ("cmset.dev", "changewindows")}
 
 
 def cluster_scoped(atom):
@@ -491,12 +491,18 @@ def check_webhook(chk, where, by_kind, ns, labels, c, ports, granted):
             chk.rule(where, hook.get("timeoutSeconds", 10) <= 10, f"webhook {name}: timeoutSeconds above 10")
             resources = {(g, r) for rule in hook.get("rules", []) for g in rule.get("apiGroups", [])
                          for r in rule.get("resources", [])}
-            chk.rule(where, resources == {("cmset.dev", "analysistemplates")},
-                     f"webhook {name}: must be sent AnalysisTemplates only, not {sorted(resources)}")
+            # Each validating webhook is sent exactly the cmset kinds its path checks, and nothing else.
+            expected = {
+                "/validate-analysistemplate": {("cmset.dev", "analysistemplates")},
+                "/validate-windows": {("cmset.dev", "configmapsets"), ("cmset.dev", "secretsets"),
+                                      ("cmset.dev", "changewindows")},
+            }
             ref = hook["clientConfig"].get("service", {})
-            chk.rule(where, ref.get("namespace") == ns and ref.get("name") in svcs
-                     and ref.get("path") == "/validate-analysistemplate",
-                     f"webhook {name}: must call the operator's Service at /validate-analysistemplate, not {ref}")
+            path = ref.get("path")
+            chk.rule(where, ref.get("namespace") == ns and ref.get("name") in svcs and path in expected,
+                     f"webhook {name}: must call the operator's Service at one of {sorted(expected)}, not {ref}")
+            chk.rule(where, resources == expected.get(path, resources),
+                     f"webhook {name}: must be sent {sorted(expected.get(path, []))} only, not {sorted(resources)}")
     secret = args.get("--webhook-cert-secret")
     if secret is not None:
         have = granted.get(ns, set()) | granted.get(None, set())

@@ -8,3 +8,4 @@ pub mod server;
 pub mod template_admission;
 pub mod webhook;
 pub mod webhook_certs;
+pub mod window_admission;

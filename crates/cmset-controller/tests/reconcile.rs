@@ -422,6 +422,7 @@ fn settle(world: &mut World, set: &ConfigMapSet) -> ConfigMapSet {
         now: fixed_clock()(),
         budget_waiting: &Default::default(),
         analysis: None,
+        windows: &Default::default(),
     };
     let plan = plan_set(&input);
     if let Some(cm) = plan.create.as_ref().and_then(NewRevision::config_map) {
@@ -1074,6 +1075,7 @@ async fn a_status_already_written_is_not_written_again_while_the_store_lags() {
         now: fixed_clock()(),
         budget_waiting: &Default::default(),
         analysis: None,
+        windows: &Default::default(),
     };
     let status = plan_set(&input).status;
     let wrote_it = |ctx: &Context| {
@@ -1733,7 +1735,7 @@ async fn a_standby_decides_a_source_mode_set_by_its_status_and_the_leader_waits_
     )
     .unwrap();
     let decide = |world: &World| {
-        cmset_controller::reconcile::decisions::Gathered::of(&world.index, &world.stores, NS, &view)
+        cmset_controller::reconcile::decisions::Gathered::of(&world.index, &world.stores, NS, &view, true)
             .and_then(|g| g.decide(&view))
     };
     // A standby (every replica serves admission) decides by what the leader recorded.

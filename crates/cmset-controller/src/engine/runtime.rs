@@ -24,7 +24,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cmset_api::{AnalysisTemplate, ConfigMapSet, SecretSet};
+use cmset_api::{AnalysisTemplate, ChangeWindow, ConfigMapSet, SecretSet};
 use futures::channel::mpsc::UnboundedSender;
 use futures::{FutureExt, Stream, StreamExt, future::BoxFuture};
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
@@ -255,6 +255,37 @@ fn templates_watch(client: &Client, index: Arc<Index>) -> (Store<AnalysisTemplat
     (reader, driver)
 }
 
+/// The ChangeWindow watch (cluster-scoped, few objects, kept whole in a store): each change parses
+/// the windows again and reconciles every set (see [`Index::handle_change_window`]).
+fn windows_watch(client: &Client, index: Arc<Index>) -> BoxFuture<'static, ()> {
+    use crate::engine::index::WINDOWS;
+    let (reader, writer) = reflector::store();
+    index.expect(WINDOWS);
+    let api: Api<ChangeWindow> = Api::all(client.clone());
+    relist_at_once_on_expiry(WINDOWS, watcher(api, watcher::Config::default()))
+        .backoff(watch_backoff())
+        .modify(|window| window.metadata.managed_fields = None)
+        .reflect(writer)
+        .for_each(move |event| {
+            match event {
+                Ok(event) => {
+                    index.handle_change_window(&event, &reader.state());
+                }
+                Err(e) => {
+                    log_watch_error(WINDOWS, &e);
+                    if let watcher::Error::InitialListFailed(e) = &e {
+                        index.windows_unavailable(format!(
+                            "their list failed: {}",
+                            crate::platform::redact::api_error(e)
+                        ));
+                    }
+                }
+            }
+            futures::future::ready(())
+        })
+        .boxed()
+}
+
 fn log_results<S, T, E>(stream: S, controller: &'static str) -> BoxFuture<'static, ()>
 where
     S: Stream<Item = Result<T, E>> + Send + 'static,
@@ -323,6 +354,7 @@ impl Scope {
             ));
             store
         });
+        watches.push(windows_watch(client, index.clone()));
         let templates = analysis.then(|| {
             let (store, watch) = templates_watch(client, index.clone());
             watches.push(watch);

@@ -120,7 +120,14 @@ pub struct RolloutGauges {
 
 /// Every phase a rollout reports (`RolloutPhase::as_str`): a set has a series for its current phase
 /// only.
-pub const ROLLOUT_PHASES: [&str; 5] = ["Progressing", "Paused", "AwaitingPromotion", "Complete", "Failed"];
+pub const ROLLOUT_PHASES: [&str; 6] = [
+    "Progressing",
+    "Paused",
+    "AwaitingPromotion",
+    "Waiting",
+    "Complete",
+    "Failed",
+];
 
 /// The verdicts of one analysis measurement.
 pub const ANALYSIS_VERDICTS: [&str; 3] = ["passed", "failed", "inconclusive"];
@@ -180,6 +187,9 @@ pub struct Metrics {
     // keep one phase per set and know which series to remove.
     /// 1 for each set's current rollout phase.
     rollout_phase: Family<PhaseLabels, Gauge>,
+    /// How many rollouts a change window holds now (phase `Waiting`), and which.
+    rollouts_held_by_window: Gauge,
+    held_by_window: Arc<Mutex<std::collections::HashSet<SetLabels>>>,
     rollout_wave: Family<SetLabels, Gauge>,
     rollout_wave_opened: Family<SetLabels, Gauge>,
     rollout_progress_deadline: Family<SetLabels, Gauge>,
@@ -219,6 +229,8 @@ impl Default for Metrics {
             admission_duration: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
             admission_requests: Family::default(),
             rollout_phase: Family::default(),
+            rollouts_held_by_window: Gauge::default(),
+            held_by_window: Arc::default(),
             rollout_wave: Family::default(),
             rollout_wave_opened: Family::default(),
             rollout_progress_deadline: Family::default(),
@@ -316,6 +328,11 @@ impl Metrics {
             self.rollout_phase.clone(),
         );
         r.register(
+            "rollouts_held_by_window",
+            "How many sets' rollouts a change window holds now (phase Waiting)",
+            self.rollouts_held_by_window.clone(),
+        );
+        r.register(
             "rollout_wave",
             "The wave in progress of each set's rollout (the wave it failed in, once failed)",
             self.rollout_wave.clone(),
@@ -396,6 +413,18 @@ impl Metrics {
     /// rollout series of the set.
     pub fn observe_rollout(&self, set: &SetLabels, rollout: Option<&RolloutGauges>) {
         let current = rollout.map(|r| r.phase);
+        {
+            let mut held = self.held_by_window.lock().unwrap_or_else(PoisonError::into_inner);
+            let changed = if current == Some("Waiting") {
+                held.insert(set.clone())
+            } else {
+                held.remove(set)
+            };
+            if changed {
+                self.rollouts_held_by_window
+                    .set(i64::try_from(held.len()).unwrap_or(i64::MAX));
+            }
+        }
         for phase in ROLLOUT_PHASES {
             if Some(phase) != current {
                 self.rollout_phase.remove(&PhaseLabels {

@@ -11,6 +11,7 @@ use cmset_core::decide::{self, Identity, Observed, Undecided};
 use cmset_core::health::Wave;
 use cmset_core::observe::{RevisionView, WorkloadView};
 use cmset_core::rollout::SetTarget;
+use cmset_core::window_hold;
 
 use crate::engine::index::{Index, SetFacts, SetId, SourceLookup};
 use crate::engine::stores::{AnySet, Stores};
@@ -22,6 +23,8 @@ struct Entry {
     identity: Held,
     revisions: Vec<RevisionView>,
     lowest_wave: i32,
+    /// The change windows hold the set's moves now.
+    window_held: bool,
 }
 
 /// The content identity as the index holds it.
@@ -41,13 +44,16 @@ pub struct Gathered {
 impl Gathered {
     /// Looks up every set `workload`'s names can refer to in `namespace`. A set the index knows but the
     /// store does not hold yet (the two are fed by the same event, one a moment after the other) makes
-    /// the decision wait.
+    /// the decision wait. `windows`: whether the change windows may hold a move (not for the first
+    /// start of a workload being created: admission names the current revision as always).
     pub fn of(
         index: &Index,
         stores: &Stores,
         namespace: &str,
         workload: &WorkloadView,
+        windows: bool,
     ) -> Result<Self, Undecided> {
+        let now = jiff::Timestamp::now();
         let sets = index.sets_read(namespace, &workload.referenced());
         let mut entries = Vec::with_capacity(sets.len());
         for (id, facts) in sets {
@@ -61,12 +67,18 @@ impl Gathered {
                 Wave::Number(0) => 0,
                 _ => index.lowest_wave(&id),
             };
+            let window_held = windows && {
+                let set = set.as_set();
+                let state = window_hold::window_state(set, &index.cluster_windows_for(set), now);
+                state.holds(set, set.status().and_then(|s| s.rollout.as_ref()))
+            };
             entries.push(Entry {
                 set,
                 facts,
                 identity,
                 revisions,
                 lowest_wave,
+                window_held,
             });
         }
         Ok(Self { entries })
@@ -86,6 +98,7 @@ impl Gathered {
                 },
                 revisions: &e.revisions,
                 lowest_wave: e.lowest_wave,
+                window_held: e.window_held,
             })
             .collect()
     }

@@ -21,6 +21,7 @@ use cmset_core::refs::Referenced;
 use cmset_core::revision::{Existing, ExistingName, NewRevision, claim_patch, classify_existing};
 use cmset_core::set::{Content, SetKind, SetRef, SourceState};
 use cmset_core::waves;
+use cmset_core::window_hold::{self, WindowState};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
@@ -286,13 +287,15 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
         return hold_unobserved(ctx, object, &id, &unobserved).await;
     }
     let seen = observe(ctx, &id);
+    // The change windows' verdict, at the instant the plan is made for.
+    let windows = window_hold::window_state(set, &ctx.index.cluster_windows_for(set), (ctx.clock)().0);
     let mut prepared = analysis_io::prepare(ctx, set);
     let mut held = hold_source(ctx, set, &namespace, false).await?;
-    let mut plan = plan_set(&input(ctx, set, &held, &seen, prepared.as_ref()));
+    let mut plan = plan_set(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()));
     if plan.needs_content {
         // A new revision is to be made of the source: read its content now.
         held = hold_source(ctx, set, &namespace, true).await?;
-        plan = plan_set(&input(ctx, set, &held, &seen, prepared.as_ref()));
+        plan = plan_set(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()));
     }
     // The measurements taken since of the analysis runs the plan finds due are recorded, and the set
     // is planned again with what they showed; the runs still due are handed to the measurer (the
@@ -304,7 +307,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     };
     if measured.is_some() {
         prepared = measured;
-        plan = plan_set(&input(ctx, set, &held, &seen, prepared.as_ref()));
+        plan = plan_set(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()));
     }
     if let Some(prepared) = &prepared {
         analysis_io::request(ctx, set, prepared, &mut plan);
@@ -340,7 +343,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
             Created::Adopted => return Ok(Action::requeue(SOON)),
             Created::Collision(taken) => {
                 // Record the bumped collision count first: the next reconcile picks the next name.
-                let input = input(ctx, set, &held, &seen, analysis);
+                let input = input(ctx, set, &held, &seen, &windows, analysis);
                 let previous = set.status().cloned().unwrap_or_default();
                 plan = plan_collision(&input, &previous, &taken);
                 if write_status::<S>(ctx, object, &id, &plan.status).await? == StatusWrite::StoreBehind {
@@ -481,6 +484,7 @@ fn input<'a>(
     set: SetRef<'a>,
     held: &'a Held,
     seen: &'a Observation,
+    windows: &'a WindowState,
     analysis: Option<&'a Prepared>,
 ) -> SetInput<'a> {
     SetInput {
@@ -496,6 +500,7 @@ fn input<'a>(
             analyses: &a.analyses,
             runs: &a.runs,
         }),
+        windows,
     }
 }
 

@@ -109,7 +109,7 @@ fn targets(
     view: &cmset_core::observe::WorkloadView,
 ) -> Result<Decided, Wait> {
     let undecided = |u: Undecided| Wait::ForSet(u.to_string());
-    let gathered = Gathered::of(&ctx.index, &ctx.stores, namespace, view).map_err(undecided)?;
+    let gathered = Gathered::of(&ctx.index, &ctx.stores, namespace, view, true).map_err(undecided)?;
     let targets = gathered.decide(view).map_err(undecided)?;
     match gathered.gathering_left(ctx.multi_set_window) {
         Some(left) => Err(Wait::Window(left)),
@@ -190,9 +190,14 @@ async fn reconcile_inner(this: &Workload<'_>, ctx: &Context) -> Result<Action> {
     let rolled_back = rollbacks(&targets, &plan.changes);
     // The budget holds moves to a new revision; a rollback, or the first start of a workload cmset
     // created paused, never waits.
+    // Nor does a move to a revision of a set whose strategy is Immediate (rotated credentials).
+    let urgent = plan
+        .changes
+        .iter()
+        .any(|c| targets.iter().any(|t| t.immediate && t.current == c.to));
     let budgeted = budget
         .as_ref()
-        .filter(|_| held.is_none() && rolled_back.is_empty());
+        .filter(|_| held.is_none() && rolled_back.is_empty() && !urgent);
     if let Some(budget) = budgeted
         && let (Admit::Wait(waiting), began) = budget.request(&id, turn, generation)
     {

@@ -173,8 +173,17 @@ async fn answer(handler: &Handler, review: &Value) -> Value {
         handler.count("error");
         return review_response(uid, None);
     };
-    let decided = decide(scope, handler.scopes.multi_set_window, namespace, &workload).await;
     let creating = request["operation"].as_str() == Some("CREATE");
+    // A workload's first start names the current revision whatever the change windows say; a change
+    // to one that runs is held by them as the controller would hold it.
+    let decided = decide(
+        scope,
+        handler.scopes.multi_set_window,
+        namespace,
+        &workload,
+        !creating,
+    )
+    .await;
     let missing = if creating && cmset_core::hold::can_hold(kind) {
         missing_names(handler, scope, namespace, &workload).await
     } else {
@@ -216,12 +225,13 @@ async fn decide(
     window: Duration,
     namespace: &str,
     workload: &WorkloadView,
+    windows: bool,
 ) -> Result<Vec<SetTarget>, Undecided> {
     let deadline = tokio::time::Instant::now() + DECISION_WAIT;
     let mut changes = scope.index.changes();
     loop {
         changes.mark_unchanged();
-        let gathered = Gathered::of(&scope.index, &scope.stores, namespace, workload);
+        let gathered = Gathered::of(&scope.index, &scope.stores, namespace, workload, windows);
         let decided = gathered
             .as_ref()
             .map_err(Clone::clone)
@@ -306,6 +316,10 @@ pub fn router(scopes: Scopes, client: Client, metrics: Arc<Metrics>, secret_sets
     Router::new()
         .route("/mutate", post(mutate))
         .route(
+            "/validate-windows",
+            post(crate::serving::window_admission::validate),
+        )
+        .route(
             "/validate-analysistemplate",
             post(crate::serving::template_admission::validate),
         )
@@ -358,7 +372,7 @@ pub async fn serve<F>(
         acceptor,
         address,
     } = bound;
-    info!(%address, "serving the admission webhooks at /mutate and /validate-analysistemplate");
+    info!(%address, "serving the admission webhooks at /mutate, /validate-analysistemplate and /validate-windows");
     crate::serving::http::serve(
         listener,
         Some(acceptor),

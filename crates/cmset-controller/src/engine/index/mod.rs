@@ -40,6 +40,7 @@ use cmset_core::naming;
 use cmset_core::observe::{HistoryObject, RefNames, RevisionView, WorkloadKind};
 use cmset_core::refs::Referenced;
 use cmset_core::set::SetKind;
+use cmset_core::window_hold::ClusterWindows;
 use kube::Resource;
 use kube::runtime::watcher;
 use prometheus_client::metrics::counter::Counter;
@@ -91,6 +92,8 @@ impl Key {
 
 /// The name of the AnalysisTemplate watch in the relist bookkeeping ([`Index::expect`]).
 pub const TEMPLATES: &str = "AnalysisTemplate";
+/// The name of the ChangeWindow watch in the relist bookkeeping.
+pub const WINDOWS: &str = "ChangeWindow";
 
 /// A set of either kind, by key: a ConfigMapSet and a SecretSet may share a name.
 pub type SetId = (SetKind, Key);
@@ -132,6 +135,9 @@ pub struct Index {
     set_gone: RwLock<Option<SetGone>>,
     /// Where every watch event is counted, by kind (`cmset_watch_events_total`), once set.
     watch_events: OnceLock<WatchEvents>,
+    /// The cluster's ChangeWindows, parsed once per change of one of them (they are few, and every
+    /// decision to move a workload reads them).
+    cluster_windows: RwLock<Arc<Vec<ClusterWindows>>>,
 }
 
 /// The counters of watch events, by kind and event.
@@ -151,7 +157,68 @@ impl Index {
             changes: tokio::sync::watch::Sender::new(0),
             set_gone: RwLock::new(None),
             watch_events: OnceLock::new(),
+            cluster_windows: RwLock::default(),
         }
+    }
+
+    /// Applies one event of the ChangeWindow watch: the windows are parsed again from `listed` (the
+    /// watch's store, which already holds the change), and every set reconciles, since a window may
+    /// hold or release any of them. A ChangeWindow that does not parse is left out, with a warning (the
+    /// admission webhook refuses those; one can only slip in while the webhook is down).
+    pub fn handle_change_window(
+        &self,
+        event: &watcher::Event<cmset_api::ChangeWindow>,
+        listed: &[Arc<cmset_api::ChangeWindow>],
+    ) -> Triggers {
+        self.count(WINDOWS, event);
+        let mut out = Triggers::default();
+        match event {
+            watcher::Event::Init => self.write().relist.start(WINDOWS),
+            watcher::Event::InitApply(w) => {
+                let name = w.metadata.name.clone().unwrap_or_default();
+                self.write().relist.seen(WINDOWS, Key::new("", &name));
+            }
+            watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone => {
+                if matches!(event, watcher::Event::InitDone) {
+                    let mut state = self.write();
+                    state.relist.done(WINDOWS);
+                    state.relist.available(WINDOWS);
+                }
+                let parsed: Vec<ClusterWindows> = listed
+                    .iter()
+                    .filter_map(|w| match ClusterWindows::parse(w) {
+                        Ok(parsed) => Some(parsed),
+                        Err(problems) => {
+                            let name = w.metadata.name.as_deref().unwrap_or_default();
+                            let why = cmset_core::validate::summary(&problems);
+                            tracing::warn!(changewindow = %name, problems = %why, "ignoring a ChangeWindow that does not parse");
+                            None
+                        }
+                    })
+                    .collect();
+                *self.cluster_windows.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(parsed);
+                self.read().sets.trigger_all(&mut out);
+            }
+        }
+        self.changed();
+        self.send(&out);
+        out
+    }
+
+    /// The ChangeWindow watch could not list, for `why`: sets go on without the cluster's windows
+    /// (the operator's RBAC may predate them); the warning says so.
+    pub fn windows_unavailable(&self, why: String) {
+        let _ = self.write().relist.unavailable(WINDOWS, why);
+    }
+
+    /// The cluster's windows that apply to `set`.
+    pub fn cluster_windows_for(&self, set: cmset_core::set::SetRef<'_>) -> Vec<cmset_core::windows::Window> {
+        let all = self
+            .cluster_windows
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        cmset_core::window_hold::windows_for(set, &all)
     }
 
     /// From now on every watch event this index receives is counted in `counters`. (Set once, before
