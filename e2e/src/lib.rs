@@ -422,6 +422,13 @@ impl Operator {
         Self::launch_registered(namespace, extra, None, Some(registration)).await
     }
 
+    /// [`Operator::start_with`], with this namespace's sets and every ChangeWindow sent to its
+    /// webhook for validation (see [`webhook::Registration::with_window_validation`]).
+    pub async fn start_validating_windows(namespace: &str, extra: &[&str]) -> Self {
+        let registration = webhook::Registration::with_window_validation(namespace, free_port());
+        Self::launch_registered(namespace, extra, None, Some(registration)).await
+    }
+
     /// An operator without the webhook: what cmset does when the webhook is not called (it fails open
     /// when cmset is down), rewriting workloads after they are stored.
     pub async fn start_without_webhook(namespace: &str, extra: &[&str]) -> Self {

@@ -13,8 +13,9 @@ pub const NAMESPACE_LABEL: &str = "cmset-e2e";
 pub struct Registration {
     pub name: String,
     pub port: u16,
-    /// AnalysisTemplates are validated by this operator. They are cluster-scoped: only a test about
-    /// their validation registers it, so that other tests' templates are not sent to its operator.
+    /// A ValidatingWebhookConfiguration of the same name is registered (AnalysisTemplates, or change
+    /// windows). Cluster-scoped kinds are sent to this operator only in a test about their validation,
+    /// so that other tests' objects are not.
     pub validates_templates: bool,
 }
 
@@ -95,6 +96,55 @@ webhooks:
         apiVersions: ["v1alpha1"]
         operations: ["CREATE", "UPDATE"]
         resources: ["analysistemplates"]
+        scope: Cluster
+    sideEffects: None
+    admissionReviewVersions: ["v1"]
+    failurePolicy: Ignore
+    timeoutSeconds: 5
+"#
+        );
+        crate::try_kubectl_in(None, &["apply", "-f", "-"], Some(&yaml))
+            .unwrap_or_else(|e| panic!("register the validating webhook {name}: {e}"));
+        registration.validates_templates = true;
+        registration
+    }
+
+    /// [`Registration::new`], and this namespace's ConfigMapSets and SecretSets, and every
+    /// ChangeWindow, sent to `https://127.0.0.1:<port>/validate-windows` (ChangeWindows are
+    /// cluster-scoped: only a test about their validation registers it).
+    pub fn with_window_validation(namespace: &str, port: u16) -> Self {
+        let mut registration = Self::new(namespace, port);
+        let name = &registration.name;
+        let yaml = format!(
+            r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: {name}
+webhooks:
+  - name: windows.cmset.dev
+    clientConfig:
+      url: https://127.0.0.1:{port}/validate-windows
+    rules:
+      - apiGroups: ["cmset.dev"]
+        apiVersions: ["v1alpha1"]
+        operations: ["CREATE", "UPDATE"]
+        resources: ["configmapsets", "secretsets"]
+        scope: Namespaced
+    namespaceSelector:
+      matchLabels: {{{NAMESPACE_LABEL}: {namespace}}}
+    sideEffects: None
+    admissionReviewVersions: ["v1"]
+    failurePolicy: Ignore
+    timeoutSeconds: 5
+  - name: changewindows.cmset.dev
+    clientConfig:
+      url: https://127.0.0.1:{port}/validate-windows
+    rules:
+      - apiGroups: ["cmset.dev"]
+        apiVersions: ["v1alpha1"]
+        operations: ["CREATE", "UPDATE"]
+        resources: ["changewindows"]
         scope: Cluster
     sideEffects: None
     admissionReviewVersions: ["v1"]
