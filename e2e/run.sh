@@ -21,12 +21,15 @@ make -s install >/dev/null
 # Each test operator registers its own webhook (see e2e/src/webhook.rs); test-only rights for that.
 kubectl apply -f e2e/rbac.yaml >/dev/null
 
-export CMSET_CONTROLLER_BIN=$root/target/debug/cmset-controller
+# Where cargo built it: a worktree may share another checkout's target directory.
+target=${CARGO_TARGET_DIR:-$root/target}
+export CMSET_CONTROLLER_BIN=$target/debug/cmset-controller
 export CMSET_OPERATOR_KUBECONFIG=$operator_kubeconfig
-export CMSET_E2E_LOGS=$root/target/e2e-logs
+export CMSET_E2E_LOGS=$target/e2e-logs
 mkdir -p "$CMSET_E2E_LOGS"
-echo "e2e: running the suite (operator logs in target/e2e-logs)"
-# E2E_TESTS="analysis steer" runs those test files only; arguments after it filter tests by name.
+echo "e2e: running the suite (operator logs in $CMSET_E2E_LOGS)"
+# E2E_TESTS="analysis steer" runs those test files only; arguments after it filter tests by name and
+# go to the test harness (`--ignored` runs the heavy tests left out by default).
 files=()
 for file in ${E2E_TESTS:-}; do files+=(--test "$file"); done
 cargo test --locked --no-fail-fast -p cmset-e2e "${files[@]}" -- --test-threads="${E2E_THREADS:-3}" "$@"

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use cmset_e2e::cmset_api::{ConfigMapSet, NotificationResult, RolloutPhase, WorkloadState};
 use cmset_e2e::fixtures::wave_deployment_yaml;
-use cmset_e2e::k8s_openapi::api::core::v1::Node;
+use cmset_e2e::k8s_openapi::api::core::v1::{Event, Node};
 use cmset_e2e::kube::Api;
 use cmset_e2e::{Operator, TestNamespace, eventually_within, kustomize_name, plugin_bin, stays};
 use http_body_util::{BodyExt, Full};
@@ -26,6 +26,8 @@ const FAIL_KEY: &str = "CMSET_FAKE_NODE_FAIL";
 const FAKE_NODE: &str = "cmset-fake-node";
 const SET: &str = "app-config";
 const WORKLOAD: &str = "web";
+/// The one value of the Secret: it must reach Slack and nowhere else.
+const SLACK_TOKEN: &str = "xoxb-e2e-secret-token";
 
 /// One request the receiver took.
 #[derive(Clone, Debug)]
@@ -120,7 +122,7 @@ kind: Secret
 metadata:
   name: cmset-notifications-secret
 stringData:
-  slack-token: xoxb-e2e-secret-token
+  slack-token: {SLACK_TOKEN}
 ---
 apiVersion: v1
 kind: ConfigMap
@@ -261,7 +263,7 @@ async fn a_failed_rollout_is_told_once_to_each_service_and_a_restart_tells_it_ag
     let slack: Vec<&Heard> = heard.iter().filter(|h| h.path.starts_with("/slack")).collect();
     assert!(
         slack.iter().all(
-            |h| h.authorization.as_deref() == Some("Bearer xoxb-e2e-secret-token")
+            |h| h.authorization.as_deref() == Some(format!("Bearer {SLACK_TOKEN}").as_str())
                 && h.body["channel"] == "ops"
         ),
         "Slack's requests carry the bot token and the channel: {slack:?}"
@@ -309,7 +311,25 @@ async fn a_failed_rollout_is_told_once_to_each_service_and_a_restart_tells_it_ag
         text.contains("on-rollout-failed to flaky: delivered") && text.contains("(3 attempts)"),
         "{text}"
     );
-    assert!(!text.contains("xoxb-e2e-secret-token"), "{text}");
+    assert!(!text.contains(SLACK_TOKEN), "{text}");
+
+    // No Event carries the credential, in its reason, message or anywhere else: those of the test's
+    // namespace (the set's and the ConfigMap's) and of the operator's own (cmset-system: the harness
+    // sets no POD_NAMESPACE).
+    for namespace in [ns.name.as_str(), "cmset-system"] {
+        let events: Api<Event> = Api::namespaced(ns.client.clone(), namespace);
+        let events = events.list(&Default::default()).await.unwrap().items;
+        if namespace == ns.name {
+            assert!(!events.is_empty(), "the rollout's Events are there to check");
+        }
+        for event in events {
+            let text = serde_json::to_string(&event).unwrap();
+            assert!(
+                !text.contains(SLACK_TOKEN),
+                "an Event in {namespace} carries the token: {text}"
+            );
+        }
+    }
 }
 
 /// A ConfigMapSet `name` with content `data`, subscribed to `on-rollout-completed` through `service`,

@@ -205,6 +205,8 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         ))
     });
     let term = elector.clone().map(Term::of);
+    // Told when this replica takes over, so that it publishes what it owes (see config_watch).
+    let (took_over, took_over_rx) = tokio::sync::watch::channel(elector.is_none());
     // The notification configuration is read once for every scope, and by a standby too, so that a
     // replica taking over lists nothing (its Events wait for its term as leader).
     let notifications = cli.notifications.then(|| {
@@ -216,6 +218,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             },
             metrics: metrics.clone(),
             term: term.clone(),
+            took_over: took_over_rx,
         };
         let (loaded, watch) = cmset_controller::notify::config_watch::watch(
             &cli.notifications_namespace(),
@@ -238,6 +241,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     metrics.leader.set(1);
+    took_over.send_replace(true);
 
     let settings = Settings {
         concurrency: cli.concurrency.max(1),

@@ -2,13 +2,15 @@
 //! `cmset-notifications-secret` of the operator's namespace, each watched by name, parsed again on
 //! every change of either (no restart). Each refused entry is logged, counted in
 //! `cmset_notification_config_problems`, and named in an Event on the ConfigMap; the others work.
+//! Every replica reads the configuration (a replica taking over then lists nothing), but only the
+//! leader publishes the Event: a standby owes it, and publishes it once when it takes over.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cmset_core::notify::{self, Config, Problem};
 use futures::{StreamExt, future::BoxFuture};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use tokio::sync::watch;
@@ -25,6 +27,34 @@ pub struct Reporting {
     pub reporter: kube::runtime::events::Reporter,
     pub metrics: Arc<Metrics>,
     pub term: Option<Term>,
+    /// Turns true when this replica takes over (it never turns back: a replica that loses the lease
+    /// exits). Without leader election it is true from the start.
+    pub took_over: watch::Receiver<bool>,
+}
+
+impl Reporting {
+    /// Whether an Event published now would be sent (see `send_event`).
+    fn leads(&self) -> bool {
+        self.term.as_ref().is_none_or(|term| term.ends_at().is_some())
+    }
+}
+
+/// Whether the Event naming the current problems is still owed: it is published only while this
+/// replica leads, so problems read as a standby are owed until it takes over.
+#[derive(Debug, Default)]
+struct EventOwed(bool);
+
+impl EventOwed {
+    /// The problems changed to `problems`; whether to publish their Event now.
+    fn changed(&mut self, problems: &[Problem], leading: bool) -> bool {
+        self.0 = !problems.is_empty() && !leading;
+        !problems.is_empty() && leading
+    }
+
+    /// This replica took over; whether to publish the current problems' Event now (once).
+    fn took_over(&mut self) -> bool {
+        std::mem::take(&mut self.0)
+    }
 }
 
 /// The configuration as last read: `None` while the ConfigMap does not exist (nothing is sent).
@@ -135,54 +165,95 @@ pub fn watch(
     let driver = async move {
         let mut sources = Sources::default();
         let mut reported: Vec<Problem> = Vec::new();
+        let mut owed = EventOwed::default();
+        let mut took_over = reporting.took_over.clone();
+        // Already leading (no leader election, or the lease taken before this ran): nothing to wait for.
+        let mut standing_by = !*took_over.borrow_and_update();
         let mut merged = futures::stream::select(
             // Backoff with jitter comes from the watcher's default; a broken watch logs and retries.
             data.chain(futures::stream::pending()),
             secret.chain(futures::stream::pending()),
         );
-        while let Some(change) = merged.next().await {
-            match change {
-                Change::Data(data) => sources.data = data,
-                Change::Secret(secret) => sources.secret = secret,
+        loop {
+            tokio::select! {
+                change = merged.next() => {
+                    let Some(change) = change else { break };
+                    match change {
+                        Change::Data(data) => sources.data = data,
+                        Change::Secret(secret) => sources.secret = secret,
+                    }
+                    let loaded = sources.load();
+                    if loaded.problems != reported {
+                        log_and_count(&reporting, &loaded.problems);
+                        if owed.changed(&loaded.problems, reporting.leads()) {
+                            publish(&reporting, &namespace, &loaded.problems);
+                        }
+                        reported = loaded.problems.clone();
+                    }
+                    info!(
+                        configured = loaded.config.is_some(),
+                        services = loaded.config.as_ref().map_or(0, |c| c.services.len()),
+                        problems = loaded.problems.len(),
+                        "notification configuration read"
+                    );
+                    let _ = tx.send(Arc::new(loaded));
+                }
+                changed = took_over.changed(), if standing_by => match changed {
+                    // The sender is gone: nothing more will be said.
+                    Err(_) => standing_by = false,
+                    Ok(()) if *took_over.borrow_and_update() => {
+                        standing_by = false;
+                        if owed.took_over() {
+                            publish(&reporting, &namespace, &reported);
+                        }
+                    }
+                    Ok(()) => {}
+                },
             }
-            let loaded = sources.load();
-            if loaded.problems != reported {
-                report(&reporting, &namespace, &loaded);
-                reported = loaded.problems.clone();
-            }
-            info!(
-                configured = loaded.config.is_some(),
-                services = loaded.config.as_ref().map_or(0, |c| c.services.len()),
-                problems = loaded.problems.len(),
-                "notification configuration read"
-            );
-            let _ = tx.send(Arc::new(loaded));
         }
     };
     (rx, Box::pin(driver))
 }
 
-/// Logs each refused entry (its key and why, never a value), sets the gauge, and names them in an
-/// Event on the ConfigMap.
-fn report(reporting: &Reporting, namespace: &str, loaded: &Loaded) {
+/// Logs each refused entry (its key and why, never a value) and sets the gauge: every replica does.
+fn log_and_count(reporting: &Reporting, problems: &[Problem]) {
     reporting
         .metrics
         .notification_config_problems
-        .set(i64::try_from(loaded.problems.len()).unwrap_or(i64::MAX));
-    for problem in &loaded.problems {
+        .set(i64::try_from(problems.len()).unwrap_or(i64::MAX));
+    for problem in problems {
         warn!(key = %problem.key, problem = %problem.message, "notification configuration entry refused; the others still work");
     }
-    if loaded.problems.is_empty() {
+}
+
+/// Names the problems in a Warning Event on the ConfigMap (sent only while this replica leads).
+fn publish(reporting: &Reporting, namespace: &str, problems: &[Problem]) {
+    if problems.is_empty() {
         return;
     }
-    let mut note = loaded
-        .problems
+    let (event, regarding) = problems_event(namespace, problems);
+    let reporting = reporting.clone();
+    tokio::spawn(async move {
+        let Reporting {
+            client,
+            reporter,
+            metrics,
+            term,
+            ..
+        } = &reporting;
+        crate::engine::context::send_event(client, reporter, metrics, term.as_ref(), &event, &regarding)
+            .await;
+    });
+}
+
+fn problems_event(namespace: &str, problems: &[Problem]) -> (kube::runtime::events::Event, ObjectReference) {
+    let mut note = problems
         .iter()
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join("; ");
     truncate(&mut note, cmset_core::plan::EVENT_MESSAGE_MAX_LEN);
-    let regarding = k8s_openapi::api::core::v1::ObjectReference {
+    let regarding = ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("ConfigMap".into()),
         name: Some(notify::CONFIGMAP_NAME.into()),
@@ -196,17 +267,7 @@ fn report(reporting: &Reporting, namespace: &str, loaded: &Loaded) {
         action: "ReadConfiguration".into(),
         secondary: None,
     };
-    let reporting = reporting.clone();
-    tokio::spawn(async move {
-        let Reporting {
-            client,
-            reporter,
-            metrics,
-            term,
-        } = &reporting;
-        crate::engine::context::send_event(client, reporter, metrics, term.as_ref(), &event, &regarding)
-            .await;
-    });
+    (event, regarding)
 }
 
 fn truncate(text: &mut String, max: usize) {
@@ -222,6 +283,8 @@ fn truncate(text: &mut String, max: usize) {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -253,6 +316,139 @@ mod tests {
         assert_eq!(loaded.problems.len(), 1, "{:?}", loaded.problems);
         assert_eq!(loaded.problems[0].key, "service.nonsense");
         assert!(!format!("{:?}", loaded.problems).contains("xoxb-secret-value"));
+    }
+
+    fn problem(key: &str) -> Problem {
+        Problem {
+            key: key.into(),
+            message: "not a service type".into(),
+        }
+    }
+
+    #[test]
+    fn problems_read_as_a_standby_are_owed_until_it_takes_over_then_published_once() {
+        let problems = [problem("service.nonsense")];
+        let mut owed = EventOwed::default();
+        assert!(!owed.changed(&problems, false), "a standby publishes nothing");
+        assert!(owed.took_over(), "taking over publishes them");
+        assert!(!owed.took_over(), "once");
+
+        // Read while leading: published then, not again.
+        let mut owed = EventOwed::default();
+        assert!(owed.changed(&problems, true));
+        assert!(!owed.took_over());
+
+        // Fixed before the takeover: nothing is owed any more.
+        let mut owed = EventOwed::default();
+        assert!(!owed.changed(&problems, false));
+        assert!(!owed.changed(&[], false));
+        assert!(!owed.took_over());
+    }
+
+    type Body = kube::client::Body;
+
+    /// An API server holding `cmset-notifications` with one refused key: lists answer it, watches
+    /// never answer, and each Event created is recorded (and echoed back).
+    fn api_server() -> (Client, Arc<std::sync::Mutex<Vec<serde_json::Value>>>) {
+        use http_body_util::BodyExt;
+        let (service, mut handle) = tower_test::mock::pair::<http::Request<Body>, http::Response<Body>>();
+        let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let created = events.clone();
+        tokio::spawn(async move {
+            let mut watches = Vec::new();
+            while let Some((request, send)) = handle.next_request().await {
+                let (method, path) = (request.method().clone(), request.uri().path().to_string());
+                let query = request.uri().query().unwrap_or_default().to_string();
+                let bytes = request.into_body().collect().await.unwrap().to_bytes();
+                let (code, body) = if path.ends_with("/events") && method == http::Method::POST {
+                    let event: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+                    created.lock().unwrap().push(event.clone());
+                    (201, event)
+                } else if path.ends_with("/configmaps") && query.contains("watch=true") {
+                    watches.push(send);
+                    continue;
+                } else if path.ends_with("/configmaps") {
+                    let cm = serde_json::json!({"metadata": {"name": notify::CONFIGMAP_NAME,
+                        "namespace": "ops", "resourceVersion": "1"}, "data": {"service.nonsense": "a: b"}});
+                    (
+                        200,
+                        serde_json::json!({"kind": "ConfigMapList", "apiVersion": "v1",
+                        "metadata": {"resourceVersion": "1"}, "items": [cm]}),
+                    )
+                } else {
+                    (
+                        404,
+                        serde_json::json!({"kind": "Status", "apiVersion": "v1", "code": 404}),
+                    )
+                };
+                send.send_response(
+                    http::Response::builder()
+                        .status(code)
+                        .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                        .unwrap(),
+                );
+            }
+        });
+        (Client::new(service, "ops"), events)
+    }
+
+    #[tokio::test]
+    async fn a_standby_that_takes_over_publishes_the_problems_event_once() {
+        let (client, events) = api_server();
+        let term_end = Arc::new(std::sync::Mutex::new(None));
+        let term = Term::from_fn({
+            let term_end = term_end.clone();
+            move || *term_end.lock().unwrap()
+        });
+        let (took_over, took_over_rx) = watch::channel(false);
+        let metrics = Arc::new(Metrics::default());
+        let reporting = Reporting {
+            client,
+            reporter: kube::runtime::events::Reporter {
+                controller: "cmset".into(),
+                instance: Some("b".into()),
+            },
+            metrics: metrics.clone(),
+            term: Some(term),
+            took_over: took_over_rx,
+        };
+        let (mut loaded, driver) = watch("ops", false, reporting);
+        let driver = tokio::spawn(driver);
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            loaded.wait_for(|l| !l.problems.is_empty()),
+        )
+        .await
+        .expect("the configuration read")
+        .unwrap();
+        assert_eq!(
+            metrics.notification_config_problems.get(),
+            1,
+            "a standby counts them"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(events.lock().unwrap().is_empty(), "a standby publishes no Event");
+
+        *term_end.lock().unwrap() = Some(tokio::time::Instant::now() + Duration::from_secs(60));
+        took_over.send_replace(true);
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while events.lock().unwrap().is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the Event published on taking over");
+        took_over.send_replace(true);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let events = events.lock().unwrap().clone();
+        assert_eq!(events.len(), 1, "published once: {events:?}");
+        assert_eq!(events[0]["reason"], "InvalidNotificationConfig");
+        assert_eq!(events[0]["regarding"]["name"], notify::CONFIGMAP_NAME);
+        assert!(
+            events[0]["note"].as_str().unwrap().contains("service.nonsense"),
+            "{events:?}"
+        );
+        driver.abort();
     }
 
     #[test]

@@ -340,6 +340,12 @@ impl Term {
         Self(Arc::new(move || end))
     }
 
+    /// A term whose end is whatever `ends` says when asked, for tests in which a replica takes over.
+    #[cfg(test)]
+    pub(crate) fn from_fn(ends: impl Fn() -> Option<Instant> + Send + Sync + 'static) -> Self {
+        Self(Arc::new(ends))
+    }
+
     /// When the term ends; `None` when it has (or this replica does not lead).
     pub fn ends_at(&self) -> Option<Instant> {
         (self.0)().filter(|end| Instant::now() < *end)
