@@ -23,7 +23,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cmset_api::{RolloutPhase, RolloutStatus, WorkloadState, WorkloadStatus, labels};
+use cmset_api::{RolloutPhase, RolloutStatus, Strategy, WorkloadState, WorkloadStatus, labels};
 use cmset_core::decide::{self, Identity, Observed};
 use cmset_core::health::Wave;
 use cmset_core::naming::refers_to_set;
@@ -33,6 +33,7 @@ use cmset_core::revision::inline_identity;
 use cmset_core::rollout::workload_status;
 use cmset_core::set::{SetKind, SetRef};
 use cmset_core::waves::gated_state;
+use cmset_core::window_hold::overridden;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -220,6 +221,9 @@ pub struct RolloutReport {
     pub stabilization_seconds: i32,
     /// `spec.rollout.autoRollback`.
     pub auto_rollback: bool,
+    /// `spec.rollout.strategy`, when it is `Immediate` (nothing holds the rollout); left out for `Waves`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<Strategy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
     /// Since when every workload of the wave in progress is complete and healthy.
@@ -241,6 +245,20 @@ pub struct RolloutReport {
     /// For how many seconds, as of when the plugin ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_seconds: Option<i64>,
+    /// While `waiting`: `OutsideWindow`, or the name of the Deny window that holds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// While `waiting`: when the change windows next let moves happen; absent when none opens within
+    /// the years cmset looks ahead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_window: Option<Time>,
+    /// Seconds from when the plugin ran until `nextWindow`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_window_seconds: Option<i64>,
+    /// The rollout is let through the change windows (`kubectl cmset promote --override-window`): who
+    /// and when, as `cmset.dev/window-override-by` records it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_override_by: Option<String>,
     /// Each query of the rollout's metric analysis: its last value, its condition and its verdict
     /// (`status.rollout.analysis`, as the operator recorded it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -426,6 +444,9 @@ fn waiting_why(set: SetRef<'_>, known: &Known, entry: Option<&WorkloadStatus>, w
             );
         }
     }
+    if let Some(r) = rollout.filter(|r| r.phase == RolloutPhase::Waiting) {
+        return format!("held by a change window: {}", window_phrase(r));
+    }
     match entry.and_then(|e| e.message.as_deref()).filter(|m| !m.is_empty()) {
         Some(m) if m.starts_with("waiting") || m.starts_with("held") => m.to_string(),
         Some(m) => format!("waiting: {m}"),
@@ -433,6 +454,18 @@ fn waiting_why(set: SetRef<'_>, known: &Known, entry: Option<&WorkloadStatus>, w
             Some(problem) => format!("waiting: {problem}"),
             None => "waiting: held until the earlier waves have rolled out".to_string(),
         },
+    }
+}
+
+/// Which window holds a `Waiting` rollout: the controller's message, else its reason in words.
+fn window_phrase(r: &RolloutStatus) -> String {
+    match (
+        r.message.as_deref().filter(|m| !m.is_empty()),
+        r.reason.as_deref(),
+    ) {
+        (Some(m), _) => m.to_string(),
+        (None, Some("OutsideWindow") | None) => "outside every Allow window".to_string(),
+        (None, Some(deny)) => format!("Deny window {deny}"),
     }
 }
 
@@ -717,6 +750,7 @@ fn rollout_report(set: SetRef<'_>, known: &Known, now: Timestamp) -> Option<Roll
         waves: r.waves.clone(),
         stabilization_seconds,
         auto_rollback: spec.is_some_and(|s| s.auto_rollback),
+        strategy: spec.map(|s| s.strategy).filter(|s| *s == Strategy::Immediate),
         started_at: r.started_at.clone(),
         wave_healthy_since: r.wave_healthy_since.clone(),
         wave_healthy_seconds: healthy,
@@ -727,6 +761,20 @@ fn rollout_report(set: SetRef<'_>, known: &Known, now: Timestamp) -> Option<Roll
             .held_since
             .as_ref()
             .map(|since| (now.as_second() - since.0.as_second()).max(0)),
+        reason: r.reason.clone(),
+        next_window: r.next_window.clone(),
+        next_window_seconds: r
+            .next_window
+            .as_ref()
+            .map(|t| (t.0.as_second() - now.as_second()).max(0)),
+        window_override_by: (r.phase.is_under_way() && overridden(set, r)).then(|| {
+            set.metadata()
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(labels::WINDOW_OVERRIDE_BY))
+                .cloned()
+                .unwrap_or_else(|| "unknown".to_string())
+        }),
         analysis: r.analysis.clone(),
     })
 }
@@ -957,7 +1005,8 @@ pub fn render_text(report: &StatusReport, palette: Palette) -> String {
         ),
     }
     if let Some(rollout) = &report.rollout {
-        for (i, (text, role)) in rollout_lines(rollout).into_iter().enumerate() {
+        let id = format!("{}/{}", resource(report.kind), report.set);
+        for (i, (text, role)) in rollout_lines(rollout, &id).into_iter().enumerate() {
             field(if i == 0 { "Rollout" } else { "" }, text, role);
         }
         for (i, (text, role)) in analysis_lines(&rollout.analysis).into_iter().enumerate() {
@@ -1029,8 +1078,9 @@ pub fn render_text(report: &StatusReport, palette: Palette) -> String {
     out
 }
 
-/// The rollout's lines of text, each with its role: what stands, then what follows from it.
-fn rollout_lines(r: &RolloutReport) -> Vec<(String, Option<Role>)> {
+/// The rollout's lines of text, each with its role: what stands, then what follows from it. `id`
+/// (`configmapset/app`) names the set in the commands suggested.
+fn rollout_lines(r: &RolloutReport, id: &str) -> Vec<(String, Option<Role>)> {
     let name = r.object.name();
     let revision = match r.revision {
         Some(n) => format!("revision {n} ({name})"),
@@ -1070,9 +1120,37 @@ fn rollout_lines(r: &RolloutReport) -> Vec<(String, Option<Role>)> {
             }
         }
         Phase::Waiting => {
+            let since = r
+                .held_seconds
+                .map_or(String::new(), |s| format!(" for {}", human_duration(s)));
             lines.push((
-                format!("{revision}: wave {} held by a change window", r.wave),
+                format!(
+                    "{revision}: wave {} waiting: held by a change window{since}",
+                    r.wave
+                ),
                 Some(Role::Attention),
+            ));
+            let why = match (
+                r.message.as_deref().filter(|m| !m.is_empty()),
+                r.reason.as_deref(),
+            ) {
+                (Some(m), Some(reason)) => format!("{m} (reason {reason})"),
+                (Some(m), None) => m.to_string(),
+                (None, Some("OutsideWindow")) => "outside every Allow window (reason OutsideWindow)".into(),
+                (None, Some(deny)) => format!("Deny window {deny} is open (reason {deny})"),
+                (None, None) => "a change window".to_string(),
+            };
+            lines.push((format!("held by: {why}"), None));
+            // The next window as the controller computed it; `windows` recomputes it live.
+            let resume = match (&r.next_window, r.next_window_seconds) {
+                (Some(t), Some(s)) if s > 0 => format!("moves resume at {} (in {})", t.0, human_duration(s)),
+                (Some(t), _) => format!("moves resume at {} (due now)", t.0),
+                (None, _) => "no window opens within 10 years: moves do not resume by themselves".to_string(),
+            };
+            lines.push((resume, None));
+            lines.push((
+                format!("to let this rollout through now: kubectl cmset promote --override-window {id}"),
+                None,
             ));
         }
         Phase::Paused | Phase::AwaitingPromotion => {
@@ -1122,6 +1200,19 @@ fn rollout_lines(r: &RolloutReport) -> Vec<(String, Option<Role>)> {
             });
             lines.push((then.join("; "), None));
         }
+    }
+    if let Some(by) = &r.window_override_by {
+        lines.push((
+            format!("let through the change windows by an override (by {by})"),
+            Some(Role::Attention),
+        ));
+    }
+    if r.strategy == Some(Strategy::Immediate) {
+        lines.push((
+            "strategy: Immediate: every new revision reaches every reader at once; nothing holds it"
+                .to_string(),
+            None,
+        ));
     }
     lines
 }
@@ -2200,6 +2291,150 @@ StatefulSet/db      2      3          app-cccccccccc   held: the rollout of revi
         assert_eq!(
             db.explanation,
             "waiting: wave 1 must complete and stay healthy first"
+        );
+    }
+
+    const HELD_BY: &str = "Deny window spec.rollout.windows[0] (freeze), open until 2026-01-01T06:00:00Z";
+
+    /// Wave 0 is done; a Deny window (`freeze`) holds wave 1 from moving, for 5 minutes now and until
+    /// 06:00 (5h50m after [`NOW`]).
+    fn held_by_a_window() -> ConfigMapSet {
+        let mut r = rollout(RolloutPhase::Waiting, 1, None);
+        r.held_since = Some(ago(300));
+        r.reason = Some("freeze".into());
+        r.message = Some(HELD_BY.into());
+        r.next_window = Some(Time("2026-01-01T06:00:00Z".parse().unwrap()));
+        let held = format!("held by a change window: {HELD_BY}");
+        rollout_set(
+            r,
+            condition(
+                "False",
+                "Waiting",
+                "revision 4 waits in wave 1 for a change window",
+            ),
+            vec![
+                entry(
+                    "Deployment",
+                    "web",
+                    NEW,
+                    WorkloadState::Current,
+                    0,
+                    Some("healthy"),
+                ),
+                entry("Deployment", "api", OLD, WorkloadState::Waiting, 1, Some(&held)),
+                entry(
+                    "StatefulSet",
+                    "db",
+                    OLD,
+                    WorkloadState::Waiting,
+                    2,
+                    Some("waiting for wave 1 to complete"),
+                ),
+            ],
+        )
+    }
+
+    #[test]
+    fn a_rollout_held_by_a_change_window_says_which_and_until_when() {
+        let report = rollout_report_of(&held_by_a_window(), &rollout_workloads(NEW, OLD, OLD));
+        let text = render_text(&report, Palette::PLAIN);
+        assert!(
+            text.contains(
+                "\
+Rollout:      revision 4 (app-dddddddddd): wave 1 waiting: held by a change window for 5m
+              held by: Deny window spec.rollout.windows[0] (freeze), open until 2026-01-01T06:00:00Z (reason freeze)
+              moves resume at 2026-01-01T06:00:00Z (in 5h50m)
+              to let this rollout through now: kubectl cmset promote --override-window configmapset/app
+"
+            ),
+            "{text}"
+        );
+        let db = report.workloads.iter().find(|w| w.name == "db").unwrap();
+        assert_eq!(
+            db.explanation,
+            "waiting: wave 1 must complete and stay healthy first"
+        );
+        let value = serde_json::to_value(&report).unwrap();
+        assert_eq!(value["rollout"]["phase"], "waiting");
+        assert_eq!(value["rollout"]["reason"], "freeze");
+        assert_eq!(value["rollout"]["nextWindow"], "2026-01-01T06:00:00Z");
+        assert_eq!(value["rollout"]["nextWindowSeconds"], 5 * 3600 + 50 * 60);
+        assert_eq!(value["rollout"]["heldSeconds"], 300);
+        assert_eq!(value["rollout"].get("windowOverrideBy"), None);
+    }
+
+    #[test]
+    fn a_window_that_never_opens_and_one_outside_every_allow() {
+        let mut set = held_by_a_window();
+        let r = set.status.as_mut().unwrap().rollout.as_mut().unwrap();
+        r.message = None;
+        r.reason = Some("OutsideWindow".into());
+        r.next_window = None;
+        r.held_since = None;
+        let report = rollout_report_of(&set, &rollout_workloads(NEW, OLD, OLD));
+        let text = render_text(&report, Palette::PLAIN);
+        assert!(
+            text.contains(
+                "\
+Rollout:      revision 4 (app-dddddddddd): wave 1 waiting: held by a change window
+              held by: outside every Allow window (reason OutsideWindow)
+              no window opens within 10 years: moves do not resume by themselves
+"
+            ),
+            "{text}"
+        );
+        let value = serde_json::to_value(&report).unwrap();
+        assert_eq!(value["rollout"].get("nextWindow"), None);
+    }
+
+    #[test]
+    fn an_override_in_force_and_the_immediate_strategy_are_said() {
+        let mut set = held_by_a_window();
+        set.metadata.annotations = Some(
+            [
+                (labels::WINDOW_OVERRIDE, format!("{NEW}@2026-01-01T00:08:00Z")),
+                (labels::WINDOW_OVERRIDE_BY, "ana 2026-01-01T00:09:00Z".to_string()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        );
+        let r = set.status.as_mut().unwrap().rollout.as_mut().unwrap();
+        r.phase = RolloutPhase::Progressing;
+        r.reason = None;
+        r.message = None;
+        r.next_window = None;
+        r.held_since = None;
+        let report = rollout_report_of(&set, &rollout_workloads(NEW, OLD, OLD));
+        let text = render_text(&report, Palette::PLAIN);
+        assert!(
+            text.contains(
+                "              let through the change windows by an override (by ana 2026-01-01T00:09:00Z)\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            serde_json::to_value(&report).unwrap()["rollout"]["windowOverrideBy"],
+            "ana 2026-01-01T00:09:00Z"
+        );
+
+        let mut set = mid_rollout();
+        set.spec.rollout.as_mut().unwrap().strategy = Strategy::Immediate;
+        let report = rollout_report_of(&set, &rollout_workloads(NEW, OLD, OLD));
+        let text = render_text(&report, Palette::PLAIN);
+        assert!(
+            text.contains("              strategy: Immediate: every new revision reaches every reader at once; nothing holds it\n"),
+            "{text}"
+        );
+        assert_eq!(
+            serde_json::to_value(&report).unwrap()["rollout"]["strategy"],
+            "Immediate"
+        );
+        // Waves, the default, is not said.
+        let report = rollout_report_of(&mid_rollout(), &rollout_workloads(NEW, OLD, OLD));
+        assert_eq!(
+            serde_json::to_value(&report).unwrap()["rollout"].get("strategy"),
+            None
         );
     }
 
