@@ -5,18 +5,29 @@
 //! `cmset.dev/promoted: <revision>/<wave>@<rollout>` lets the wave after that one open in that rollout
 //! (named by its `startedAt`), and in no later rollout of the same revision. The controller reads
 //! them on its next reconcile; the record stays in the API, so a restart changes nothing.
+//!
+//! `promote --override-window` writes `cmset.dev/window-override: <revision>@<rollout>` and, beside it,
+//! `cmset.dev/window-override-by: <user> <time>`: the change windows let that one rollout through, and
+//! nothing else (no wave is promoted, no later rollout is let through).
 
-use cmset_api::{Promotion, RolloutPhase, labels};
+use cmset_api::{Promotion, RolloutPhase, Strategy, labels};
 use cmset_core::set::{SetRef, rollout_id};
+use cmset_core::window_hold::override_value;
+use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::{Value, json};
 
 /// What the user asked.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
     Pause,
     Resume,
     Promote,
+    /// `promote --override-window`: `user` (from the kubeconfig) asked at `now`.
+    OverrideWindow {
+        user: String,
+        now: Timestamp,
+    },
 }
 
 /// What to write, and what to tell.
@@ -30,6 +41,9 @@ pub struct Steer {
     pub annotation: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+    /// Who asked, and when (`cmset.dev/window-override-by`), for an override of the windows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
     /// What happens now, in a sentence.
     pub message: String,
 }
@@ -51,6 +65,7 @@ pub fn steer(action: Action, set: SetRef<'_>, id: &str) -> Result<Steer, String>
                 patch: (!already).then(|| json!({"metadata": {"annotations": {labels::PAUSED: "true"}}})),
                 annotation: labels::PAUSED.to_string(),
                 value: Some("true".into()),
+                by: None,
                 message: if already {
                     format!("{id} is paused already")
                 } else {
@@ -71,6 +86,7 @@ pub fn steer(action: Action, set: SetRef<'_>, id: &str) -> Result<Steer, String>
                 patch: paused.then(|| json!({"metadata": {"annotations": {labels::PAUSED: null}}})),
                 annotation: labels::PAUSED.to_string(),
                 value: None,
+                by: None,
                 message: if paused {
                     format!("{id} resumed: its rollout goes on where it stood")
                 } else {
@@ -79,6 +95,7 @@ pub fn steer(action: Action, set: SetRef<'_>, id: &str) -> Result<Steer, String>
             })
         }
         Action::Promote => promote(set, id),
+        Action::OverrideWindow { user, now } => override_window(set, id, &user, now),
     }
 }
 
@@ -126,9 +143,92 @@ fn promote(set: SetRef<'_>, id: &str) -> Result<Steer, String> {
         patch: Some(json!({"metadata": {"annotations": {labels::PROMOTED: value}}})),
         annotation: labels::PROMOTED.to_string(),
         value: Some(value),
+        by: None,
         message: format!(
             "{id}: wave {} of {} promoted; wave {next} opens {when}",
             rollout.wave, rollout.revision
+        ),
+    })
+}
+
+/// Lets the rollout under way through the change windows: any phase under way may be held by a
+/// window now or later, so it is allowed whether or not one holds it at this instant.
+fn override_window(set: SetRef<'_>, id: &str, user: &str, now: Timestamp) -> Result<Steer, String> {
+    if set.rollout().is_some_and(|r| r.strategy == Strategy::Immediate) {
+        return Err(format!(
+            "{id} has strategy Immediate: change windows never hold it, so there is nothing to override"
+        ));
+    }
+    let Some(rollout) = set.status().and_then(|s| s.rollout.as_ref()) else {
+        return Err(format!(
+            "{id} has no rollout under way: nothing for the change windows to let through"
+        ));
+    };
+    if !rollout.phase.is_under_way() {
+        return Err(format!(
+            "the rollout of {} is {}: nothing for the change windows to let through (an override names one \
+             rollout; the next one needs its own)",
+            rollout.revision,
+            rollout.phase.as_str().to_lowercase()
+        ));
+    }
+    // The value names the rollout by its start: without one the controller could not match it.
+    let Some(value) = override_value(rollout) else {
+        return Err(format!(
+            "the rollout of {} has no start time recorded yet: try again in a moment",
+            rollout.revision
+        ));
+    };
+    let annotations = set.metadata().annotations.as_ref();
+    let annotated = |key: &str| annotations.and_then(|a| a.get(key)).cloned();
+    if annotated(labels::WINDOW_OVERRIDE).as_deref() == Some(value.as_str()) {
+        let by = annotated(labels::WINDOW_OVERRIDE_BY);
+        let who = by.as_deref().map_or(String::new(), |b| format!(" (by {b})"));
+        return Ok(Steer {
+            patch: None,
+            annotation: labels::WINDOW_OVERRIDE.to_string(),
+            value: Some(value),
+            by,
+            message: format!(
+                "the rollout of {} of {id} is already let through the change windows{who}",
+                rollout.revision
+            ),
+        });
+    }
+    // Whole seconds: the record is for people, and RFC 3339 without a fraction reads best.
+    let by = format!(
+        "{user} {}",
+        Timestamp::from_second(now.as_second()).unwrap_or(now)
+    );
+    let what = match rollout.phase {
+        RolloutPhase::Waiting => {
+            let held = rollout
+                .reason
+                .as_deref()
+                .map_or(String::new(), |r| format!(" ({r})"));
+            format!("it was held by a change window{held} and goes on now")
+        }
+        _ => "no change window will hold it".to_string(),
+    };
+    // The override lifts the windows only: say what else still holds the rollout.
+    let still = match rollout.phase {
+        RolloutPhase::Paused => format!("; it is still paused: `kubectl cmset resume {id}`"),
+        RolloutPhase::AwaitingPromotion => {
+            format!("; its next wave still awaits `kubectl cmset promote {id}`")
+        }
+        _ => String::new(),
+    };
+    Ok(Steer {
+        patch: Some(json!({"metadata": {"annotations": {
+            labels::WINDOW_OVERRIDE: value,
+            labels::WINDOW_OVERRIDE_BY: by,
+        }}})),
+        annotation: labels::WINDOW_OVERRIDE.to_string(),
+        value: Some(value),
+        by: Some(by),
+        message: format!(
+            "{id}: the rollout of {} is let through the change windows: {what}{still}",
+            rollout.revision
         ),
     })
 }
@@ -277,6 +377,128 @@ mod tests {
         ];
         for (s, expected) in cases {
             let error = steer(Action::Promote, (&s).into(), ID).unwrap_err();
+            assert!(error.contains(expected), "{error} lacks {expected:?}");
+        }
+    }
+
+    const STARTED: &str = "2026-11-25T16:00:05Z";
+    const VALUE: &str = "app-2222222222@2026-11-25T16:00:05Z";
+
+    fn override_by(user: &str) -> Action {
+        Action::OverrideWindow {
+            user: user.into(),
+            now: "2026-11-25T18:30:00.25Z".parse().unwrap(),
+        }
+    }
+
+    /// `set` with its rollout started at [`STARTED`], held for `reason` when given.
+    fn started(mut s: ConfigMapSet, reason: Option<&str>) -> ConfigMapSet {
+        if let Some(r) = s.status.as_mut().and_then(|s| s.rollout.as_mut()) {
+            r.started_at = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                STARTED.parse().unwrap(),
+            ));
+            r.reason = reason.map(str::to_string);
+        }
+        s
+    }
+
+    #[test]
+    fn override_window_lets_the_rollout_under_way_through_and_nothing_else() {
+        let patch = |by: &str| {
+            Some(json!({"metadata": {"annotations": {
+                "cmset.dev/window-override": VALUE,
+                "cmset.dev/window-override-by": by,
+            }}}))
+        };
+        // (phase, what the message says)
+        let cases = [
+            (
+                RolloutPhase::Waiting,
+                "let through the change windows: it was held by a change window (freeze) and goes on now",
+            ),
+            (RolloutPhase::Progressing, "no change window will hold it"),
+            (
+                RolloutPhase::Paused,
+                "it is still paused: `kubectl cmset resume configmapset/app`",
+            ),
+            (
+                RolloutPhase::AwaitingPromotion,
+                "its next wave still awaits `kubectl cmset promote configmapset/app`",
+            ),
+        ];
+        for (phase, says) in cases {
+            let s = started(set(manual(), Some((phase, 0)), &[]), Some("freeze"));
+            let done = steer(override_by("ana"), (&s).into(), ID).unwrap();
+            assert_eq!(done.patch, patch("ana 2026-11-25T18:30:00Z"), "{phase:?}");
+            assert_eq!(done.value.as_deref(), Some(VALUE));
+            assert!(done.message.contains(says), "{phase:?}: {}", done.message);
+            // It promotes no wave.
+            assert!(!done.patch.unwrap().to_string().contains(labels::PROMOTED));
+        }
+        // The value is the one the controller matches.
+        let s = started(set(None, Some((RolloutPhase::Waiting, 1)), &[]), None);
+        let value = steer(override_by("ana"), (&s).into(), ID).unwrap().value.unwrap();
+        let rollout = s.status.as_ref().unwrap().rollout.as_ref().unwrap();
+        assert_eq!(Some(value), cmset_core::window_hold::override_value(rollout));
+    }
+
+    #[test]
+    fn override_window_of_the_same_rollout_twice_writes_nothing() {
+        let annotations = [
+            (labels::WINDOW_OVERRIDE, VALUE),
+            (labels::WINDOW_OVERRIDE_BY, "bo 2026-11-25T17:00:00Z"),
+        ];
+        let s = started(
+            set(None, Some((RolloutPhase::Progressing, 1)), &annotations),
+            None,
+        );
+        let again = steer(override_by("ana"), (&s).into(), ID).unwrap();
+        assert_eq!(again.patch, None);
+        assert!(
+            again
+                .message
+                .contains("already let through the change windows (by bo 2026-11-25T17:00:00Z)"),
+            "{}",
+            again.message
+        );
+        // An override of an earlier rollout does not count: this one gets its own.
+        let earlier = [(labels::WINDOW_OVERRIDE, "app-1111111111@2026-11-20T10:00:00Z")];
+        let s = started(set(None, Some((RolloutPhase::Waiting, 1)), &earlier), None);
+        assert!(
+            steer(override_by("ana"), (&s).into(), ID)
+                .unwrap()
+                .patch
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn override_window_says_why_there_is_nothing_to_let_through() {
+        let immediate = Some(RolloutSpec {
+            strategy: Strategy::Immediate,
+            ..Default::default()
+        });
+        let cases = [
+            (set(None, None, &[]), "no rollout under way"),
+            (
+                started(set(None, Some((RolloutPhase::Complete, 2)), &[]), None),
+                "is complete: nothing for the change windows to let through",
+            ),
+            (
+                started(set(None, Some((RolloutPhase::Failed, 1)), &[]), None),
+                "is failed",
+            ),
+            (
+                set(None, Some((RolloutPhase::Waiting, 0)), &[]),
+                "no start time recorded yet",
+            ),
+            (
+                started(set(immediate, Some((RolloutPhase::Progressing, 0)), &[]), None),
+                "strategy Immediate: change windows never hold it",
+            ),
+        ];
+        for (s, expected) in cases {
+            let error = steer(override_by("ana"), (&s).into(), ID).unwrap_err();
             assert!(error.contains(expected), "{error} lacks {expected:?}");
         }
     }
