@@ -11,6 +11,16 @@ pub fn age(created: Option<Timestamp>, now: Timestamp) -> String {
     }
 }
 
+/// How far `at` is from `now`, for a time in the future (a window's opening): `in 2d5h`; `now` when
+/// it has come (within a second); `5m ago` when past.
+pub fn relative(at: Timestamp, now: Timestamp) -> String {
+    match at.as_second() - now.as_second() {
+        s if s > 0 => format!("in {}", human_duration(s)),
+        0 => "now".to_string(),
+        s => format!("{} ago", human_duration(-s)),
+    }
+}
+
 /// `seconds` in kubectl's style. Up to a second in the future counts as now (clocks differ); more than
 /// that is `<invalid>`.
 pub fn human_duration(seconds: i64) -> String {
@@ -88,5 +98,14 @@ mod tests {
         let created: Timestamp = "2026-01-02T02:59:05Z".parse().unwrap();
         assert_eq!(age(Some(created), now), "5m");
         assert_eq!(age(None, now), "<unknown>");
+    }
+
+    #[test]
+    fn relative_times() {
+        let now: Timestamp = "2026-01-02T03:04:05Z".parse().unwrap();
+        let at = |s: &str| s.parse::<Timestamp>().unwrap();
+        assert_eq!(relative(at("2026-01-04T08:04:05Z"), now), "in 2d5h");
+        assert_eq!(relative(at("2026-01-02T03:04:05Z"), now), "now");
+        assert_eq!(relative(at("2026-01-02T02:59:05Z"), now), "5m ago");
     }
 }

@@ -7,8 +7,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::style::ColorChoice;
 
 const ABOUT: &str = "Inspect ConfigMapSets (configmapsets.cmset.dev) and SecretSets (secretsets.cmset.dev): \
-                     their revisions, what changed between two of them, and which revision each workload \
-                     runs and why.";
+                     their revisions, what changed between two of them, which revision each workload \
+                     runs and why, and the change windows that hold their rollouts.";
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -22,6 +22,9 @@ Examples:
   kubectl cmset diff secset/db                which keys changed; a Secret's values are never shown
   kubectl cmset pause app-config              hold its rollout; resume lets it go on
   kubectl cmset promote app-config            let the next wave open (spec.rollout.promotion: Manual)
+  kubectl cmset windows app-config            the change windows that apply to it, and their next openings
+  kubectl cmset promote --override-window app-config
+                                              let its current rollout through the change windows
 
 A set is NAME, or KIND/NAME as kubectl writes it: configmapset/NAME (or cmset/NAME) and
 secretset/NAME (or secset/NAME). A bare NAME is the ConfigMapSet of that name if there is one,
@@ -144,7 +147,8 @@ ConfigMapSet is referenced through ConfigMap references; a SecretSet through Sec
                  template cannot change); new Jobs get the current one
   pending        cmset is about to move it to the current revision
   waiting        held on its revision: the waves before its own (label cmset.dev/wave, absent is 0)
-                 must complete and stay healthy first, or the rollout failed in an earlier wave
+                 must complete and stay healthy first, or the rollout failed in an earlier wave, or
+                 it is held by a change window (see below)
   rolled back    cmset moved it back to the revision it ran before, because it did not become
                  healthy on the new one (spec.rollout.autoRollback); the reason follows
   not opted in   it lacks the label cmset.dev/enabled=true, so cmset does not manage it
@@ -152,7 +156,10 @@ ConfigMapSet is referenced through ConfigMap references; a SecretSet through Sec
 Also shows the set's Ready condition, its current revision, and whether its status has caught up
 with its spec (observedGeneration against generation). A set rolled out in waves also shows its
 rollout (the wave in progress and its stabilization window, or the wave it failed in and why) and
-each workload's wave (a WAVE column)."
+each workload's wave (a WAVE column), and its strategy when it is Immediate. A rollout waiting
+held by a change window (phase Waiting) names the window that holds it (status.rollout.reason and
+message), when moves resume (status.rollout.nextWindow, and how far away), and the command that lets
+this rollout through: kubectl cmset promote --override-window SET."
     )]
     Status {
         /// The set: NAME, configmapset/NAME or secretset/NAME
@@ -182,14 +189,45 @@ paused by its spec (spec.rollout.paused: true) is resumed by changing the spec."
         set: String,
     },
 
-    /// Let the next wave open (spec.rollout.promotion: Manual)
+    /// Let the next wave open (spec.rollout.promotion: Manual), or the rollout through the windows
     #[command(long_about = "\
 For a set whose spec.rollout.promotion is Manual: let the wave after the one in progress open, now
 if that wave is done and stable (AwaitingPromotion), else as soon as it is. Writes the annotation
 cmset.dev/promoted: <revision>/<wave>@<startedAt> on the set, so the promotion survives an operator
 restart and applies to that wave of that rollout only: a later rollout of the same revision needs its
-own.")]
+own.
+
+With --override-window (break glass): let the set's current rollout through the change windows, and
+do nothing else (no wave is promoted). Writes the annotations cmset.dev/window-override:
+<revision>@<startedAt>, naming that rollout only, and cmset.dev/window-override-by: \"<user> <time>\"
+(the user of the kubeconfig's context), on the set's metadata, not its spec. Refused when no rollout
+is under way (complete, failed or none) and for a set whose strategy is Immediate (windows never hold
+it). Pauses and manual promotions still hold the rollout.")]
     Promote {
+        /// The set: NAME, configmapset/NAME or secretset/NAME
+        set: String,
+        /// Let the current rollout through the change windows instead of promoting a wave
+        #[arg(long)]
+        override_window: bool,
+    },
+
+    /// List the change windows that apply to the set, and whether they hold it now
+    #[command(long_about = "\
+List every change window that applies to a set: its own (spec.rollout.windows) and those of the
+cluster's ChangeWindows (changewindows.cmset.dev, cluster-scoped) whose namespaces and selector
+select it. When any Allow window applies, moves happen only inside one; an open Deny window holds
+moves whatever the Allows say. A window holds moving workloads to a new revision and opening a wave,
+never a rollback, a new workload or a new revision.
+
+Columns: SOURCE (set, or the ChangeWindow's name), NAME, KIND (Allow or Deny), SCHEDULE (cron or
+RFC 5545 RRULE), DURATION, TIME ZONE, STATE (open until when, or closed) and NEXT OPENING (RFC 3339,
+and how far away; \"never within 10 years\" for a schedule that never fires). A last line gives the
+verdict now: moves allowed, or held by which window and when moves resume, or an override in force
+(kubectl cmset promote --override-window). A set whose strategy is Immediate is never held.
+
+When the ChangeWindows cannot be listed (their API is not installed, or you may not list them), a
+line says so and the set's own windows are shown.")]
+    Windows {
         /// The set: NAME, configmapset/NAME or secretset/NAME
         set: String,
     },
@@ -262,5 +300,24 @@ mod tests {
         assert!(Cli::try_parse_from(["x", "diff", "app", "1", "2", "3"]).is_err());
         assert!(Cli::try_parse_from(["x", "history"]).is_err());
         assert!(Cli::try_parse_from(["x", "-o", "wide", "history", "app"]).is_err());
+    }
+
+    #[test]
+    fn promote_may_override_the_windows() {
+        let cli = Cli::try_parse_from(["x", "promote", "--override-window", "app"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Promote { ref set, override_window: true } if set == "app"
+        ));
+        let cli = Cli::try_parse_from(["x", "promote", "app"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Promote {
+                override_window: false,
+                ..
+            }
+        ));
+        let cli = Cli::try_parse_from(["x", "windows", "secset/db", "-o", "yaml"]).unwrap();
+        assert!(matches!(cli.command, Command::Windows { ref set } if set == "secset/db"));
     }
 }

@@ -1,5 +1,6 @@
 //! Every call to the API server, and nothing else: connect, read the set, list its revisions, read two
-//! revision Secrets for a diff, list the workloads of a namespace. The plugin only reads.
+//! revision Secrets for a diff, list the workloads of a namespace, list the cluster's ChangeWindows.
+//! The plugin only reads, but for the annotations of pause, resume and promote.
 //!
 //! Workloads are listed for every built-in kind of cmset's table ([`WorkloadKind::BUILT_IN`]), through
 //! the dynamic API and the kind's own entry (group, versions preferred first, plural, where its pod
@@ -13,7 +14,7 @@
 
 use std::path::Path;
 
-use cmset_api::{ConfigMapSet, SecretSet, labels};
+use cmset_api::{ChangeWindow, ConfigMapSet, SecretSet, labels};
 use cmset_core::naming::set_label_value;
 use cmset_core::observe::WorkloadKind;
 use cmset_core::set::SetKind;
@@ -34,6 +35,9 @@ use crate::status::Workload;
 pub struct Cluster {
     client: Client,
     pub namespace: String,
+    /// The user of the kubeconfig's context, for the record of who overrode a window; `unknown` when
+    /// there is none (in a pod, with the service account).
+    pub user: String,
 }
 
 impl Cluster {
@@ -49,26 +53,63 @@ impl Cluster {
             context: context.map(str::to_string),
             ..KubeConfigOptions::default()
         };
-        let config = match (kubeconfig, context) {
+        let (config, file) = match (kubeconfig, context) {
             (Some(path), _) => {
                 let file = Kubeconfig::read_from(path).map_err(|e| Error::Config(e.to_string()))?;
-                Config::from_custom_kubeconfig(file, &options)
+                let config = Config::from_custom_kubeconfig(file.clone(), &options)
                     .await
-                    .map_err(|e| Error::Config(e.to_string()))?
+                    .map_err(|e| Error::Config(e.to_string()))?;
+                (config, Some(file))
             }
-            (None, Some(_)) => Config::from_kubeconfig(&options)
-                .await
-                .map_err(|e| Error::Config(e.to_string()))?,
-            (None, None) => Config::infer().await.map_err(|e| Error::Config(e.to_string()))?,
+            (None, Some(_)) => (
+                Config::from_kubeconfig(&options)
+                    .await
+                    .map_err(|e| Error::Config(e.to_string()))?,
+                Kubeconfig::read().ok(),
+            ),
+            // Without a kubeconfig, `infer` falls back to the service account: no user name then.
+            (None, None) => (
+                Config::infer().await.map_err(|e| Error::Config(e.to_string()))?,
+                Kubeconfig::read().ok(),
+            ),
         };
         let namespace = namespace.map_or_else(|| config.default_namespace.clone(), str::to_string);
         let client = Client::try_from(config).map_err(|e| Error::Config(e.to_string()))?;
-        Ok(Self::new(client, namespace))
+        let mut cluster = Self::new(client, namespace);
+        if let Some(user) = file.as_ref().and_then(|f| kubeconfig_user(f, context)) {
+            cluster.user = user;
+        }
+        Ok(cluster)
     }
 
-    /// A cluster on `client`, acting in `namespace`.
+    /// A cluster on `client`, acting in `namespace`, as user `unknown`.
     pub fn new(client: Client, namespace: String) -> Self {
-        Self { client, namespace }
+        Self {
+            client,
+            namespace,
+            user: "unknown".to_string(),
+        }
+    }
+
+    /// The cluster's ChangeWindows, or, when they cannot be listed, a line saying why: they are
+    /// optional (the CRD may not be installed, the user may not list them), and `windows` goes on
+    /// with the set's own.
+    pub async fn change_windows(&self) -> Result<Vec<ChangeWindow>, String> {
+        let api: Api<ChangeWindow> = Api::all(self.client.clone());
+        let only = "only the set's own windows are shown";
+        match api.list(&ListParams::default()).await {
+            Ok(list) => Ok(list.items),
+            Err(kube::Error::Api(status)) if not_found(&status) => Err(format!(
+                "the ChangeWindow API (changewindows.cmset.dev) is not installed: {only}"
+            )),
+            Err(kube::Error::Api(status)) if status.code == 403 => Err(format!(
+                "you may not list ChangeWindows (changewindows.cmset.dev): {only}, and the cluster's may \
+                 hold it too"
+            )),
+            Err(e) => Err(format!(
+                "listing ChangeWindows (changewindows.cmset.dev): {e}: {only}"
+            )),
+        }
     }
 
     fn api<K>(&self) -> Api<K>
@@ -249,6 +290,13 @@ async fn list_kind(
 /// HTTP code or the Status's own (which the server sets to it), covers both.
 fn not_found(status: &Status) -> bool {
     status.code == 404
+}
+
+/// The user name of `context` (else the current context) in `file`, if it names one.
+fn kubeconfig_user(file: &Kubeconfig, context: Option<&str>) -> Option<String> {
+    let name = context.or(file.current_context.as_deref())?;
+    let named = file.contexts.iter().find(|c| c.name == name)?;
+    named.context.as_ref()?.user.clone().filter(|u| !u.is_empty())
 }
 
 /// What failed, for an error: `listing CronJobs (batch/v1beta1)`.
@@ -590,5 +638,63 @@ mod tests {
     #[test]
     fn revisions_are_listed_by_the_set_label() {
         assert_eq!(labelled("db").label_selector.as_deref(), Some("cmset.dev/set=db"));
+    }
+
+    #[test]
+    fn the_user_is_that_of_the_context() {
+        let file: Kubeconfig = serde_yaml_ng::from_str(
+            "
+apiVersion: v1
+kind: Config
+current-context: dev
+contexts:
+- name: dev
+  context: {cluster: kind, user: ana}
+- name: prod
+  context: {cluster: big, user: oidc-bo}
+- name: bare
+  context: {cluster: big}
+",
+        )
+        .unwrap();
+        assert_eq!(kubeconfig_user(&file, None).as_deref(), Some("ana"));
+        assert_eq!(kubeconfig_user(&file, Some("prod")).as_deref(), Some("oidc-bo"));
+        assert_eq!(kubeconfig_user(&file, Some("bare")), None);
+        assert_eq!(kubeconfig_user(&file, Some("nope")), None);
+        assert_eq!(kubeconfig_user(&Kubeconfig::default(), None), None);
+    }
+
+    #[tokio::test]
+    async fn change_windows_that_cannot_be_listed_are_a_line_not_an_error() {
+        let path = "/apis/cmset.dev/v1alpha1/changewindows";
+        // No CRD: the group answers the plain-text 404 of a path it does not know.
+        let (cluster, asked) = stand_in::start(Vec::new());
+        let note = cluster.change_windows().await.unwrap_err();
+        assert!(
+            note.contains("is not installed: only the set's own windows"),
+            "{note}"
+        );
+        assert_eq!(*asked.lock().unwrap(), [format!("GET {path}")]);
+
+        let forbidden = stand_in::status(
+            403,
+            "Forbidden",
+            "changewindows.cmset.dev is forbidden: User \"ana\" cannot list resource \"changewindows\"",
+            json!({"group": "cmset.dev", "kind": "changewindows"}),
+        );
+        let (cluster, _) = stand_in::start(vec![(path.to_string(), forbidden)]);
+        let note = cluster.change_windows().await.unwrap_err();
+        assert!(note.starts_with("you may not list ChangeWindows"), "{note}");
+
+        let one = json!({"apiVersion": "cmset.dev/v1alpha1", "kind": "ChangeWindow",
+                         "metadata": {"name": "holidays"},
+                         "spec": {"windows": [{"kind": "Deny", "schedule": "0 0 24 12 *",
+                                               "duration": "48h"}]}});
+        let (cluster, _) = stand_in::start(vec![(
+            path.to_string(),
+            stand_in::list("cmset.dev/v1alpha1", vec![one]),
+        )]);
+        let listed = cluster.change_windows().await.unwrap();
+        assert_eq!(listed[0].spec.windows[0].duration, "48h");
     }
 }

@@ -22,6 +22,7 @@ pub mod status;
 pub mod steer;
 pub mod style;
 pub mod table;
+pub mod windows;
 
 use cmset_core::set::SetRef;
 use jiff::Timestamp;
@@ -85,7 +86,8 @@ pub async fn run(cli: Cli, palette: Palette, now: Timestamp) -> Result<Outcome, 
         | Command::Status { set, .. }
         | Command::Pause { set }
         | Command::Resume { set }
-        | Command::Promote { set } => Address::parse(set).map_err(Error::Usage)?,
+        | Command::Promote { set, .. }
+        | Command::Windows { set } => Address::parse(set).map_err(Error::Usage)?,
     };
     let cluster = Cluster::connect(
         g.kubeconfig.as_deref(),
@@ -110,6 +112,13 @@ async fn run_on(
     let action = match &cli.command {
         Command::Pause { .. } => Some(steer::Action::Pause),
         Command::Resume { .. } => Some(steer::Action::Resume),
+        Command::Promote {
+            override_window: true,
+            ..
+        } => Some(steer::Action::OverrideWindow {
+            user: cluster.user.clone(),
+            now,
+        }),
         Command::Promote { .. } => Some(steer::Action::Promote),
         _ => None,
     };
@@ -124,6 +133,16 @@ async fn run_on(
         return Ok(Outcome::print(match output::structured(&steer, g.output)? {
             Some(text) => text,
             None => format!("{}\n", steer.message),
+        }));
+    }
+    if let Command::Windows { .. } = &cli.command {
+        // The cluster's windows are optional: when they cannot be listed the report says why.
+        let change_windows = cluster.change_windows().await;
+        let change_windows = change_windows.as_deref().map_err(String::as_str);
+        let report = windows::windows_report(view, change_windows, now);
+        return Ok(Outcome::print(match output::structured(&report, g.output)? {
+            Some(text) => text,
+            None => windows::render_text(&report, palette),
         }));
     }
     let listed = Listed::of(cluster, view).await?;
@@ -202,8 +221,11 @@ async fn run_on(
                 None => status::render_text(&report, palette),
             }))
         }
-        Command::Pause { .. } | Command::Resume { .. } | Command::Promote { .. } => {
-            unreachable!("steering commands returned above")
+        Command::Pause { .. }
+        | Command::Resume { .. }
+        | Command::Promote { .. }
+        | Command::Windows { .. } => {
+            unreachable!("steering commands and windows returned above")
         }
     }
 }
@@ -302,6 +324,26 @@ mod tests {
         assert_eq!(resume.stdout, "configmapset/app is not paused\n");
         let promote = cmset(&cluster, &["promote", "app"]).await.unwrap_err();
         assert!(matches!(promote, Error::Usage(_)), "{promote}");
+        let promote = cmset(&cluster, &["promote", "app", "--override-window"])
+            .await
+            .unwrap_err();
+        assert!(promote.to_string().contains("no rollout under way"), "{promote}");
+
+        // No ChangeWindow CRD on this server: a line says so, and the set's own windows are shown.
+        let windows = cmset(&cluster, &["windows", "app"]).await.unwrap();
+        assert_eq!(windows.code, 0);
+        assert!(
+            windows.stdout.ends_with(
+                "moves allowed: no change window applies
+note: the ChangeWindow API \
+                 (changewindows.cmset.dev) is not installed: only the set's own windows are shown\n"
+            ),
+            "{}",
+            windows.stdout
+        );
+        let windows = cmset(&cluster, &["windows", "app", "-o", "json"]).await.unwrap();
+        let windows: serde_json::Value = serde_json::from_str(&windows.stdout).unwrap();
+        assert_eq!(windows["verdict"]["movesAllowed"], true, "{windows}");
 
         let asked = asked.lock().unwrap();
         let rollouts = "GET /apis/argoproj.io/v1alpha1/namespaces/demo/rollouts";
@@ -311,5 +353,9 @@ mod tests {
             "status and why asked for Rollouts: {asked:?}"
         );
         assert!(asked.contains(&format!("PATCH {SET_PATH}")), "{asked:?}");
+        assert!(
+            asked.contains(&"GET /apis/cmset.dev/v1alpha1/changewindows".to_string()),
+            "{asked:?}"
+        );
     }
 }
