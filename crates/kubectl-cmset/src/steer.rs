@@ -109,7 +109,8 @@ fn promote(set: SetRef<'_>, id: &str) -> Result<Steer, String> {
         return Err(format!("{id} has no rollout under way: nothing to promote"));
     };
     match rollout.phase {
-        RolloutPhase::Progressing | RolloutPhase::AwaitingPromotion => {}
+        // Held by a window, a promotion is recorded ahead, as while progressing.
+        RolloutPhase::Progressing | RolloutPhase::AwaitingPromotion | RolloutPhase::Waiting => {}
         RolloutPhase::Paused => {
             return Err(format!(
                 "{id} is paused: resume it first (`kubectl cmset resume {id}`)"
@@ -134,10 +135,13 @@ fn promote(set: SetRef<'_>, id: &str) -> Result<Steer, String> {
         Some(started) => format!("{}/{}@{}", rollout.revision, rollout.wave, rollout_id(started)),
         None => format!("{}/{}", rollout.revision, rollout.wave),
     };
-    let when = if rollout.phase == RolloutPhase::AwaitingPromotion {
-        "now"
-    } else {
-        "once it is done and stable"
+    let when = match rollout.phase {
+        RolloutPhase::AwaitingPromotion => "now".to_string(),
+        RolloutPhase::Waiting => format!(
+            "once it is done and stable and the change windows allow (now: `kubectl cmset promote \
+             --override-window {id}`)"
+        ),
+        _ => "once it is done and stable".to_string(),
     };
     Ok(Steer {
         patch: Some(json!({"metadata": {"annotations": {labels::PROMOTED: value}}})),
@@ -351,6 +355,19 @@ mod tests {
         let early = steer(Action::Promote, (&early).into(), ID).unwrap();
         assert_eq!(early.value.as_deref(), Some("app-2222222222/1"));
         assert!(early.message.contains("once it is done and stable"));
+        // Held by a change window: recorded ahead; the windows are lifted by the other flag only.
+        let held = set(manual(), Some((RolloutPhase::Waiting, 0)), &[]);
+        let held = steer(Action::Promote, (&held).into(), ID).unwrap();
+        assert_eq!(held.value.as_deref(), Some("app-2222222222/0"));
+        assert!(
+            held.message.ends_with(
+                "wave 1 opens once it is done and stable and the change windows allow (now: `kubectl \
+                 cmset promote --override-window configmapset/app`)"
+            ),
+            "{}",
+            held.message
+        );
+        assert!(!held.patch.unwrap().to_string().contains(labels::WINDOW_OVERRIDE));
     }
 
     #[test]
