@@ -2349,6 +2349,10 @@ Rollout:      revision 4 (app-dddddddddd): wave 1 waiting: held by a change wind
             ),
             "{text}"
         );
+        // Its own wave is the one held: the window is why it waits.
+        let api = report.workloads.iter().find(|w| w.name == "api").unwrap();
+        assert_eq!(api.state, State::Waiting);
+        assert_eq!(api.explanation, format!("held by a change window: {HELD_BY}"));
         let db = report.workloads.iter().find(|w| w.name == "db").unwrap();
         assert_eq!(
             db.explanation,
