@@ -2,8 +2,9 @@
 //! reconciles, with a bounded queue whose overflow is counted"). 1,000 sets without `spec.rollout` and
 //! without workloads, each subscribed to `on-rollout-completed` through webhook services played by a
 //! receiver in the test, are created, then all changed at once. Each set's completion must reach each
-//! service exactly once: none twice, none lost (a notification that found the queue full is sent from
-//! a later reconcile). Meanwhile an unsubscribed set is changed, and its change must complete promptly.
+//! service exactly once: none twice, none lost (a notification that found the queue full is sent once
+//! the queue has room: the notifier observes its set again as deliveries finish). Meanwhile an
+//! unsubscribed set is changed, and its change must complete promptly.
 //!
 //! Heavy, so ignored by default. Run it alone, with its figures printed:
 //!

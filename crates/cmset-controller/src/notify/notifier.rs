@@ -2,14 +2,23 @@
 //! ([`Notifier::observe`]), which asks the core what the set's records should be and what to send
 //! (`cmset_core::notify::records::compose`), and queues the deliveries. Nothing here makes a reconcile
 //! wait: deliveries run on [`WORKERS`] tasks from a queue of [`QUEUE`]; a notification that finds the
-//! queue full is counted as dropped and, being unrecorded, is sent from a later reconcile.
+//! queue full is counted as dropped and sent later, since nothing recorded it.
+//!
+//! "Later" must not wait for a reconcile that may not come: a set whose every notification was
+//! dropped writes nothing, so nothing reconciles it until the set controller's resync. The notifier
+//! therefore remembers the sets it dropped a notification of (their keys, each once, at most
+//! [`REMEMBERED`]; one more is counted in `cmset_notification_retries_forgotten_total` and waits for
+//! its next reconcile), oldest first. Each time a delivery finishes, it observes again, as the store
+//! shows them now, at most as many of those sets as the queue has free slots (`retry_dropped`). A set
+//! deleted meanwhile is forgotten. So a flood drains at the pace of the deliveries, and a finished
+//! delivery costs at most one observation per free slot, however many sets there are.
 //!
 //! The records live in the set's `status.notifications`, written by one task under the field manager
 //! [`FIELD_MANAGER`], one set at a time, so two deliveries to one set cannot write over each other.
 //! Until the store shows a list this process wrote, that list (`pending`) is what the set is taken to
 //! have: a reconcile in between sends nothing twice.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -35,8 +44,12 @@ use crate::platform::metrics::NotificationLabels;
 
 /// The field manager of `status.notifications`.
 pub const FIELD_MANAGER: &str = "cmset-notifications";
-/// Deliveries waiting at most; beyond, dropped (and sent from a later reconcile).
+/// Deliveries waiting at most; beyond, dropped (the set is remembered and observed again once the
+/// queue has room).
 pub const QUEUE: usize = 1024;
+/// Sets with a dropped notification remembered at most. Each is remembered once, so this is only
+/// reached with more sets than this dropping at once; a set's key is about a hundred bytes.
+pub const REMEMBERED: usize = 16 * QUEUE;
 /// Deliveries in flight at once: a receiver that never answers holds one of them for its timeouts.
 pub const WORKERS: usize = 8;
 /// How long a list this process wrote stands in for the set's until the store shows it: past that,
@@ -55,6 +68,57 @@ struct Delivery {
     requests: Vec<HttpRequest>,
 }
 
+/// The sets that had a notification dropped, oldest first, each once: what [`Notifier::retry_dropped`]
+/// observes again. Keys only, never the sets.
+#[derive(Default)]
+struct Dropped {
+    /// Each set's place in `order`.
+    place: HashMap<SetId, u64>,
+    order: BTreeMap<u64, SetId>,
+    next: u64,
+}
+
+impl Dropped {
+    /// Remembers `set`, unless it is remembered already. Whether it is remembered now (`false`: `cap`
+    /// sets are, and it is not one of them).
+    fn remember(&mut self, set: &SetId, cap: usize) -> bool {
+        if self.place.contains_key(set) {
+            return true;
+        }
+        if self.place.len() >= cap {
+            return false;
+        }
+        self.place.insert(set.clone(), self.next);
+        self.order.insert(self.next, set.clone());
+        self.next += 1;
+        true
+    }
+
+    fn forget(&mut self, set: &SetId) {
+        if let Some(place) = self.place.remove(set) {
+            self.order.remove(&place);
+        }
+    }
+
+    /// The `n` sets remembered longest, forgotten.
+    fn take(&mut self, n: usize) -> Vec<SetId> {
+        let mut taken = Vec::with_capacity(n.min(self.place.len()));
+        while taken.len() < n {
+            let Some((_, set)) = self.order.pop_first() else {
+                break;
+            };
+            self.place.remove(&set);
+            taken.push(set);
+        }
+        taken
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.place.len()
+    }
+}
+
 #[derive(Default)]
 struct State {
     /// Subscriptions of sets being delivered now: not queued twice.
@@ -63,6 +127,8 @@ struct State {
     pending: HashMap<SetId, (Instant, Vec<NotificationStatus>)>,
     /// What is wrong with each set's subscriptions, as last reported: told once, not at every reconcile.
     reported: HashMap<SetId, Vec<Problem>>,
+    /// Sets with a notification dropped since they were last observed.
+    dropped: Dropped,
 }
 
 impl State {
@@ -122,6 +188,10 @@ pub struct Notifier {
     closing: AtomicBool,
     /// Writes of records queued or being made.
     writes_outstanding: AtomicUsize,
+    /// Held while dropped sets are observed again: one delivery's free slots are not counted by two.
+    retrying: Mutex<()>,
+    /// Sets remembered at most ([`REMEMBERED`]; smaller in tests).
+    remembered_max: usize,
 }
 
 /// What the notifier's tasks take from: handed to [`run`].
@@ -141,6 +211,8 @@ impl Notifier {
             state: Mutex::default(),
             closing: AtomicBool::new(false),
             writes_outstanding: AtomicUsize::new(0),
+            retrying: Mutex::default(),
+            remembered_max: REMEMBERED,
         };
         (notifier, Queues { deliveries, writes })
     }
@@ -198,6 +270,7 @@ impl Notifier {
             state.pending.insert(id.clone(), (Instant::now(), records));
             self.queue_write(id.clone());
         }
+        let mut dropped = false;
         for notification in send {
             let flight = (id.clone(), notification.key.clone());
             if state.in_flight.contains(&flight) {
@@ -232,10 +305,41 @@ impl Notifier {
                 }
                 Err(_) => {
                     count(ctx, &notification.key, "dropped");
-                    debug!(set = %set.name(), "notification queue full; sent from a later reconcile");
+                    debug!(set = %set.name(), "notification queue full; the set is observed again when it has room");
+                    dropped = true;
                 }
             }
         }
+        if !dropped {
+            // Everything it has to send is queued (or under way): nothing to try again.
+            state.dropped.forget(&id);
+        } else if !state.dropped.remember(&id, self.remembered_max) {
+            ctx.metrics.notification_retries_forgotten.inc();
+            debug!(set = %set.name(), "too many sets with dropped notifications; this one waits for its next reconcile");
+        }
+    }
+
+    /// Observes again, as the store shows them now, the sets remembered longest for a dropped
+    /// notification: as many as the queue has free slots, no more. A set deleted meanwhile is
+    /// forgotten; one that drops a notification again is remembered again, behind the others. Called
+    /// as each delivery finishes. How many sets it observed.
+    fn retry_dropped(&self, ctx: &Context) -> usize {
+        if self.closing.load(Ordering::SeqCst) {
+            return 0;
+        }
+        let _one_at_a_time = self.retrying.lock().unwrap_or_else(|e| e.into_inner());
+        let free = self.deliveries.capacity();
+        let sets = self.state().dropped.take(free);
+        for id in &sets {
+            let Some(set) = ctx.stores.set(id) else {
+                continue;
+            };
+            let set = set.as_set();
+            if set.metadata().deletion_timestamp.is_none() {
+                self.observe(ctx, set);
+            }
+        }
+        sets.len()
     }
 
     /// Forgets a deleted set.
@@ -243,6 +347,7 @@ impl Notifier {
         let mut state = self.state();
         state.pending.remove(set);
         state.reported.remove(set);
+        state.dropped.forget(set);
     }
 
     /// Records how a delivery ended, and queues the write.
@@ -255,6 +360,14 @@ impl Notifier {
         let list = records::with_record(&current, record);
         state.pending.insert(delivery.set.clone(), (Instant::now(), list));
         self.queue_write(delivery.set.clone());
+    }
+
+    /// A delivery ended with `record`: records it, and fills the queue's free slots with sets whose
+    /// notifications were dropped. How many of those it observed again.
+    fn finished(&self, ctx: &Context, delivery: &Delivery, record: NotificationStatus) -> usize {
+        let stored = stored_records(ctx, &delivery.set);
+        self.delivered(delivery, record, &stored);
+        self.retry_dropped(ctx)
     }
 
     fn queue_write(&self, set: SetId) {
@@ -387,8 +500,7 @@ async fn deliver(notifier: &Notifier, ctx: &Context, sender: &Sender, delivery: 
         message,
         ..records::subscribed(key, &delivery.once, &(ctx.clock)())
     };
-    let stored = stored_records(ctx, &delivery.set);
-    notifier.delivered(&delivery, record, &stored);
+    notifier.finished(ctx, &delivery, record);
 }
 
 fn stored_records(ctx: &Context, set: &SetId) -> Vec<NotificationStatus> {
@@ -529,50 +641,100 @@ mod tests {
     }
 
     fn context(metrics: Arc<crate::platform::metrics::Metrics>) -> Context {
+        context_with_store(metrics).0
+    }
+
+    /// A context, and the writer of its store of ConfigMapSets.
+    fn context_with_store(
+        metrics: Arc<crate::platform::metrics::Metrics>,
+    ) -> (
+        Context,
+        kube::runtime::reflector::store::Writer<cmset_api::ConfigMapSet>,
+    ) {
         use std::sync::RwLock;
         let (service, _handle) =
             tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let (sets, writer) = kube::runtime::reflector::store::<cmset_api::ConfigMapSet>();
         let stores = crate::engine::stores::Stores {
-            sets: kube::runtime::reflector::store::<cmset_api::ConfigMapSet>().0,
+            sets,
             secret_sets: None,
             workloads: Arc::new(RwLock::new(HashMap::new())),
             templates: None,
         };
-        Context::new(
+        let ctx = Context::new(
             kube::Client::new(service, "team"),
             Arc::new(crate::engine::index::Index::new(None)),
             stores,
             metrics,
             crate::engine::context::system_clock(),
             None,
-        )
+        );
+        (ctx, writer)
     }
 
     /// A failed set `name` subscribed to `on-rollout-failed` through the webhook `hook`, whose record
     /// heard nothing yet.
     fn failing_set(name: &str) -> cmset_api::ConfigMapSet {
+        failing_set_via(name, &["hook"])
+    }
+
+    /// A failed set `name` subscribed to `on-rollout-failed` through each webhook of `services`,
+    /// whose records heard nothing yet.
+    fn failing_set_via(name: &str, services: &[&str]) -> cmset_api::ConfigMapSet {
         let mut set = cmset_api::ConfigMapSet::new(name, Default::default());
         set.metadata.namespace = Some("shop".into());
-        set.metadata.annotations = Some(
-            [(
-                "notifications.cmset.dev/subscribe.on-rollout-failed.hook".to_string(),
+        let subscribe = |service: &str| {
+            (
+                format!("notifications.cmset.dev/subscribe.on-rollout-failed.{service}"),
                 String::new(),
-            )]
-            .into(),
-        );
+            )
+        };
+        set.metadata.annotations = Some(services.iter().copied().map(subscribe).collect());
+        let heard_nothing = |service: &str| NotificationStatus {
+            result: NotificationResult::Subscribed,
+            service: service.into(),
+            ..record("on-rollout-failed", "")
+        };
         set.status = Some(cmset_api::ConfigMapSetStatus {
             rollout: Some(cmset_api::RolloutStatus {
                 revision: format!("{name}-2"),
                 phase: cmset_api::RolloutPhase::Failed,
                 ..Default::default()
             }),
-            notifications: Some(vec![NotificationStatus {
-                result: NotificationResult::Subscribed,
-                ..record("on-rollout-failed", "")
-            }]),
+            notifications: Some(services.iter().copied().map(heard_nothing).collect()),
             ..Default::default()
         });
         set
+    }
+
+    /// A notification configuration with a webhook service of each name of `services`.
+    fn webhooks(services: &[&str]) -> Loaded {
+        let data = services
+            .iter()
+            .map(|s| {
+                (
+                    format!("service.webhook.{s}"),
+                    format!("url: http://127.0.0.1:9/{s}"),
+                )
+            })
+            .collect();
+        let (config, problems) = cmset_core::notify::config::parse(&data, &Default::default());
+        assert!(problems.is_empty(), "{problems:?}");
+        Loaded {
+            config: Some(config),
+            problems,
+        }
+    }
+
+    fn dropped_count(metrics: &crate::platform::metrics::Metrics, service: &str) -> u64 {
+        metrics
+            .notifications
+            .get_or_create(&NotificationLabels {
+                service: service.into(),
+                trigger: "on-rollout-failed".into(),
+                result: "dropped",
+            })
+            .get()
     }
 
     #[tokio::test]
@@ -621,6 +783,138 @@ mod tests {
         );
         assert_eq!(notifier.state().in_flight.len(), QUEUE);
         assert_eq!(dropped(), 101);
+        // The sets dropped are remembered, each once, to be observed again when the queue has room.
+        assert_eq!(notifier.state().dropped.len(), 100);
+        assert_eq!(metrics.notification_retries_forgotten.get(), 0);
+    }
+
+    #[test]
+    fn dropped_sets_are_remembered_once_oldest_first_and_up_to_a_cap() {
+        let mut dropped = Dropped::default();
+        for name in ["a", "b", "a", "c"] {
+            assert!(dropped.remember(&set_id(name), 3));
+        }
+        assert_eq!(dropped.len(), 3, "each set once");
+        assert!(!dropped.remember(&set_id("d"), 3), "past the cap: not remembered");
+        assert!(dropped.remember(&set_id("b"), 3), "one remembered already stays");
+        dropped.forget(&set_id("b"));
+        assert_eq!(dropped.take(5), vec![set_id("a"), set_id("c")]);
+        assert_eq!(dropped.len(), 0);
+        assert!(dropped.order.is_empty());
+        // Taken, then remembered again: behind those remembered meanwhile.
+        for name in ["x", "y", "z"] {
+            dropped.remember(&set_id(name), 3);
+        }
+        assert_eq!(dropped.take(1), vec![set_id("x")]);
+        dropped.remember(&set_id("x"), 3);
+        assert_eq!(dropped.take(3), vec![set_id("y"), set_id("z"), set_id("x")]);
+        assert_eq!(dropped.take(1), vec![]);
+    }
+
+    /// Issue 27: sets whose every notification was dropped write nothing, so nothing reconciles them.
+    /// As deliveries finish, the notifier observes them again from the store, no more of them than the
+    /// queue has room for, until each notification was queued exactly once.
+    #[tokio::test]
+    async fn sets_whose_every_notification_was_dropped_are_queued_as_deliveries_finish() {
+        const SERVICES: [&str; 2] = ["hook", "hook2"];
+        // Half the queue's worth of sets fills it (two notifications each); the next ones drop both.
+        const FILLING: usize = QUEUE / 2;
+        const SETS: usize = FILLING + 60;
+        let metrics = Arc::new(crate::platform::metrics::Metrics::default());
+        let (ctx, mut store) = context_with_store(metrics.clone());
+        let (_tx, rx) = watch::channel(Arc::new(webhooks(&SERVICES)));
+        // No task takes from the queue: the test plays the workers.
+        let (notifier, mut queues) = Notifier::new(rx);
+        let name = |i: usize| format!("set-{i}");
+        for i in 0..SETS {
+            let set = failing_set_via(&name(i), &SERVICES);
+            store.apply_watcher_event(&kube::runtime::watcher::Event::Apply(set.clone()));
+            notifier.observe(&ctx, SetRef::ConfigMap(&set));
+        }
+        let dropped_now = || SERVICES.iter().map(|s| dropped_count(&metrics, s)).sum::<u64>();
+        assert_eq!(dropped_now(), 2 * (SETS - FILLING) as u64);
+        assert_eq!(notifier.state().dropped.len(), SETS - FILLING);
+        // One of them is deleted before its turn comes: it is forgotten, not observed.
+        let deleted = failing_set_via(&name(SETS - 1), &SERVICES);
+        store.apply_watcher_event(&kube::runtime::watcher::Event::Delete(deleted));
+
+        // Deliveries finish in batches of 1 to WORKERS, with no reconcile of any set meanwhile.
+        let mut queued: HashMap<(SetId, SubscriptionKey), u32> = HashMap::new();
+        let (mut round, mut retried_total) = (0, 0);
+        loop {
+            let batch: Vec<Delivery> = (0..=round % WORKERS)
+                .map_while(|_| queues.deliveries.try_recv().ok())
+                .collect();
+            if batch.is_empty() {
+                break;
+            }
+            round += 1;
+            for delivery in batch {
+                *queued
+                    .entry((delivery.set.clone(), delivery.key.clone()))
+                    .or_default() += 1;
+                let free = notifier.deliveries.capacity();
+                let record = NotificationStatus {
+                    result: NotificationResult::Delivered,
+                    ..records::subscribed(&delivery.key, &delivery.once, &(ctx.clock)())
+                };
+                let retried = notifier.finished(&ctx, &delivery, record);
+                assert!(
+                    retried <= free,
+                    "{retried} sets observed again for {free} free slots"
+                );
+                retried_total += retried;
+            }
+        }
+
+        // Every notification of every set still there was queued, each exactly once.
+        let twice: Vec<_> = queued.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(twice.is_empty(), "queued more than once: {twice:?}");
+        assert_eq!(queued.len(), 2 * (SETS - 1));
+        for i in 0..SETS - 1 {
+            for service in SERVICES {
+                let key = SubscriptionKey {
+                    trigger: "on-rollout-failed".into(),
+                    condition: 0,
+                    service: service.into(),
+                    recipient: String::new(),
+                };
+                assert!(
+                    queued.contains_key(&(set_id(&name(i)), key)),
+                    "set {i} via {service}"
+                );
+            }
+        }
+        assert!(
+            !queued.keys().any(|(set, _)| *set == set_id(&name(SETS - 1))),
+            "the deleted set is not sent"
+        );
+        let state = notifier.state();
+        assert_eq!(state.dropped.len(), 0, "nothing left to try again");
+        assert!(state.in_flight.is_empty());
+        assert!(
+            retried_total >= SETS - FILLING,
+            "each dropped set was observed again ({retried_total})"
+        );
+        assert_eq!(metrics.notification_retries_forgotten.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn past_the_cap_a_dropped_set_is_counted_and_left_to_its_next_reconcile() {
+        let metrics = Arc::new(crate::platform::metrics::Metrics::default());
+        let ctx = context(metrics.clone());
+        let (_tx, rx) = watch::channel(Arc::new(webhooks(&["hook"])));
+        let (mut notifier, _queues) = Notifier::new(rx);
+        notifier.remembered_max = 10;
+        for i in 0..QUEUE + 25 {
+            notifier.observe(&ctx, SetRef::ConfigMap(&failing_set(&format!("set-{i}"))));
+        }
+        assert_eq!(dropped_count(&metrics, "hook"), 25);
+        assert_eq!(notifier.state().dropped.len(), 10);
+        assert_eq!(metrics.notification_retries_forgotten.get(), 15);
+        // Forgotten with the set.
+        notifier.forget(&set_id(&format!("set-{QUEUE}")));
+        assert_eq!(notifier.state().dropped.len(), 9);
     }
 
     #[tokio::test]

@@ -73,8 +73,9 @@ pub struct RolloutLabel {
 pub struct NotificationLabels {
     pub service: String,
     pub trigger: String,
-    /// delivered, failed (for good, after the retries) or dropped (the queue was full; sent again
-    /// from a later reconcile, since nothing was recorded).
+    /// delivered, failed (for good, after the retries) or dropped (the queue was full; nothing was
+    /// recorded, so the set is observed again once the queue has room, see
+    /// `crate::notify::notifier`).
     pub result: &'static str,
 }
 
@@ -205,6 +206,9 @@ pub struct Metrics {
     /// Workloads waiting for the budget to move.
     budget_waiting: Gauge,
     pub notifications: Family<NotificationLabels, Counter>,
+    /// Sets with a dropped notification that the notifier could not remember to observe again (it
+    /// remembers that many already): each waits for its next reconcile.
+    pub notification_retries_forgotten: Counter,
     /// Entries of the notification configuration refused (each is skipped; the rest works).
     pub notification_config_problems: Gauge,
 }
@@ -241,6 +245,7 @@ impl Default for Metrics {
             budget_in_use: Gauge::default(),
             budget_waiting: Gauge::default(),
             notifications: Family::default(),
+            notification_retries_forgotten: Counter::default(),
             notification_config_problems: Gauge::default(),
         }
     }
@@ -376,6 +381,11 @@ impl Metrics {
             "notifications",
             "Notifications about rollouts, by service, trigger and result",
             self.notifications.clone(),
+        );
+        r.register(
+            "notification_retries_forgotten",
+            "Sets with a dropped notification not remembered to be observed again (too many remembered already); each waits for its next reconcile",
+            self.notification_retries_forgotten.clone(),
         );
         r.register(
             "notification_config_problems",
