@@ -344,11 +344,11 @@ impl Known {
             },
             revisions: &self.views,
             lowest_wave: self.lowest_wave,
-            // The windows as the controller last judged them: the plugin does not evaluate them here.
-            window_held: set
-                .status()
-                .and_then(|s| s.rollout.as_ref())
-                .is_some_and(|r| r.phase == cmset_api::RolloutPhase::Waiting),
+            // The windows as the controller last judged them (the plugin does not evaluate them here),
+            // less an override written since.
+            window_held: set.status().and_then(|s| s.rollout.as_ref()).is_some_and(|r| {
+                r.phase == cmset_api::RolloutPhase::Waiting && !cmset_core::window_hold::overridden(set, r)
+            }),
         }
     }
 
