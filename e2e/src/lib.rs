@@ -833,3 +833,32 @@ pub async fn put_secret(ns: &TestNamespace, name: &str, type_: &str, data: &[(&s
     }
     .expect("write the source Secret");
 }
+
+/// Serves plain HTTP on a free loopback port, each request answered by `answer` (a test's stand-in
+/// receiver: a webhook, Slack, Teams); returns the port. Runs until the test's runtime ends.
+pub async fn serve_http<F, Fut>(answer: F) -> u16
+where
+    F: Fn(hyper::Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<
+            Output = Result<hyper::Response<http_body_util::Full<bytes::Bytes>>, std::convert::Infallible>,
+        > + Send
+        + 'static,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(answer);
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    port
+}

@@ -47,23 +47,7 @@ struct Receiver {
 
 impl Receiver {
     async fn start(self) -> u16 {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let me = self.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| me.clone().answer(req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        port
+        cmset_e2e::serve_http(move |req| self.clone().answer(req)).await
     }
 
     async fn answer(self, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
