@@ -13,6 +13,7 @@ use cmset_api::{RolloutPhase, RolloutSpec, RolloutStatus, WorkloadState, Workloa
 use cmset_core::health::{Health, Wave};
 use cmset_core::kinds::WorkloadKind;
 use cmset_core::waves::{Member, WaveInput, plan_waves};
+use cmset_core::window_hold::{WindowHold, WindowState};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
@@ -106,6 +107,24 @@ impl Case {
 
     /// The planner at `now`, paused or not, with what the status records.
     fn plan(&self, now: i64, paused: bool) -> cmset_core::waves::WaveOutcome {
+        self.plan_windowed(now, paused, &WindowState::default())
+    }
+
+    /// The planner at `now`, held by the change windows until `opens` (seconds from START).
+    fn plan_outside_windows(&self, now: i64, opens: i64) -> cmset_core::waves::WaveOutcome {
+        let windows = WindowState {
+            held: Some(WindowHold {
+                reason: "freeze".into(),
+                by: "Deny window spec.rollout.windows[0] (freeze)".into(),
+                opens_at: Some(at(opens).0),
+            }),
+            changes_at: Some(at(opens).0),
+            invalid: false,
+        };
+        self.plan_windowed(now, false, &windows)
+    }
+
+    fn plan_windowed(&self, now: i64, paused: bool, windows: &WindowState) -> cmset_core::waves::WaveOutcome {
         let now = at(now);
         let waiting = BTreeMap::new();
         let input = WaveInput {
@@ -122,7 +141,7 @@ impl Case {
             namespace: "team",
             analysis: None,
             immediate: false,
-            windows: &Default::default(),
+            windows,
             window_override: None,
             window_override_by: None,
         };
@@ -197,6 +216,48 @@ proptest! {
             prop_assert!(outcome.entries.iter().all(|e| e.state != WorkloadState::RolledBack));
             case.record(&outcome);
         }
+    }
+
+    /// Held by a change window for any length of time: the same as paused (no failure by time, the
+    /// hold's instant kept), and it looks again when the window opens.
+    #[test]
+    fn a_rollout_held_by_a_window_never_fails_by_time(
+        deadline in 1_000..3_600i32,
+        moved in prop::collection::vec(0..1_000i64, 1..4),
+        healths in prop::collection::vec(health(), 4),
+        later in prop::collection::vec(0..10_000_000i64, 1..5),
+    ) {
+        let healths = healths[..moved.len()].to_vec();
+        let hold_at = *moved.iter().max().unwrap();
+        let mut case = Case::new(deadline, held(RolloutPhase::Waiting, hold_at), &moved, healths);
+        let mut now = hold_at;
+        for step in later {
+            now += step;
+            let opens = now + 60;
+            let outcome = case.plan_outside_windows(now, opens);
+            let rollout = outcome.rollout.clone().unwrap();
+            prop_assert_eq!(rollout.phase, RolloutPhase::Waiting, "{:?}", rollout);
+            prop_assert_eq!(rollout.held_since, Some(at(hold_at)));
+            prop_assert_eq!(rollout.next_window, Some(at(opens)));
+            prop_assert_eq!(outcome.recheck_in.map(|d| d.as_secs()), Some(60));
+            prop_assert!(outcome.entries.iter().all(|e| e.state != WorkloadState::RolledBack));
+            case.record(&outcome);
+        }
+    }
+
+    /// A rollback is never held: a workload that reports failure while a window holds the rollout
+    /// fails it, and is rolled back.
+    #[test]
+    fn a_rollback_is_never_held_by_a_window(
+        moved in 0..1_000i64,
+        hold_at in 1_000..2_000i64,
+        later in 0..10_000_000i64,
+    ) {
+        let case = Case::new(600, held(RolloutPhase::Waiting, hold_at), &[moved], vec![Health::Failed("crashed".into())]);
+        let now = hold_at + later;
+        let outcome = case.plan_outside_windows(now, now + 3_600);
+        prop_assert_eq!(outcome.rollout.unwrap().phase, RolloutPhase::Failed);
+        prop_assert!(outcome.entries.iter().any(|e| e.state == WorkloadState::RolledBack));
     }
 
     /// The same rollout with a workload that reports its own failure fails, paused or not.

@@ -642,6 +642,25 @@ mod tests {
     }
 
     #[test]
+    fn rollouts_held_by_a_window_are_counted_until_they_go_on_or_their_set_goes() {
+        let metrics = Metrics::default();
+        let waiting = RolloutGauges {
+            phase: "Waiting",
+            ..PROGRESSING
+        };
+        let held = |m: &Metrics| samples(m, "cmset_rollouts_held_by_window");
+        assert_eq!(held(&metrics), ["cmset_rollouts_held_by_window 0"]);
+        metrics.observe_rollout(&set("web"), Some(&waiting));
+        metrics.observe_rollout(&set("api"), Some(&waiting));
+        metrics.observe_rollout(&set("api"), Some(&waiting));
+        assert_eq!(held(&metrics), ["cmset_rollouts_held_by_window 2"], "each set once");
+        metrics.observe_rollout(&set("web"), Some(&PROGRESSING));
+        assert_eq!(held(&metrics), ["cmset_rollouts_held_by_window 1"]);
+        metrics.observe_rollout(&set("api"), None);
+        assert_eq!(held(&metrics), ["cmset_rollouts_held_by_window 0"]);
+    }
+
+    #[test]
     fn analysis_counts_verdicts_keeps_the_last_value_and_is_forgotten_with_its_set() {
         let metrics = Metrics::default();
         metrics.analysis_measured(&set("web"), "error-rate", "frontend", "passed", Some(0.01));
