@@ -653,7 +653,11 @@ mod tests {
         metrics.observe_rollout(&set("web"), Some(&waiting));
         metrics.observe_rollout(&set("api"), Some(&waiting));
         metrics.observe_rollout(&set("api"), Some(&waiting));
-        assert_eq!(held(&metrics), ["cmset_rollouts_held_by_window 2"], "each set once");
+        assert_eq!(
+            held(&metrics),
+            ["cmset_rollouts_held_by_window 2"],
+            "each set once"
+        );
         metrics.observe_rollout(&set("web"), Some(&PROGRESSING));
         assert_eq!(held(&metrics), ["cmset_rollouts_held_by_window 1"]);
         metrics.observe_rollout(&set("api"), None);
