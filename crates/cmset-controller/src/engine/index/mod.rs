@@ -206,9 +206,12 @@ impl Index {
     }
 
     /// The ChangeWindow watch could not list, for `why`: sets go on without the cluster's windows
-    /// (the operator's RBAC may predate them); the warning says so.
+    /// (the operator's RBAC may predate them, or a namespaced install was given none); the watch's
+    /// warning says so, and it keeps trying.
     pub fn windows_unavailable(&self, why: String) {
-        let _ = self.write().relist.unavailable(WINDOWS, why);
+        if self.write().relist.unavailable(WINDOWS, why) {
+            self.changed();
+        }
     }
 
     /// The cluster's windows that apply to `set`.
@@ -497,8 +500,9 @@ impl Index {
         }
         let readers = state.graph.readers(set).workloads;
         unavailable
-            // Templates are no readers: the sets that need them hold their analysis only.
-            .filter(|(kind, ..)| *kind != TEMPLATES)
+            // Templates and ChangeWindows are no readers: the sets that need templates hold their
+            // analysis only, and windows that cannot be listed hold nothing (see `windows_unavailable`).
+            .filter(|(kind, ..)| *kind != TEMPLATES && *kind != WINDOWS)
             .filter(|(kind, _, listed)| !listed || readers.iter().any(|(k, _)| k.as_str() == *kind))
             .map(|(kind, why, _)| (kind.to_string(), why.to_string()))
             .collect()

@@ -787,6 +787,24 @@ fn a_kind_refused_before_its_first_list_holds_every_set_but_not_readiness_until_
     assert!(index.is_ready() && index.is_complete());
 }
 
+#[test]
+fn change_windows_that_cannot_be_listed_hold_no_set_and_not_readiness() {
+    let index = Index::new(None);
+    index.expect("ConfigMapSet");
+    index.expect(super::WINDOWS);
+    index.settle();
+    index.handle::<ConfigMapSet>(&watcher::Event::InitDone);
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    assert!(!index.is_ready(), "the windows have not listed yet");
+    index.windows_unavailable(FORBIDDEN.to_string());
+    assert!(index.is_ready() && index.is_complete());
+    assert_eq!(
+        index.unobserved_readers(&cms("app")),
+        vec![],
+        "a ChangeWindow reads no set: the set plans as usual, without the cluster's windows"
+    );
+}
+
 /// A set naming the AnalysisTemplates `templates` in its rollout's analysis.
 fn analysed(name: &str, generation: i64, templates: &[&str]) -> ConfigMapSet {
     let mut set = set(name, generation);
