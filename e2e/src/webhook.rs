@@ -79,78 +79,44 @@ webhooks:
     /// `https://127.0.0.1:<port>/validate-analysistemplate` (registered before the operator starts, so
     /// that it trusts its CA in both at once).
     pub fn with_template_validation(namespace: &str, port: u16) -> Self {
-        let mut registration = Self::new(namespace, port);
-        let name = &registration.name;
-        let yaml = format!(
-            r#"
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingWebhookConfiguration
-metadata:
-  name: {name}
-webhooks:
-  - name: analysistemplates.cmset.dev
-    clientConfig:
-      url: https://127.0.0.1:{port}/validate-analysistemplate
-    rules:
-      - apiGroups: ["cmset.dev"]
-        apiVersions: ["v1alpha1"]
-        operations: ["CREATE", "UPDATE"]
-        resources: ["analysistemplates"]
-        scope: Cluster
-    sideEffects: None
-    admissionReviewVersions: ["v1"]
-    failurePolicy: Ignore
-    timeoutSeconds: 5
-"#
+        let hook = validating_webhook(
+            "analysistemplates.cmset.dev",
+            port,
+            "/validate-analysistemplate",
+            &rule("analysistemplates", "Cluster"),
+            None,
         );
-        crate::try_kubectl_in(None, &["apply", "-f", "-"], Some(&yaml))
-            .unwrap_or_else(|e| panic!("register the validating webhook {name}: {e}"));
-        registration.validates_templates = true;
-        registration
+        Self::with_validating(namespace, port, &[hook])
     }
 
     /// [`Registration::new`], and this namespace's ConfigMapSets and SecretSets, and every
     /// ChangeWindow, sent to `https://127.0.0.1:<port>/validate-windows` (ChangeWindows are
     /// cluster-scoped: only a test about their validation registers it).
     pub fn with_window_validation(namespace: &str, port: u16) -> Self {
+        let sets = validating_webhook(
+            "windows.cmset.dev",
+            port,
+            "/validate-windows",
+            &rule(r#"configmapsets", "secretsets"#, "Namespaced"),
+            Some(namespace),
+        );
+        let windows = validating_webhook(
+            "changewindows.cmset.dev",
+            port,
+            "/validate-windows",
+            &rule("changewindows", "Cluster"),
+            None,
+        );
+        Self::with_validating(namespace, port, &[sets, windows])
+    }
+
+    /// [`Registration::new`], and a ValidatingWebhookConfiguration of the same name with `hooks`.
+    fn with_validating(namespace: &str, port: u16, hooks: &[String]) -> Self {
         let mut registration = Self::new(namespace, port);
         let name = &registration.name;
         let yaml = format!(
-            r#"
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingWebhookConfiguration
-metadata:
-  name: {name}
-webhooks:
-  - name: windows.cmset.dev
-    clientConfig:
-      url: https://127.0.0.1:{port}/validate-windows
-    rules:
-      - apiGroups: ["cmset.dev"]
-        apiVersions: ["v1alpha1"]
-        operations: ["CREATE", "UPDATE"]
-        resources: ["configmapsets", "secretsets"]
-        scope: Namespaced
-    namespaceSelector:
-      matchLabels: {{{NAMESPACE_LABEL}: {namespace}}}
-    sideEffects: None
-    admissionReviewVersions: ["v1"]
-    failurePolicy: Ignore
-    timeoutSeconds: 5
-  - name: changewindows.cmset.dev
-    clientConfig:
-      url: https://127.0.0.1:{port}/validate-windows
-    rules:
-      - apiGroups: ["cmset.dev"]
-        apiVersions: ["v1alpha1"]
-        operations: ["CREATE", "UPDATE"]
-        resources: ["changewindows"]
-        scope: Cluster
-    sideEffects: None
-    admissionReviewVersions: ["v1"]
-    failurePolicy: Ignore
-    timeoutSeconds: 5
-"#
+            "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata:\n  name: {name}\nwebhooks:\n{}",
+            hooks.concat()
         );
         crate::try_kubectl_in(None, &["apply", "-f", "-"], Some(&yaml))
             .unwrap_or_else(|e| panic!("register the validating webhook {name}: {e}"));
@@ -241,4 +207,36 @@ impl Drop for Registration {
                 .output();
         }
     }
+}
+
+/// One rule of a validating webhook: cmset.dev objects of `resources` (a quoted list's inside) at
+/// `scope`, created or changed.
+fn rule(resources: &str, scope: &str) -> String {
+    format!(
+        r#"      - apiGroups: ["cmset.dev"]
+        apiVersions: ["v1alpha1"]
+        operations: ["CREATE", "UPDATE"]
+        resources: ["{resources}"]
+        scope: {scope}
+"#
+    )
+}
+
+/// One entry of a ValidatingWebhookConfiguration calling the operator at `path` on loopback `port`,
+/// failing open as the shipped ones do; sent objects of `namespace` only, when given.
+fn validating_webhook(name: &str, port: u16, path: &str, rules: &str, namespace: Option<&str>) -> String {
+    let selector = namespace.map_or(String::new(), |ns| {
+        format!("    namespaceSelector:\n      matchLabels: {{{NAMESPACE_LABEL}: {ns}}}\n")
+    });
+    format!(
+        r#"  - name: {name}
+    clientConfig:
+      url: https://127.0.0.1:{port}{path}
+    rules:
+{rules}{selector}    sideEffects: None
+    admissionReviewVersions: ["v1"]
+    failurePolicy: Ignore
+    timeoutSeconds: 5
+"#
+    )
 }
