@@ -231,8 +231,8 @@ pub fn parse_all(
     }
 }
 
-/// Checks a ChangeWindow's spec for the admission webhook: its windows, its namespace globs and its
-/// selector.
+/// Checks a ChangeWindow's spec for the admission webhook: its windows, its namespace globs, its
+/// selector and its exempt strategies.
 pub fn validate_change_window(spec: &ChangeWindowSpec) -> Result<(), Vec<Problem>> {
     let mut problems = Vec::new();
     if spec.windows.is_empty() {
@@ -273,6 +273,14 @@ pub fn validate_change_window(spec: &ChangeWindowSpec) -> Result<(), Vec<Problem
     }
     if let Some(selector) = &spec.selector {
         check_selector(selector, &mut problems);
+    }
+    for (index, strategy) in spec.exempt_strategies.iter().enumerate() {
+        if spec.exempt_strategies[..index].contains(strategy) {
+            problems.push(Problem::new(
+                format!("spec.exemptStrategies[{index}]"),
+                format!("names {strategy:?} twice"),
+            ));
+        }
     }
     if problems.is_empty() {
         Ok(())

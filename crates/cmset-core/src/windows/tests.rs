@@ -907,6 +907,7 @@ fn change_window_validation() {
         namespaces: vec!["*-prod".into()],
         selector: None,
         windows: vec![spec(WindowKind::Deny, "@daily", "1h", None)],
+        exempt_strategies: vec![cmset_api::Strategy::Immediate],
     };
     assert_eq!(validate_change_window(&good), Ok(()));
 
@@ -933,6 +934,7 @@ fn change_window_validation() {
             ]),
         }),
         windows: vec![spec(WindowKind::Deny, "@daily", "1d", None)],
+        exempt_strategies: vec![cmset_api::Strategy::Immediate, cmset_api::Strategy::Immediate],
     };
     let problems = validate_change_window(&bad).unwrap_err();
     let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
@@ -946,12 +948,14 @@ fn change_window_validation() {
             "spec.selector.matchExpressions[0].values",
             "spec.selector.matchExpressions[1].operator",
             "spec.selector.matchExpressions[2].values",
+            "spec.exemptStrategies[1]",
         ]
     );
     let empty = ChangeWindowSpec {
         namespaces: vec![],
         selector: None,
         windows: vec![],
+        exempt_strategies: vec![],
     };
     assert_eq!(
         validate_change_window(&empty).unwrap_err()[0].field,
