@@ -3,8 +3,8 @@
 //! [`crate::windows`]), less a break-glass override of the rollout.
 //!
 //! A window holds only moves to a new revision and the opening of waves. Rollbacks, a new workload's
-//! first start, revisions and history are never held: the callers ask this only where a move forward
-//! is decided.
+//! first start (but for a Job a held CronJob starts: it runs what the CronJob runs), revisions and
+//! history are never held: the callers ask this only where a move forward is decided.
 //!
 //! A ChangeWindow binds every set it selects whatever the set's strategy, unless the ChangeWindow
 //! itself exempts that strategy (`spec.exemptStrategies`): the set's namespace writes the strategy,
