@@ -1807,6 +1807,13 @@ fn a_changewindow_that_exempts_immediate_lets_rotated_credentials_through() {
     let (mut waves, _) = two_waves(Some(rollout(0, 600, false)));
     waves.cluster = cluster_windows_for((&waves.set).into(), &[exempting]);
     assert_eq!(waves.cluster.len(), 1);
+    // Exempting Waves leaves out the sets of waves, those without spec.rollout too, and binds Immediate.
+    let exempting_waves = freeze(deny, vec![Strategy::Waves]);
+    let plain = World::new(None, Vec::new());
+    for (set, bound) in [(&waves.set, false), (&plain.set, false), (&world.set, true)] {
+        let found = cluster_windows_for(set.into(), std::slice::from_ref(&exempting_waves));
+        assert_eq!(!found.is_empty(), bound, "{:?}", set.spec.rollout);
+    }
 }
 
 #[test]
