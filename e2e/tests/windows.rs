@@ -4,7 +4,8 @@
 //! ChangeWindow's Deny beats a set's Allow, and `kubectl cmset promote --override-window` lets one
 //! set's rollout through and no other; a bad schedule is refused at apply, naming the field. And the
 //! rotation story: a SecretSet with `strategy: Immediate` moves every reader at once through waves and
-//! an open Deny window, and a failing wave of another set those readers read rolls back that set only.
+//! an open cluster Deny window that exempts `Immediate`, and a failing wave of another set those
+//! readers read rolls back that set only.
 //!
 //! Windows are cron schedules with minute precision, so a window "open for the next 40 s" opens at the
 //! start of the current minute and lasts until 40 s from now. Every ChangeWindow a test creates selects
@@ -453,7 +454,6 @@ async fn a_rotated_secret_reaches_every_reader_at_once_and_another_sets_failure_
     let _operator = Operator::start(&ns.name).await;
     let v1_data = [("password", "first")];
     put_secret(&ns, SOURCE, OPAQUE, &v1_data).await;
-    let (schedule, duration, _) = open_for(900);
     ns.apply(&format!(
         r#"
 apiVersion: cmset.dev/v1alpha1
@@ -464,9 +464,7 @@ spec:
   secretName: {SOURCE}
   rollout:
     strategy: Immediate
-    windows:{}
-"#,
-        window_yaml(4, "Deny", None, &schedule, &duration)
+"#
     ));
     let s1 = kustomize_secret_name(CREDS, OPAQUE, &v1_data);
     let c1 = write_set(
@@ -486,6 +484,17 @@ spec:
     }
     wait_phase(&ns, SET, &c1, RolloutPhase::Complete).await;
 
+    // The admin's freeze lets rotated credentials through (`exemptStrategies: [Immediate]`).
+    let (schedule, duration, _) = open_for(900);
+    let freeze = change_window(&ns, &window_yaml(4, "Deny", None, &schedule, &duration));
+    ns.kubectl(&[
+        "patch",
+        "changewindow",
+        &freeze,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"exemptStrategies":["Immediate"]}}"#,
+    ]);
     // The secret manager rotates the password: both readers move at once, through waves and the
     // open Deny window.
     let v2_data = [("password", "second")];
@@ -500,6 +509,8 @@ spec:
     let creds = ns.api::<SecretSet>().get(CREDS).await.unwrap();
     let phase = creds.status.and_then(|s| s.rollout).map(|r| r.phase);
     assert_ne!(phase, Some(RolloutPhase::Waiting), "nothing holds a rotation");
+    // The freeze binds the ConfigMapSet (strategy Waves): gone before it fails a wave below.
+    delete_change_window(&ns, &freeze).await;
 
     if !fake_node {
         eprintln!("SKIPPED the failing wave: it needs the local cluster's simulated node {FAKE_NODE}");

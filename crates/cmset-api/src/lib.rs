@@ -148,15 +148,18 @@ pub struct RolloutSpec {
     /// When workloads may move: moving a workload to a new revision and opening a
     /// wave happen only while the windows allow, and a rollout held by them waits where it stands
     /// (phase `Waiting`) with its clocks stopped. Rollbacks, new workloads and revisions are never
-    /// held. They add to the cluster's `ChangeWindow`s, so they can only narrow them.
+    /// held. They add to the cluster's `ChangeWindow`s, so they can only narrow them: these Allow
+    /// windows and the cluster's must each allow a move.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = windows::MAX_WINDOWS))]
     pub windows: Vec<RolloutWindow>,
 
     /// `Waves` (the default): the rollout goes wave by wave, held by pauses, promotions, windows and
-    /// the cluster's rollout budget. `Immediate`: every new revision reaches every reader at once and
-    /// nothing holds it, and no rollback (cmset's own, or a manual one) leaves a reader on an older
-    /// revision: for credentials a secret manager rotates and soon revokes.
+    /// the cluster's rollout budget. `Immediate`: every new revision reaches every reader at once, with
+    /// no wave, pause or budget, and no rollback (cmset's own, or a manual one) leaves a reader on an
+    /// older revision: for credentials a secret manager rotates and soon revokes. Change windows still
+    /// bind it (the set's own, and the cluster's unless a ChangeWindow exempts `Immediate`): held, every
+    /// reader keeps its revision until a window lets it move.
     #[serde(default, skip_serializing_if = "Strategy::is_waves")]
     pub strategy: Strategy,
 }

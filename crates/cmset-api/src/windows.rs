@@ -5,12 +5,15 @@
 //! The fields and their meaning are Argo CD's sync windows: a window opens at each time its schedule
 //! fires and stays open for its duration. When any Allow window applies, moves happen only inside one;
 //! an open Deny window holds moves whatever the Allows say. A set's windows are added to the cluster's,
-//! so they can only narrow them.
+//! so they can only narrow them: the set's Allow windows and the cluster's must each allow. A
+//! ChangeWindow binds every set it selects whatever its strategy, unless it exempts that strategy.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::Strategy;
 
 /// Most windows one set or one ChangeWindow may name.
 pub const MAX_WINDOWS: u32 = 32;
@@ -91,4 +94,12 @@ pub struct ChangeWindowSpec {
     /// The windows.
     #[schemars(length(min = 1, max = MAX_WINDOWS))]
     pub windows: Vec<RolloutWindow>,
+
+    /// The rollout strategies (`spec.rollout.strategy`) of the sets these windows do not bind. Empty:
+    /// they bind every set they select, `Immediate` ones included. `[Immediate]` lets credentials a
+    /// secret manager rotates through a freeze. Only this object decides it: a set's strategy, which
+    /// its namespace writes, does not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 2))]
+    pub exempt_strategies: Vec<Strategy>,
 }

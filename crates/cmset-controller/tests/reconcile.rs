@@ -1750,6 +1750,72 @@ async fn a_standby_decides_a_source_mode_set_by_its_status_and_the_leader_waits_
     );
 }
 
+/// A Job being created that reads ConfigMap `reads`, started by the CronJob `nightly` or by hand.
+fn new_job(reads: &str, by_cron_job: bool) -> Value {
+    let mut job = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "nightly-29000000", "namespace": NS, "labels": {"cmset.dev/enabled": "true"}},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+            {"name": "c", "envFrom": [{"configMapRef": {"name": reads}}]}
+        ]}}}
+    });
+    if by_cron_job {
+        job["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": "batch/v1", "kind": "CronJob", "name": "nightly", "uid": "uid-nightly",
+            "controller": true, "blockOwnerDeletion": true
+        }]);
+    }
+    job
+}
+
+/// The admission of `job` being created: the patch the webhook would answer with, decided from the
+/// index as the webhook decides it.
+fn admit_new_job(world: &World, job: &Value) -> Option<json_patch::Patch> {
+    let kind = WorkloadKind::Job;
+    let view = cmset_core::admission::admitted_workload(kind, job).expect("opted in");
+    let windows = cmset_core::admission::windows_apply(kind, job, true);
+    let decided =
+        cmset_controller::reconcile::decisions::Gathered::of(&world.index, &world.stores, NS, &view, windows)
+            .and_then(|g| g.decide(&view));
+    let circumstances = cmset_core::admission::Circumstances {
+        creating: true,
+        ..Default::default()
+    };
+    cmset_core::admission::mutate(kind, job, &view, &decided, &circumstances)
+}
+
+#[tokio::test]
+async fn a_job_its_cron_job_starts_under_a_freeze_runs_what_the_cron_job_runs() {
+    let mut world = World::new();
+    let set = settle(&mut world, &nginx_set("1"));
+    changed_with_revision(&mut world, &set, "2", V2);
+    // Without a window, a new Job names the current revision, whoever starts it.
+    let moved = admit_new_job(&world, &new_job(V1, true)).expect("moved to the current revision");
+    assert!(serde_json::to_string(&moved).unwrap().contains(V2), "{moved:?}");
+
+    // A freeze of the cluster's, open now.
+    let freeze: cmset_api::ChangeWindow = serde_json::from_value(json!({
+        "apiVersion": "cmset.dev/v1alpha1", "kind": "ChangeWindow", "metadata": {"name": "freeze"},
+        "spec": {"windows": [{"kind": "Deny", "schedule": "* * * * *", "duration": "1h"}]}
+    }))
+    .unwrap();
+    world
+        .index
+        .handle_change_window(&watcher::Event::Apply(freeze.clone()), &[Arc::new(freeze)]);
+    // The CronJob is held on V1: the Job it starts runs V1 too.
+    assert_eq!(
+        admit_new_job(&world, &new_job(V1, true)),
+        None,
+        "kept on the CronJob's revision"
+    );
+    // A Job started by hand is a new workload: its first start names the current revision.
+    let by_hand = admit_new_job(&world, &new_job(V1, false)).expect("moved");
+    assert!(
+        serde_json::to_string(&by_hand).unwrap().contains(V2),
+        "{by_hand:?}"
+    );
+}
+
 /// `d` at generation 1, its rollout complete and every replica available.
 fn healthy(mut d: Deployment) -> Deployment {
     d.metadata.generation = Some(1);

@@ -51,6 +51,29 @@ pub fn admitted_workload(kind: WorkloadKind, object: &Value) -> Option<WorkloadV
     })
 }
 
+/// Whether the change windows decide this admission as they decide the move of a running workload:
+/// an update, or the creation of a Job its CronJob starts. Such a Job runs the template the CronJob
+/// holds, as under pause, else a freeze that holds the CronJob would let each of its Jobs through.
+/// Any other workload's first start names the current revision whatever the windows say.
+pub fn windows_apply(kind: WorkloadKind, object: &Value, creating: bool) -> bool {
+    !creating || started_by_cron_job(kind, object)
+}
+
+/// Whether `object` is a Job whose controlling owner is a CronJob (the CronJob controller sets it).
+pub fn started_by_cron_job(kind: WorkloadKind, object: &Value) -> bool {
+    let owners = object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array);
+    kind == WorkloadKind::Job
+        && owners.is_some_and(|owners| {
+            owners.iter().any(|o| {
+                o["kind"] == "CronJob"
+                    && o["controller"] == true
+                    && o["apiVersion"].as_str().is_some_and(|v| v.starts_with("batch/"))
+            })
+        })
+}
+
 /// The names of objects of the `kinds` given that `workload` references and that no set of the
 /// namespace claims (by `claimed`: its bare name or a name of its revisions' form, among sets of the
 /// matching kind): the webhook looks them up, at most `limit` of them.
@@ -476,6 +499,32 @@ mod tests {
             stored: None,
             budgeted: false,
         }
+    }
+
+    #[test]
+    fn windows_decide_updates_and_the_jobs_a_cron_job_starts() {
+        let owned_by = |kind: &str, controller: bool| {
+            json!({"metadata": {"ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": kind, "name": "nightly", "uid": "u", "controller": controller}
+            ]}})
+        };
+        let cron_job = owned_by("CronJob", true);
+        assert!(windows_apply(WorkloadKind::Job, &cron_job, true));
+        // The first start of anything else names the current revision.
+        assert!(!windows_apply(WorkloadKind::Job, &json!({"metadata": {}}), true));
+        assert!(!windows_apply(
+            WorkloadKind::Job,
+            &owned_by("CronJob", false),
+            true
+        ));
+        assert!(!windows_apply(
+            WorkloadKind::Job,
+            &owned_by("Workflow", true),
+            true
+        ));
+        assert!(!windows_apply(WorkloadKind::Deployment, &cron_job, true));
+        // An update is a move.
+        assert!(windows_apply(WorkloadKind::Deployment, &json!({}), false));
     }
 
     #[test]

@@ -46,7 +46,8 @@ pub struct Observed<'a> {
     /// The lowest wave among the workloads that read the set (0 without waves).
     pub lowest_wave: i32,
     /// The change windows hold the set's moves now (see [`crate::window_hold::WindowState::holds`]).
-    /// Admission of a new workload passes false: its first start always names the current revision.
+    /// Admission of a new workload passes false (its first start names the current revision), but for
+    /// a Job a CronJob starts (see [`crate::admission::windows_apply`]).
     pub window_held: bool,
 }
 

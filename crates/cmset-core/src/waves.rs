@@ -20,6 +20,10 @@
 //!   open the next one until the set records a promotion of that wave (`kubectl cmset promote`).
 //!   After the last wave nothing is left to promote: the rollout completes.
 //!
+//! - **Immediate** (`spec.rollout.strategy`): every reader moves at once, with no wave, pause,
+//!   budget or rollback. Only a change window that binds the set holds it: the readers that would
+//!   move wait where they stand (**Waiting**), and move when the window opens.
+//!
 //! Workloads pinned by a manual rollback take no part. A set is tracked only when it asks for it
 //! (`spec.rollout`), a workload that reads it has a wave, or a rollout of its current revision is still
 //! recorded as unfinished; otherwise every workload moves at once, as before waves existed.
@@ -94,7 +98,8 @@ pub struct WaveInput<'a> {
     pub namespace: &'a str,
     /// The set's metric analysis, when its spec asks for one.
     pub analysis: Option<WaveAnalysis<'a>>,
-    /// The set's strategy is `Immediate`: every reader moves at once and nothing holds or tracks it.
+    /// The set's strategy is `Immediate`: every reader moves at once, held only by the change windows
+    /// that bind it (see [`crate::window_hold`]).
     pub immediate: bool,
     /// What the change windows say of the set now.
     pub windows: &'a WindowState,
@@ -185,13 +190,9 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
         || input.windows.held.is_some()
         || members.iter().any(|m| *m.wave != Wave::Number(0))
         || unfinished;
-    // Rotated credentials reach every reader at once: no wave, hold or budget, and no rollout to track.
+    // Rotated credentials reach every reader at once: no wave, pause or budget; only windows bind.
     if input.immediate {
-        let entries = members.into_iter().map(|m| m.entry).collect();
-        return WaveOutcome {
-            entries,
-            ..WaveOutcome::default()
-        };
+        return plan_immediate(input, members);
     }
     if !tracked {
         let entries = members
@@ -905,6 +906,110 @@ fn decide_entry(
     waiting_for_budget(m.entry, input)
 }
 
+/// Plans an `Immediate` set: every reader moves to the current revision at once, with no wave, pause,
+/// budget or rollback, and nothing to track. Only the change windows bind it (the cluster's, unless
+/// they exempt the strategy, and its own): then the readers that would move wait where they stand,
+/// and a rollout record says why and until when (and gives an override a rollout to name). A record
+/// of the current revision, once made, goes on to `Complete` when no reader waits any more.
+fn plan_immediate(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcome {
+    let mut entries: Vec<WorkloadStatus> = members.into_iter().map(|m| m.entry).collect();
+    let previous = input.previous.filter(|p| p.revision == input.current);
+    let was_waiting = previous.is_some_and(|p| p.phase == RolloutPhase::Waiting);
+    let would_move = entries
+        .iter()
+        .any(|e| matches!(e.state, WorkloadState::Pending | WorkloadState::Waiting));
+    let hold = input.windows.held.as_ref().filter(|_| would_move);
+    let Some(mut rollout) = previous.cloned().or_else(|| {
+        hold.map(|_| RolloutStatus {
+            revision: input.current.to_string(),
+            phase: RolloutPhase::Progressing,
+            started_at: Some(whole_second_after(input.now)),
+            ..RolloutStatus::default()
+        })
+    }) else {
+        return WaveOutcome {
+            entries,
+            ..WaveOutcome::default()
+        };
+    };
+    let overridden = input
+        .window_override
+        .is_some_and(|v| override_value(&rollout).as_deref() == Some(v));
+    let mut events = Vec::new();
+    match hold.filter(|_| !overridden) {
+        Some(hold) => {
+            rollout.reason = Some(hold.reason.clone());
+            rollout.next_window = hold.opens_at.map(Time);
+            rollout.message = Some(hold.by.clone());
+            if !was_waiting {
+                rollout.phase = RolloutPhase::Waiting;
+                rollout.held_since = Some(whole_second_after(input.now));
+                events.push(hold_event(
+                    RolloutPhase::Waiting,
+                    &rollout,
+                    input.current,
+                    Some(hold),
+                ));
+            }
+            let message = format!("held by a change window: {}", hold.by);
+            for entry in entries.iter_mut().filter(|e| e.state == WorkloadState::Pending) {
+                entry.state = WorkloadState::Waiting;
+                entry.message = Some(message.clone());
+            }
+        }
+        None => {
+            rollout.phase = if would_move {
+                RolloutPhase::Progressing
+            } else {
+                RolloutPhase::Complete
+            };
+            rollout.held_since = None;
+            rollout.reason = None;
+            rollout.next_window = None;
+            rollout.message = None;
+            if was_waiting {
+                let why = if overridden {
+                    let by = input
+                        .window_override_by
+                        .map(|by| format!(" (by {by})"))
+                        .unwrap_or_default();
+                    events.push(WaveEvent::WindowOverridden(format!(
+                        "The rollout of {} goes through the change windows: overridden{by}",
+                        input.current
+                    )));
+                    "overridden"
+                } else {
+                    "the change windows allow moves again"
+                };
+                events.push(WaveEvent::Resumed(format!(
+                    "The rollout of {} resumes: {why}",
+                    input.current
+                )));
+            }
+            if rollout.phase == RolloutPhase::Complete
+                && previous.is_none_or(|p| p.phase != RolloutPhase::Complete)
+            {
+                events.push(WaveEvent::Complete(format!(
+                    "Rollout of {} reached every reader",
+                    input.current
+                )));
+            }
+        }
+    }
+    let recheck_in = match rollout.phase {
+        RolloutPhase::Waiting => rollout.next_window.as_ref().map(|t| t.0),
+        _ => input.windows.changes_at,
+    }
+    .map(|at| time_until(at, input.now));
+    WaveOutcome {
+        rollout: Some(rollout),
+        entries,
+        recheck_in,
+        events,
+        analysis_due: Vec::new(),
+    }
+}
+
 /// A workload that would move now but waits for the cluster-wide rollout budget is `Waiting`, saying
 /// where it stands.
 fn waiting_for_budget(mut entry: WorkloadStatus, input: &WaveInput<'_>) -> WorkloadStatus {
@@ -942,10 +1047,6 @@ pub fn gate(
     lowest_wave: i32,
     window_held: bool,
 ) -> Gate {
-    // Rotated credentials reach every reader at once: nothing holds them and nothing rolls back.
-    if set.immediate() {
-        return Gate::Open;
-    }
     let status = set.status();
     let entry = status.and_then(|s| s.workloads.iter().find(|w| w.uid == workload.uid));
     let rollout = status
@@ -960,6 +1061,15 @@ pub fn gate(
             .filter(|r| r != set.name() && r != current)
             .or_else(|| status.and_then(|s| last_good(s, current)))
     };
+    // Rotated credentials reach every reader at once and nothing rolls back; only a change window
+    // that binds the set keeps each reader where it stands.
+    if set.immediate() {
+        return if window_held {
+            Gate::Held { keep: keep() }
+        } else {
+            Gate::Open
+        };
+    }
     let wave = workload.wave.number();
     // Paused or outside the windows, nothing more moves to the revision (what moved already stays: a
     // hold keeps it).

@@ -3,12 +3,17 @@
 //! [`crate::windows`]), less a break-glass override of the rollout.
 //!
 //! A window holds only moves to a new revision and the opening of waves. Rollbacks, a new workload's
-//! first start, revisions and history are never held: the callers ask this only where a move forward
-//! is decided. A set whose strategy is `Immediate` is never held.
+//! first start (but for a Job a held CronJob starts: it runs what the CronJob runs), revisions and
+//! history are never held: the callers ask this only where a move forward is decided.
+//!
+//! A ChangeWindow binds every set it selects whatever the set's strategy, unless the ChangeWindow
+//! itself exempts that strategy (`spec.exemptStrategies`): the set's namespace writes the strategy,
+//! the admin writes the window. An `Immediate` set's own windows bind it too: like any set's, they only
+//! narrow.
 
 use std::collections::BTreeMap;
 
-use cmset_api::{ChangeWindow, RolloutStatus};
+use cmset_api::{ChangeWindow, RolloutStatus, Strategy};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::Timestamp;
 
@@ -49,7 +54,7 @@ impl WindowState {
 /// The windows' verdict for `set` at `now`, with `cluster` the cluster's windows that select it.
 pub fn window_state(set: SetRef<'_>, cluster: &[Window], now: Timestamp) -> WindowState {
     let own = set.rollout().map(|r| r.windows.as_slice()).unwrap_or_default();
-    if set.immediate() || (own.is_empty() && cluster.is_empty()) {
+    if own.is_empty() && cluster.is_empty() {
         return WindowState::default();
     }
     let (mut all, invalid) = match windows::parse_all(own, &WindowSource::Set, "spec.rollout.windows") {
@@ -92,6 +97,8 @@ pub struct ClusterWindows {
     pub name: String,
     namespaces: Vec<String>,
     selector: Option<LabelSelector>,
+    /// The strategies of the sets it does not bind.
+    exempt: Vec<Strategy>,
     pub windows: Vec<Window>,
 }
 
@@ -105,15 +112,19 @@ impl ClusterWindows {
             name,
             namespaces: object.spec.namespaces.clone(),
             selector: object.spec.selector.clone(),
+            exempt: object.spec.exempt_strategies.clone(),
             windows,
         })
     }
 
     /// Whether its windows apply to `set`: its namespace matches one of the globs (or there are
-    /// none) and its labels match the selector (or there is none).
+    /// none), its labels match the selector (or there is none), and it does not exempt the set's
+    /// strategy.
     pub fn selects(&self, set: SetRef<'_>) -> bool {
         let labels = set.metadata().labels.as_ref();
-        windows::namespaces_match(&self.namespaces, set.namespace())
+        let strategy = set.rollout().map(|r| r.strategy).unwrap_or_default();
+        !self.exempt.contains(&strategy)
+            && windows::namespaces_match(&self.namespaces, set.namespace())
             && self
                 .selector
                 .as_ref()

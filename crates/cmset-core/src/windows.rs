@@ -2,8 +2,9 @@
 //!
 //! The semantics are Argo CD's sync windows. A window opens each time its schedule fires (wall-clock
 //! time in its zone, UTC by default) and stays open for its duration: an opening that fires at `s`
-//! covers `[s, s + duration)`. Moves are allowed at `t` when (no Allow window applies, or one is open)
-//! and no Deny window is open.
+//! covers `[s, s + duration)`. Moves are allowed at `t` when (no cluster Allow window applies, or one
+//! is open) and (no Allow window of the set applies, or one is open) and no Deny window is open: the
+//! set's windows and the cluster's (`ChangeWindow`) each must allow, so a set's windows only narrow.
 //!
 //! A schedule is five-field cron (robfig/cron's standard parser, as Argo CD) or an RFC 5545 RRULE.
 //! Both reduce to one model, which days fire and at which times of day ([`schedule`]), so the search
@@ -230,8 +231,8 @@ pub fn parse_all(
     }
 }
 
-/// Checks a ChangeWindow's spec for the admission webhook: its windows, its namespace globs and its
-/// selector.
+/// Checks a ChangeWindow's spec for the admission webhook: its windows, its namespace globs, its
+/// selector and its exempt strategies.
 pub fn validate_change_window(spec: &ChangeWindowSpec) -> Result<(), Vec<Problem>> {
     let mut problems = Vec::new();
     if spec.windows.is_empty() {
@@ -272,6 +273,14 @@ pub fn validate_change_window(spec: &ChangeWindowSpec) -> Result<(), Vec<Problem
     }
     if let Some(selector) = &spec.selector {
         check_selector(selector, &mut problems);
+    }
+    for (index, strategy) in spec.exempt_strategies.iter().enumerate() {
+        if spec.exempt_strategies[..index].contains(strategy) {
+            problems.push(Problem::new(
+                format!("spec.exemptStrategies[{index}]"),
+                format!("names {strategy:?} twice"),
+            ));
+        }
     }
     if problems.is_empty() {
         Ok(())
@@ -363,24 +372,27 @@ pub enum Verdict {
     },
 }
 
-/// The verdict at `now` for every window that applies (the set's and the cluster's together).
+/// The verdict at `now` for every window that applies (the set's and the cluster's together). The
+/// set's Allow windows and the cluster's are two pools, each of which must allow (see [`AllowPools`]):
+/// a set's windows can only narrow the cluster's.
 pub fn evaluate(windows: &[Window], now: Timestamp) -> Verdict {
-    let allows: Vec<&Window> = windows.iter().filter(|w| w.kind == WindowKind::Allow).collect();
+    let pools = AllowPools::of(windows);
     let denies: Vec<&Window> = windows.iter().filter(|w| w.kind == WindowKind::Deny).collect();
     let limit = now.checked_add(HORIZON).unwrap_or(Timestamp::MAX);
     let open_denies: Vec<(&Window, Timestamp)> = denies
         .iter()
         .filter_map(|w| w.open_at(now).map(|end| (*w, end)))
         .collect();
-    let allow_end = latest_end(&allows, now);
+    let closed = pools.closed_at(now);
 
-    if open_denies.is_empty() && (allows.is_empty() || allow_end.is_some()) {
+    if open_denies.is_empty() && closed.is_empty() {
         let next_deny = denies.iter().filter_map(|w| w.next_opening_after(now)).min();
-        let coverage_end = allow_end.and_then(|end| coverage_end(&allows, end, limit));
-        let until = match (next_deny, coverage_end) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        // Held again as soon as either pool's coverage ends.
+        let coverage_end = pools
+            .applying()
+            .map(|pool| latest_end(pool, now).and_then(|end| coverage_end(pool, end, limit)))
+            .collect::<Vec<_>>();
+        let until = coverage_end.into_iter().chain([next_deny]).flatten().min();
         return Verdict::Open {
             until: until.filter(|until| *until <= limit),
         };
@@ -395,15 +407,67 @@ pub fn evaluate(windows: &[Window], now: Timestamp) -> Verdict {
                 .collect::<Vec<_>>()
                 .join("; "),
         ),
-        None => (
-            "OutsideWindow".to_string(),
-            "outside every Allow window".to_string(),
-        ),
+        None => ("OutsideWindow".to_string(), pools.outside(&closed)),
     };
     Verdict::Held {
         reason,
         by,
-        opens_at: opens_at(&allows, &denies, now, limit),
+        opens_at: opens_at(&pools, &denies, now, limit),
+    }
+}
+
+/// The Allow windows, by who wrote them. Moves need an open Allow of every pool that has one: the
+/// set's own Allow (always open, say) cannot open a cluster rule, and a cluster Allow cannot open a
+/// set's. All ChangeWindows together are one pool.
+struct AllowPools<'a> {
+    set: Vec<&'a Window>,
+    cluster: Vec<&'a Window>,
+}
+
+impl<'a> AllowPools<'a> {
+    fn of(windows: &'a [Window]) -> Self {
+        let allows = windows.iter().filter(|w| w.kind == WindowKind::Allow);
+        let (set, cluster) = allows.partition(|w| w.source == WindowSource::Set);
+        Self { set, cluster }
+    }
+
+    /// The pools that have an Allow window.
+    fn applying(&self) -> impl Iterator<Item = &[&'a Window]> {
+        [self.set.as_slice(), self.cluster.as_slice()]
+            .into_iter()
+            .filter(|pool| !pool.is_empty())
+    }
+
+    /// The pools with an Allow window of which none is open at `t`.
+    fn closed_at(&self, t: Timestamp) -> Vec<&[&'a Window]> {
+        self.applying()
+            .filter(|pool| pool.iter().all(|w| w.open_at(t).is_none()))
+            .collect()
+    }
+
+    /// For people: which Allow windows hold, when the set's and the cluster's both have some.
+    fn outside(&self, closed: &[&[&'a Window]]) -> String {
+        let both = self.applying().count() > 1;
+        match closed {
+            [pool] if both => match pool.first().map(|w| &w.source) {
+                Some(WindowSource::Cluster { .. }) => {
+                    let mut names: Vec<&str> = pool
+                        .iter()
+                        .filter_map(|w| match &w.source {
+                            WindowSource::Cluster { name } => Some(name.as_str()),
+                            WindowSource::Set => None,
+                        })
+                        .collect();
+                    names.dedup();
+                    format!(
+                        "outside every Allow window of the cluster (ChangeWindow {})",
+                        names.join(", ")
+                    )
+                }
+                _ => "outside every Allow window of spec.rollout.windows".to_string(),
+            },
+            _ => "outside every Allow window".to_string(),
+        }
     }
 }
 
@@ -433,8 +497,14 @@ fn coverage_end(allows: &[&Window], mut end: Timestamp, limit: Timestamp) -> Opt
 }
 
 /// The earliest instant at or after `now` at which moves are allowed: jump past open Deny windows and
-/// to the next Allow opening until both agree.
-fn opens_at(allows: &[&Window], denies: &[&Window], now: Timestamp, limit: Timestamp) -> Option<Timestamp> {
+/// to the next opening of an Allow pool that is closed, until all agree. Each jump goes to the first
+/// instant at which the condition it failed could hold, so the answer is never later than the truth.
+fn opens_at(
+    pools: &AllowPools<'_>,
+    denies: &[&Window],
+    now: Timestamp,
+    limit: Timestamp,
+) -> Option<Timestamp> {
     let mut t = now;
     for _ in 0..MAX_STEPS {
         if t > limit {
@@ -449,10 +519,10 @@ fn opens_at(allows: &[&Window], denies: &[&Window], now: Timestamp, limit: Times
             t = end;
             continue;
         }
-        if allows.is_empty() || allows.iter().any(|w| w.open_at(t).is_some()) {
+        let Some(closed) = pools.closed_at(t).into_iter().next() else {
             return Some(t);
-        }
-        t = allows.iter().filter_map(|w| w.next_opening_after(t)).min()?;
+        };
+        t = closed.iter().filter_map(|w| w.next_opening_after(t)).min()?;
     }
     None
 }

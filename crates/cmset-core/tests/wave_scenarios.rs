@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 
 use cmset_api::{
-    AnalysisRef, AnalysisRunStatus, AnalysisTemplateSpec, AnalysisVerdict, ConfigMapSet, ConfigMapSetSpec,
-    ConfigMapTemplate, RolloutPhase, RolloutSpec, RolloutWindow, Strategy, WindowKind, WorkloadState,
-    WorkloadStatus, labels,
+    AnalysisRef, AnalysisRunStatus, AnalysisTemplateSpec, AnalysisVerdict, ChangeWindow, ChangeWindowSpec,
+    ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, RolloutPhase, RolloutSpec, RolloutWindow, Strategy,
+    WindowKind, WorkloadState, WorkloadStatus, labels,
 };
 use cmset_core::analysis::{self, Analysis, QueryOutcome};
 use cmset_core::health::{Health, Wave};
@@ -18,7 +18,7 @@ use cmset_core::revision::inline_identity;
 use cmset_core::rollout::{SetTarget, plan_workload};
 use cmset_core::set::{SetRef, SourceState, rollout_id};
 use cmset_core::waves::{Gate, WaveAnalysis, gate, transitions};
-use cmset_core::window_hold::{override_value, window_state};
+use cmset_core::window_hold::{cluster_windows_for, override_value, window_state};
 use cmset_core::windows::{Window, WindowSource};
 use k8s_openapi::api::core::v1::{ConfigMapEnvSource, Container, EnvFromSource, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -1665,6 +1665,216 @@ impl World {
     }
 }
 
+// ---------------------------------------------------- the cluster's windows bind every set (issue 36) --
+
+/// Two readers (waves 0 and 1) of an `Immediate` set on revision 1.
+fn immediate(windows: Vec<RolloutWindow>) -> (World, String) {
+    let spec = RolloutSpec {
+        strategy: Strategy::Immediate,
+        windows,
+        ..RolloutSpec::default()
+    };
+    let mut world = World::new(
+        Some(spec),
+        vec![
+            deployment("first", None, "app"),
+            deployment("second", Some(1), "app"),
+        ],
+    );
+    world.settle();
+    world.heal_all();
+    let first = world.current();
+    assert_eq!(
+        (world.reads("first"), world.reads("second")),
+        (first.clone(), first.clone())
+    );
+    (world, first)
+}
+
+/// The ChangeWindow `freeze`, for every namespace, exempting `exempt`.
+fn freeze(windows: Vec<RolloutWindow>, exempt: Vec<Strategy>) -> ChangeWindow {
+    ChangeWindow::new(
+        "freeze",
+        ChangeWindowSpec {
+            namespaces: Vec::new(),
+            selector: None,
+            windows,
+            exempt_strategies: exempt,
+        },
+    )
+}
+
+#[test]
+fn an_immediate_set_under_a_cluster_deny_keeps_its_readers_where_they_stand_until_it_closes() {
+    let (mut world, old) = immediate(Vec::new());
+    // 08:00 to 09:00: open now.
+    let object = freeze(
+        vec![window(WindowKind::Deny, None, "0 8 * * *", "1h")],
+        Vec::new(),
+    );
+    world.cluster = cluster_windows_for((&world.set).into(), &[object]);
+    assert_eq!(world.cluster.len(), 1, "a Deny binds an Immediate set");
+    world.change_content("v2");
+    world.now += 10;
+    let plan = world.settle();
+    let new = world.current();
+    assert_ne!(new, old, "the revision is made whatever the windows say");
+    assert_eq!(
+        (world.reads("first"), world.reads("second")),
+        (old.clone(), old.clone()),
+        "every reader keeps the old revision"
+    );
+    let rollout = world.rollout();
+    assert_eq!(
+        (
+            rollout.phase,
+            rollout.reason.as_deref(),
+            rollout.next_window.clone()
+        ),
+        (RolloutPhase::Waiting, Some("DenyWindow"), Some(at(3600)))
+    );
+    assert_eq!(world.entry("first").state, WorkloadState::Waiting);
+    assert!(
+        world
+            .entry("second")
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("held by a change window"),
+        "{:?}",
+        world.entry("second")
+    );
+    assert_eq!(
+        world.told("held by Deny window ChangeWindow freeze"),
+        1,
+        "{:?}",
+        world.events
+    );
+    assert_eq!(plan.recheck_in.map(|d| d.as_secs()), Some(3600 - 10));
+
+    // Later: still held, told once.
+    world.now += 600;
+    world.settle();
+    assert_eq!(world.reads("first"), old);
+    assert_eq!(world.told("held by Deny window"), 1, "told once");
+
+    // The window closes: every reader at once, whatever its wave, and the record completes.
+    world.now = 3600;
+    world.settle();
+    assert_eq!(
+        (world.reads("first"), world.reads("second")),
+        (new.clone(), new.clone())
+    );
+    assert_eq!(
+        world.told("the change windows allow moves again"),
+        1,
+        "{:?}",
+        world.events
+    );
+    world.heal_all();
+    assert_eq!(world.rollout().phase, RolloutPhase::Complete);
+
+    // The next rotation outside any window goes straight through.
+    world.now = 7200;
+    world.change_content("v3");
+    world.settle();
+    let third = world.current();
+    assert_eq!(
+        (world.reads("first"), world.reads("second")),
+        (third.clone(), third)
+    );
+}
+
+#[test]
+fn a_changewindow_that_exempts_immediate_lets_rotated_credentials_through() {
+    let (mut world, old) = immediate(Vec::new());
+    let deny = vec![window(WindowKind::Deny, None, "0 8 * * *", "1h")];
+    let exempting = freeze(deny.clone(), vec![Strategy::Immediate]);
+    world.cluster = cluster_windows_for((&world.set).into(), std::slice::from_ref(&exempting));
+    assert!(world.cluster.is_empty(), "it exempts the set's strategy");
+    world.change_content("v2");
+    world.now += 10;
+    world.settle();
+    let new = world.current();
+    assert_ne!(new, old);
+    assert_eq!((world.reads("first"), world.reads("second")), (new.clone(), new));
+    assert!(
+        world.set.status.as_ref().unwrap().rollout.is_none(),
+        "nothing held, nothing to track"
+    );
+
+    // The exemption names a strategy: a set of waves under the same ChangeWindow is held.
+    let (mut waves, _) = two_waves(Some(rollout(0, 600, false)));
+    waves.cluster = cluster_windows_for((&waves.set).into(), &[exempting]);
+    assert_eq!(waves.cluster.len(), 1);
+    // Exempting Waves leaves out the sets of waves, those without spec.rollout too, and binds Immediate.
+    let exempting_waves = freeze(deny, vec![Strategy::Waves]);
+    let plain = World::new(None, Vec::new());
+    for (set, bound) in [(&waves.set, false), (&plain.set, false), (&world.set, true)] {
+        let found = cluster_windows_for(set.into(), std::slice::from_ref(&exempting_waves));
+        assert_eq!(!found.is_empty(), bound, "{:?}", set.spec.rollout);
+    }
+}
+
+#[test]
+fn an_immediate_sets_own_deny_window_binds_it_too() {
+    let (mut world, old) = immediate(vec![window(WindowKind::Deny, Some("own"), "0 8 * * *", "1h")]);
+    world.change_content("v2");
+    world.now += 10;
+    world.settle();
+    assert_eq!((world.reads("first"), world.reads("second")), (old.clone(), old));
+    assert_eq!(world.rollout().reason.as_deref(), Some("own"));
+}
+
+#[test]
+fn an_override_lets_a_held_immediate_rotation_through() {
+    let (mut world, old) = immediate(Vec::new());
+    world.cluster = vec![cluster_window(WindowKind::Deny, "0 8 * * *", "4h")];
+    world.change_content("v2");
+    world.now += 10;
+    world.settle();
+    assert_eq!(world.reads("first"), old);
+    let value = override_value(&world.rollout()).unwrap();
+    world.annotate(labels::WINDOW_OVERRIDE, Some(&value));
+    world.now += 60;
+    world.settle();
+    let new = world.current();
+    assert_eq!((world.reads("first"), world.reads("second")), (new.clone(), new));
+    assert_eq!(
+        world
+            .reasons()
+            .iter()
+            .filter(|r| **r == "WindowOverridden")
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn a_sets_always_open_allow_does_not_open_the_clusters_business_hours() {
+    let (mut world, old) = two_waves(Some(rollout(0, 600, false)));
+    // The cluster allows 10:00 to 18:00 only; it is 08:05. The set allows always.
+    let business = window(WindowKind::Allow, None, "0 10 * * *", "8h");
+    world.cluster = cluster_windows_for((&world.set).into(), &[freeze(vec![business], Vec::new())]);
+    world.set_windows(vec![window(WindowKind::Allow, None, "* * * * *", "1h")]);
+    world.change_content("v2");
+    world.now += 10;
+    world.settle();
+    assert_eq!((world.reads("first"), world.reads("second")), (old.clone(), old));
+    let rollout = world.rollout();
+    assert_eq!(
+        (
+            rollout.phase,
+            rollout.reason.as_deref(),
+            rollout.next_window.clone()
+        ),
+        (RolloutPhase::Waiting, Some("OutsideWindow"), Some(at(2 * 3600)))
+    );
+    world.now = 2 * 3600;
+    world.settle();
+    assert_eq!(world.reads("first"), world.current(), "10:00: the cluster allows");
+}
+
 #[test]
 fn a_deny_window_holds_a_new_rollout_and_it_completes_once_the_window_closes() {
     let (mut world, old) = two_waves(Some(rollout(0, 600, false)));
@@ -1909,11 +2119,10 @@ fn the_override_lets_the_current_rollout_through_and_no_later_one() {
 }
 
 #[test]
-fn an_immediate_set_moves_every_reader_at_once_through_waves_windows_and_pause_and_undo_is_undone() {
+fn an_immediate_set_moves_every_reader_at_once_through_waves_and_pause_and_undo_is_undone() {
     let spec = RolloutSpec {
         strategy: Strategy::Immediate,
         paused: true,
-        windows: vec![window(WindowKind::Deny, None, "0 0 * * *", "24h")],
         ..RolloutSpec::default()
     };
     let mut world = World::new(
@@ -1923,7 +2132,6 @@ fn an_immediate_set_moves_every_reader_at_once_through_waves_windows_and_pause_a
             deployment("second", Some(1), "app"),
         ],
     );
-    world.cluster = vec![cluster_window(WindowKind::Deny, "0 0 * * *", "24h")];
     world.settle();
     let first = world.current();
     assert_eq!(

@@ -201,8 +201,8 @@ With --override-window (break glass): let the set's current rollout through the 
 do nothing else (no wave is promoted). Writes the annotations cmset.dev/window-override:
 <revision>@<startedAt>, naming that rollout only, and cmset.dev/window-override-by: \"<user> <time>\"
 (the user of the kubeconfig's context), on the set's metadata, not its spec. Refused when no rollout
-is under way (complete, failed or none) and for a set whose strategy is Immediate (windows never hold
-it). Pauses and manual promotions still hold the rollout.")]
+is under way (complete, failed or none). A set whose strategy is Immediate has a rollout under way
+only while a window holds it. Pauses and manual promotions still hold the rollout.")]
     Promote {
         /// The set: NAME, configmapset/NAME or secretset/NAME
         set: String,
@@ -223,7 +223,8 @@ Columns: SOURCE (set, or the ChangeWindow's name), NAME, KIND (Allow or Deny), S
 RFC 5545 RRULE), DURATION, TIME ZONE, STATE (open until when, or closed) and NEXT OPENING (RFC 3339,
 and how far away; \"never within 10 years\" for a schedule that never fires). A last line gives the
 verdict now: moves allowed, or held by which window and when moves resume, or an override in force
-(kubectl cmset promote --override-window). A set whose strategy is Immediate is never held.
+(kubectl cmset promote --override-window). A set whose strategy is Immediate is held too, unless a
+ChangeWindow exempts the strategy (spec.exemptStrategies); such a ChangeWindow is not listed for it.
 
 When the ChangeWindows cannot be listed (their API is not installed, or you may not list them), a
 line says so and the set's own windows are shown.")]

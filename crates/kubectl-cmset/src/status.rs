@@ -221,7 +221,8 @@ pub struct RolloutReport {
     pub stabilization_seconds: i32,
     /// `spec.rollout.autoRollback`.
     pub auto_rollback: bool,
-    /// `spec.rollout.strategy`, when it is `Immediate` (nothing holds the rollout); left out for `Waves`.
+    /// `spec.rollout.strategy`, when it is `Immediate` (only change windows hold the rollout); left out for
+    /// `Waves`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<Strategy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1209,7 +1210,7 @@ fn rollout_lines(r: &RolloutReport, id: &str) -> Vec<(String, Option<Role>)> {
     }
     if r.strategy == Some(Strategy::Immediate) {
         lines.push((
-            "strategy: Immediate: every new revision reaches every reader at once; nothing holds it"
+            "strategy: Immediate: every new revision reaches every reader at once; only change windows hold it"
                 .to_string(),
             None,
         ));
@@ -2427,7 +2428,7 @@ Rollout:      revision 4 (app-dddddddddd): wave 1 waiting: held by a change wind
         let report = rollout_report_of(&set, &rollout_workloads(NEW, OLD, OLD));
         let text = render_text(&report, Palette::PLAIN);
         assert!(
-            text.contains("              strategy: Immediate: every new revision reaches every reader at once; nothing holds it\n"),
+            text.contains("              strategy: Immediate: every new revision reaches every reader at once; only change windows hold it\n"),
             "{text}"
         );
         assert_eq!(

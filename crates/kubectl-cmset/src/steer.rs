@@ -10,7 +10,7 @@
 //! `cmset.dev/window-override-by: <user> <time>`: the change windows let that one rollout through, and
 //! nothing else (no wave is promoted, no later rollout is let through).
 
-use cmset_api::{Promotion, RolloutPhase, Strategy, labels};
+use cmset_api::{Promotion, RolloutPhase, labels};
 use cmset_core::set::{SetRef, rollout_id};
 use cmset_core::window_hold::override_value;
 use jiff::Timestamp;
@@ -158,11 +158,6 @@ fn promote(set: SetRef<'_>, id: &str) -> Result<Steer, String> {
 /// Lets the rollout under way through the change windows: any phase under way may be held by a
 /// window now or later, so it is allowed whether or not one holds it at this instant.
 fn override_window(set: SetRef<'_>, id: &str, user: &str, now: Timestamp) -> Result<Steer, String> {
-    if set.rollout().is_some_and(|r| r.strategy == Strategy::Immediate) {
-        return Err(format!(
-            "{id} has strategy Immediate: change windows never hold it, so there is nothing to override"
-        ));
-    }
     let Some(rollout) = set.status().and_then(|s| s.rollout.as_ref()) else {
         return Err(format!(
             "{id} has no rollout under way: nothing for the change windows to let through"
@@ -239,7 +234,9 @@ fn override_window(set: SetRef<'_>, id: &str, user: &str, now: Timestamp) -> Res
 
 #[cfg(test)]
 mod tests {
-    use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapSetStatus, RolloutSpec, RolloutStatus};
+    use cmset_api::{
+        ConfigMapSet, ConfigMapSetSpec, ConfigMapSetStatus, RolloutSpec, RolloutStatus, Strategy,
+    };
 
     use super::*;
 
@@ -509,14 +506,18 @@ mod tests {
                 set(None, Some((RolloutPhase::Waiting, 0)), &[]),
                 "no start time recorded yet",
             ),
-            (
-                started(set(immediate, Some((RolloutPhase::Progressing, 0)), &[]), None),
-                "strategy Immediate: change windows never hold it",
-            ),
         ];
         for (s, expected) in cases {
             let error = steer(override_by("ana"), (&s).into(), ID).unwrap_err();
             assert!(error.contains(expected), "{error} lacks {expected:?}");
         }
+        // An Immediate set held by a window has a rollout to let through.
+        let held = started(set(immediate, Some((RolloutPhase::Waiting, 0)), &[]), None);
+        assert!(
+            steer(override_by("ana"), (&held).into(), ID)
+                .unwrap()
+                .patch
+                .is_some()
+        );
     }
 }

@@ -84,7 +84,7 @@ pub struct WindowsReport {
     pub kind: SetKind,
     pub set: String,
     pub namespace: String,
-    /// `Immediate`: windows never hold the set.
+    /// `Immediate` sets are held too, by the ChangeWindows that do not exempt the strategy.
     pub strategy: Strategy,
     /// The instant the windows were evaluated at.
     pub now: Time,
@@ -169,7 +169,6 @@ pub fn windows_report(
     };
     rows.extend(cluster.iter().map(|w| row(w, now)));
     counted.extend(cluster);
-    let id = format!("{}/{}", resource(set.kind()), set.name());
     WindowsReport {
         kind: set.kind(),
         set: set.name().to_string(),
@@ -178,17 +177,11 @@ pub fn windows_report(
         now: Time(now),
         windows: rows,
         change_windows_unlisted: unlisted,
-        verdict: verdict(set, &id, &counted, own_invalid, now),
+        verdict: verdict(set, &counted, own_invalid, now),
     }
 }
 
-fn verdict(
-    set: SetRef<'_>,
-    id: &str,
-    windows: &[Window],
-    own_invalid: bool,
-    now: Timestamp,
-) -> VerdictReport {
+fn verdict(set: SetRef<'_>, windows: &[Window], own_invalid: bool, now: Timestamp) -> VerdictReport {
     let at = |t: Timestamp| format!("{t} ({})", relative(t, now));
     let mut report = VerdictReport {
         moves_allowed: true,
@@ -199,11 +192,6 @@ fn verdict(
         overridden_by: None,
         summary: String::new(),
     };
-    if set.rollout().is_some_and(|r| r.strategy == Strategy::Immediate) {
-        report.summary =
-            format!("moves allowed: {id} has strategy Immediate, so change windows never hold it");
-        return report;
-    }
     // An override names one rollout: it counts only while that rollout is under way.
     let overriding = set
         .status()
@@ -389,6 +377,7 @@ mod tests {
                 namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
                 selector: None,
                 windows,
+                exempt_strategies: Vec::new(),
             },
         )
     }
@@ -549,17 +538,35 @@ mod tests {
     }
 
     #[test]
-    fn an_immediate_set_is_never_held() {
-        let s = with_windows(Strategy::Immediate);
-        let listed = cluster();
-        let report = windows_report((&s).into(), Ok(&listed), now());
-        assert_eq!(report.windows.len(), 3, "its windows are still listed");
-        assert!(report.verdict.moves_allowed);
+    fn an_immediate_set_is_held_by_the_windows_unless_a_changewindow_exempts_it() {
+        let mut s = with_windows(Strategy::Immediate);
+        s.spec.rollout.as_mut().unwrap().windows.clear();
+        // Friday 17:30 UTC: a freeze of the cluster's, open until Monday.
+        let freeze = || {
+            change_window(
+                "freeze",
+                &[],
+                vec![window(None, WindowKind::Deny, "0 17 * * 5", "63h", None)],
+            )
+        };
+        let report = windows_report((&s).into(), Ok(&[freeze()]), now());
+        assert!(!report.verdict.moves_allowed, "{:?}", report.verdict);
         assert_eq!(
             report.verdict.summary,
-            "moves allowed: configmapset/app has strategy Immediate, so change windows never hold it"
+            "held by Deny window ChangeWindow freeze, windows[0], open until 2026-11-30T08:00:00Z; \
+             moves resume at 2026-11-30T08:00:00Z (in 2d14h)"
         );
         assert_eq!(serde_json::to_value(&report).unwrap()["strategy"], "Immediate");
+
+        let mut exempting = freeze();
+        exempting.spec.exempt_strategies = vec![Strategy::Immediate];
+        let report = windows_report((&s).into(), Ok(&[exempting.clone()]), now());
+        assert!(report.verdict.moves_allowed);
+        assert!(report.windows.is_empty(), "{:?}", report.windows);
+        // A set of waves under the same ChangeWindow is held.
+        let waves = set(Some("app-2222222222"), Some(2), Vec::new());
+        let report = windows_report((&waves).into(), Ok(&[exempting]), now());
+        assert!(!report.verdict.moves_allowed);
     }
 
     #[test]

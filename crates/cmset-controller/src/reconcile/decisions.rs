@@ -45,7 +45,8 @@ impl Gathered {
     /// Looks up every set `workload`'s names can refer to in `namespace`. A set the index knows but the
     /// store does not hold yet (the two are fed by the same event, one a moment after the other) makes
     /// the decision wait. `windows`: whether the change windows may hold a move (not for the first
-    /// start of a workload being created: admission names the current revision as always).
+    /// start of a workload being created, but for a Job a CronJob starts: see
+    /// [`cmset_core::admission::windows_apply`]).
     pub fn of(
         index: &Index,
         stores: &Stores,

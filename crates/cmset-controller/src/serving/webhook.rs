@@ -174,14 +174,16 @@ async fn answer(handler: &Handler, review: &Value) -> Value {
         return review_response(uid, None);
     };
     let creating = request["operation"].as_str() == Some("CREATE");
-    // A workload's first start names the current revision whatever the change windows say; a change
-    // to one that runs is held by them as the controller would hold it.
+    // A workload's first start names the current revision whatever the change windows say, but for a
+    // Job its CronJob starts (it runs what the CronJob holds); a change to one that runs is held by them
+    // as the controller would hold it.
+    let windows = cmset_core::admission::windows_apply(kind, object, creating);
     let decided = decide(
         scope,
         handler.scopes.multi_set_window,
         namespace,
         &workload,
-        !creating,
+        windows,
     )
     .await;
     let missing = if creating && cmset_core::hold::can_hold(kind) {

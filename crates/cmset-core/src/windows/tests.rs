@@ -781,6 +781,101 @@ fn verdicts() {
     }
 }
 
+fn cluster(kind: WindowKind, schedule: &str, duration: &str, name: &str) -> Window {
+    let mut window = window_in(kind, schedule, duration, None);
+    window.source = WindowSource::Cluster { name: name.into() };
+    window
+}
+
+/// Thursday 2026-11-26 and the days around it, for the cluster × set table.
+#[test]
+fn the_set_and_the_cluster_each_must_allow() {
+    let office = cluster(WindowKind::Allow, "0 8 * * 1-5", "10h", "business-hours");
+    let always = allow("* * * * *", "1h");
+    let noon = allow("0 12 * * *", "1h");
+    let freeze = cluster(WindowKind::Deny, "0 0 * * *", "24h", "freeze");
+    let weekends = allow("0 0 * * 6", "48h");
+    let held = |by: &str, opens_at: Option<&str>| Verdict::Held {
+        reason: "OutsideWindow".into(),
+        by: by.into(),
+        opens_at: opens_at.map(ts),
+    };
+    let by_cluster = "outside every Allow window of the cluster (ChangeWindow business-hours)";
+    let by_set = "outside every Allow window of spec.rollout.windows";
+    let table: Vec<(&str, Vec<Window>, &str, Verdict)> = vec![
+        // The set's always-open Allow does not open the cluster's business hours.
+        (
+            "always-open set Allow, Saturday",
+            vec![office.clone(), always.clone()],
+            "2026-11-28T12:00:00Z",
+            held(by_cluster, Some("2026-11-30T08:00:00Z")),
+        ),
+        (
+            "always-open set Allow, Thursday night",
+            vec![always.clone(), office.clone()],
+            "2026-11-26T20:00:00Z",
+            held(by_cluster, Some("2026-11-27T08:00:00Z")),
+        ),
+        (
+            "always-open set Allow, inside business hours",
+            vec![office.clone(), always.clone()],
+            "2026-11-26T09:00:00Z",
+            Verdict::Open {
+                until: Some(ts("2026-11-26T18:00:00Z")),
+            },
+        ),
+        // The cluster's Allow does not open the set's narrower one.
+        (
+            "set lunch hour, morning",
+            vec![office.clone(), noon.clone()],
+            "2026-11-26T09:00:00Z",
+            held(by_set, Some("2026-11-26T12:00:00Z")),
+        ),
+        (
+            "set lunch hour, at lunch",
+            vec![office.clone(), noon.clone()],
+            "2026-11-26T12:30:00Z",
+            Verdict::Open {
+                until: Some(ts("2026-11-26T13:00:00Z")),
+            },
+        ),
+        // The set's noon on a Saturday: both must agree, next on Monday.
+        (
+            "set lunch hour, Saturday noon",
+            vec![office.clone(), noon.clone()],
+            "2026-11-28T12:30:00Z",
+            held(by_cluster, Some("2026-11-30T12:00:00Z")),
+        ),
+        (
+            "both closed",
+            vec![office.clone(), noon.clone()],
+            "2026-11-28T20:00:00Z",
+            held("outside every Allow window", Some("2026-11-30T12:00:00Z")),
+        ),
+        // Allows that never meet never open.
+        (
+            "weekdays and weekends",
+            vec![office.clone(), weekends],
+            "2026-11-26T09:00:00Z",
+            held(by_set, None),
+        ),
+        // A cluster Deny holds whatever the set allows.
+        (
+            "cluster Deny under an always-open set Allow",
+            vec![always.clone(), freeze],
+            "2026-11-26T09:00:00Z",
+            Verdict::Held {
+                reason: "DenyWindow".into(),
+                by: "Deny window ChangeWindow freeze, windows[0], open until 2026-11-27T00:00:00Z".into(),
+                opens_at: None,
+            },
+        ),
+    ];
+    for (case, windows, now, expected) in table {
+        assert_eq!(evaluate(&windows, ts(now)), expected, "{case}");
+    }
+}
+
 #[test]
 fn namespace_globs() {
     let globs = |list: &[&str]| list.iter().map(|g| g.to_string()).collect::<Vec<_>>();
@@ -812,6 +907,7 @@ fn change_window_validation() {
         namespaces: vec!["*-prod".into()],
         selector: None,
         windows: vec![spec(WindowKind::Deny, "@daily", "1h", None)],
+        exempt_strategies: vec![cmset_api::Strategy::Immediate],
     };
     assert_eq!(validate_change_window(&good), Ok(()));
 
@@ -838,6 +934,7 @@ fn change_window_validation() {
             ]),
         }),
         windows: vec![spec(WindowKind::Deny, "@daily", "1d", None)],
+        exempt_strategies: vec![cmset_api::Strategy::Immediate, cmset_api::Strategy::Immediate],
     };
     let problems = validate_change_window(&bad).unwrap_err();
     let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
@@ -851,12 +948,14 @@ fn change_window_validation() {
             "spec.selector.matchExpressions[0].values",
             "spec.selector.matchExpressions[1].operator",
             "spec.selector.matchExpressions[2].values",
+            "spec.exemptStrategies[1]",
         ]
     );
     let empty = ChangeWindowSpec {
         namespaces: vec![],
         selector: None,
         windows: vec![],
+        exempt_strategies: vec![],
     };
     assert_eq!(
         validate_change_window(&empty).unwrap_err()[0].field,
@@ -892,6 +991,57 @@ fn any_window() -> impl Strategy<Value = Window> {
         };
         window_in(kind, &schedule, &duration, Some(ZONES[zone]))
     })
+}
+
+/// A random window written by the set or by one of two ChangeWindows.
+fn any_sourced_window() -> impl Strategy<Value = Window> {
+    (any_window(), 0..3u8).prop_map(|(mut window, source)| {
+        window.source = match source {
+            0 => WindowSource::Set,
+            n => WindowSource::Cluster {
+                name: format!("cw-{n}"),
+            },
+        };
+        window
+    })
+}
+
+/// The contract, written out: no Deny open, and every source that has an Allow has one open.
+fn allowed_by_definition(windows: &[Window], t: Timestamp) -> bool {
+    let open = |w: &&Window| w.open_at(t).is_some();
+    let pool_allows = |of_set: bool| {
+        let mut pool = windows
+            .iter()
+            .filter(|w| w.kind == WindowKind::Allow && (w.source == WindowSource::Set) == of_set)
+            .peekable();
+        pool.peek().is_none() || pool.any(|w| open(&w))
+    };
+    !windows
+        .iter()
+        .filter(|w| w.kind == WindowKind::Deny)
+        .any(|w| open(&w))
+        && pool_allows(true)
+        && pool_allows(false)
+}
+
+fn as_cluster(windows: Vec<Window>) -> Vec<Window> {
+    windows
+        .into_iter()
+        .map(|mut w| {
+            w.source = WindowSource::Cluster { name: "admin".into() };
+            w
+        })
+        .collect()
+}
+
+fn as_set(windows: Vec<Window>) -> Vec<Window> {
+    windows
+        .into_iter()
+        .map(|mut w| {
+            w.source = WindowSource::Set;
+            w
+        })
+        .collect()
 }
 
 /// An instant between 2025 and 2035, in whole seconds.
@@ -930,9 +1080,60 @@ proptest! {
             }
             Verdict::Open { until: Some(until) } => {
                 prop_assert!(until > now);
-                prop_assert!(!allowed(&windows, until), "not held at {until}");
+                prop_assert!(!allowed(&windows, until) || links_may_run_out(now, until), "not held at {until}");
                 for t in samples(now, until) {
                     prop_assert!(allowed(&windows, t), "held at {t}, before {until}");
+                }
+            }
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn a_sets_windows_never_allow_what_the_clusters_forbid(
+        cluster in prop::collection::vec(any_window(), 1..4),
+        own in prop::collection::vec(any_window(), 1..4),
+        now in any_instant(),
+    ) {
+        let cluster = as_cluster(cluster);
+        let mut all = as_set(own);
+        all.extend(cluster.iter().cloned());
+        let by_cluster = evaluate(&cluster, now);
+        let together = evaluate(&all, now);
+        if matches!(together, Verdict::Open { .. }) {
+            prop_assert!(matches!(by_cluster, Verdict::Open { .. }), "{together:?} but the cluster says {by_cluster:?}");
+        }
+        if let Verdict::Held { opens_at: cluster_opens, .. } = by_cluster {
+            let Verdict::Held { opens_at, .. } = together else {
+                return Err(TestCaseError::fail(format!("the set opened the cluster's hold: {together:?}")));
+            };
+            // Whatever the set adds, moves resume no earlier than the cluster lets them.
+            match (cluster_opens, opens_at) {
+                (None, found) => prop_assert_eq!(found, None),
+                (Some(cluster_opens), Some(found)) => prop_assert!(found >= cluster_opens),
+                (Some(_), None) => {}
+            }
+        }
+    }
+
+    #[test]
+    fn the_verdict_keeps_the_contract_for_mixed_sources(
+        windows in prop::collection::vec(any_sourced_window(), 1..6),
+        now in any_instant(),
+    ) {
+        let verdict = evaluate(&windows, now);
+        prop_assert_eq!(matches!(verdict, Verdict::Open { .. }), allowed_by_definition(&windows, now), "{:?}", verdict);
+        match verdict {
+            Verdict::Held { opens_at: Some(opens_at), .. } => {
+                prop_assert!(allowed_by_definition(&windows, opens_at), "not open at {opens_at}");
+                for t in samples(now, opens_at) {
+                    prop_assert!(!allowed_by_definition(&windows, t), "open at {t}, before {opens_at}");
+                }
+            }
+            Verdict::Open { until: Some(until) } => {
+                prop_assert!(!allowed_by_definition(&windows, until) || links_may_run_out(now, until), "not held at {until}");
+                for t in samples(now, until) {
+                    prop_assert!(allowed_by_definition(&windows, t), "held at {t}, before {until}");
                 }
             }
             _ => {}
@@ -980,6 +1181,13 @@ proptest! {
             prop_assert_eq!(cron.open_at(a.unwrap()), rrule.open_at(a.unwrap()));
         }
     }
+}
+
+/// Whether Allow openings that chain from `now` to `until` may be more than [`MAX_STEPS`] links,
+/// at which `evaluate` answers early by design. The generated windows fire at most 8 times a day and
+/// are at most 5, so within 100 days the links never run out.
+fn links_may_run_out(now: Timestamp, until: Timestamp) -> bool {
+    until.duration_since(now) >= SignedDuration::from_hours(24 * 100)
 }
 
 /// About a hundred instants strictly between `from` and `to`: every minute when that is few
