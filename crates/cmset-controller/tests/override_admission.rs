@@ -197,3 +197,29 @@ async fn an_unanswered_review_denies_the_override() {
     assert_eq!(answer["response"]["allowed"], false, "{answer}");
     assert_eq!(answer["response"]["status"]["code"], 503);
 }
+
+#[tokio::test]
+async fn an_override_stored_without_a_record_is_recorded_only_for_someone_allowed() {
+    // Stored while the webhook was down: no record. A tenant's later edit leaves it so, unrefused.
+    let unrecorded = json!({WINDOW_OVERRIDE: VALUE, WINDOW_OVERRIDE_BY: "root 2026-11-27T17:00:00Z"});
+    let (answer, seen) = ask(
+        access(false),
+        &update("alice", unrecorded.clone(), unrecorded.clone()),
+    )
+    .await;
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        answer,
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+               "response": {"uid": "req-1", "allowed": true}})
+    );
+    // `kubectl cmset promote --override-window` again, by someone allowed: recorded now.
+    let (answer, seen) = ask(access(true), &update("ana", unrecorded.clone(), unrecorded)).await;
+    assert_eq!(seen[0].body, expected_review());
+    let patch = patch_of(&answer);
+    assert_eq!(patch[0]["value"], "ana 2026-11-27T17:21:00Z");
+    assert_eq!(
+        patch[1]["path"],
+        "/metadata/annotations/cmset.dev~1window-override-proof"
+    );
+}

@@ -143,6 +143,30 @@ pub fn judge(set: SetRef<'_>, keys: &[ProofKey]) -> Option<Override> {
     Some(verified.unwrap_or(Override::Refused))
 }
 
+/// Condition type on a set saying whether its override counts: `True` (reason `Verified`) when the
+/// webhook's proof verifies, `False` (reason `NotVerified`) when not.
+pub const CONDITION: &str = "WindowOverride";
+
+/// The message of the `True` condition: it names the override and the record the controller verified,
+/// so that a reader (the plugin) can tell whether the annotations it sees are the ones verified.
+pub fn verified_message(value: &str, user: &str, at: &str) -> String {
+    format!("The override {value} was recorded by cmset's admission webhook for {user} at {at}")
+}
+
+/// The record (`<user> <time>`) of the set's override as the controller last verified it, if the set's
+/// annotations are still the ones it verified (read from the status, which only cmset writes).
+pub fn confirmed_record(set: SetRef<'_>) -> Option<String> {
+    let value = set.window_override()?;
+    let record = set.window_override_by()?;
+    let (user, at) = parse_record(record)?;
+    let expected = verified_message(value, user, at);
+    set.status()?
+        .conditions
+        .iter()
+        .any(|c| c.type_ == CONDITION && c.status == "True" && c.message == expected)
+        .then(|| record.to_string())
+}
+
 const BLOCK: usize = 64;
 
 /// HMAC-SHA256 (RFC 2104), over the `sha2` the core already uses for content hashes.

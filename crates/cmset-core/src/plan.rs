@@ -705,7 +705,7 @@ fn wave_event(event: WaveEvent) -> PlannedEvent {
 }
 
 /// Condition type saying whether the set's break-glass override counts (see [`crate::break_glass`]).
-pub const WINDOW_OVERRIDE: &str = "WindowOverride";
+pub const WINDOW_OVERRIDE: &str = crate::break_glass::CONDITION;
 
 /// The set's override, said in its status (condition [`WINDOW_OVERRIDE`]: `True` when the webhook proved
 /// it, `False` when not), and a Warning the first time one is refused. Neither repeats a name the
@@ -725,9 +725,7 @@ fn break_glass_report(
             type_: WINDOW_OVERRIDE,
             status: true,
             reason: "Verified",
-            message: format!(
-                "The override {value} was recorded by cmset's admission webhook for {user} at {at}"
-            ),
+            message: crate::break_glass::verified_message(value, user, at),
         },
         Some(Override::Refused) => Desired {
             type_: WINDOW_OVERRIDE,

@@ -554,7 +554,10 @@ fn break_glass_is_registered_and_granted() {
     let configurations = webhook_configurations(&documents);
     assert!(!configurations.is_empty());
     for configuration in configurations {
-        let webhooks = configuration.value["webhooks"].as_array().cloned().unwrap_or_default();
+        let webhooks = configuration.value["webhooks"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         let hook = webhooks
             .iter()
             .find(|w| w["name"] == BREAK_GLASS_WEBHOOK)
@@ -563,7 +566,11 @@ fn break_glass_is_registered_and_granted() {
             .as_str()
             .or_else(|| hook["clientConfig"]["url"].as_str())
             .unwrap_or_default();
-        assert!(path.ends_with("/override-window"), "{}: {path}", configuration.label());
+        assert!(
+            path.ends_with("/override-window"),
+            "{}: {path}",
+            configuration.label()
+        );
         assert_eq!(hook["failurePolicy"], "Ignore");
         assert_eq!(
             hook["rules"],
@@ -586,7 +593,9 @@ fn break_glass_is_registered_and_granted() {
         role.value["rules"],
         json!([{"apiGroups": ["cmset.dev"], "resources": ["changewindows"], "verbs": ["override"]}])
     );
-    assert!(role.value["metadata"]["labels"]
-        .as_object()
-        .is_none_or(|labels| !labels.keys().any(|k| k.starts_with("rbac.authorization.k8s.io/aggregate"))));
+    assert!(role.value["metadata"]["labels"].as_object().is_none_or(|labels| {
+        !labels
+            .keys()
+            .any(|k| k.starts_with("rbac.authorization.k8s.io/aggregate"))
+    }));
 }

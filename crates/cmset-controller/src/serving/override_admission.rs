@@ -8,7 +8,8 @@
 //!
 //! An update that leaves the three annotations as they were asks nothing (a tenant editing the spec of a
 //! set under an override needs no right), and removing the override asks nothing either (it lets less
-//! through): its record goes with it. A set being created is not sent here: it has no rollout to let
+//! through): its record goes with it. An override stored without a record (while the webhook was down)
+//! is recorded by the next update of someone allowed, and left unrecorded by anyone else's. A set being created is not sent here: it has no rollout to let
 //! through, and no uid yet to sign; an override it carries is refused by the controller.
 //!
 //! It fails open like the other webhooks; an override stored while it is down has no proof, so it
@@ -82,10 +83,17 @@ async fn decide(client: &Client, keys: &ProofKeys, request: &Value, now: Timesta
             .and_then(Value::as_str)
             .map(str::to_string)
     };
-    if RECORD
+    let touched = RECORD
         .iter()
-        .all(|key| annotation("object", key) == annotation("oldObject", key))
-    {
+        .any(|key| annotation("object", key) != annotation("oldObject", key));
+    // An override without a record (written while this webhook was down) is recorded when someone
+    // allowed to updates the set (`kubectl cmset promote --override-window` again); anyone else's
+    // update leaves it as it is, unrecorded.
+    let unrecorded = annotation("object", WINDOW_OVERRIDE).is_some()
+        && [WINDOW_OVERRIDE_BY, WINDOW_OVERRIDE_PROOF]
+            .iter()
+            .any(|key| annotation("object", key).is_none());
+    if !touched && !unrecorded {
         return Answer::Allow;
     }
     let Some(value) = annotation("object", WINDOW_OVERRIDE) else {
@@ -117,6 +125,7 @@ async fn decide(client: &Client, keys: &ProofKeys, request: &Value, now: Timesta
     let what = format!("{kind:?} {namespace}/{name}");
     match authorized(client, &request["userInfo"], namespace).await {
         Ok(true) => {}
+        Err(_) | Ok(false) if !touched => return Answer::Allow,
         Ok(false) => {
             info!(set = %what, %user, "admission: refused a change window override (not authorized)");
             return Answer::Deny {
