@@ -47,7 +47,7 @@ impl WindowState {
     /// Whether the windows hold the moves of `rollout` (the status's record of the current revision's
     /// rollout, if any): held now, and not overridden (verified) for that very rollout.
     pub fn holds(&self, _set: SetRef<'_>, rollout: Option<&RolloutStatus>) -> bool {
-        self.held.is_some() && !rollout.is_some_and(|r| self.override_for(r).is_some())
+        self.held.is_some() && rollout.is_none_or(|r| self.override_for(r).is_none())
     }
 
     /// With the set's override as judged: `judge(set, keys)`.

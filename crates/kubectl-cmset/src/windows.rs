@@ -4,7 +4,7 @@
 //! from the same windows as the controller asks it, so the two cannot disagree; what the controller
 //! last recorded is in `kubectl cmset status`.
 
-use cmset_api::{ChangeWindow, RolloutWindow, Strategy, WindowKind, labels};
+use cmset_api::{ChangeWindow, RolloutWindow, Strategy, WindowKind};
 use cmset_core::break_glass::confirmed_record;
 use cmset_core::set::{SetKind, SetRef};
 use cmset_core::window_hold::{cluster_windows_for, overridden};
@@ -330,7 +330,7 @@ pub fn render_text(report: &WindowsReport, palette: Palette) -> String {
 
 #[cfg(test)]
 mod tests {
-    use cmset_api::{ChangeWindowSpec, ConfigMapSet, RolloutPhase, RolloutSpec, RolloutStatus};
+    use cmset_api::{ChangeWindowSpec, ConfigMapSet, RolloutPhase, RolloutSpec, RolloutStatus, labels};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
     use serde_json::json;
 
