@@ -196,7 +196,15 @@ def rule_tuples(rules):
 
 # Cluster-scoped resources the operator reads: no Role in a watched namespace can grant them, so in
 # config/namespaced a cluster admin grants them once, through config/namespaced/cluster-admin.
-CLUSTER_SCOPED = {("cmset.dev", "analysistemplates"), ("cmset.dev", "changewindows")}
+CLUSTER_SCOPED = {("cmset.dev", "analysistemplates"), ("cmset.dev", "changewindows"),
+                  ("authorization.k8s.io", "subjectaccessreviews")}
+# Needed only by the webhook (break glass asks the API server about a user): an installation without
+# the webhook (config/namespaced) need not grant it.
+WEBHOOK_ONLY = {("authorization.k8s.io", "subjectaccessreviews")}
+
+
+def webhook_only(atom):
+    return (atom[0], atom[1]) in WEBHOOK_ONLY
 
 
 def cluster_scoped(atom):
@@ -333,6 +341,8 @@ def check_operator(chk, where, objs, mode, secrets, cluster_role_atoms, version)
     chk.rule(where, lease <= granted.get(ns, set()) | granted.get(None, set()),
              f"the ServiceAccount cannot take the Lease {OPERATOR} in {ns}")
 
+    if mode != "cluster":
+        cluster_role_atoms = {a for a in cluster_role_atoms if not webhook_only(a)}
     off = SECRET_SETS_OFF in c.get("args", [])
     chk.rule(where, off != secrets,
              f"the operator runs with {SECRET_SETS_OFF}, but this installation has SecretSets" if secrets
@@ -442,7 +452,8 @@ def check_aggregates(chk, builds, cluster_role_atoms):
             if role["kind"] == "ClusterRole" and role["metadata"].get("labels", {}).get(AGGREGATE_LABEL + "admin") == "true":
                 admin |= rule_tuples(role.get("rules", []))
         missing = sorted(a for a in cluster_role_atoms
-                         if a[0] not in ("", "apps", "batch") and a not in admin and not cluster_scoped(a))
+                         if a[0] not in ("", "apps", "batch") and a not in admin and not cluster_scoped(a)
+                         and not webhook_only(a))
         chk.rule("config/namespaced/cluster-admin", not missing,
                  f"a namespace admin cannot grant the operator its Role: the aggregated admin roles lack {missing}")
         # What no Role can grant, the cluster admin grants the operator's ServiceAccount once.
@@ -452,7 +463,7 @@ def check_aggregates(chk, builds, cluster_role_atoms):
         for b in (o for o in objs if o["kind"] == "ClusterRoleBinding"):
             if any(s.get("kind") == "ServiceAccount" and s.get("name") == OPERATOR for s in b.get("subjects", [])):
                 bound |= roles.get(b["roleRef"]["name"], set())
-        wanted = {a for a in cluster_role_atoms if cluster_scoped(a)}
+        wanted = {a for a in cluster_role_atoms if cluster_scoped(a) and not webhook_only(a)}
         chk.rule("config/namespaced/cluster-admin", wanted == bound,
                  f"the operator's cluster-scoped rights {sorted(wanted)} are granted as {sorted(bound)}")
 
@@ -473,8 +484,15 @@ def check_webhook(chk, where, by_kind, ns, labels, c, ports, granted):
         name = hook["name"]
         chk.rule(where, hook.get("failurePolicy") == "Ignore", f"webhook {name}: failurePolicy must be Ignore (fail open)")
         chk.rule(where, hook.get("timeoutSeconds", 10) <= 10, f"webhook {name}: timeoutSeconds above 10")
-        chk.rule(where, hook.get("objectSelector", {}).get("matchLabels") == {"cmset.dev/enabled": "true"},
-                 f"webhook {name}: must only be sent opted-in workloads")
+        if name == "window-overrides.cmset.dev":
+            # Break glass: sent updates of sets only (never workloads, never a create).
+            sent = {(g, r, op) for rule in hook.get("rules", []) for g in rule.get("apiGroups", [])
+                    for r in rule.get("resources", []) for op in rule.get("operations", [])}
+            chk.rule(where, sent == {("cmset.dev", "configmapsets", "UPDATE"), ("cmset.dev", "secretsets", "UPDATE")},
+                     f"webhook {name}: must be sent updates of ConfigMapSets and SecretSets only, not {sorted(sent)}")
+        else:
+            chk.rule(where, hook.get("objectSelector", {}).get("matchLabels") == {"cmset.dev/enabled": "true"},
+                     f"webhook {name}: must only be sent opted-in workloads")
         ref = hook["clientConfig"].get("service", {})
         svc = svcs.get(ref.get("name")) if ref.get("namespace") == ns else None
         if chk.rule(where, svc is not None, f"webhook {name}: its Service {ref} is not installed in {ns}"):

@@ -24,6 +24,8 @@ kubectl apply -f e2e/rbac.yaml >/dev/null
 # Where cargo built it: a worktree may share another checkout's target directory.
 target=${CARGO_TARGET_DIR:-$root/target}
 export CMSET_CONTROLLER_BIN=$target/debug/cmset-controller
+# The plugin too: with a separate build directory the tests do not run from beside it.
+export CMSET_PLUGIN_BIN=${CMSET_PLUGIN_BIN:-$target/debug/kubectl-cmset}
 export CMSET_OPERATOR_KUBECONFIG=$operator_kubeconfig
 export CMSET_E2E_LOGS=$target/e2e-logs
 mkdir -p "$CMSET_E2E_LOGS"

@@ -8,8 +8,9 @@ use std::time::Duration;
 /// The label on every test namespace that its webhook registration selects.
 pub const NAMESPACE_LABEL: &str = "cmset-e2e";
 
-/// One MutatingWebhookConfiguration (and, for a test that asks, the ValidatingWebhookConfiguration of
-/// the same name that sends AnalysisTemplates to the operator), deleted when dropped.
+/// One MutatingWebhookConfiguration (workloads, and the break-glass webhook for the namespace's sets)
+/// and, for a test that asks, the ValidatingWebhookConfiguration of the same name that sends
+/// AnalysisTemplates to the operator, deleted when dropped.
 pub struct Registration {
     pub name: String,
     pub port: u16,
@@ -20,7 +21,8 @@ pub struct Registration {
 }
 
 impl Registration {
-    /// Registers a webhook at `https://127.0.0.1:<port>/mutate` for `namespace`.
+    /// Registers a webhook at `https://127.0.0.1:<port>/mutate` for `namespace`, and the break-glass one
+    /// at `/override-window`.
     pub fn new(namespace: &str, port: u16) -> Self {
         let name = format!("cmset-e2e-{namespace}-{port}");
         let yaml = format!(
@@ -63,6 +65,23 @@ webhooks:
     admissionReviewVersions: ["v1"]
     failurePolicy: Ignore
     reinvocationPolicy: IfNeeded
+    timeoutSeconds: 5
+  # Break glass, as the default install registers it: this namespace's set updates that touch
+  # cmset.dev/window-override are let through for users allowed to, and recorded.
+  - name: window-overrides.cmset.dev
+    clientConfig:
+      url: https://127.0.0.1:{port}/override-window
+    rules:
+      - apiGroups: ["cmset.dev"]
+        apiVersions: ["v1alpha1"]
+        operations: ["UPDATE"]
+        resources: ["configmapsets", "secretsets"]
+        scope: Namespaced
+    namespaceSelector:
+      matchLabels: {{{NAMESPACE_LABEL}: {namespace}}}
+    sideEffects: None
+    admissionReviewVersions: ["v1"]
+    failurePolicy: Ignore
     timeoutSeconds: 5
 "#
         );

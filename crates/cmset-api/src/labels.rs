@@ -41,8 +41,13 @@ pub const PROMOTED: &str = "cmset.dev/promoted";
 /// promote --override-window`). It names one rollout, so it lets nothing else through.
 pub const WINDOW_OVERRIDE: &str = "cmset.dev/window-override";
 /// Beside [`WINDOW_OVERRIDE`]: who asked for it and when, `<user> <RFC 3339 time>`, for people and the
-/// set's Event.
+/// set's Event. Written by cmset's admission webhook (the user as the API server authenticated them),
+/// never taken from the client.
 pub const WINDOW_OVERRIDE_BY: &str = "cmset.dev/window-override-by";
+/// Beside [`WINDOW_OVERRIDE`]: the webhook's proof that an authorized user asked for this override of
+/// this set (see `cmset_core::break_glass`). An override without a proof that verifies lets nothing
+/// through.
+pub const WINDOW_OVERRIDE_PROOF: &str = "cmset.dev/window-override-proof";
 /// Label on a workload cmset moved to a new revision while a cluster-wide rollout budget is set: the
 /// generation the move gave it, as a decimal string. The workload holds a budget slot while it rolls out
 /// at that generation; the controller removes the mark once it is healthy there. A workload cmset never

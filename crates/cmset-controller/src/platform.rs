@@ -1,5 +1,6 @@
 //! What the rest stands on: flags, leader election, per-object backoff, errors, redaction of what the
-//! API server sends, metrics, giving freed heap back, log spans not worth their cost, and the crash switch of the tests.
+//! API server sends, metrics, giving freed heap back, log spans not worth their cost, the crash switch of the tests,
+//! and the keys of break-glass proofs.
 
 pub mod backoff;
 pub mod cli;
@@ -8,5 +9,6 @@ pub mod error;
 pub mod heap;
 pub mod leader;
 pub mod metrics;
+pub mod proof_keys;
 pub mod quiet_spans;
 pub mod redact;

@@ -2503,3 +2503,94 @@ async fn the_series_of_an_analysis_the_spec_dropped_go_at_the_next_reconcile() {
     );
     assert_eq!(left.len(), 2, "the other set's stay: {left:?}");
 }
+
+/// The status the set controller wrote in `seen`.
+fn written_status(seen: &[Seen]) -> cmset_api::ConfigMapSetStatus {
+    let patch = seen
+        .iter()
+        .find(|s| s.method == "PATCH" && s.path.ends_with("/status"))
+        .expect("a status write");
+    serde_json::from_value(patch.body["status"].clone()).unwrap()
+}
+
+#[tokio::test]
+async fn an_override_without_the_webhooks_proof_holds_and_is_refused_once() {
+    let mut world = World::new();
+    let deployment = web(V1, true);
+    world.add_deployment(&deployment);
+    // A Deny window open all day (the clock says 08:00 UTC).
+    let rollout: cmset_api::RolloutSpec = serde_json::from_value(
+        json!({"windows": [{"kind": "Deny", "schedule": "0 0 * * *", "duration": "24h"}]}),
+    )
+    .unwrap();
+    let mut set = nginx_set("1");
+    set.spec.rollout = Some(rollout.clone());
+    let settled = settle(&mut world, &set);
+    let mut changed = changed_with_revision(&mut world, &settled, "2", V2);
+    changed.spec.rollout = Some(rollout);
+    world.add_set(&changed);
+    let (result, seen) = reconcile_set(&world, &changed).await;
+    result.unwrap();
+    let waiting = written_status(&seen);
+    let under_way = waiting.rollout.clone().unwrap();
+    assert_eq!(under_way.phase, cmset_api::RolloutPhase::Waiting);
+
+    // A tenant's override of that very rollout, claiming an admin's name; no proof (the webhook
+    // refused it, or was down).
+    changed.status = Some(waiting);
+    changed.metadata.annotations = Some(BTreeMap::from([
+        (
+            labels::WINDOW_OVERRIDE.to_string(),
+            cmset_core::window_hold::override_value(&under_way).unwrap(),
+        ),
+        (
+            labels::WINDOW_OVERRIDE_BY.to_string(),
+            "platform-admin 2027-01-15T07:59:00Z".to_string(),
+        ),
+    ]));
+    world.add_set(&changed);
+    let (result, seen) = reconcile_set(&world, &changed).await;
+    result.unwrap();
+    assert_eq!(
+        seen.iter().map(Seen::line).collect::<Vec<_>>(),
+        vec![
+            "PATCH /apis/cmset.dev/v1alpha1/namespaces/team/configmapsets/nginx-config/status",
+            "POST /apis/events.k8s.io/v1/namespaces/team/events",
+        ]
+    );
+    let refused = written_status(&seen);
+    assert_eq!(
+        refused.rollout.as_ref().map(|r| r.phase),
+        Some(cmset_api::RolloutPhase::Waiting),
+        "still held"
+    );
+    let condition = refused
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "WindowOverride")
+        .expect("the WindowOverride condition");
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("False", "NotVerified")
+    );
+    let event = &seen[1].body;
+    assert_eq!(
+        (&event["type"], &event["reason"]),
+        (&json!("Warning"), &json!("WindowOverrideRefused"))
+    );
+    let note = event["note"].as_str().unwrap();
+    assert!(note.contains("ClusterRole cmset-break-glass"), "{note}");
+    assert!(!note.contains("platform-admin") && !condition.message.contains("platform-admin"));
+
+    // The Deployment stays on the old revision.
+    let (result, seen) = reconcile_deployment(&world, &changed, &deployment).await;
+    result.unwrap();
+    assert_no_requests(&seen);
+
+    // Once that is written, reconciling again says nothing twice.
+    changed.status = Some(refused);
+    world.add_set(&changed);
+    let (result, seen) = reconcile_set(&world, &changed).await;
+    result.unwrap();
+    assert_no_requests(&seen);
+}

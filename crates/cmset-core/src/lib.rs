@@ -6,6 +6,7 @@
 
 pub mod admission;
 pub mod analysis;
+pub mod break_glass;
 pub mod budget;
 pub mod conditions;
 pub mod decide;

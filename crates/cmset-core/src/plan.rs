@@ -10,6 +10,7 @@ use cmset_api::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use serde_json::Value;
 
+use crate::break_glass::Override;
 use crate::conditions::{self, Desired, READY, STALLED};
 use crate::decide::{self, Identity, Observed};
 use crate::history::{Usage, select_prunable};
@@ -159,7 +160,8 @@ pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
     let entries = workload_entries(input, &current);
     let waves = plan_rollout(input, &previous, &current.name, &history, entries.members);
     let history = mark_failed(history, &previous, waves.rollout.as_ref());
-    let status = set_status(input, &previous, &current, history, waves.entries, waves.rollout);
+    let mut status = set_status(input, &previous, &current, history, waves.entries, waves.rollout);
+    let refused = break_glass_report(input, &previous, &mut status);
     // Most important first: the first Normal event gives the merged event its reason.
     let events = current
         .event
@@ -167,6 +169,7 @@ pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
         .chain(pruning.events)
         .chain(entries.pin_events)
         .chain(waves.events.into_iter().map(wave_event))
+        .chain(refused)
         .collect();
     SetPlan {
         create: current.create,
@@ -603,6 +606,10 @@ fn plan_rollout(
 ) -> WaveOutcome {
     let previous_entries = previous_by_uid(input.set);
     let revisions: BTreeSet<String> = history.iter().map(|h| h.name.clone()).collect();
+    let verified = match &input.windows.break_glass {
+        Some(Override::Verified { value, user, .. }) => Some((value.as_str(), user.as_str())),
+        _ => None,
+    };
     let wave_input = WaveInput {
         spec: input.set.rollout(),
         current,
@@ -618,8 +625,9 @@ fn plan_rollout(
         analysis: input.analysis,
         immediate: input.set.immediate(),
         windows: input.windows,
-        window_override: input.set.window_override(),
-        window_override_by: input.set.window_override_by(),
+        // Only an override the webhook proved counts, and its user is the one the API server named.
+        window_override: verified.map(|(value, _)| value),
+        window_override_by: verified.map(|(_, user)| user),
     };
     plan_waves(&wave_input, members)
 }
@@ -695,6 +703,55 @@ fn wave_event(event: WaveEvent) -> PlannedEvent {
         },
     }
 }
+
+/// Condition type saying whether the set's break-glass override counts (see [`crate::break_glass`]).
+pub const WINDOW_OVERRIDE: &str = crate::break_glass::CONDITION;
+
+/// The set's override, said in its status (condition [`WINDOW_OVERRIDE`]: `True` when the webhook proved
+/// it, `False` when not), and a Warning the first time one is refused. Neither repeats a name the
+/// client wrote: a verified record's user is the API server's.
+fn break_glass_report(
+    input: &SetInput<'_>,
+    previous: &ConfigMapSetStatus,
+    status: &mut ConfigMapSetStatus,
+) -> Option<PlannedEvent> {
+    let generation = input.set.generation();
+    let desired = match &input.windows.break_glass {
+        None => {
+            status.conditions = conditions::remove(&status.conditions, WINDOW_OVERRIDE);
+            return None;
+        }
+        Some(Override::Verified { value, user, at }) => Desired {
+            type_: WINDOW_OVERRIDE,
+            status: true,
+            reason: "Verified",
+            message: crate::break_glass::verified_message(value, user, at),
+        },
+        Some(Override::Refused) => Desired {
+            type_: WINDOW_OVERRIDE,
+            status: false,
+            reason: "NotVerified",
+            message: OVERRIDE_REFUSED.to_string(),
+        },
+    };
+    let refused = !desired.status;
+    let was_refused = previous
+        .conditions
+        .iter()
+        .any(|c| c.type_ == WINDOW_OVERRIDE && c.status == "False");
+    status.conditions = conditions::set(&status.conditions, desired, generation, &input.now);
+    (refused && !was_refused).then(|| PlannedEvent {
+        kind: EventKind::Warning,
+        reason: "WindowOverrideRefused",
+        message: format!("{OVERRIDE_REFUSED} (set {})", input.set.name()),
+    })
+}
+
+/// Why an override does not count. States no name: the record's may be anyone's invention.
+const OVERRIDE_REFUSED: &str = "The annotation cmset.dev/window-override lets nothing through: it was not recorded by \
+     cmset's admission webhook for a user allowed to override change windows (ClusterRole cmset-break-glass), \
+     or its record was changed since. The change windows hold the rollout as before; someone with that right \
+     can run kubectl cmset promote --override-window";
 
 fn capitalized(message: &str) -> String {
     let mut chars = message.chars();

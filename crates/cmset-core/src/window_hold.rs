@@ -1,6 +1,7 @@
 //! Whether the change windows hold a set's rollout at an instant: the set's own windows
 //! (`spec.rollout.windows`) and the cluster's that select it (`ChangeWindow`), evaluated together (see
-//! [`crate::windows`]), less a break-glass override of the rollout.
+//! [`crate::windows`]), less a break-glass override of the rollout that the webhook proved
+//! ([`crate::break_glass`]).
 //!
 //! A window holds only moves to a new revision and the opening of waves. Rollbacks, a new workload's
 //! first start (but for a Job a held CronJob starts: it runs what the CronJob runs), revisions and
@@ -17,6 +18,7 @@ use cmset_api::{ChangeWindow, RolloutStatus, Strategy};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::Timestamp;
 
+use crate::break_glass::Override;
 use crate::set::{SetRef, rollout_id};
 use crate::validate::Problem;
 use crate::windows::{self, Verdict, Window, WindowSource};
@@ -41,13 +43,33 @@ pub struct WindowState {
     pub changes_at: Option<Timestamp>,
     /// The set's windows could not be read: the set is invalid, and its own windows are left out.
     pub invalid: bool,
+    /// The set's break-glass override, as the controller judged its proof (see [`crate::break_glass`]);
+    /// only a verified one lets its rollout through.
+    pub break_glass: Option<Override>,
 }
 
 impl WindowState {
     /// Whether the windows hold the moves of `rollout` (the status's record of the current revision's
-    /// rollout, if any): held now, and not overridden for that very rollout.
-    pub fn holds(&self, set: SetRef<'_>, rollout: Option<&RolloutStatus>) -> bool {
-        self.held.is_some() && !rollout.is_some_and(|r| overridden(set, r))
+    /// rollout, if any): held now, and not overridden (verified) for that very rollout.
+    pub fn holds(&self, _set: SetRef<'_>, rollout: Option<&RolloutStatus>) -> bool {
+        self.held.is_some() && rollout.is_none_or(|r| self.override_for(r).is_none())
+    }
+
+    /// With the set's override as judged: `judge(set, keys)`.
+    pub fn with_break_glass(self, break_glass: Option<Override>) -> Self {
+        Self { break_glass, ..self }
+    }
+
+    /// The verified override's value and user, when it names `rollout`.
+    pub fn override_for(&self, rollout: &RolloutStatus) -> Option<(&str, &str)> {
+        match &self.break_glass {
+            Some(Override::Verified { value, user, .. })
+                if override_value(rollout).as_deref() == Some(value.as_str()) =>
+            {
+                Some((value, user))
+            }
+            _ => None,
+        }
     }
 }
 
@@ -67,17 +89,20 @@ pub fn window_state(set: SetRef<'_>, cluster: &[Window], now: Timestamp) -> Wind
             held: None,
             changes_at: until,
             invalid,
+            break_glass: None,
         },
         Verdict::Held { reason, by, opens_at } => WindowState {
             held: Some(WindowHold { reason, by, opens_at }),
             changes_at: opens_at,
             invalid,
+            break_glass: None,
         },
     }
 }
 
 /// Whether the set's override annotation names `rollout`: `<revision>@<startedAt>`. It names one
 /// rollout, so a later rollout (another revision, or the same one started again) is held as usual.
+/// Whether the override counts is another matter: only a verified one does ([`WindowState::override_for`]).
 pub fn overridden(set: SetRef<'_>, rollout: &RolloutStatus) -> bool {
     let (Some(value), Some(started)) = (set.window_override(), rollout.started_at.as_ref()) else {
         return false;

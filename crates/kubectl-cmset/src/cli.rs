@@ -198,11 +198,14 @@ restart and applies to that wave of that rollout only: a later rollout of the sa
 own.
 
 With --override-window (break glass): let the set's current rollout through the change windows, and
-do nothing else (no wave is promoted). Writes the annotations cmset.dev/window-override:
-<revision>@<startedAt>, naming that rollout only, and cmset.dev/window-override-by: \"<user> <time>\"
-(the user of the kubeconfig's context), on the set's metadata, not its spec. Refused when no rollout
-is under way (complete, failed or none). A set whose strategy is Immediate has a rollout under way
-only while a window holds it. Pauses and manual promotions still hold the rollout.")]
+do nothing else (no wave is promoted). Writes the annotation cmset.dev/window-override:
+<revision>@<startedAt>, naming that rollout only, on the set's metadata, not its spec. Only users the
+API server allows to `override` changewindows.cmset.dev (ClusterRole cmset-break-glass) may: cmset's
+admission webhook refuses everyone else, and records who did (cmset.dev/window-override-by: the user
+as the API server authenticated them, and the time), which this command prints. An override stored
+while the webhook is down lets nothing through. Refused when no rollout is under way (complete,
+failed or none). A set whose strategy is Immediate has a rollout under way only while a window holds
+it. Pauses and manual promotions still hold the rollout.")]
     Promote {
         /// The set: NAME, configmapset/NAME or secretset/NAME
         set: String,

@@ -35,9 +35,6 @@ use crate::status::Workload;
 pub struct Cluster {
     client: Client,
     pub namespace: String,
-    /// The user of the kubeconfig's context, for the record of who overrode a window; `unknown` when
-    /// there is none (in a pod, with the service account).
-    pub user: String,
 }
 
 impl Cluster {
@@ -53,42 +50,27 @@ impl Cluster {
             context: context.map(str::to_string),
             ..KubeConfigOptions::default()
         };
-        let (config, file) = match (kubeconfig, context) {
+        let config = match (kubeconfig, context) {
             (Some(path), _) => {
                 let file = Kubeconfig::read_from(path).map_err(|e| Error::Config(e.to_string()))?;
-                let config = Config::from_custom_kubeconfig(file.clone(), &options)
+                Config::from_custom_kubeconfig(file, &options)
                     .await
-                    .map_err(|e| Error::Config(e.to_string()))?;
-                (config, Some(file))
+                    .map_err(|e| Error::Config(e.to_string()))?
             }
-            (None, Some(_)) => (
-                Config::from_kubeconfig(&options)
-                    .await
-                    .map_err(|e| Error::Config(e.to_string()))?,
-                Kubeconfig::read().ok(),
-            ),
-            // Without a kubeconfig, `infer` falls back to the service account: no user name then.
-            (None, None) => (
-                Config::infer().await.map_err(|e| Error::Config(e.to_string()))?,
-                Kubeconfig::read().ok(),
-            ),
+            (None, Some(_)) => Config::from_kubeconfig(&options)
+                .await
+                .map_err(|e| Error::Config(e.to_string()))?,
+            // Without a kubeconfig, `infer` falls back to the service account.
+            (None, None) => Config::infer().await.map_err(|e| Error::Config(e.to_string()))?,
         };
         let namespace = namespace.map_or_else(|| config.default_namespace.clone(), str::to_string);
         let client = Client::try_from(config).map_err(|e| Error::Config(e.to_string()))?;
-        let mut cluster = Self::new(client, namespace);
-        if let Some(user) = file.as_ref().and_then(|f| kubeconfig_user(f, context)) {
-            cluster.user = user;
-        }
-        Ok(cluster)
+        Ok(Self::new(client, namespace))
     }
 
-    /// A cluster on `client`, acting in `namespace`, as user `unknown`.
+    /// A cluster on `client`, acting in `namespace`.
     pub fn new(client: Client, namespace: String) -> Self {
-        Self {
-            client,
-            namespace,
-            user: "unknown".to_string(),
-        }
+        Self { client, namespace }
     }
 
     /// The cluster's ChangeWindows, or, when they cannot be listed, a line saying why: they are
@@ -156,7 +138,12 @@ impl Cluster {
     }
 
     /// Merge-patches the set's metadata (the annotations `kubectl cmset pause|resume|promote` write).
-    pub async fn patch_set_metadata(&self, set: &Set, patch: &serde_json::Value) -> Result<(), Error> {
+    /// Patches the set's metadata; its annotations as stored (what admission made of the patch).
+    pub async fn patch_set_metadata(
+        &self,
+        set: &Set,
+        patch: &serde_json::Value,
+    ) -> Result<std::collections::BTreeMap<String, String>, Error> {
         let params = PatchParams::default();
         let patch = Patch::Merge(patch);
         let result = match set {
@@ -164,12 +151,12 @@ impl Cluster {
                 .api::<ConfigMapSet>()
                 .patch_metadata(&s.name_any(), &params, &patch)
                 .await
-                .map(drop),
+                .map(|o| o.metadata.annotations.unwrap_or_default()),
             Set::Secret(s) => self
                 .api::<SecretSet>()
                 .patch_metadata(&s.name_any(), &params, &patch)
                 .await
-                .map(drop),
+                .map(|o| o.metadata.annotations.unwrap_or_default()),
         };
         result.map_err(|e| Error::kube(format!("annotating {}", set.id()), e))
     }
@@ -290,13 +277,6 @@ async fn list_kind(
 /// HTTP code or the Status's own (which the server sets to it), covers both.
 fn not_found(status: &Status) -> bool {
     status.code == 404
-}
-
-/// The user name of `context` (else the current context) in `file`, if it names one.
-fn kubeconfig_user(file: &Kubeconfig, context: Option<&str>) -> Option<String> {
-    let name = context.or(file.current_context.as_deref())?;
-    let named = file.contexts.iter().find(|c| c.name == name)?;
-    named.context.as_ref()?.user.clone().filter(|u| !u.is_empty())
 }
 
 /// What failed, for an error: `listing CronJobs (batch/v1beta1)`.
@@ -638,30 +618,6 @@ mod tests {
     #[test]
     fn revisions_are_listed_by_the_set_label() {
         assert_eq!(labelled("db").label_selector.as_deref(), Some("cmset.dev/set=db"));
-    }
-
-    #[test]
-    fn the_user_is_that_of_the_context() {
-        let file: Kubeconfig = serde_yaml_ng::from_str(
-            "
-apiVersion: v1
-kind: Config
-current-context: dev
-contexts:
-- name: dev
-  context: {cluster: kind, user: ana}
-- name: prod
-  context: {cluster: big, user: oidc-bo}
-- name: bare
-  context: {cluster: big}
-",
-        )
-        .unwrap();
-        assert_eq!(kubeconfig_user(&file, None).as_deref(), Some("ana"));
-        assert_eq!(kubeconfig_user(&file, Some("prod")).as_deref(), Some("oidc-bo"));
-        assert_eq!(kubeconfig_user(&file, Some("bare")), None);
-        assert_eq!(kubeconfig_user(&file, Some("nope")), None);
-        assert_eq!(kubeconfig_user(&Kubeconfig::default(), None), None);
     }
 
     #[tokio::test]

@@ -115,10 +115,7 @@ async fn run_on(
         Command::Promote {
             override_window: true,
             ..
-        } => Some(steer::Action::OverrideWindow {
-            user: cluster.user.clone(),
-            now,
-        }),
+        } => Some(steer::Action::OverrideWindow),
         Command::Promote { .. } => Some(steer::Action::Promote),
         _ => None,
     };
@@ -126,9 +123,13 @@ async fn run_on(
         // `configmapset/app`: its messages suggest commands, and this is how a command names the set.
         let id = set.id();
         let id = format!("{}/{}", address::resource(id.kind), id.name);
-        let steer = steer::steer(action, view, &id).map_err(Error::Usage)?;
+        let mut steer = steer::steer(action, view, &id).map_err(Error::Usage)?;
         if let Some(patch) = &steer.patch {
-            cluster.patch_set_metadata(&set, patch).await?;
+            let stored = cluster.patch_set_metadata(&set, patch).await?;
+            if steer.annotation == cmset_api::labels::WINDOW_OVERRIDE {
+                // Who broke the glass is what cmset's webhook recorded, not what this client says.
+                steer = steer::recorded(steer, &stored);
+            }
         }
         return Ok(Outcome::print(match output::structured(&steer, g.output)? {
             Some(text) => text,

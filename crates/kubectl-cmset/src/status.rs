@@ -257,9 +257,13 @@ pub struct RolloutReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_window_seconds: Option<i64>,
     /// The rollout is let through the change windows (`kubectl cmset promote --override-window`): who
-    /// and when, as `cmset.dev/window-override-by` records it.
+    /// and when, as cmset's webhook recorded it and the controller verified it (`<user> <time>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_override_by: Option<String>,
+    /// The set carries an override (`cmset.dev/window-override`) that cmset did not verify: not
+    /// recorded by its admission webhook for a user allowed to break the glass. It lets nothing through.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub window_override_refused: bool,
     /// Each query of the rollout's metric analysis: its last value, its condition and its verdict
     /// (`status.rollout.analysis`, as the operator recorded it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -346,9 +350,11 @@ impl Known {
             revisions: &self.views,
             lowest_wave: self.lowest_wave,
             // The windows as the controller last judged them (the plugin does not evaluate them here),
-            // less an override written since.
+            // less an override it verified since.
             window_held: set.status().and_then(|s| s.rollout.as_ref()).is_some_and(|r| {
-                r.phase == cmset_api::RolloutPhase::Waiting && !cmset_core::window_hold::overridden(set, r)
+                r.phase == cmset_api::RolloutPhase::Waiting
+                    && !(cmset_core::window_hold::overridden(set, r)
+                        && cmset_core::break_glass::confirmed_record(set).is_some())
             }),
         }
     }
@@ -768,14 +774,11 @@ fn rollout_report(set: SetRef<'_>, known: &Known, now: Timestamp) -> Option<Roll
             .next_window
             .as_ref()
             .map(|t| (t.0.as_second() - now.as_second()).max(0)),
-        window_override_by: (r.phase.is_under_way() && overridden(set, r)).then(|| {
-            set.metadata()
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(labels::WINDOW_OVERRIDE_BY))
-                .cloned()
-                .unwrap_or_else(|| "unknown".to_string())
-        }),
+        window_override_by: (r.phase.is_under_way() && overridden(set, r))
+            .then(|| cmset_core::break_glass::confirmed_record(set))
+            .flatten(),
+        window_override_refused: set.window_override().is_some()
+            && cmset_core::break_glass::confirmed_record(set).is_none(),
         analysis: r.analysis.clone(),
     })
 }
@@ -1205,6 +1208,14 @@ fn rollout_lines(r: &RolloutReport, id: &str) -> Vec<(String, Option<Role>)> {
     if let Some(by) = &r.window_override_by {
         lines.push((
             format!("let through the change windows by an override (by {by})"),
+            Some(Role::Attention),
+        ));
+    }
+    if r.window_override_refused {
+        lines.push((
+            "an override (cmset.dev/window-override) is present but cmset did not verify it: it lets nothing \
+             through (see the set's WindowOverride condition)"
+                .to_string(),
             Some(Role::Attention),
         ));
     }
@@ -2410,6 +2421,27 @@ Rollout:      revision 4 (app-dddddddddd): wave 1 waiting: held by a change wind
         r.message = None;
         r.next_window = None;
         r.held_since = None;
+        // Until cmset verified it, the override is said to let nothing through, and names no one.
+        let report = rollout_report_of(&set, &rollout_workloads(NEW, OLD, OLD));
+        let text = render_text(&report, Palette::PLAIN);
+        assert!(
+            text.contains("an override (cmset.dev/window-override) is present but cmset did not verify it"),
+            "{text}"
+        );
+        assert!(!text.contains("by ana"), "{text}");
+        // Verified by the controller: the record is shown.
+        set.status.as_mut().unwrap().conditions.push(Condition {
+            type_: "WindowOverride".into(),
+            status: "True".into(),
+            reason: "Verified".into(),
+            message: cmset_core::break_glass::verified_message(
+                &format!("{NEW}@2026-01-01T00:08:00Z"),
+                "ana",
+                "2026-01-01T00:09:00Z",
+            ),
+            observed_generation: None,
+            last_transition_time: Time("2026-01-01T00:09:01Z".parse().unwrap()),
+        });
         let report = rollout_report_of(&set, &rollout_workloads(NEW, OLD, OLD));
         let text = render_text(&report, Palette::PLAIN);
         assert!(
@@ -2418,6 +2450,7 @@ Rollout:      revision 4 (app-dddddddddd): wave 1 waiting: held by a change wind
             ),
             "{text}"
         );
+        assert!(!text.contains("did not verify"), "{text}");
         assert_eq!(
             serde_json::to_value(&report).unwrap()["rollout"]["windowOverrideBy"],
             "ana 2026-01-01T00:09:00Z"

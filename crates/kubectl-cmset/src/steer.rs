@@ -6,14 +6,18 @@
 //! (named by its `startedAt`), and in no later rollout of the same revision. The controller reads
 //! them on its next reconcile; the record stays in the API, so a restart changes nothing.
 //!
-//! `promote --override-window` writes `cmset.dev/window-override: <revision>@<rollout>` and, beside it,
-//! `cmset.dev/window-override-by: <user> <time>`: the change windows let that one rollout through, and
-//! nothing else (no wave is promoted, no later rollout is let through).
+//! `promote --override-window` writes `cmset.dev/window-override: <revision>@<rollout>`: the change
+//! windows let that one rollout through, and nothing else (no wave is promoted, no later rollout is let
+//! through). Who asked is not the plugin's to say: cmset's admission webhook records it
+//! (`cmset.dev/window-override-by: <user> <time>` and a proof), for users the API server authorizes
+//! to break the glass (ClusterRole `cmset-break-glass`), and refuses everyone else. The plugin clears
+//! any earlier record in the same patch and tells what the webhook recorded ([`recorded`]).
+
+use std::collections::BTreeMap;
 
 use cmset_api::{Promotion, RolloutPhase, labels};
 use cmset_core::set::{SetRef, rollout_id};
 use cmset_core::window_hold::override_value;
-use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -23,11 +27,8 @@ pub enum Action {
     Pause,
     Resume,
     Promote,
-    /// `promote --override-window`: `user` (from the kubeconfig) asked at `now`.
-    OverrideWindow {
-        user: String,
-        now: Timestamp,
-    },
+    /// `promote --override-window`.
+    OverrideWindow,
 }
 
 /// What to write, and what to tell.
@@ -41,7 +42,8 @@ pub struct Steer {
     pub annotation: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
-    /// Who asked, and when (`cmset.dev/window-override-by`), for an override of the windows.
+    /// Who asked, and when, for an override of the windows: what cmset's webhook recorded
+    /// (`cmset.dev/window-override-by`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
     /// What happens now, in a sentence.
@@ -95,7 +97,7 @@ pub fn steer(action: Action, set: SetRef<'_>, id: &str) -> Result<Steer, String>
             })
         }
         Action::Promote => promote(set, id),
-        Action::OverrideWindow { user, now } => override_window(set, id, &user, now),
+        Action::OverrideWindow => override_window(set, id),
     }
 }
 
@@ -157,7 +159,7 @@ fn promote(set: SetRef<'_>, id: &str) -> Result<Steer, String> {
 
 /// Lets the rollout under way through the change windows: any phase under way may be held by a
 /// window now or later, so it is allowed whether or not one holds it at this instant.
-fn override_window(set: SetRef<'_>, id: &str, user: &str, now: Timestamp) -> Result<Steer, String> {
+fn override_window(set: SetRef<'_>, id: &str) -> Result<Steer, String> {
     let Some(rollout) = set.status().and_then(|s| s.rollout.as_ref()) else {
         return Err(format!(
             "{id} has no rollout under way: nothing for the change windows to let through"
@@ -180,8 +182,10 @@ fn override_window(set: SetRef<'_>, id: &str, user: &str, now: Timestamp) -> Res
     };
     let annotations = set.metadata().annotations.as_ref();
     let annotated = |key: &str| annotations.and_then(|a| a.get(key)).cloned();
-    if annotated(labels::WINDOW_OVERRIDE).as_deref() == Some(value.as_str()) {
-        let by = annotated(labels::WINDOW_OVERRIDE_BY);
+    // Already recorded by the webhook (a record without its proof is asked for again).
+    let by =
+        annotated(labels::WINDOW_OVERRIDE_BY).filter(|_| annotated(labels::WINDOW_OVERRIDE_PROOF).is_some());
+    if annotated(labels::WINDOW_OVERRIDE).as_deref() == Some(value.as_str()) && by.is_some() {
         let who = by.as_deref().map_or(String::new(), |b| format!(" (by {b})"));
         return Ok(Steer {
             patch: None,
@@ -194,11 +198,6 @@ fn override_window(set: SetRef<'_>, id: &str, user: &str, now: Timestamp) -> Res
             ),
         });
     }
-    // Whole seconds: the record is for people, and RFC 3339 without a fraction reads best.
-    let by = format!(
-        "{user} {}",
-        Timestamp::from_second(now.as_second()).unwrap_or(now)
-    );
     let what = match rollout.phase {
         RolloutPhase::Waiting => {
             let held = rollout
@@ -218,18 +217,45 @@ fn override_window(set: SetRef<'_>, id: &str, user: &str, now: Timestamp) -> Res
         _ => String::new(),
     };
     Ok(Steer {
+        // The record is the webhook's to write: an earlier one is cleared.
         patch: Some(json!({"metadata": {"annotations": {
             labels::WINDOW_OVERRIDE: value,
-            labels::WINDOW_OVERRIDE_BY: by,
+            labels::WINDOW_OVERRIDE_BY: null,
+            labels::WINDOW_OVERRIDE_PROOF: null,
         }}})),
         annotation: labels::WINDOW_OVERRIDE.to_string(),
         value: Some(value),
-        by: Some(by),
+        by: None,
         message: format!(
             "{id}: the rollout of {} is let through the change windows: {what}{still}",
             rollout.revision
         ),
     })
+}
+
+/// `steer`, an override written, told with what cmset's admission webhook recorded in the set's
+/// annotations as `stored`: the user the API server authenticated. Without a record the webhook did
+/// not see the patch (it fails open while cmset is down), and the override lets nothing through.
+pub fn recorded(mut steer: Steer, stored: &BTreeMap<String, String>) -> Steer {
+    let get = |key: &str| stored.get(key).cloned();
+    let same = get(labels::WINDOW_OVERRIDE) == steer.value;
+    match get(labels::WINDOW_OVERRIDE_BY).filter(|_| same && get(labels::WINDOW_OVERRIDE_PROOF).is_some()) {
+        Some(by) => {
+            steer.message = format!("{} (recorded by cmset for {by})", steer.message);
+            steer.by = Some(by);
+        }
+        None => {
+            steer.message = format!(
+                "{}: the override is stored, but cmset's admission webhook did not record it, so it lets \
+                 nothing through (is cmset running?); run this again once it is",
+                steer
+                    .message
+                    .split_once(':')
+                    .map_or(steer.message.as_str(), |(id, _)| id)
+            );
+        }
+    }
+    steer
 }
 
 #[cfg(test)]
@@ -398,11 +424,8 @@ mod tests {
     const STARTED: &str = "2026-11-25T16:00:05Z";
     const VALUE: &str = "app-2222222222@2026-11-25T16:00:05Z";
 
-    fn override_by(user: &str) -> Action {
-        Action::OverrideWindow {
-            user: user.into(),
-            now: "2026-11-25T18:30:00.25Z".parse().unwrap(),
-        }
+    fn override_window() -> Action {
+        Action::OverrideWindow
     }
 
     /// `set` with its rollout started at [`STARTED`], held for `reason` when given.
@@ -418,12 +441,12 @@ mod tests {
 
     #[test]
     fn override_window_lets_the_rollout_under_way_through_and_nothing_else() {
-        let patch = |by: &str| {
-            Some(json!({"metadata": {"annotations": {
-                "cmset.dev/window-override": VALUE,
-                "cmset.dev/window-override-by": by,
-            }}}))
-        };
+        // The record is the webhook's: the plugin names no one, and clears an earlier record.
+        let patch = Some(json!({"metadata": {"annotations": {
+            "cmset.dev/window-override": VALUE,
+            "cmset.dev/window-override-by": null,
+            "cmset.dev/window-override-proof": null,
+        }}}));
         // (phase, what the message says)
         let cases = [
             (
@@ -442,8 +465,9 @@ mod tests {
         ];
         for (phase, says) in cases {
             let s = started(set(manual(), Some((phase, 0)), &[]), Some("freeze"));
-            let done = steer(override_by("ana"), (&s).into(), ID).unwrap();
-            assert_eq!(done.patch, patch("ana 2026-11-25T18:30:00Z"), "{phase:?}");
+            let done = steer(override_window(), (&s).into(), ID).unwrap();
+            assert_eq!(done.patch, patch, "{phase:?}");
+            assert_eq!(done.by, None);
             assert_eq!(done.value.as_deref(), Some(VALUE));
             assert!(done.message.contains(says), "{phase:?}: {}", done.message);
             // It promotes no wave.
@@ -451,7 +475,7 @@ mod tests {
         }
         // The value is the one the controller matches.
         let s = started(set(None, Some((RolloutPhase::Waiting, 1)), &[]), None);
-        let value = steer(override_by("ana"), (&s).into(), ID).unwrap().value.unwrap();
+        let value = steer(override_window(), (&s).into(), ID).unwrap().value.unwrap();
         let rollout = s.status.as_ref().unwrap().rollout.as_ref().unwrap();
         assert_eq!(Some(value), cmset_core::window_hold::override_value(rollout));
     }
@@ -461,12 +485,13 @@ mod tests {
         let annotations = [
             (labels::WINDOW_OVERRIDE, VALUE),
             (labels::WINDOW_OVERRIDE_BY, "bo 2026-11-25T17:00:00Z"),
+            (labels::WINDOW_OVERRIDE_PROOF, "cHJvb2Y="),
         ];
         let s = started(
             set(None, Some((RolloutPhase::Progressing, 1)), &annotations),
             None,
         );
-        let again = steer(override_by("ana"), (&s).into(), ID).unwrap();
+        let again = steer(override_window(), (&s).into(), ID).unwrap();
         assert_eq!(again.patch, None);
         assert!(
             again
@@ -475,14 +500,51 @@ mod tests {
             "{}",
             again.message
         );
+        // A record without the webhook's proof (written by hand, or while cmset was down) is asked
+        // for again.
+        let s = started(
+            set(None, Some((RolloutPhase::Progressing, 1)), &annotations[..2]),
+            None,
+        );
+        assert!(steer(override_window(), (&s).into(), ID).unwrap().patch.is_some());
         // An override of an earlier rollout does not count: this one gets its own.
         let earlier = [(labels::WINDOW_OVERRIDE, "app-1111111111@2026-11-20T10:00:00Z")];
         let s = started(set(None, Some((RolloutPhase::Waiting, 1)), &earlier), None);
+        assert!(steer(override_window(), (&s).into(), ID).unwrap().patch.is_some());
+    }
+
+    #[test]
+    fn the_override_is_told_with_the_user_the_webhook_recorded() {
+        let s = started(set(None, Some((RolloutPhase::Waiting, 1)), &[]), Some("freeze"));
+        let asked = steer(override_window(), (&s).into(), ID).unwrap();
+        let stored = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let done = recorded(
+            asked.clone(),
+            &stored(&[
+                (labels::WINDOW_OVERRIDE, VALUE),
+                (labels::WINDOW_OVERRIDE_BY, "ana@corp 2026-11-25T18:30:00Z"),
+                (labels::WINDOW_OVERRIDE_PROOF, "cHJvb2Y="),
+            ]),
+        );
+        assert_eq!(done.by.as_deref(), Some("ana@corp 2026-11-25T18:30:00Z"));
         assert!(
-            steer(override_by("ana"), (&s).into(), ID)
-                .unwrap()
-                .patch
-                .is_some()
+            done.message
+                .ends_with("goes on now (recorded by cmset for ana@corp 2026-11-25T18:30:00Z)"),
+            "{}",
+            done.message
+        );
+        // No webhook saw the patch: stored, not recorded, and said so.
+        let unrecorded = recorded(asked, &stored(&[(labels::WINDOW_OVERRIDE, VALUE)]));
+        assert_eq!(unrecorded.by, None);
+        assert_eq!(
+            unrecorded.message,
+            "configmapset/app: the override is stored, but cmset's admission webhook did not record it, so \
+             it lets nothing through (is cmset running?); run this again once it is"
         );
     }
 
@@ -508,13 +570,13 @@ mod tests {
             ),
         ];
         for (s, expected) in cases {
-            let error = steer(override_by("ana"), (&s).into(), ID).unwrap_err();
+            let error = steer(override_window(), (&s).into(), ID).unwrap_err();
             assert!(error.contains(expected), "{error} lacks {expected:?}");
         }
         // An Immediate set held by a window has a rollout to let through.
         let held = started(set(immediate, Some((RolloutPhase::Waiting, 0)), &[]), None);
         assert!(
-            steer(override_by("ana"), (&held).into(), ID)
+            steer(override_window(), (&held).into(), ID)
                 .unwrap()
                 .patch
                 .is_some()

@@ -4,7 +4,8 @@
 //! from the same windows as the controller asks it, so the two cannot disagree; what the controller
 //! last recorded is in `kubectl cmset status`.
 
-use cmset_api::{ChangeWindow, RolloutWindow, Strategy, WindowKind, labels};
+use cmset_api::{ChangeWindow, RolloutWindow, Strategy, WindowKind};
+use cmset_core::break_glass::confirmed_record;
 use cmset_core::set::{SetKind, SetRef};
 use cmset_core::window_hold::{cluster_windows_for, overridden};
 use cmset_core::windows::{Verdict, Window, WindowSource, evaluate};
@@ -69,7 +70,7 @@ pub struct VerdictReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resume_at: Option<Time>,
     /// The rollout under way is let through by `kubectl cmset promote --override-window`: who and
-    /// when (`cmset.dev/window-override-by`).
+    /// when, as cmset's webhook recorded it and the controller verified it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overridden_by: Option<String>,
     /// The verdict in a sentence.
@@ -192,19 +193,15 @@ fn verdict(set: SetRef<'_>, windows: &[Window], own_invalid: bool, now: Timestam
         overridden_by: None,
         summary: String::new(),
     };
-    // An override names one rollout: it counts only while that rollout is under way.
+    // An override names one rollout: it counts only while that rollout is under way, and only as
+    // cmset verified it (recorded by its webhook for a user allowed to break the glass).
+    let confirmed = confirmed_record(set);
     let overriding = set
         .status()
         .and_then(|s| s.rollout.as_ref())
-        .filter(|r| r.phase.is_under_way() && overridden(set, r));
-    report.overridden_by = overriding.map(|_| {
-        set.metadata()
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(labels::WINDOW_OVERRIDE_BY))
-            .cloned()
-            .unwrap_or_else(|| "unknown".to_string())
-    });
+        .filter(|r| r.phase.is_under_way() && overridden(set, r) && confirmed.is_some());
+    report.overridden_by = overriding.and(confirmed.clone());
+    let unverified = set.window_override().is_some() && confirmed.is_none();
     report.summary = match evaluate(windows, now) {
         Verdict::Open { .. } if windows.is_empty() => "moves allowed: no change window applies".to_string(),
         Verdict::Open { until } => {
@@ -225,6 +222,12 @@ fn verdict(set: SetRef<'_>, windows: &[Window], own_invalid: bool, now: Timestam
                     "; but the rollout of {} is let through by an override (by {who})",
                     r.revision
                 ));
+            }
+            if unverified {
+                summary.push_str(
+                    "; an override (cmset.dev/window-override) is present but cmset did not verify it: it \
+                     lets nothing through",
+                );
             }
             report.moves_allowed = overriding.is_some();
             report.reason = Some(reason);
@@ -315,7 +318,8 @@ pub fn render_text(report: &WindowsReport, palette: Palette) -> String {
 
 #[cfg(test)]
 mod tests {
-    use cmset_api::{ChangeWindowSpec, ConfigMapSet, RolloutPhase, RolloutSpec, RolloutStatus};
+    use cmset_api::{ChangeWindowSpec, ConfigMapSet, RolloutPhase, RolloutSpec, RolloutStatus, labels};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
     use serde_json::json;
 
     use super::*;
@@ -517,6 +521,31 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
         );
+        // Not verified by cmset (written by hand, or while its webhook was down): nothing let through.
+        let report = windows_report((&s).into(), Ok(&[]), now());
+        assert!(!report.verdict.moves_allowed);
+        assert_eq!(report.verdict.overridden_by, None);
+        assert!(
+            report.verdict.summary.ends_with(
+                "; an override (cmset.dev/window-override) is present but cmset did not verify it: it lets \
+                 nothing through"
+            ),
+            "{}",
+            report.verdict.summary
+        );
+        // Verified: the controller's condition names this very override and record.
+        s.status.as_mut().unwrap().conditions.push(Condition {
+            type_: "WindowOverride".into(),
+            status: "True".into(),
+            reason: "Verified".into(),
+            message: cmset_core::break_glass::verified_message(
+                &format!("app-2222222222@{started}"),
+                "ana",
+                "2026-11-27T17:20:00Z",
+            ),
+            observed_generation: None,
+            last_transition_time: Time(started.parse().unwrap()),
+        });
         let report = windows_report((&s).into(), Ok(&[]), now());
         assert!(report.verdict.moves_allowed);
         assert_eq!(

@@ -309,6 +309,10 @@ fn the_webhook_admits_each_built_in_kind_at_every_version_with_the_operations_it
         );
         for webhook in webhooks.into_iter().flatten() {
             let name = webhook.get("name").and_then(Value::as_str).unwrap_or_default();
+            if name == BREAK_GLASS_WEBHOOK {
+                // Sets, not workloads: checked in `break_glass_is_registered_and_granted`.
+                continue;
+            }
             problems.extend(
                 webhook_problems(webhook)
                     .into_iter()
@@ -537,4 +541,61 @@ fn the_webhook_check_refuses_rules_that_drifted() {
             "{label}: {problems:?} lacks {expected:?}"
         );
     }
+}
+
+/// The webhook that records break-glass overrides of the change windows.
+const BREAK_GLASS_WEBHOOK: &str = "window-overrides.cmset.dev";
+
+#[test]
+fn break_glass_is_registered_and_granted() {
+    let documents = documents();
+    // The MutatingWebhookConfiguration sends set updates to /override-window, failing open like the
+    // others.
+    let configurations = webhook_configurations(&documents);
+    assert!(!configurations.is_empty());
+    for configuration in configurations {
+        let webhooks = configuration.value["webhooks"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let hook = webhooks
+            .iter()
+            .find(|w| w["name"] == BREAK_GLASS_WEBHOOK)
+            .unwrap_or_else(|| panic!("{}: no {BREAK_GLASS_WEBHOOK}", configuration.label()));
+        let path = hook["clientConfig"]["service"]["path"]
+            .as_str()
+            .or_else(|| hook["clientConfig"]["url"].as_str())
+            .unwrap_or_default();
+        assert!(
+            path.ends_with("/override-window"),
+            "{}: {path}",
+            configuration.label()
+        );
+        assert_eq!(hook["failurePolicy"], "Ignore");
+        assert_eq!(
+            hook["rules"],
+            json!([{"apiGroups": ["cmset.dev"], "apiVersions": ["v1alpha1"], "operations": ["UPDATE"],
+                    "resources": ["configmapsets", "secretsets"], "scope": "Namespaced"}])
+        );
+    }
+    // The operator may ask the API server about a user, and nothing more on that group.
+    let granted = verbs_by_resource(&shipped_cluster_role());
+    assert_eq!(
+        granted.get(&("authorization.k8s.io".into(), "subjectaccessreviews".into())),
+        Some(&set(&["create"]))
+    );
+    // The ClusterRole that breaks the glass grants exactly that.
+    let role = documents
+        .iter()
+        .find(|d| d.kind() == "ClusterRole" && d.name() == "cmset-break-glass")
+        .expect("ClusterRole cmset-break-glass in config/rbac");
+    assert_eq!(
+        role.value["rules"],
+        json!([{"apiGroups": ["cmset.dev"], "resources": ["changewindows"], "verbs": ["override"]}])
+    );
+    assert!(role.value["metadata"]["labels"].as_object().is_none_or(|labels| {
+        !labels
+            .keys()
+            .any(|k| k.starts_with("rbac.authorization.k8s.io/aggregate"))
+    }));
 }

@@ -1,6 +1,8 @@
 //! The mutating admission webhook (`POST /mutate` over HTTPS): opted-in workloads are stored already
 //! pointing at their sets' current revisions (see `cmset_core::admission` for why). The same server
-//! validates AnalysisTemplates (`POST /validate-analysistemplate`, see [`crate::serving::template_admission`]).
+//! validates AnalysisTemplates (`POST /validate-analysistemplate`, see [`crate::serving::template_admission`]),
+//! change windows (`POST /validate-windows`) and records break-glass overrides (`POST /override-window`,
+//! see [`crate::serving::override_admission`]).
 //!
 //! Every replica answers, leader or not, from its own warm index (every replica watches; see
 //! [`crate::engine::runtime::Scope`]) and with the decision the workload controller makes
@@ -38,8 +40,10 @@ use tracing::{debug, info, warn};
 
 use crate::engine::runtime::{Scope, Scopes};
 use crate::platform::metrics::Metrics;
+use crate::platform::proof_keys::ProofKeys;
 use crate::reconcile::decisions::Gathered;
 use crate::serving::http::Limits;
+use crate::serving::override_admission::review_override;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
@@ -63,6 +67,8 @@ pub enum WebhookError {
 #[derive(Default)]
 pub struct ServingCert {
     current: RwLock<Option<Arc<CertifiedKey>>>,
+    /// Break-glass proofs are keyed from the serving key: every pair installed gives the next key.
+    proof_keys: ProofKeys,
 }
 
 impl std::fmt::Debug for ServingCert {
@@ -81,7 +87,13 @@ impl ServingCert {
         let key = PrivateKeyDer::from_pem_slice(key_pem)?;
         let certified = CertifiedKey::from_der(certs, key, &rustls::crypto::ring::default_provider())?;
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(certified));
+        self.proof_keys.install(key_pem);
         Ok(())
+    }
+
+    /// The keys of break-glass proofs, kept current with the serving key.
+    pub fn proof_keys(&self) -> ProofKeys {
+        self.proof_keys.clone()
     }
 
     pub fn is_loaded(&self) -> bool {
@@ -104,6 +116,8 @@ struct Handler {
     metrics: Arc<Metrics>,
     /// Whether SecretSets are served (and cmset may read Secrets).
     secret_sets: bool,
+    /// What break-glass records are proved with.
+    proof_keys: ProofKeys,
 }
 
 impl Handler {
@@ -314,9 +328,25 @@ where
         .map(|r| r.map(|o| o.is_some()))
 }
 
-pub fn router(scopes: Scopes, client: Client, metrics: Arc<Metrics>, secret_sets: bool) -> Router {
+/// `/override-window`: see [`crate::serving::override_admission`].
+async fn override_window(
+    State(handler): State<Handler>,
+    axum::Json(review): axum::Json<Value>,
+) -> axum::Json<Value> {
+    let now = jiff::Timestamp::now();
+    axum::Json(review_override(&handler.client, &handler.proof_keys, &review, now).await)
+}
+
+pub fn router(
+    scopes: Scopes,
+    client: Client,
+    metrics: Arc<Metrics>,
+    secret_sets: bool,
+    proof_keys: ProofKeys,
+) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
+        .route("/override-window", post(override_window))
         .route(
             "/validate-windows",
             post(crate::serving::window_admission::validate),
@@ -330,6 +360,7 @@ pub fn router(scopes: Scopes, client: Client, metrics: Arc<Metrics>, secret_sets
             client,
             metrics,
             secret_sets,
+            proof_keys,
         })
 }
 
@@ -365,6 +396,7 @@ pub async fn serve<F>(
     client: Client,
     metrics: Arc<Metrics>,
     secret_sets: bool,
+    proof_keys: ProofKeys,
     stop: crate::serving::http::Stop<F>,
 ) where
     F: std::future::Future<Output = ()> + Send + 'static,
@@ -374,11 +406,11 @@ pub async fn serve<F>(
         acceptor,
         address,
     } = bound;
-    info!(%address, "serving the admission webhooks at /mutate, /validate-analysistemplate and /validate-windows");
+    info!(%address, "serving the admission webhooks at /mutate, /override-window, /validate-analysistemplate and /validate-windows");
     crate::serving::http::serve(
         listener,
         Some(acceptor),
-        router(scopes, client, metrics, secret_sets),
+        router(scopes, client, metrics, secret_sets, proof_keys),
         Limits::WEBHOOK,
         stop,
     )

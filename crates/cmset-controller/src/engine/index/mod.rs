@@ -138,6 +138,9 @@ pub struct Index {
     /// The cluster's ChangeWindows, parsed once per change of one of them (they are few, and every
     /// decision to move a workload reads them).
     cluster_windows: RwLock<Arc<Vec<ClusterWindows>>>,
+    /// The keys break-glass proofs are checked with, once the webhook's serving key is known (none:
+    /// no override counts).
+    proof_keys: OnceLock<crate::platform::proof_keys::ProofKeys>,
 }
 
 /// The counters of watch events, by kind and event.
@@ -158,7 +161,22 @@ impl Index {
             set_gone: RwLock::new(None),
             watch_events: OnceLock::new(),
             cluster_windows: RwLock::default(),
+            proof_keys: OnceLock::new(),
         }
+    }
+
+    /// Checks break-glass proofs with `keys` from now on. (Set once; a second call is ignored.)
+    pub fn use_proof_keys(&self, keys: crate::platform::proof_keys::ProofKeys) {
+        let _ = self.proof_keys.set(keys);
+    }
+
+    /// The set's break-glass override, if it has one, with whether its proof verifies.
+    pub fn window_override(
+        &self,
+        set: cmset_core::set::SetRef<'_>,
+    ) -> Option<cmset_core::break_glass::Override> {
+        let keys = self.proof_keys.get().map(|k| k.all()).unwrap_or_default();
+        cmset_core::break_glass::judge(set, &keys)
     }
 
     /// Applies one event of the ChangeWindow watch: the windows are parsed again from `listed` (the
