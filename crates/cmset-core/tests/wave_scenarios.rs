@@ -1861,8 +1861,7 @@ fn an_override_lets_a_held_immediate_rotation_through() {
     world.now += 10;
     world.settle();
     assert_eq!(world.reads("first"), old);
-    let value = override_value(&world.rollout()).unwrap();
-    world.annotate(labels::WINDOW_OVERRIDE, Some(&value));
+    world.break_glass("ana", "2027-01-15T08:07:00Z");
     world.now += 60;
     world.settle();
     let new = world.current();
