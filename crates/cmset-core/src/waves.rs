@@ -282,7 +282,8 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
         },
     };
     rollout.waves = waves.clone();
-    // Held by a person, the rollout is planned as progressing; it is held again below if it still is.
+    // Held (by a person or a window), the rollout is planned as progressing; it is held again below if
+    // it still is.
     let held_before = rollout
         .phase
         .is_under_way()
@@ -559,7 +560,7 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
     // judged a wave and moved on.
     rollout.analysis.retain(|r| analysis::kept(r, rollout.wave));
     rollout.analysis = analysis::compact(std::mem::take(&mut rollout.analysis));
-    // The hold ended (or another began): the clocks go on with the time they had left.
+    // A person's hold ended (or another hold began): the clocks go on with the time they had left.
     let still_held = frozen_at.is_some() && rollout.held_since == frozen_at;
     if let Some(since) = frozen_at.as_ref().filter(|_| !still_held) {
         resume_clocks(&mut rollout, &mut members, since, now);
@@ -610,7 +611,7 @@ fn promotes(promotion: &Promoted<'_>, rollout: &RolloutStatus, wave: i32) -> boo
     }
 }
 
-/// A hold that began at `since` is over at `now`: every clock of the rollout that was running when it
+/// A person's hold (paused, awaiting promotion) that began at `since` is over at `now`: every clock of the rollout that was running when it
 /// began, or was started while it lasted (at `since`), moves later by its length in whole seconds.
 /// Each deadline, stabilization window and analysis interval then has the time it had left.
 fn resume_clocks(rollout: &mut RolloutStatus, members: &mut [Member<'_>], since: &Time, now: &Time) {
@@ -699,8 +700,8 @@ struct JudgedWave {
     due_now: Vec<AnalysisRunStatus>,
 }
 
-/// Where the wave being judged stands: its stage, the rollout's clock (which a hold stops), and since
-/// when all its workloads are healthy (only measurements from then on can pass it).
+/// Where the wave being judged stands: its stage, the rollout's clock (which a person's hold stops),
+/// and since when all its workloads are healthy (only measurements from then on can pass it).
 struct Judging<'a> {
     stage: WaveStage,
     clock: &'a Time,
