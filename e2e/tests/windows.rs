@@ -277,8 +277,8 @@ async fn a_rollout_failing_inside_a_deny_window_is_still_rolled_back() {
     let _operator = Operator::start(&ns.name).await;
     let rollout = "\n    autoRollback: true";
     let v1 = write_set(&ns, SET, "one", rollout);
-    // Its own progress deadline is short: a held rollout's clock stands still, but a workload that
-    // reports failure fails it all the same.
+    // Its own progress deadline is short: a workload that reports failure fails a held rollout at once
+    // (window_judgement.rs shows cmset's own deadline running in a window too).
     ns.apply(
         &wave_deployment_yaml(FIRST, 0, SET)
             .replace("progressDeadlineSeconds: 3600", "progressDeadlineSeconds: 10"),

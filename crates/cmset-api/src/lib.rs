@@ -378,8 +378,9 @@ pub struct RolloutStatus {
     #[serde(default)]
     pub waves: Vec<i32>,
     /// When every workload of the wave in progress was last seen complete and healthy, while it still
-    /// is: the stabilization window counts from here. A hold stops that clock: when the rollout goes
-    /// on, this moves later by the time it was held.
+    /// is: the stabilization window counts from here. A pause or a wait for a promotion stops that
+    /// clock: when the rollout goes on, this moves later by the time it was held. A change window
+    /// does not stop it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wave_healthy_since: Option<Time>,
     /// When this rollout began.
@@ -388,8 +389,10 @@ pub struct RolloutStatus {
     /// Why it failed, naming the workload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// Since when it has been `Paused` or `AwaitingPromotion`. While held, no deadline, window or
-    /// analysis interval runs out: the rollout's clocks stand still at this instant.
+    /// Since when it has been `Paused`, `AwaitingPromotion` or `Waiting`. While a person holds it
+    /// (`Paused`, `AwaitingPromotion`), no deadline, window or analysis interval runs out: the
+    /// rollout's clocks stand still at this instant. A change window (`Waiting`) holds moves only:
+    /// the workloads already moved keep their deadlines, stabilization and analysis.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_since: Option<Time>,
     /// While `Waiting`: `OutsideWindow` (Allow windows apply and none is open) or the name of the open
@@ -443,7 +446,8 @@ impl RolloutPhase {
         )
     }
 
-    /// Held: nothing moves and no clock of the rollout runs.
+    /// Held: nothing more moves to the revision and no next wave opens. (Only `Paused` and
+    /// `AwaitingPromotion` also stop the rollout's clocks.)
     pub fn is_held(self) -> bool {
         matches!(self, Self::Paused | Self::AwaitingPromotion | Self::Waiting)
     }

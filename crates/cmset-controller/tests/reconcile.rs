@@ -1595,6 +1595,57 @@ fn waved(name: &str, configmap: &str, wave: Option<&str>) -> Deployment {
     deployment
 }
 
+/// A ChangeWindow `freeze` of the set's namespace denying moves from 07:00 to 09:00 UTC every day: the
+/// fixed clock (08:00) is inside it.
+fn freeze() -> cmset_api::ChangeWindow {
+    serde_json::from_value(json!({
+        "apiVersion": "cmset.dev/v1alpha1", "kind": "ChangeWindow",
+        "metadata": {"name": "freeze"},
+        "spec": {
+            "namespaces": [NS],
+            "windows": [{"kind": "Deny", "schedule": "0 7 * * *", "duration": "2h"}]
+        }
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_window_starting_or_ending_over_a_set_with_nothing_to_move_sends_no_request() {
+    // A set without spec.rollout whose reader runs its current revision (and is not healthy yet: it
+    // has no status), settled without windows.
+    let mut world = World::new();
+    let deployment = web(V1, true);
+    world.add_deployment(&deployment);
+    let set = settle(&mut world, &nginx_set("1"));
+    assert_eq!(set.status.as_ref().unwrap().rollout, None);
+
+    // The freeze begins: the set is held, and has nothing to move. No status write, no Event.
+    let freeze = Arc::new(freeze());
+    world
+        .index
+        .handle_change_window(&watcher::Event::InitDone, std::slice::from_ref(&freeze));
+    let held = cmset_core::window_hold::window_state(
+        (&set).into(),
+        &world.index.cluster_windows_for((&set).into()),
+        fixed_clock()().0,
+    );
+    assert!(held.held.is_some(), "the freeze holds the set: {held:?}");
+    let (result, seen) = reconcile_set(&world, &set).await;
+    result.unwrap();
+    assert_no_requests(&seen);
+    let (result, seen) = reconcile_deployment(&world, &set, &deployment).await;
+    result.unwrap();
+    assert_no_requests(&seen);
+
+    // The freeze ends (the ChangeWindow is deleted): still nothing to say.
+    world
+        .index
+        .handle_change_window(&watcher::Event::Delete((*freeze).clone()), &[]);
+    let (result, seen) = reconcile_set(&world, &set).await;
+    result.unwrap();
+    assert_no_requests(&seen);
+}
+
 #[tokio::test]
 async fn a_workload_of_a_later_wave_sends_no_request_until_its_wave_opens() {
     let mut world = World::new();

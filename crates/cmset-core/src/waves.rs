@@ -19,14 +19,23 @@
 //! - **AwaitingPromotion** (`spec.rollout.promotion: Manual`): a wave that is done and stable does not
 //!   open the next one until the set records a promotion of that wave (`kubectl cmset promote`).
 //!   After the last wave nothing is left to promote: the rollout completes.
+//! - Paused and AwaitingPromotion stop the rollout's clocks (a person is looking): no deadline,
+//!   stabilization window or analysis interval runs out, and each has the time it had left when the
+//!   hold ends.
+//! - **Waiting** (a change window holds it): no workload is moved to the revision and no wave opens,
+//!   but the clocks run. A window holds moves, not judgement: a workload already moved that is not
+//!   healthy by its deadline fails the rollout (and is rolled back, with `autoRollback`), and a wave
+//!   that becomes healthy and stable, its analysis passed, opens the next as soon as the window lets it.
 //!
 //! - **Immediate** (`spec.rollout.strategy`): every reader moves at once, with no wave, pause,
 //!   budget or rollback. Only a change window that binds the set holds it: the readers that would
 //!   move wait where they stand (**Waiting**), and move when the window opens.
 //!
 //! Workloads pinned by a manual rollback take no part. A set is tracked only when it asks for it
-//! (`spec.rollout`), a workload that reads it has a wave, or a rollout of its current revision is still
-//! recorded as unfinished; otherwise every workload moves at once, as before waves existed.
+//! (`spec.rollout`), a workload that reads it has a wave, a hold (pause, window) keeps a reader of it
+//! from moving, or a rollout of its current revision is recorded (until the revision changes);
+//! otherwise every workload moves at once, as before waves existed. So a hold of a set with nothing
+//! to move makes no rollout record: no phantom rollout starts, fails or completes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -180,15 +189,35 @@ fn failure(member: &Member<'_>, deadline: i64, now: &Time) -> Option<String> {
     }
 }
 
+/// Whether `member` would move to the current revision if nothing held it: a hold makes it wait. A
+/// workload naming the bare set opts in, and a hold never keeps it from its first start.
+fn waits_to_move(member: &Member<'_>) -> bool {
+    member.entry.state == WorkloadState::Pending && !member.opting_in
+}
+
+/// Whether a rollout in `phase` is planned on a stopped clock: a person holds it (paused, or awaiting
+/// a promotion) and is looking. A change window holds moves only, never the judgement of what moved.
+fn stops_clocks(phase: RolloutPhase) -> bool {
+    matches!(phase, RolloutPhase::Paused | RolloutPhase::AwaitingPromotion)
+}
+
 /// Plans the rollout of `input.current` for `members`.
 pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcome {
     let unfinished = input
         .previous
         .is_some_and(|p| p.revision == input.current && p.phase != RolloutPhase::Complete);
+    // A completed rollout's record stays until the revision changes: dropping it would change the
+    // notifications' once-per keys, and announce the same rollout again.
+    let completed = input
+        .previous
+        .is_some_and(|p| p.revision == input.current && p.phase == RolloutPhase::Complete);
+    // A hold (a pause, a change window) tracks a set only while a reader of it waits to move: the
+    // hold of a set with nothing to move makes no rollout, so it starts, fails or completes none.
+    let on_hold = input.paused || input.windows.held.is_some();
     let tracked = input.spec.is_some()
-        || input.paused
-        || input.windows.held.is_some()
+        || (on_hold && members.iter().any(waits_to_move))
         || members.iter().any(|m| *m.wave != Wave::Number(0))
+        || completed
         || unfinished;
     // Rotated credentials reach every reader at once: no wave, pause or budget; only windows bind.
     if input.immediate {
@@ -207,12 +236,13 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
     let spec = input.spec.cloned().unwrap_or_default();
     let now = input.now;
     let fresh = input.previous.is_none_or(|p| p.revision != input.current);
-    // A held rollout (paused, awaiting promotion) is planned on its own clock, which stands still at
-    // the instant the hold began: no deadline, window or interval runs out while it is held. When the
-    // hold ends, its clocks move later by the hold's length (see `resume_clocks`).
+    // A rollout held by a person (paused, awaiting promotion) is planned on its own clock, which
+    // stands still at the instant the hold began: no deadline, window or interval runs out while a
+    // person looks. When the hold ends, its clocks move later by the hold's length (see
+    // `resume_clocks`). A change window holds moves, not judgement: its rollout runs on `now`.
     let frozen_at = input
         .previous
-        .filter(|p| !fresh && p.phase.is_under_way())
+        .filter(|p| !fresh && stops_clocks(p.phase))
         .and_then(|p| p.held_since.clone());
     let clock = frozen_at.clone().unwrap_or_else(|| now.clone());
     let clock = &clock;
@@ -253,7 +283,8 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
         },
     };
     rollout.waves = waves.clone();
-    // Held by a person, the rollout is planned as progressing; it is held again below if it still is.
+    // Held (by a person or a window), the rollout is planned as progressing; it is held again below if
+    // it still is.
     let held_before = rollout
         .phase
         .is_under_way()
@@ -420,10 +451,11 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
     }
 
     // Paused, or outside the windows, the rollout is held wherever it stands (the gate keeps every
-    // workload not moved yet).
+    // workload not moved yet). A wave that awaits its promotion awaits it inside a window too: a
+    // person is asked, and its clocks stop.
     if rollout.phase == RolloutPhase::Progressing && input.paused {
         held = Some(RolloutPhase::Paused);
-    } else if rollout.phase == RolloutPhase::Progressing && window_hold.is_some() {
+    } else if rollout.phase == RolloutPhase::Progressing && window_hold.is_some() && held.is_none() {
         held = Some(RolloutPhase::Waiting);
     }
     if let Some(phase) = held.filter(|_| rollout.phase == RolloutPhase::Progressing) {
@@ -451,7 +483,11 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
             }
         }
     }
-    if was_waiting && rollout.phase != RolloutPhase::Waiting {
+    // Released by the windows (or let through them): it goes on. A rollout that failed, or that a
+    // person holds now, does not resume.
+    let released =
+        window_hold.is_none() && !matches!(rollout.phase, RolloutPhase::Failed | RolloutPhase::Paused);
+    if was_waiting && released {
         let why = if overridden && input.windows.held.is_some() {
             let by = input
                 .window_override_by
@@ -525,7 +561,7 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
     // judged a wave and moved on.
     rollout.analysis.retain(|r| analysis::kept(r, rollout.wave));
     rollout.analysis = analysis::compact(std::mem::take(&mut rollout.analysis));
-    // The hold ended (or another began): the clocks go on with the time they had left.
+    // A person's hold ended (or another hold began): the clocks go on with the time they had left.
     let still_held = frozen_at.is_some() && rollout.held_since == frozen_at;
     if let Some(since) = frozen_at.as_ref().filter(|_| !still_held) {
         resume_clocks(&mut rollout, &mut members, since, now);
@@ -535,9 +571,11 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
         .into_iter()
         .map(|m| decide_entry(m, &rollout, deadline, input, clock))
         .collect();
-    // Held, nothing runs out: the next look comes with the change that ends the hold, or when the
-    // windows may let it go. Under way, it looks again when the windows may begin to hold it.
-    let held_now = rollout.phase.is_held();
+    // Held by a person, nothing runs out: the next look comes with the change that ends the hold.
+    // Held by a window, the clocks run: it looks again at the first deadline, end of stabilization or
+    // due measurement, or when the windows may let it go. Under way, it also looks again when the
+    // windows may begin to hold it.
+    let held_now = stops_clocks(rollout.phase);
     let window_recheck = match rollout.phase {
         RolloutPhase::Waiting => rollout.next_window.as_ref().map(|t| t.0),
         RolloutPhase::Progressing => input.windows.changes_at,
@@ -556,7 +594,7 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
         entries,
         recheck_in: recheck,
         events,
-        // Held, nothing is measured either.
+        // Held by a person, nothing is measured either.
         analysis_due: if held_now { Vec::new() } else { analysis_due },
     }
 }
@@ -574,7 +612,7 @@ fn promotes(promotion: &Promoted<'_>, rollout: &RolloutStatus, wave: i32) -> boo
     }
 }
 
-/// A hold that began at `since` is over at `now`: every clock of the rollout that was running when it
+/// A person's hold (paused, awaiting promotion) that began at `since` is over at `now`: every clock of the rollout that was running when it
 /// began, or was started while it lasted (at `since`), moves later by its length in whole seconds.
 /// Each deadline, stabilization window and analysis interval then has the time it had left.
 fn resume_clocks(rollout: &mut RolloutStatus, members: &mut [Member<'_>], since: &Time, now: &Time) {
@@ -663,8 +701,8 @@ struct JudgedWave {
     due_now: Vec<AnalysisRunStatus>,
 }
 
-/// Where the wave being judged stands: its stage, the rollout's clock (which a hold stops), and since
-/// when all its workloads are healthy (only measurements from then on can pass it).
+/// Where the wave being judged stands: its stage, the rollout's clock (which a person's hold stops),
+/// and since when all its workloads are healthy (only measurements from then on can pass it).
 struct Judging<'a> {
     stage: WaveStage,
     clock: &'a Time,

@@ -1,9 +1,14 @@
-//! A held rollout's clocks stand still (issue 25, "pause stops the clocks"), over random rollouts:
+//! A rollout held by a person has stopped clocks (issue 25, "pause stops the clocks"); one held by a
+//! change window does not (issue 36, "a window holds moves, not judgement"). Over random rollouts:
 //!
 //! - paused (or awaiting promotion) for any length of time, a rollout never fails because time passed:
 //!   only a failure its workloads report fails it;
 //! - when the hold ends, each workload's deadline has exactly the time it had left when the hold began
-//!   (in whole seconds, as the API keeps them), however long the hold lasted.
+//!   (in whole seconds, as the API keeps them), however long the hold lasted;
+//! - whatever the change windows do, a workload moved at `t0` and never healthy fails the rollout (and
+//!   is rolled back) at `t0 + progressDeadlineSeconds`, and the planner looks again by then;
+//! - a set without `spec.rollout` whose readers all run its current revision gets no rollout record,
+//!   no event and no timer from a window (or a pause), whatever its readers' health.
 //!
 //! The planner is driven directly ([`plan_waves`]) with what the status recorded, as after a restart.
 
@@ -41,6 +46,18 @@ fn entry(name: &str, moved: i64) -> WorkloadStatus {
         moved_at: Some(at(moved)),
         previous_revision: Some(PREVIOUS.into()),
         ..WorkloadStatus::default()
+    }
+}
+
+/// A rollout of two waves in wave 0, under way and not held.
+fn progressing() -> RolloutStatus {
+    RolloutStatus {
+        revision: CURRENT.into(),
+        phase: RolloutPhase::Progressing,
+        wave: 0,
+        waves: vec![0, 1],
+        started_at: Some(at(0)),
+        ..RolloutStatus::default()
     }
 }
 
@@ -179,6 +196,15 @@ impl Case {
     }
 }
 
+/// Any health a reader may have when a window starts, a reported failure included.
+fn any_health() -> impl Strategy<Value = Health> {
+    prop_oneof![
+        Just(Health::Healthy),
+        Just(Health::Progressing),
+        Just(Health::Failed("crashed".into())),
+    ]
+}
+
 fn health() -> impl Strategy<Value = Health> {
     prop_oneof![
         3 => Just(Health::Progressing),
@@ -219,31 +245,45 @@ proptest! {
         }
     }
 
-    /// Held by a change window for any length of time: the same as paused (no failure by time, the
-    /// hold's instant kept), and it looks again when the window opens.
+    /// A window holds moves, not judgement: whatever the windows do (holding or not, opening soon or
+    /// late), a workload moved at `moved` that never becomes healthy fails the rollout and is rolled
+    /// back exactly at its deadline; until then the rollout is under way, `Waiting` while a window
+    /// holds it, and the planner always looks again by the deadline.
     #[test]
-    fn a_rollout_held_by_a_window_never_fails_by_time(
-        deadline in 1_000..3_600i32,
-        moved in prop::collection::vec(0..1_000i64, 1..4),
-        healths in prop::collection::vec(health(), 4),
-        later in prop::collection::vec(0..10_000_000i64, 1..5),
+    fn a_window_never_stops_a_moved_workloads_deadline(
+        deadline in 60..3_600i32,
+        moved in 0..1_000i64,
+        history in prop::collection::vec((1..900i64, any::<bool>(), 1..100_000i64), 1..12),
+        held_at_deadline in any::<bool>(),
     ) {
-        let healths = healths[..moved.len()].to_vec();
-        let hold_at = *moved.iter().max().unwrap();
-        let mut case = Case::new(deadline, held(RolloutPhase::Waiting, hold_at), &moved, healths);
-        let mut now = hold_at;
-        for step in later {
+        let mut case = Case::new(deadline, progressing(), &[moved], vec![Health::Progressing]);
+        let due = moved + i64::from(deadline);
+        let plan = |case: &Case, now: i64, held: bool, opens_in: i64| if held {
+            case.plan_outside_windows(now, now + opens_in)
+        } else {
+            case.plan(now, false)
+        };
+        let mut now = moved;
+        for (step, held, opens_in) in history {
             now += step;
-            let opens = now + 60;
-            let outcome = case.plan_outside_windows(now, opens);
+            if now >= due {
+                break;
+            }
+            let outcome = plan(&case, now, held, opens_in);
             let rollout = outcome.rollout.clone().unwrap();
-            prop_assert_eq!(rollout.phase, RolloutPhase::Waiting, "{:?}", rollout);
-            prop_assert_eq!(rollout.held_since, Some(at(hold_at)));
-            prop_assert_eq!(rollout.next_window, Some(at(opens)));
-            prop_assert_eq!(outcome.recheck_in.map(|d| d.as_secs()), Some(60));
+            let phase = if held { RolloutPhase::Waiting } else { RolloutPhase::Progressing };
+            prop_assert_eq!(rollout.phase, phase, "{:?}", rollout);
+            let left = outcome.recheck_in.map(|d| i64::try_from(d.as_secs()).unwrap());
+            prop_assert!(left.is_some_and(|left| left <= due - now), "{:?} at {} for {}", left, now, due);
             prop_assert!(outcome.entries.iter().all(|e| e.state != WorkloadState::RolledBack));
             case.record(&outcome);
         }
+        let outcome = plan(&case, due, held_at_deadline, 3_600);
+        let rollout = outcome.rollout.clone().unwrap();
+        prop_assert_eq!(rollout.phase, RolloutPhase::Failed, "{:?}", rollout);
+        let w0 = outcome.entries.iter().find(|e| e.name == "w0").unwrap();
+        prop_assert_eq!(w0.state, WorkloadState::RolledBack);
+        prop_assert_eq!(seconds(w0.moved_at.as_ref().unwrap()), moved, "no clock was shifted");
     }
 
     /// A rollback is never held: a workload that reports failure while a window holds the rollout
@@ -299,5 +339,100 @@ proptest! {
         prop_assert_eq!(just_before.phase, RolloutPhase::Progressing);
         let at_deadline = case.plan(resumed_at + left, false).rollout.unwrap();
         prop_assert_eq!(at_deadline.phase, RolloutPhase::Failed);
+    }
+
+    /// No phantom rollouts: a set without `spec.rollout` whose readers (of no wave) all run its
+    /// current revision, or are pinned by a rollback, has nothing to move. Whatever the windows and a
+    /// pause do over time, and whatever its readers' health (one failing at the very moment a window
+    /// starts), it gets no rollout record, no event, no timer and no measurement, and no reader changes
+    /// state. (A record of an earlier revision's rollout, if any, goes: it is not this revision's.)
+    #[test]
+    fn a_hold_never_makes_a_rollout_for_a_set_with_nothing_to_move(
+        readers in prop::collection::vec((any_health(), any::<bool>()), 1..5),
+        earlier in prop::option::of(prop_oneof![
+            Just(RolloutPhase::Complete),
+            Just(RolloutPhase::Failed),
+            Just(RolloutPhase::Waiting),
+        ]),
+        history in prop::collection::vec((1..100_000i64, any::<bool>(), any::<bool>()), 1..8),
+    ) {
+        let waves: Vec<Wave> = readers.iter().map(|_| Wave::Number(0)).collect();
+        let entries: Vec<WorkloadStatus> = readers
+            .iter()
+            .enumerate()
+            .map(|(i, (_, pinned))| WorkloadStatus {
+                kind: "Deployment".into(),
+                name: format!("w{i}"),
+                uid: format!("uid-w{i}"),
+                revision: if *pinned { PREVIOUS.into() } else { CURRENT.into() },
+                state: if *pinned { WorkloadState::Pinned } else { WorkloadState::Current },
+                rolled_out: Some(CURRENT.into()),
+                ..WorkloadStatus::default()
+            })
+            .collect();
+        let previous = earlier.map(|phase| RolloutStatus {
+            revision: PREVIOUS.into(),
+            phase,
+            started_at: Some(at(0)),
+            ..RolloutStatus::default()
+        });
+        let previous_entries: BTreeMap<String, WorkloadStatus> =
+            entries.iter().map(|e| (e.uid.clone(), e.clone())).collect();
+        let revisions = BTreeSet::from([CURRENT.to_string(), PREVIOUS.to_string()]);
+        let waiting = BTreeMap::new();
+        let mut now = 0;
+        for (step, window, paused) in history {
+            now += step;
+            let windows = if window {
+                WindowState {
+                    held: Some(WindowHold {
+                        reason: "freeze".into(),
+                        by: "Deny window of ChangeWindow freeze".into(),
+                        opens_at: Some(at(now + 3_600).0),
+                    }),
+                    changes_at: Some(at(now + 3_600).0),
+                    invalid: false,
+                }
+            } else {
+                WindowState::default()
+            };
+            let clock = at(now);
+            let input = WaveInput {
+                spec: None,
+                current: CURRENT,
+                previous: previous.as_ref(),
+                previous_entries: &previous_entries,
+                revisions: &revisions,
+                now: &clock,
+                paused,
+                manual_promotion: false,
+                promoted: None,
+                budget_waiting: &waiting,
+                namespace: "team",
+                analysis: None,
+                immediate: false,
+                windows: &windows,
+                window_override: None,
+                window_override_by: None,
+            };
+            let members = entries
+                .iter()
+                .zip(&readers)
+                .zip(&waves)
+                .map(|((e, (health, _)), wave)| Member {
+                    entry: e.clone(),
+                    kind: WorkloadKind::Deployment,
+                    wave,
+                    health,
+                    opting_in: false,
+                })
+                .collect();
+            let outcome = plan_waves(&input, members);
+            prop_assert_eq!(&outcome.rollout, &None, "window {}, paused {}", window, paused);
+            prop_assert!(outcome.events.is_empty(), "{:?}", outcome.events);
+            prop_assert_eq!(outcome.recheck_in, None);
+            prop_assert!(outcome.analysis_due.is_empty());
+            prop_assert_eq!(&outcome.entries, &entries);
+        }
     }
 }
