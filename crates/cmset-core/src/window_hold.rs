@@ -5,6 +5,9 @@
 //! A window holds only moves to a new revision and the opening of waves. Rollbacks, a new workload's
 //! first start, revisions and history are never held: the callers ask this only where a move forward
 //! is decided. A set whose strategy is `Immediate` is never held.
+//!
+//! Windows fail closed: when the operator does not know the cluster's windows (their watch has not
+//! listed them yet, may not, or its list fails), [`verdict`] holds every move until it does.
 
 use std::collections::BTreeMap;
 
@@ -36,6 +39,8 @@ pub struct WindowState {
     pub changes_at: Option<Timestamp>,
     /// The set's windows could not be read: the set is invalid, and its own windows are left out.
     pub invalid: bool,
+    /// The cluster's windows are unknown now, and why: every move is held (see [`verdict`]).
+    pub cluster_unknown: Option<WindowsUnknown>,
 }
 
 impl WindowState {
@@ -62,11 +67,101 @@ pub fn window_state(set: SetRef<'_>, cluster: &[Window], now: Timestamp) -> Wind
             held: None,
             changes_at: until,
             invalid,
+            cluster_unknown: None,
         },
         Verdict::Held { reason, by, opens_at } => WindowState {
             held: Some(WindowHold { reason, by, opens_at }),
             changes_at: opens_at,
             invalid,
+            cluster_unknown: None,
+        },
+    }
+}
+
+/// `status.rollout.reason` of a rollout held because the cluster's windows are unknown.
+pub const UNKNOWN_REASON: &str = "ChangeWindowsUnknown";
+
+/// The cluster's windows that apply to one set, as the operator sees them now.
+#[derive(Clone, Debug)]
+pub enum ClusterView {
+    /// Listed: these select the set (none, when none does, the CRD is absent, or an install turned
+    /// cluster windows off).
+    Known(Vec<Window>),
+    /// Not known: any freeze may be in force.
+    Unknown(WindowsUnknown),
+}
+
+/// Why the operator does not know the cluster's ChangeWindows now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WindowsUnknown {
+    pub cause: UnknownCause,
+    /// What the API server answered, for people (an API error's status, never a secret).
+    pub detail: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum UnknownCause {
+    /// Their watch has not delivered its first list yet (and has run past its patience).
+    NotListed,
+    /// The operator may not list them (403): its RBAC lacks `changewindows`.
+    Forbidden,
+    /// Their list failed otherwise (a 5xx, a timeout).
+    ListFailed,
+}
+
+impl UnknownCause {
+    pub const ALL: [Self; 3] = [Self::NotListed, Self::Forbidden, Self::ListFailed];
+
+    /// The reason of the set's condition `ChangeWindowsKnown`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::NotListed => "ChangeWindowsNotListed",
+            Self::Forbidden => "ChangeWindowsForbidden",
+            Self::ListFailed => "ChangeWindowsListFailed",
+        }
+    }
+
+    /// The `cause` label of the metric `cmset_change_windows_unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotListed => "not_listed",
+            Self::Forbidden => "forbidden",
+            Self::ListFailed => "list_failed",
+        }
+    }
+}
+
+impl WindowsUnknown {
+    /// For people: what is unknown, why, and what waits.
+    pub fn message(&self) -> String {
+        let why = match self.cause {
+            UnknownCause::NotListed => "has not listed them yet",
+            UnknownCause::Forbidden => "may not list them",
+            UnknownCause::ListFailed => "could not list them",
+        };
+        format!(
+            "the operator {why} ({}): the cluster's ChangeWindows are unknown, so moves wait until they are listed",
+            self.detail
+        )
+    }
+}
+
+/// The windows' verdict for `set` at `now`, from what the operator sees of the cluster's windows:
+/// when they are known, [`window_state`]; when not, every move is held (`ChangeWindowsUnknown`),
+/// whatever the set's strategy, since any freeze may be in force. Only their watch listing them ends
+/// that hold, so it names no instant.
+pub fn verdict(set: SetRef<'_>, cluster: &ClusterView, now: Timestamp) -> WindowState {
+    match cluster {
+        ClusterView::Known(windows) => window_state(set, windows, now),
+        ClusterView::Unknown(unknown) => WindowState {
+            held: Some(WindowHold {
+                reason: UNKNOWN_REASON.to_string(),
+                by: unknown.message(),
+                opens_at: None,
+            }),
+            changes_at: None,
+            invalid: window_state(set, &[], now).invalid,
+            cluster_unknown: Some(unknown.clone()),
         },
     }
 }

@@ -120,6 +120,7 @@ impl Case {
             }),
             changes_at: Some(at(opens).0),
             invalid: false,
+            cluster_unknown: None,
         };
         self.plan_windowed(now, false, &windows)
     }
