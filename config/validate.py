@@ -434,6 +434,13 @@ def check_aggregates(chk, builds, cluster_role_atoms):
             if "view" in aggregates:
                 writes = sorted(a for a in atoms if a[2] not in ("get", "list", "watch"))
                 chk.rule(name, not writes, f"{ident(role)}, aggregated into view, grants more than reading: {writes}")
+            # Status is cmset's: a tenant (edit) may read it, never write it (a forged status would
+            # steer rollouts and notifications). Only a namespace admin may, to grant it to the operator.
+            if "edit" in aggregates:
+                status = sorted(a for a in atoms if a[0] in ("cmset.dev", "*")
+                                and (a[1].endswith("/status") or a[1] in ("*", "*/status"))
+                                and a[2] not in ("get", "list", "watch"))
+                chk.rule(name, not status, f"{ident(role)}, aggregated into edit, lets tenants write status: {status}")
     # The built-in admin role holds every verb the operator's Role has on core, apps and batch resources;
     # the rest must come from the roles aggregated into admin.
     if "config/namespaced/cluster-admin" in builds:
@@ -614,6 +621,8 @@ def self_test(chk, crds):
         ("view reads every core resource", role("view", [{"apiGroups": [""], "resources": ["*"], "verbs": ["list"]}])),
         ("edit watches every group's secrets", role("edit", [{"apiGroups": ["*"], "resources": ["secrets"], "verbs": ["watch"]}])),
         ("view patches a set", role("view", [{"apiGroups": ["cmset.dev"], "resources": ["secretsets"], "verbs": ["patch"]}])),
+        ("edit patches a set's status", role("edit", [{"apiGroups": ["cmset.dev"], "resources": ["configmapsets/status"], "verbs": ["patch"]}])),
+        ("edit updates every cmset.dev subresource", role("edit", [{"apiGroups": ["cmset.dev"], "resources": ["*"], "verbs": ["update"]}])),
     ]
     for label, obj in bad_roles:
         scratch = Checker(chk.k8s_version)
@@ -691,7 +700,7 @@ def main():
         check_aggregates(chk, builds, atoms)
         if len(chk.failures) == before:
             print("  ok    the roles aggregated into admin/edit/view grant nothing on Secrets, view's only read, "
-                  "and admin's let a namespace admin grant the operator its Role")
+                  "edit's write no status, and admin's let a namespace admin grant the operator its Role")
 
     check_dev_webhooks(chk, builds)
 
