@@ -192,3 +192,38 @@ async fn with_change_windows_off_a_change_inside_a_cluster_deny_moves() {
     );
     delete_freeze(&ns, &freeze).await;
 }
+
+/// Status is cmset's (issue 36, item 7): a tenant with the built-in `edit` and cmset's `cmset-edit` in
+/// its namespace manages its sets, and may read their status, but never write it (a forged status
+/// would steer rollouts and notifications).
+#[tokio::test]
+async fn a_tenant_with_edit_and_cmset_edit_manages_sets_but_cannot_write_their_status() {
+    let ns = TestNamespace::new("tenantstatus").await;
+    let tenant = cmset_e2e::tenant::Tenant::bind(&ns, "alice");
+    for resource in ["configmapsets", "secretsets"] {
+        assert!(tenant.can("patch", resource), "alice manages {resource}");
+        assert!(tenant.can("get", &format!("{resource}/status")), "alice reads their status");
+        for verb in ["patch", "update", "create", "delete"] {
+            assert!(
+                !tenant.can(verb, &format!("{resource}/status")),
+                "alice may {verb} {resource}/status"
+            );
+        }
+    }
+    write_set(&ns, "one");
+    let refused = tenant
+        .try_kubectl(
+            &[
+                "patch",
+                "configmapset",
+                SET,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                r#"{"status":{"currentRevision":"forged"}}"#,
+            ],
+            None,
+        )
+        .expect_err("the API server refuses the tenant's status patch");
+    assert!(refused.contains("forbidden"), "{refused}");
+}
