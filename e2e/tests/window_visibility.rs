@@ -202,7 +202,10 @@ async fn a_tenant_with_edit_and_cmset_edit_manages_sets_but_cannot_write_their_s
     let tenant = cmset_e2e::tenant::Tenant::bind(&ns, "alice");
     for resource in ["configmapsets", "secretsets"] {
         assert!(tenant.can("patch", resource), "alice manages {resource}");
-        assert!(tenant.can("get", &format!("{resource}/status")), "alice reads their status");
+        assert!(
+            tenant.can("get", &format!("{resource}/status")),
+            "alice reads their status"
+        );
         for verb in ["patch", "update", "create", "delete"] {
             assert!(
                 !tenant.can(verb, &format!("{resource}/status")),
