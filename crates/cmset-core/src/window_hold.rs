@@ -101,7 +101,7 @@ pub struct WindowsUnknown {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum UnknownCause {
-    /// Their watch has not delivered its first list yet (and has run past its patience).
+    /// Their watch has not delivered its first list yet.
     NotListed,
     /// The operator may not list them (403): its RBAC lacks `changewindows`.
     Forbidden,

@@ -323,13 +323,12 @@ impl Index {
     }
 
     /// Replaces what is seen of the cluster's windows, and counts this index in the gauge of unknown
-    /// windows under its new cause; returns what was seen before.
+    /// windows under its new cause; returns what was seen before. (The gauge changes under the lock,
+    /// so that it cannot miss or double a change made while counting begins.)
     fn see_windows(&self, seen: WindowsSeen) -> WindowsSeen {
         let cause = seen.unknown().map(|u| u.cause);
-        let was = std::mem::replace(
-            &mut *self.cluster_windows.write().unwrap_or_else(|e| e.into_inner()),
-            seen,
-        );
+        let mut current = self.cluster_windows.write().unwrap_or_else(|e| e.into_inner());
+        let was = std::mem::replace(&mut *current, seen);
         let was_cause = was.unknown().map(|u| u.cause);
         if let Some(gauge) = self.windows_unknown_gauge.get()
             && cause != was_cause
@@ -349,10 +348,11 @@ impl Index {
     }
 
     /// From now on this index counts itself in `gauge` while it does not know the cluster's windows.
-    /// (Set once, before the watches start; a second call is ignored.)
+    /// (Set once; a second call is ignored.)
     pub fn count_windows_unknown(&self, gauge: WindowsUnknownGauge) {
+        let current = self.cluster_windows.write().unwrap_or_else(|e| e.into_inner());
         if self.windows_unknown_gauge.set(gauge.clone()).is_ok()
-            && let Some(unknown) = self.windows_unknown()
+            && let Some(unknown) = current.unknown()
         {
             gauge
                 .get_or_create(&WindowsUnknownLabels {
