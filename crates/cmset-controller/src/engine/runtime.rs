@@ -748,3 +748,32 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod windows_tests {
+    use cmset_core::window_hold::UnknownCause;
+    use kube::core::Status;
+
+    use super::windows_list_failure;
+
+    fn answered(code: u16, reason: &str) -> kube::Error {
+        kube::Error::Api(Box::new(Status {
+            code,
+            reason: reason.into(),
+            ..Status::failure("no", reason)
+        }))
+    }
+
+    #[test]
+    fn a_failed_list_of_change_windows_is_unknown_unless_the_crd_is_absent() {
+        let cause = |e: &kube::Error| windows_list_failure(e).map(|u| u.cause);
+        assert_eq!(cause(&answered(404, "NotFound")), None, "no CRD: no windows");
+        assert_eq!(cause(&answered(403, "Forbidden")), Some(UnknownCause::Forbidden));
+        assert_eq!(
+            cause(&answered(503, "ServiceUnavailable")),
+            Some(UnknownCause::ListFailed)
+        );
+        let forbidden = windows_list_failure(&answered(403, "Forbidden")).unwrap();
+        assert_eq!(forbidden.detail, "the API server answered 403 Forbidden");
+    }
+}
