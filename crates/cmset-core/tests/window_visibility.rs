@@ -225,3 +225,48 @@ fn a_set_with_nothing_to_move_still_says_the_windows_are_unknown() {
     let condition = plan.status.condition(WINDOWS_KNOWN).expect("the set says why");
     assert_eq!(condition.reason, "ChangeWindowsListFailed");
 }
+
+#[test]
+fn a_rollback_is_not_held_while_the_cluster_windows_are_unknown() {
+    let spec = RolloutSpec {
+        progress_deadline_seconds: 60,
+        auto_rollback: true,
+        ..RolloutSpec::default()
+    };
+    let first = set("1", Some(spec.clone()));
+    let revisions = vec![revision_of(&first, V1, 1)];
+    let mut web = deployment("web", V1);
+    web.health = cmset_core::health::Health::Healthy;
+    let known = ClusterView::Known(Vec::new());
+    let mut settled = first.clone();
+    settled.status = Some(plan(&first, &revisions, &[web.clone()], &known).status);
+
+    // A change moves web, while the windows are known.
+    let mut changed = set("2", Some(spec));
+    changed.metadata.generation = Some(2);
+    changed.status = settled.status.clone();
+    let moving = plan(&changed, &revisions, &[web.clone()], &known);
+    changed.status = Some(moving.status);
+    let revisions = vec![revision_of(&first, V1, 1), revision_of(&changed, V2, 2)];
+
+    // web runs the new revision and fails; now the windows are unknown: the rollback is not held.
+    let mut failing = deployment("web", V2);
+    failing.health = cmset_core::health::Health::Failed("crashed".into());
+    let failed = plan(
+        &changed,
+        &revisions,
+        &[failing],
+        &unknown(UnknownCause::ListFailed),
+    );
+    let rollout = failed.status.rollout.as_ref().expect("a rollout");
+    assert_eq!(rollout.phase, RolloutPhase::Failed, "{rollout:?}");
+    let web = &failed.status.workloads[0];
+    assert_eq!(web.state, WorkloadState::RolledBack, "{web:?}");
+    assert_eq!(web.previous_revision.as_deref(), Some(V1), "{web:?}");
+    assert!(
+        web.message
+            .as_deref()
+            .is_some_and(|m| m.starts_with(&format!("rolled back to {V1}"))),
+        "{web:?}"
+    );
+}
