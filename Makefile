@@ -101,6 +101,10 @@ IMAGE_ARCHIVE := target/image/cmset-controller.oci.tar
 manifests-check: ## Build every kustomization in config/ and validate it offline (kubernetes-validate, CRD schema)
 	@bash config/validate.sh config/monitoring e2e/monitoring/prometheus-operator-crds
 
+.PHONY: dev-config
+dev-config: ## Regenerate config/dev (every webhook of config/webhook at make dev's loopback address)
+	@python3 config/dev/generate.py
+
 .PHONY: image
 image: ## Build the operator's OCI image with buildah (no daemon) into target/image/cmset-controller.oci.tar
 	@IMAGE=$(IMAGE) TAG=$(TAG) CARGO=$(CARGO) bash config/image/build.sh

@@ -444,6 +444,13 @@ def check_aggregates(chk, builds, cluster_role_atoms):
             if "view" in aggregates:
                 writes = sorted(a for a in atoms if a[2] not in ("get", "list", "watch"))
                 chk.rule(name, not writes, f"{ident(role)}, aggregated into view, grants more than reading: {writes}")
+            # Status is cmset's: a tenant (edit) may read it, never write it (a forged status would
+            # steer rollouts and notifications). Only a namespace admin may, to grant it to the operator.
+            if "edit" in aggregates:
+                status = sorted(a for a in atoms if a[0] in ("cmset.dev", "*")
+                                and (a[1].endswith("/status") or a[1] in ("*", "*/status"))
+                                and a[2] not in ("get", "list", "watch"))
+                chk.rule(name, not status, f"{ident(role)}, aggregated into edit, lets tenants write status: {status}")
     # The built-in admin role holds every verb the operator's Role has on core, apps and batch resources;
     # the rest must come from the roles aggregated into admin.
     if "config/namespaced/cluster-admin" in builds:
@@ -536,6 +543,44 @@ def check_webhook(chk, where, by_kind, ns, labels, c, ports, granted):
 
 # --- 3. self-test ----------------------------------------------------------------------------------------------
 
+# Where `make dev` serves the webhook (e2e/dev.sh: --webhook-address 127.0.0.1:9443).
+DEV_LOOPBACK = "https://127.0.0.1:9443"
+WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+
+
+def dev_webhook_problems(shipped_objs, dev_objs):
+    """What is wrong with config/dev's webhooks: each one the install registers (through the Service) must be
+    registered by config/dev too, at the loopback URL with the same path, and nothing more."""
+    def webhooks(objs):
+        return {(o["kind"], o["metadata"]["name"], w["name"]): w.get("clientConfig", {})
+                for o in objs if o["kind"] in WEBHOOK_KINDS for w in o.get("webhooks", [])}
+    shipped, dev = webhooks(shipped_objs), webhooks(dev_objs)
+    problems = [f"{k[0]} {k[1]}: webhook {k[2]} is not registered" for k in sorted(set(shipped) - set(dev))]
+    problems += [f"{k[0]} {k[1]}: webhook {k[2]} is not in the install" for k in sorted(set(dev) - set(shipped))]
+    for k in sorted(set(shipped) & set(dev)):
+        want = DEV_LOOPBACK + shipped[k].get("service", {}).get("path", "/")
+        got = {f: v for f, v in dev[k].items() if f != "caBundle"}
+        if got != {"url": want}:
+            problems.append(f"{k[0]} {k[1]}: webhook {k[2]} is registered as {got}, not at {want}")
+    return problems
+
+
+def check_dev_webhooks(chk, builds):
+    if "config/default" not in builds or "config/dev" not in builds:
+        return
+    problems = dev_webhook_problems(builds["config/default"], builds["config/dev"])
+    for p in problems:
+        chk.fail("config/dev", f"{p} (run `make dev-config`)")
+    chk.rule("config/dev", bool(webhooks_in(builds["config/dev"])), "registers no webhook")
+    if not problems:
+        print(f"  ok    config/dev registers each of the install's {len(webhooks_in(builds['config/dev']))} webhooks "
+              f"at {DEV_LOOPBACK}, with the same path")
+
+
+def webhooks_in(objs):
+    return [w for o in objs if o["kind"] in WEBHOOK_KINDS for w in o.get("webhooks", [])]
+
+
 def self_test(chk, crds):
     """Objects the validation must refuse; fails the run if one of them passes."""
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"},
@@ -562,6 +607,17 @@ def self_test(chk, crds):
     c = copy.deepcopy(cmset); c["spec"]["templat"] = {}; bad.append(("unknown field spec.templat", c))
     c = copy.deepcopy(cmset); c["spec"]["template"]["data"] = {"k": 1}; bad.append(("data value 1 (not a string)", c))
     c = copy.deepcopy(cmset); c["apiVersion"] = "cmset.dev/v1"; bad.append(("ConfigMapSet cmset.dev/v1", c))
+    # config/dev that leaves a webhook at the Service, or forgets one, is refused.
+    install = [{"kind": "ValidatingWebhookConfiguration", "metadata": {"name": "cmset"}, "webhooks": [
+        {"name": n, "clientConfig": {"service": {"name": "cmset-webhook", "path": f"/{n}"}}} for n in ("a", "b")]}]
+    at_service = copy.deepcopy(install)
+    at_service[0]["webhooks"][0]["clientConfig"] = {"url": f"{DEV_LOOPBACK}/a"}
+    chk.rule("self-test", len(dev_webhook_problems(install, at_service)) == 1,
+             "accepted a config/dev that leaves a webhook at the in-cluster Service")
+    forgot = copy.deepcopy(at_service)
+    del forgot[0]["webhooks"][1]
+    chk.rule("self-test", len(dev_webhook_problems(install, forgot)) == 1,
+             "accepted a config/dev that forgets a webhook")
     good = [("a minimal Deployment", deployment), ("a minimal ConfigMapSet", cmset),
             ("a ConfigMapSet in source mode", source), ("a minimal SecretSet", secset)]
     for label, obj in bad:
@@ -583,6 +639,8 @@ def self_test(chk, crds):
         ("view reads every core resource", role("view", [{"apiGroups": [""], "resources": ["*"], "verbs": ["list"]}])),
         ("edit watches every group's secrets", role("edit", [{"apiGroups": ["*"], "resources": ["secrets"], "verbs": ["watch"]}])),
         ("view patches a set", role("view", [{"apiGroups": ["cmset.dev"], "resources": ["secretsets"], "verbs": ["patch"]}])),
+        ("edit patches a set's status", role("edit", [{"apiGroups": ["cmset.dev"], "resources": ["configmapsets/status"], "verbs": ["patch"]}])),
+        ("edit updates every cmset.dev subresource", role("edit", [{"apiGroups": ["cmset.dev"], "resources": ["*"], "verbs": ["update"]}])),
     ]
     for label, obj in bad_roles:
         scratch = Checker(chk.k8s_version)
@@ -660,7 +718,9 @@ def main():
         check_aggregates(chk, builds, atoms)
         if len(chk.failures) == before:
             print("  ok    the roles aggregated into admin/edit/view grant nothing on Secrets, view's only read, "
-                  "and admin's let a namespace admin grant the operator its Role")
+                  "edit's write no status, and admin's let a namespace admin grant the operator its Role")
+
+    check_dev_webhooks(chk, builds)
 
     # Files copied into config/namespaced must equal their originals (kustomize cannot share single files).
     originals = {key(o): o for n in ("config/rbac", "config/default") for o in builds.get(n, [])}

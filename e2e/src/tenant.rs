@@ -46,9 +46,15 @@ subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: {user}}}]
     }
 
     /// Whether the API server lets the tenant do `verb` on `resource` in its namespace
-    /// (`kubectl auth can-i`).
+    /// (`kubectl auth can-i`). `resource/subresource` asks about the subresource (`configmapsets/status`):
+    /// kubectl itself would read it as the object named `status`, which edit may patch.
     pub fn can(&self, verb: &str, resource: &str) -> bool {
-        self.try_kubectl(&["auth", "can-i", verb, resource], None)
-            .is_ok_and(|out| out.trim() == "yes")
+        let (resource, subresource) = match resource.split_once('/') {
+            Some((resource, sub)) => (resource, Some(format!("--subresource={sub}"))),
+            None => (resource, None),
+        };
+        let mut args = vec!["auth", "can-i", verb, resource];
+        args.extend(subresource.as_deref());
+        self.try_kubectl(&args, None).is_ok_and(|out| out.trim() == "yes")
     }
 }

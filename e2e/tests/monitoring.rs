@@ -126,6 +126,8 @@ fn replica(leader: bool) -> Exporter {
     let db = [("namespace", "team-b"), ("set_kind", "SecretSet"), ("set", "db")];
     exporter.set("cmset_rollout_phase", &with(&db, ("phase", "Failed")), 1.0);
     exporter.set("cmset_leader", &[], if leader { 1.0 } else { 0.0 });
+    // The cluster's ChangeWindows may not be listed: every move waits.
+    exporter.set("cmset_change_windows_unknown", &[("cause", "forbidden")], 1.0);
     exporter
 }
 
@@ -157,6 +159,7 @@ async fn the_alert_rules_evaluate_in_prometheus_on_series_from_two_replicas() {
         let mut alerts: BTreeSet<(String, String, String)> = [
             ("CmsetRolloutFailed", "firing", "db"),
             ("CmsetRolloutStuck", "pending", "web"),
+            ("CmsetChangeWindowsUnknown", "pending", ""),
         ]
         .iter()
         .map(|(a, s, set)| (a.to_string(), s.to_string(), set.to_string()))
@@ -185,7 +188,7 @@ async fn the_alert_rules_evaluate_in_prometheus_on_series_from_two_replicas() {
         .iter()
         .flat_map(|g| g["rules"].as_array().unwrap())
         .collect();
-    assert_eq!(rules.len(), 6, "{groups}");
+    assert_eq!(rules.len(), 7, "{groups}");
     for rule in rules {
         assert_eq!(rule["health"], "ok", "{rule}");
     }

@@ -142,10 +142,14 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             namespace,
             cli.secret_sets,
             analysis,
+            cli.change_windows,
             served,
             budget.clone(),
         );
         scope.index.count_watch_events(metrics.watch_events.clone());
+        scope
+            .index
+            .count_windows_unknown(metrics.change_windows_unknown.clone());
         scopes.scopes.push(scope);
         watches.push(watch);
     }

@@ -297,6 +297,7 @@ fn every_alert_has_a_severity_a_summary_and_a_description() {
         "CmsetWebhookFailingOpen",
         "CmsetNoLeader",
         "CmsetBudgetSaturated",
+        "CmsetChangeWindowsUnknown",
     ]
     .map(String::from)
     .into();

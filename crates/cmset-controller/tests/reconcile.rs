@@ -1624,7 +1624,7 @@ async fn a_window_starting_or_ending_over_a_set_with_nothing_to_move_sends_no_re
     world
         .index
         .handle_change_window(&watcher::Event::InitDone, std::slice::from_ref(&freeze));
-    let held = cmset_core::window_hold::window_state(
+    let held = cmset_core::window_hold::verdict(
         (&set).into(),
         &world.index.cluster_windows_for((&set).into()),
         fixed_clock()().0,
@@ -2644,4 +2644,88 @@ async fn an_override_without_the_webhooks_proof_holds_and_is_refused_once() {
     let (result, seen) = reconcile_set(&world, &changed).await;
     result.unwrap();
     assert_no_requests(&seen);
+}
+
+/// Windows fail closed (issue 36, item 6): an operator that may not list ChangeWindows holds every
+/// move, and each set says why, until a list succeeds; then the sets it held are woken and move.
+#[tokio::test]
+async fn change_windows_that_may_not_be_listed_hold_every_move_and_the_set_says_why_until_they_list() {
+    use cmset_core::window_hold::{UnknownCause, WindowsUnknown};
+    let (mut world, mut receivers) = World::leading();
+    let deployment = web(V1, true);
+    world.add_deployment(&deployment);
+    let set = settle(&mut world, &nginx_set("1"));
+    world.index.watch_windows();
+    world
+        .index
+        .windows_unavailable(WindowsUnknown {
+            cause: UnknownCause::Forbidden,
+            detail: "403 Forbidden".to_string(),
+        })
+        .expect("news");
+    let changed = changed_with_revision(&mut world, &set, "2", V2);
+    while receivers.sets.try_recv().is_ok() {}
+
+    let (result, seen) = reconcile_deployment(&world, &changed, &deployment).await;
+    result.unwrap();
+    assert_no_requests(&seen);
+    let (result, seen) = reconcile_set(&world, &changed).await;
+    result.unwrap();
+    let sent = lines(&seen);
+    assert_eq!(
+        sent[0], "PATCH /apis/cmset.dev/v1alpha1/namespaces/team/configmapsets/nginx-config/status",
+        "{sent:?}"
+    );
+    assert!(
+        sent[1..].iter().all(|l| l.ends_with("/events")),
+        "no revision, no workload is touched: {sent:?}"
+    );
+    let status = &seen[0].body["status"];
+    let condition = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "ChangeWindowsKnown")
+        .expect("the set says why");
+    assert_eq!(
+        (&condition["status"], &condition["reason"]),
+        (&json!("False"), &json!("ChangeWindowsForbidden"))
+    );
+    assert!(
+        condition["message"].as_str().unwrap().contains("403 Forbidden"),
+        "{condition}"
+    );
+    assert_eq!(
+        (&status["rollout"]["phase"], &status["rollout"]["reason"]),
+        (&json!("Waiting"), &json!("ChangeWindowsUnknown"))
+    );
+    let mut held = changed.clone();
+    held.status = Some(serde_json::from_value(status.clone()).unwrap());
+    world.add_set(&held);
+
+    // The list succeeds (no window at all): the set is woken, and the workload moves.
+    world.index.handle_change_window(&watcher::Event::Init, &[]);
+    world.index.handle_change_window(&watcher::Event::InitDone, &[]);
+    let woken = tokio::time::timeout(std::time::Duration::from_secs(5), receivers.sets.next())
+        .await
+        .expect("the held set is woken")
+        .unwrap();
+    assert_eq!(woken.name, "nginx-config");
+    let (result, seen) = reconcile_deployment(&world, &held, &deployment).await;
+    result.unwrap();
+    assert_eq!(
+        lines(&seen)[0],
+        "PATCH /apis/apps/v1/namespaces/team/deployments/web"
+    );
+    let (result, seen) = reconcile_set(&world, &held).await;
+    result.unwrap();
+    let status = &seen[0].body["status"];
+    assert!(
+        !status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "ChangeWindowsKnown"),
+        "known again, the condition is gone: {status}"
+    );
 }

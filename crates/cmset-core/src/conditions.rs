@@ -6,6 +6,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 pub const READY: &str = "Ready";
 pub const STALLED: &str = "Stalled";
+/// `False` while the operator cannot see the cluster's ChangeWindows (its reason names why); absent
+/// while it can.
+pub const WINDOWS_KNOWN: &str = "ChangeWindowsKnown";
 
 /// The desired state of one condition.
 #[derive(Clone, Debug, PartialEq, Eq)]

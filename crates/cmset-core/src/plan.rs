@@ -7,11 +7,11 @@ use std::time::Duration;
 use cmset_api::{
     ConfigMapSetStatus, RevisionStatus, RolloutPhase, RolloutStatus, WorkloadState, WorkloadStatus, labels,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use serde_json::Value;
 
 use crate::break_glass::Override;
-use crate::conditions::{self, Desired, READY, STALLED};
+use crate::conditions::{self, Desired, READY, STALLED, WINDOWS_KNOWN};
 use crate::decide::{self, Identity, Observed};
 use crate::history::{Usage, select_prunable};
 use crate::message::join_capped;
@@ -791,6 +791,7 @@ fn set_status(
         ),
         _ => conditions,
     };
+    let conditions = windows_known(conditions, input);
     ConfigMapSetStatus {
         observed_generation: generation,
         revision: Some(current.number),
@@ -803,6 +804,25 @@ fn set_status(
         // The notifier's, carried as it stands: the planned status compares equal on it, and the set
         // controller's status writes leave it out.
         notifications: previous.notifications.clone(),
+    }
+}
+
+/// `conditions` with `ChangeWindowsKnown` saying why the cluster's windows are unknown (every move
+/// waits for them), or without it while they are known: a set's status names a freeze nobody can read.
+fn windows_known(conditions: Vec<Condition>, input: &SetInput<'_>) -> Vec<Condition> {
+    match &input.windows.cluster_unknown {
+        Some(unknown) => conditions::set(
+            &conditions,
+            Desired {
+                type_: WINDOWS_KNOWN,
+                status: false,
+                reason: unknown.cause.reason(),
+                message: unknown.message(),
+            },
+            input.set.generation(),
+            &input.now,
+        ),
+        None => conditions::remove(&conditions, WINDOWS_KNOWN),
     }
 }
 

@@ -11,6 +11,9 @@
 //! itself exempts that strategy (`spec.exemptStrategies`): the set's namespace writes the strategy,
 //! the admin writes the window. An `Immediate` set's own windows bind it too: like any set's, they only
 //! narrow.
+//!
+//! Windows fail closed: when the operator does not know the cluster's windows (their watch has not
+//! listed them yet, may not, or its list fails), [`verdict`] holds every move until it does.
 
 use std::collections::BTreeMap;
 
@@ -46,6 +49,8 @@ pub struct WindowState {
     /// The set's break-glass override, as the controller judged its proof (see [`crate::break_glass`]);
     /// only a verified one lets its rollout through.
     pub break_glass: Option<Override>,
+    /// The cluster's windows are unknown now, and why: every move is held (see [`verdict`]).
+    pub cluster_unknown: Option<WindowsUnknown>,
 }
 
 impl WindowState {
@@ -90,11 +95,102 @@ pub fn window_state(set: SetRef<'_>, cluster: &[Window], now: Timestamp) -> Wind
             changes_at: until,
             invalid,
             break_glass: None,
+            cluster_unknown: None,
         },
         Verdict::Held { reason, by, opens_at } => WindowState {
             held: Some(WindowHold { reason, by, opens_at }),
             changes_at: opens_at,
             invalid,
+            break_glass: None,
+            cluster_unknown: None,
+        },
+    }
+}
+
+/// `status.rollout.reason` of a rollout held because the cluster's windows are unknown.
+pub const UNKNOWN_REASON: &str = "ChangeWindowsUnknown";
+
+/// The cluster's windows that apply to one set, as the operator sees them now.
+#[derive(Clone, Debug)]
+pub enum ClusterView {
+    /// Listed: these select the set (none, when none does, the CRD is absent, or an install turned
+    /// cluster windows off).
+    Known(Vec<Window>),
+    /// Not known: any freeze may be in force.
+    Unknown(WindowsUnknown),
+}
+
+/// Why the operator does not know the cluster's ChangeWindows now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WindowsUnknown {
+    pub cause: UnknownCause,
+    /// What the API server answered, for people (an API error's status, never a secret).
+    pub detail: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum UnknownCause {
+    /// Their watch has not delivered its first list yet.
+    NotListed,
+    /// The operator may not list them (403): its RBAC lacks `changewindows`.
+    Forbidden,
+    /// Their list failed otherwise (a 5xx, a timeout).
+    ListFailed,
+}
+
+impl UnknownCause {
+    pub const ALL: [Self; 3] = [Self::NotListed, Self::Forbidden, Self::ListFailed];
+
+    /// The reason of the set's condition `ChangeWindowsKnown`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::NotListed => "ChangeWindowsNotListed",
+            Self::Forbidden => "ChangeWindowsForbidden",
+            Self::ListFailed => "ChangeWindowsListFailed",
+        }
+    }
+
+    /// The `cause` label of the metric `cmset_change_windows_unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotListed => "not_listed",
+            Self::Forbidden => "forbidden",
+            Self::ListFailed => "list_failed",
+        }
+    }
+}
+
+impl WindowsUnknown {
+    /// For people: what is unknown, why, and what waits.
+    pub fn message(&self) -> String {
+        let why = match self.cause {
+            UnknownCause::NotListed => "has not listed them yet",
+            UnknownCause::Forbidden => "may not list them",
+            UnknownCause::ListFailed => "could not list them",
+        };
+        format!(
+            "the operator {why} ({}): the cluster's ChangeWindows are unknown, so moves wait until they are listed",
+            self.detail
+        )
+    }
+}
+
+/// The windows' verdict for `set` at `now`, from what the operator sees of the cluster's windows:
+/// when they are known, [`window_state`]; when not, every move is held (`ChangeWindowsUnknown`),
+/// whatever the set's strategy, since any freeze may be in force. Only their watch listing them ends
+/// that hold, so it names no instant.
+pub fn verdict(set: SetRef<'_>, cluster: &ClusterView, now: Timestamp) -> WindowState {
+    match cluster {
+        ClusterView::Known(windows) => window_state(set, windows, now),
+        ClusterView::Unknown(unknown) => WindowState {
+            held: Some(WindowHold {
+                reason: UNKNOWN_REASON.to_string(),
+                by: unknown.message(),
+                opens_at: None,
+            }),
+            changes_at: None,
+            invalid: window_state(set, &[], now).invalid,
+            cluster_unknown: Some(unknown.clone()),
             break_glass: None,
         },
     }

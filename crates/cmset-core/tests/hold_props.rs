@@ -138,6 +138,7 @@ impl Case {
             changes_at: Some(at(opens).0),
             invalid: false,
             break_glass: None,
+            cluster_unknown: None,
         };
         self.plan_windowed(now, false, &windows)
     }
@@ -392,6 +393,8 @@ proptest! {
                     }),
                     changes_at: Some(at(now + 3_600).0),
                     invalid: false,
+                    break_glass: None,
+                    cluster_unknown: None,
                 }
             } else {
                 WindowState::default()

@@ -95,6 +95,10 @@ pub struct WindowsReport {
     /// may not list them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub change_windows_unlisted: Option<String>,
+    /// Why the operator cannot see the cluster's ChangeWindows, as the set's condition
+    /// `ChangeWindowsKnown` says: then it holds every move of the set, whatever these windows say.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operator_cannot_see: Option<String>,
     pub verdict: VerdictReport,
 }
 
@@ -170,6 +174,13 @@ pub fn windows_report(
     };
     rows.extend(cluster.iter().map(|w| row(w, now)));
     counted.extend(cluster);
+    let operator_cannot_see = operator_cannot_see(set);
+    let mut verdict = verdict(set, &counted, own_invalid, now);
+    if let Some(why) = &operator_cannot_see {
+        // The operator fails closed: only an override of the rollout under way goes through.
+        verdict.moves_allowed = verdict.overridden_by.is_some();
+        verdict.summary.push_str(&format!("; but the operator {why}"));
+    }
     WindowsReport {
         kind: set.kind(),
         set: set.name().to_string(),
@@ -178,8 +189,21 @@ pub fn windows_report(
         now: Time(now),
         windows: rows,
         change_windows_unlisted: unlisted,
-        verdict: verdict(set, &counted, own_invalid, now),
+        operator_cannot_see,
+        verdict,
     }
+}
+
+/// What the set's condition `ChangeWindowsKnown` says when the operator cannot see the cluster's
+/// ChangeWindows (this report lists them with the user's credentials, which may see more).
+fn operator_cannot_see(set: SetRef<'_>) -> Option<String> {
+    let condition = set.status()?.condition(cmset_core::conditions::WINDOWS_KNOWN)?;
+    (condition.status == "False").then(|| {
+        format!(
+            "cannot see the cluster's ChangeWindows ({}: {}) and holds every move of this set",
+            condition.reason, condition.message
+        )
+    })
 }
 
 fn verdict(set: SetRef<'_>, windows: &[Window], own_invalid: bool, now: Timestamp) -> VerdictReport {
@@ -653,5 +677,39 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("none of them counts (see PROBLEM)"), "{text}");
+    }
+
+    #[test]
+    fn a_set_whose_operator_cannot_see_the_cluster_s_windows_is_held_and_says_so() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+        let mut s = set(Some("app-2222222222"), Some(2), Vec::new());
+        s.status
+            .get_or_insert_with(Default::default)
+            .conditions
+            .push(Condition {
+                type_: "ChangeWindowsKnown".into(),
+                status: "False".into(),
+                reason: "ChangeWindowsForbidden".into(),
+                message: "the operator may not list them (403 Forbidden)".into(),
+                observed_generation: Some(2),
+                last_transition_time: Time(now()),
+            });
+        // The user sees no window at all; the operator, which cannot look, holds.
+        let report = windows_report((&s).into(), Ok(&[]), now());
+        assert!(!report.verdict.moves_allowed);
+        let why = report.operator_cannot_see.as_deref().expect("said");
+        assert!(
+            why.contains("ChangeWindowsForbidden") && why.contains("403 Forbidden"),
+            "{why}"
+        );
+        let text = render_text(&report, Palette::PLAIN);
+        assert!(
+            text.contains("but the operator cannot see the cluster's ChangeWindows"),
+            "{text}"
+        );
+        assert_eq!(
+            serde_json::to_value(&report).unwrap()["operatorCannotSee"].as_str(),
+            Some(why)
+        );
     }
 }

@@ -17,6 +17,9 @@
 //!   Pod names is in use), not stored.
 //! - AnalysisTemplates (cluster-scoped, cmset's own), only with a Prometheus to measure with: all, kept
 //!   whole in a store; a change reconciles the sets that name the template.
+//! - ChangeWindows (cluster-scoped, cmset's own), unless `--change-windows=false`: all, kept whole in
+//!   a store; a change reconciles every set. Until they are listed, and while they cannot be, moves
+//!   wait (windows fail closed).
 //!
 //! Every watch event passes through the [`Index`], which sends the reconciles it triggers to the
 //! controllers (`reconcile_on`): no mapper ever walks a cache.
@@ -255,14 +258,27 @@ fn templates_watch(client: &Client, index: Arc<Index>) -> (Store<AnalysisTemplat
     (reader, driver)
 }
 
+/// How long the first list of ChangeWindows may take before every set says that its moves wait for
+/// it (they wait from the start).
+pub const WINDOWS_FIRST_LIST_PATIENCE: Duration = Duration::from_secs(30);
+
 /// The ChangeWindow watch (cluster-scoped, few objects, kept whole in a store): each change parses
-/// the windows again and reconciles every set (see [`Index::handle_change_window`]).
+/// the windows again and reconciles every set (see [`Index::handle_change_window`]). Windows fail
+/// closed: until a list succeeds, and while lists fail, moves wait (see [`Index::windows_unavailable`]);
+/// only a 404 (the CRD is not installed) means there are none.
 fn windows_watch(client: &Client, index: Arc<Index>) -> BoxFuture<'static, ()> {
     use crate::engine::index::WINDOWS;
     let (reader, writer) = reflector::store();
-    index.expect(WINDOWS);
+    index.watch_windows();
     let api: Api<ChangeWindow> = Api::all(client.clone());
-    relist_at_once_on_expiry(WINDOWS, watcher(api, watcher::Config::default()))
+    let patience = {
+        let index = index.clone();
+        async move {
+            tokio::time::sleep(WINDOWS_FIRST_LIST_PATIENCE).await;
+            index.windows_not_listed_within(WINDOWS_FIRST_LIST_PATIENCE);
+        }
+    };
+    let watch = relist_at_once_on_expiry(WINDOWS, watcher(api, watcher::Config::default()))
         .backoff(watch_backoff())
         .modify(|window| window.metadata.managed_fields = None)
         .reflect(writer)
@@ -274,16 +290,34 @@ fn windows_watch(client: &Client, index: Arc<Index>) -> BoxFuture<'static, ()> {
                 Err(e) => {
                     log_watch_error(WINDOWS, &e);
                     if let watcher::Error::InitialListFailed(e) = &e {
-                        index.windows_unavailable(format!(
-                            "their list failed: {}",
-                            crate::platform::redact::api_error(e)
-                        ));
+                        match windows_list_failure(e) {
+                            Some(unknown) => drop(index.windows_unavailable(unknown)),
+                            None => drop(index.windows_absent()),
+                        }
                     }
                 }
             }
             futures::future::ready(())
-        })
-        .boxed()
+        });
+    futures::future::join(watch, patience).map(drop).boxed()
+}
+
+/// What a failed list of ChangeWindows says of them: unknown, and why; `None` for a 404 (the CRD is
+/// not installed: there are none).
+fn windows_list_failure(e: &kube::Error) -> Option<cmset_core::window_hold::WindowsUnknown> {
+    use cmset_core::window_hold::{UnknownCause, WindowsUnknown};
+    let detail = crate::platform::redact::api_error(e).to_string();
+    match crate::platform::error::api_code(e) {
+        Some(404) => None,
+        Some(403) => Some(WindowsUnknown {
+            cause: UnknownCause::Forbidden,
+            detail,
+        }),
+        _ => Some(WindowsUnknown {
+            cause: UnknownCause::ListFailed,
+            detail,
+        }),
+    }
 }
 
 fn log_results<S, T, E>(stream: S, controller: &'static str) -> BoxFuture<'static, ()>
@@ -317,12 +351,14 @@ pub struct Scope {
 impl Scope {
     /// Starts watching: the returned future drives every watch of the scope (forever; drop it to stop).
     /// AnalysisTemplates are watched only when `analysis` (the operator has a Prometheus to measure
-    /// with).
+    /// with); ChangeWindows only when `change_windows` (`--change-windows`).
+    #[allow(clippy::too_many_arguments)]
     pub fn watch(
         client: &Client,
         namespace: Option<String>,
         secret_sets: bool,
         analysis: bool,
+        change_windows: bool,
         kinds: served::Settings,
         budget: Option<Arc<RolloutBudget>>,
     ) -> (Arc<Self>, BoxFuture<'static, ()>) {
@@ -354,7 +390,9 @@ impl Scope {
             ));
             store
         });
-        watches.push(windows_watch(client, index.clone()));
+        if change_windows {
+            watches.push(windows_watch(client, index.clone()));
+        }
         let templates = analysis.then(|| {
             let (store, watch) = templates_watch(client, index.clone());
             watches.push(watch);
@@ -708,5 +746,34 @@ mod tests {
             queued_after(&[(Init, false), (InitDone, true)]),
             Vec::<usize>::new()
         );
+    }
+}
+
+#[cfg(test)]
+mod windows_tests {
+    use cmset_core::window_hold::UnknownCause;
+    use kube::core::Status;
+
+    use super::windows_list_failure;
+
+    fn answered(code: u16, reason: &str) -> kube::Error {
+        kube::Error::Api(Box::new(Status {
+            code,
+            reason: reason.into(),
+            ..Status::failure("no", reason)
+        }))
+    }
+
+    #[test]
+    fn a_failed_list_of_change_windows_is_unknown_unless_the_crd_is_absent() {
+        let cause = |e: &kube::Error| windows_list_failure(e).map(|u| u.cause);
+        assert_eq!(cause(&answered(404, "NotFound")), None, "no CRD: no windows");
+        assert_eq!(cause(&answered(403, "Forbidden")), Some(UnknownCause::Forbidden));
+        assert_eq!(
+            cause(&answered(503, "ServiceUnavailable")),
+            Some(UnknownCause::ListFailed)
+        );
+        let forbidden = windows_list_failure(&answered(403, "Forbidden")).unwrap();
+        assert_eq!(forbidden.detail, "the API server answered 403 Forbidden");
     }
 }

@@ -136,6 +136,14 @@ pub struct Cli {
     #[arg(long, env = "CMSET_SECRET_SETS", default_value_t = true, action = clap::ArgAction::Set)]
     pub secret_sets: bool,
 
+    /// Hold rollouts by the cluster's ChangeWindows (`changewindows.cmset.dev`, listed and watched).
+    /// Windows fail closed: while the operator cannot list them (forbidden, failing, or no answer
+    /// yet), every set's moves wait and its condition `ChangeWindowsKnown` says why. `false` runs
+    /// without cluster windows, for an install that deliberately does without them; a cluster
+    /// without the ChangeWindow CRD needs no flag.
+    #[arg(long, env = "CMSET_CHANGE_WINDOWS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub change_windows: bool,
+
     /// Send notifications about rollouts as the ConfigMap `cmset-notifications` (and the Secret
     /// `cmset-notifications-secret`) of `--notifications-namespace` configure; without that
     /// ConfigMap nothing is sent. `false`: do not even watch for it.

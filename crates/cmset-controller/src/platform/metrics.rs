@@ -50,6 +50,13 @@ pub struct WatchEventLabels {
     pub event: &'static str,
 }
 
+/// Why a replica's index does not know the cluster's ChangeWindows (`not_listed`, `forbidden`,
+/// `list_failed`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WindowsUnknownLabels {
+    pub cause: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
     /// patched, unchanged or error.
@@ -173,6 +180,9 @@ pub struct Metrics {
     pub write_conflicts: Family<WriteLabel, Counter>,
     /// Watch events received, by kind and event: what a change costs every replica to hear.
     pub watch_events: Family<WatchEventLabels, Counter>,
+    /// This replica's scopes that do not know the cluster's ChangeWindows now, by cause: their sets'
+    /// moves wait. Every replica reports its own (a standby's admission decides from its own view).
+    pub change_windows_unknown: Family<WindowsUnknownLabels, Gauge>,
     pub revisions_created: Counter,
     pub revisions_pruned: Counter,
     pub workloads_updated: Family<KindLabel, Counter>,
@@ -222,6 +232,7 @@ impl Default for Metrics {
             writes: Family::default(),
             write_conflicts: Family::default(),
             watch_events: Family::default(),
+            change_windows_unknown: Family::default(),
             revisions_created: Counter::default(),
             revisions_pruned: Counter::default(),
             workloads_updated: Family::default(),
@@ -282,6 +293,17 @@ impl Metrics {
             "Watch events received, by kind and event (apply, delete, or listed for an object of a list)",
             self.watch_events.clone(),
         );
+        r.register(
+            "change_windows_unknown",
+            "Scopes of this replica whose cluster ChangeWindows are unknown now (not listed yet, forbidden, or their list failed), by cause: every move of their sets waits",
+            self.change_windows_unknown.clone(),
+        );
+        // Every cause is exposed from the start, so that an alert on it has a series to read.
+        for cause in cmset_core::window_hold::UnknownCause::ALL {
+            let _ = self.change_windows_unknown.get_or_create(&WindowsUnknownLabels {
+                cause: cause.as_str(),
+            });
+        }
         r.register(
             "revisions_created",
             "Revision ConfigMaps created",

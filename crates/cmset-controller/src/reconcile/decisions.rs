@@ -70,7 +70,7 @@ impl Gathered {
             };
             let window_held = windows && {
                 let set = set.as_set();
-                let state = window_hold::window_state(set, &index.cluster_windows_for(set), now)
+                let state = window_hold::verdict(set, &index.cluster_windows_for(set), now)
                     .with_break_glass(index.window_override(set));
                 state.holds(set, set.status().and_then(|s| s.rollout.as_ref()))
             };

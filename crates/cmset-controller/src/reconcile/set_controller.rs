@@ -288,7 +288,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     }
     let seen = observe(ctx, &id);
     // The change windows' verdict, at the instant the plan is made for.
-    let windows = window_hold::window_state(set, &ctx.index.cluster_windows_for(set), (ctx.clock)().0)
+    let windows = window_hold::verdict(set, &ctx.index.cluster_windows_for(set), (ctx.clock)().0)
         .with_break_glass(ctx.index.window_override(set));
     let mut prepared = analysis_io::prepare(ctx, set);
     let mut held = hold_source(ctx, set, &namespace, false).await?;

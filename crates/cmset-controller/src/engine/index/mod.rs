@@ -40,14 +40,15 @@ use cmset_core::naming;
 use cmset_core::observe::{HistoryObject, RefNames, RevisionView, WorkloadKind};
 use cmset_core::refs::Referenced;
 use cmset_core::set::SetKind;
-use cmset_core::window_hold::ClusterWindows;
+use cmset_core::window_hold::{ClusterView, ClusterWindows, UnknownCause, WindowsUnknown};
 use kube::Resource;
 use kube::runtime::watcher;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 
 use crate::engine::stored_workload::StoredWorkload;
-use crate::platform::metrics::WatchEventLabels;
+use crate::platform::metrics::{WatchEventLabels, WindowsUnknownLabels};
 use crate::reconcile::rollout_budget::{RolloutBudget, WorkloadId};
 
 mod graph;
@@ -135,13 +136,47 @@ pub struct Index {
     set_gone: RwLock<Option<SetGone>>,
     /// Where every watch event is counted, by kind (`cmset_watch_events_total`), once set.
     watch_events: OnceLock<WatchEvents>,
-    /// The cluster's ChangeWindows, parsed once per change of one of them (they are few, and every
-    /// decision to move a workload reads them).
-    cluster_windows: RwLock<Arc<Vec<ClusterWindows>>>,
+    /// The cluster's ChangeWindows as this replica's own watch sees them, parsed once per change of
+    /// one of them (they are few, and every decision to move a workload reads them). A standby answers
+    /// admission from its own view, never the leader's.
+    cluster_windows: RwLock<WindowsSeen>,
+    /// Where this index counts itself while it does not know the cluster's windows
+    /// (`cmset_change_windows_unknown`), once set.
+    windows_unknown_gauge: OnceLock<WindowsUnknownGauge>,
     /// The keys break-glass proofs are checked with, once the webhook's serving key is known (none:
     /// no override counts).
     proof_keys: OnceLock<crate::platform::proof_keys::ProofKeys>,
 }
+
+/// What this replica's ChangeWindow watch has seen.
+#[derive(Clone, Debug, Default)]
+enum WindowsSeen {
+    /// No watch: cluster windows are off (`--change-windows=false`), so none applies.
+    #[default]
+    NotWatched,
+    /// Watched, and not listed yet: moves wait (the watch reports it after a while).
+    Pending,
+    /// Listed: these are the cluster's windows (none when the ChangeWindow CRD is absent).
+    Listed(Arc<Vec<ClusterWindows>>),
+    /// Cannot be listed now: any freeze may be in force, so moves wait.
+    Unknown(WindowsUnknown),
+}
+
+impl WindowsSeen {
+    fn unknown(&self) -> Option<WindowsUnknown> {
+        match self {
+            Self::NotWatched | Self::Listed(_) => None,
+            Self::Pending => Some(WindowsUnknown {
+                cause: UnknownCause::NotListed,
+                detail: "their first list has not answered yet".to_string(),
+            }),
+            Self::Unknown(unknown) => Some(unknown.clone()),
+        }
+    }
+}
+
+/// The gauge of indexes that do not know the cluster's windows now, by cause.
+pub type WindowsUnknownGauge = Family<WindowsUnknownLabels, Gauge>;
 
 /// The counters of watch events, by kind and event.
 pub type WatchEvents = Family<WatchEventLabels, Counter>;
@@ -162,6 +197,7 @@ impl Index {
             watch_events: OnceLock::new(),
             cluster_windows: RwLock::default(),
             proof_keys: OnceLock::new(),
+            windows_unknown_gauge: OnceLock::new(),
         }
     }
 
@@ -214,7 +250,7 @@ impl Index {
                         }
                     })
                     .collect();
-                *self.cluster_windows.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(parsed);
+                self.see_windows(WindowsSeen::Listed(Arc::new(parsed)));
                 self.read().sets.trigger_all(&mut out);
             }
         }
@@ -223,23 +259,125 @@ impl Index {
         out
     }
 
-    /// The ChangeWindow watch could not list, for `why`: sets go on without the cluster's windows
-    /// (the operator's RBAC may predate them, or a namespaced install was given none); the watch's
-    /// warning says so, and it keeps trying.
-    pub fn windows_unavailable(&self, why: String) {
-        if self.write().relist.unavailable(WINDOWS, why) {
-            self.changed();
+    /// A ChangeWindow watch feeds this index from now on: until it lists, the cluster's windows are
+    /// unknown and moves wait.
+    pub fn watch_windows(&self) {
+        self.expect(WINDOWS);
+        self.see_windows(WindowsSeen::Pending);
+    }
+
+    /// The ChangeWindow watch cannot list now (forbidden, failed, or no answer yet), and why: windows
+    /// fail closed, so every set holds its moves and says why until a list succeeds. The sets are
+    /// asked to reconcile when that is news (`None` when it is not); the watch keeps trying.
+    pub fn windows_unavailable(&self, unknown: WindowsUnknown) -> Option<Triggers> {
+        let news = self.write().relist.unavailable(WINDOWS, unknown.message());
+        let was = self.see_windows(WindowsSeen::Unknown(unknown.clone()));
+        if !news && was.unknown().as_ref() == Some(&unknown) {
+            return None;
+        }
+        let mut out = Triggers::default();
+        self.read().sets.trigger_all(&mut out);
+        self.changed();
+        self.send(&out);
+        Some(out)
+    }
+
+    /// The first list of the ChangeWindow watch has not answered within the patience given to it:
+    /// moves still wait, and now every set says why. (Nothing when it has answered meanwhile.)
+    pub fn windows_not_listed_within(&self, patience: std::time::Duration) {
+        let pending = matches!(
+            *self.cluster_windows.read().unwrap_or_else(|e| e.into_inner()),
+            WindowsSeen::Pending
+        );
+        if pending {
+            let _ = self.windows_unavailable(WindowsUnknown {
+                cause: UnknownCause::NotListed,
+                detail: format!("their first list has not answered within {}s", patience.as_secs()),
+            });
         }
     }
 
-    /// The cluster's windows that apply to `set`.
-    pub fn cluster_windows_for(&self, set: cmset_core::set::SetRef<'_>) -> Vec<cmset_core::windows::Window> {
-        let all = self
+    /// The ChangeWindow watch's list answered 404: the CRD is not installed, so the cluster has no
+    /// windows. (The watch keeps trying: a CRD installed later is listed then.)
+    pub fn windows_absent(&self) -> Triggers {
+        let was = self.see_windows(WindowsSeen::Listed(Arc::default()));
+        {
+            let mut state = self.write();
+            state.relist.done(WINDOWS);
+            state.relist.available(WINDOWS);
+        }
+        let mut out = Triggers::default();
+        if was.unknown().is_some() {
+            // The sets held for unknown windows move again.
+            self.read().sets.trigger_all(&mut out);
+        }
+        self.changed();
+        self.send(&out);
+        out
+    }
+
+    /// Why the cluster's windows are unknown to this replica now, if they are.
+    pub fn windows_unknown(&self) -> Option<WindowsUnknown> {
+        self.cluster_windows
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .unknown()
+    }
+
+    /// The cluster's windows that apply to `set`, or why they are unknown.
+    pub fn cluster_windows_for(&self, set: cmset_core::set::SetRef<'_>) -> ClusterView {
+        let seen = self
             .cluster_windows
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        cmset_core::window_hold::windows_for(set, &all)
+        if let Some(unknown) = seen.unknown() {
+            return ClusterView::Unknown(unknown);
+        }
+        match seen {
+            WindowsSeen::Listed(all) => ClusterView::Known(cmset_core::window_hold::windows_for(set, &all)),
+            _ => ClusterView::Known(Vec::new()),
+        }
+    }
+
+    /// Replaces what is seen of the cluster's windows, and counts this index in the gauge of unknown
+    /// windows under its new cause; returns what was seen before. (The gauge changes under the lock,
+    /// so that it cannot miss or double a change made while counting begins.)
+    fn see_windows(&self, seen: WindowsSeen) -> WindowsSeen {
+        let cause = seen.unknown().map(|u| u.cause);
+        let mut current = self.cluster_windows.write().unwrap_or_else(|e| e.into_inner());
+        let was = std::mem::replace(&mut *current, seen);
+        let was_cause = was.unknown().map(|u| u.cause);
+        if let Some(gauge) = self.windows_unknown_gauge.get()
+            && cause != was_cause
+        {
+            if let Some(was) = was_cause {
+                gauge
+                    .get_or_create(&WindowsUnknownLabels { cause: was.as_str() })
+                    .dec();
+            }
+            if let Some(now) = cause {
+                gauge
+                    .get_or_create(&WindowsUnknownLabels { cause: now.as_str() })
+                    .inc();
+            }
+        }
+        was
+    }
+
+    /// From now on this index counts itself in `gauge` while it does not know the cluster's windows.
+    /// (Set once; a second call is ignored.)
+    pub fn count_windows_unknown(&self, gauge: WindowsUnknownGauge) {
+        let current = self.cluster_windows.write().unwrap_or_else(|e| e.into_inner());
+        if self.windows_unknown_gauge.set(gauge.clone()).is_ok()
+            && let Some(unknown) = current.unknown()
+        {
+            gauge
+                .get_or_create(&WindowsUnknownLabels {
+                    cause: unknown.cause.as_str(),
+                })
+                .inc();
+        }
     }
 
     /// From now on every watch event this index receives is counted in `counters`. (Set once, before
@@ -519,7 +657,8 @@ impl Index {
         let readers = state.graph.readers(set).workloads;
         unavailable
             // Templates and ChangeWindows are no readers: the sets that need templates hold their
-            // analysis only, and windows that cannot be listed hold nothing (see `windows_unavailable`).
+            // analysis only, and windows that cannot be listed hold moves only (see
+            // `windows_unavailable`), so that the sets still say why.
             .filter(|(kind, ..)| *kind != TEMPLATES && *kind != WINDOWS)
             .filter(|(kind, _, listed)| !listed || readers.iter().any(|(k, _)| k.as_str() == *kind))
             .map(|(kind, why, _)| (kind.to_string(), why.to_string()))
