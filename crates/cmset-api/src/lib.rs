@@ -325,12 +325,18 @@ pub struct NotificationStatus {
     /// happens after it exists); empty when none did.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub once: String,
-    /// `Subscribed` (nothing sent yet), `Delivered`, or `Failed` (for good, after the retries).
+    /// `Subscribed` (nothing sent yet), `Delivered`, `Retrying` (the event of `once` failed in a way
+    /// that may pass and is tried again, with backoff, until it lands or the operator's
+    /// `--notifications-max-age` has passed since `firstAttempt`), or `Failed` (for good).
     pub result: NotificationResult,
-    /// When it was delivered, failed, or first seen.
+    /// When it was delivered, last attempted, failed, or first seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<Time>,
-    /// Attempts of the last delivery.
+    /// While `Retrying`, and once `Failed` after retrying: when the event of `once` was first
+    /// attempted. The maximum age counts from here, whichever replica leads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_attempt: Option<Time>,
+    /// Attempts at the event of `once` (every try of every delivery).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub attempts: i32,
     /// Why the last delivery failed (never a credential).
@@ -343,6 +349,7 @@ pub enum NotificationResult {
     #[default]
     Subscribed,
     Delivered,
+    Retrying,
     Failed,
 }
 
@@ -351,6 +358,7 @@ impl NotificationResult {
         match self {
             Self::Subscribed => "Subscribed",
             Self::Delivered => "Delivered",
+            Self::Retrying => "Retrying",
             Self::Failed => "Failed",
         }
     }

@@ -17,6 +17,11 @@
 //! [`FIELD_MANAGER`], one set at a time, so two deliveries to one set cannot write over each other.
 //! Until the store shows a list this process wrote, that list (`pending`) is what the set is taken to
 //! have: a reconcile in between sends nothing twice.
+//!
+//! A delivery that failed in a way that may pass is recorded `Retrying` (the core decides, from the
+//! record it had and [`Policy::max_age`]); the notifier then observes the set again when the record is
+//! due (`wake_retries`), so the retry does not wait for a reconcile either. The record, not this
+//! memory, says what is owed: a new leader finds it at its first reconcile of the set.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -58,12 +63,30 @@ const PENDING_FOR: Duration = Duration::from_secs(120);
 /// How long after a failed write of records it is tried again.
 const WRITE_RETRY: Duration = Duration::from_secs(5);
 
+/// The admin's bounds on notifications, from the operator's flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// How long a notification that fails in a way that may pass is tried again, from its first
+    /// attempt (`--notifications-max-age`).
+    pub max_age: Duration,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            max_age: Duration::from_secs(3600),
+        }
+    }
+}
+
 /// One notification to deliver: every message of it, then its record.
 struct Delivery {
     set: SetId,
     regarding: ObjectReference,
     key: SubscriptionKey,
     once: String,
+    /// The record it had when queued: a `Retrying` one carries the first attempt and the attempts.
+    previous: Option<NotificationStatus>,
     service: Service,
     requests: Vec<HttpRequest>,
 }
@@ -129,6 +152,8 @@ struct State {
     reported: HashMap<SetId, Vec<Problem>>,
     /// Sets with a notification dropped since they were last observed.
     dropped: Dropped,
+    /// When each set with a `Retrying` record is to be observed again (the earliest asked for).
+    wakes: HashMap<SetId, tokio::time::Instant>,
 }
 
 impl State {
@@ -183,6 +208,8 @@ pub struct Notifier {
     loaded: watch::Receiver<Arc<Loaded>>,
     deliveries: mpsc::Sender<Delivery>,
     writes: mpsc::UnboundedSender<SetId>,
+    wakes: mpsc::UnboundedSender<(SetId, tokio::time::Instant)>,
+    policy: Policy,
     state: Mutex<State>,
     /// Set at shutdown: nothing new is queued, what is under way finishes (see [`Notifier::drain`]).
     closing: AtomicBool,
@@ -198,23 +225,34 @@ pub struct Notifier {
 pub struct Queues {
     deliveries: mpsc::Receiver<Delivery>,
     writes: mpsc::UnboundedReceiver<SetId>,
+    wakes: mpsc::UnboundedReceiver<(SetId, tokio::time::Instant)>,
 }
 
 impl Notifier {
-    pub fn new(loaded: watch::Receiver<Arc<Loaded>>) -> (Self, Queues) {
+    pub fn new(loaded: watch::Receiver<Arc<Loaded>>, policy: Policy) -> (Self, Queues) {
         let (deliveries_tx, deliveries) = mpsc::channel(QUEUE);
         let (writes_tx, writes) = mpsc::unbounded_channel();
+        let (wakes_tx, wakes) = mpsc::unbounded_channel();
         let notifier = Self {
             loaded,
             deliveries: deliveries_tx,
             writes: writes_tx,
+            wakes: wakes_tx,
+            policy,
             state: Mutex::default(),
             closing: AtomicBool::new(false),
             writes_outstanding: AtomicUsize::new(0),
             retrying: Mutex::default(),
             remembered_max: REMEMBERED,
         };
-        (notifier, Queues { deliveries, writes })
+        (
+            notifier,
+            Queues {
+                deliveries,
+                writes,
+                wakes,
+            },
+        )
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -257,12 +295,17 @@ impl Notifier {
             annotations,
             status,
         };
+        let now = (ctx.clock)();
         let Composed {
             records,
             changed,
             send,
             problems,
-        } = records::compose(config, &view, &subs, &current, &(ctx.clock)());
+            retry_at,
+        } = records::compose(config, &view, &subs, &current, &now);
+        if let Some(at) = retry_at {
+            self.wake_at(&mut state, &id, &now, &at);
+        }
         let mut problems = problems;
         problems.extend(annotation_problems);
         state.report(ctx, set, &id, problems);
@@ -296,6 +339,10 @@ impl Notifier {
                 regarding: reference(set),
                 key: notification.key.clone(),
                 once: notification.once.clone(),
+                previous: current
+                    .iter()
+                    .find(|r| records::key_of(r) == notification.key)
+                    .cloned(),
                 service: service.clone(),
                 requests,
             };
@@ -342,9 +389,51 @@ impl Notifier {
         sets.len()
     }
 
+    /// Asks `wake_retries` to observe `set` again at `at` (`now` being the clock's time), unless an
+    /// earlier wake is asked for already.
+    fn wake_at(
+        &self,
+        state: &mut State,
+        set: &SetId,
+        now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+        at: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    ) {
+        let wait = Duration::try_from(at.0.duration_since(now.0)).unwrap_or(Duration::ZERO);
+        let when = tokio::time::Instant::now() + wait;
+        if state.wakes.get(set).is_some_and(|asked| *asked <= when) {
+            return;
+        }
+        state.wakes.insert(set.clone(), when);
+        let _ = self.wakes.send((set.clone(), when));
+    }
+
+    /// Observes `set` again, as the store shows it, when a wake asked for it is due.
+    fn woken(&self, ctx: &Context, set: &SetId) {
+        {
+            let mut state = self.state();
+            match state.wakes.get(set) {
+                Some(when) if *when <= tokio::time::Instant::now() => {
+                    state.wakes.remove(set);
+                }
+                // A later wake replaced it, or the set was forgotten.
+                _ => return,
+            }
+        }
+        if self.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Some(stored) = ctx.stores.set(set) {
+            let stored = stored.as_set();
+            if stored.metadata().deletion_timestamp.is_none() {
+                self.observe(ctx, stored);
+            }
+        }
+    }
+
     /// Forgets a deleted set.
     pub fn forget(&self, set: &SetId) {
         let mut state = self.state();
+        state.wakes.remove(set);
         state.pending.remove(set);
         state.reported.remove(set);
         state.dropped.forget(set);
@@ -430,7 +519,11 @@ fn count(ctx: &Context, key: &SubscriptionKey, result: &'static str) {
 /// Runs the notifier's tasks until the queues close: [`WORKERS`] deliveries at once, and one writer
 /// of records.
 pub async fn run(notifier: Arc<Notifier>, queues: Queues, ctx: Arc<Context>) {
-    let Queues { deliveries, writes } = queues;
+    let Queues {
+        deliveries,
+        writes,
+        wakes,
+    } = queues;
     let deliveries = Arc::new(tokio::sync::Mutex::new(deliveries));
     let sender = Sender::new();
     let workers = (0..WORKERS).map(|_| {
@@ -445,32 +538,80 @@ pub async fn run(notifier: Arc<Notifier>, queues: Queues, ctx: Arc<Context>) {
         }
     });
     let writer = write_records(notifier.clone(), writes, ctx.clone());
-    futures::future::join(futures::future::join_all(workers), writer).await;
+    let waker = wake_retries(notifier.clone(), wakes, ctx.clone());
+    futures::future::join3(futures::future::join_all(workers), writer, waker).await;
+}
+
+/// Observes each set with a `Retrying` record again when it is due, earliest first.
+async fn wake_retries(
+    notifier: Arc<Notifier>,
+    mut wakes: mpsc::UnboundedReceiver<(SetId, tokio::time::Instant)>,
+    ctx: Arc<Context>,
+) {
+    let mut due: std::collections::BTreeSet<(tokio::time::Instant, SetId)> = Default::default();
+    loop {
+        let next = due.first().map(|(when, _)| *when);
+        tokio::select! {
+            asked = wakes.recv() => match asked {
+                Some((set, when)) => {
+                    due.insert((when, set));
+                }
+                None => break,
+            },
+            () = tokio::time::sleep_until(next.unwrap_or_else(tokio::time::Instant::now)), if next.is_some() => {
+                while let Some((when, set)) = due.pop_first() {
+                    if when > tokio::time::Instant::now() {
+                        due.insert((when, set));
+                        break;
+                    }
+                    notifier.woken(&ctx, &set);
+                }
+            }
+        }
+    }
 }
 
 async fn deliver(notifier: &Notifier, ctx: &Context, sender: &Sender, delivery: Delivery) {
-    let mut attempts = 0;
-    let mut failure = None;
+    let mut attempt = records::Attempt {
+        attempts: 0,
+        failure: None,
+    };
     for request in &delivery.requests {
         match sender.deliver(&delivery.service, request).await {
-            Outcome::Delivered { attempts: n } => attempts += n,
+            Outcome::Delivered { attempts: n } => attempt.attempts += n,
             Outcome::Failed {
-                attempts: n, reason, ..
+                attempts: n,
+                reason,
+                retryable,
             } => {
-                attempts += n;
-                failure = Some(reason);
+                attempt.attempts += n;
+                attempt.failure = Some((reason, retryable));
                 break;
             }
         }
     }
     let key = &delivery.key;
-    let (result, message) = match failure {
-        None => {
-            count(ctx, key, "delivered");
-            debug!(trigger = %key.trigger, service = %key.service, "notification delivered");
-            (NotificationResult::Delivered, None)
+    let now = (ctx.clock)();
+    let record = records::after_delivery(
+        key,
+        &delivery.once,
+        delivery.previous.as_ref(),
+        &attempt,
+        &now,
+        notifier.policy.max_age,
+    );
+    match record.result {
+        NotificationResult::Retrying => {
+            count(ctx, key, "retrying");
+            let reason = record.message.as_deref().unwrap_or_default();
+            debug!(set = ?delivery.regarding.name, trigger = %key.trigger, service = %key.service, %reason, attempts = record.attempts, "notification not delivered yet; tried again later");
+            if let Some(at) = records::retry_at(&record) {
+                notifier.wake_at(&mut notifier.state(), &delivery.set, &now, &at);
+            }
         }
-        Some(reason) => {
+        NotificationResult::Failed => {
+            let reason = record.message.as_deref().unwrap_or_default();
+            let attempts = record.attempts;
             count(ctx, key, "failed");
             let target = match key.recipient.as_str() {
                 "" => key.service.clone(),
@@ -491,15 +632,12 @@ async fn deliver(notifier: &Notifier, ctx: &Context, sender: &Sender, delivery: 
                 },
                 delivery.regarding.clone(),
             );
-            (NotificationResult::Failed, Some(reason))
         }
-    };
-    let record = NotificationStatus {
-        result,
-        attempts: i32::try_from(attempts).unwrap_or(i32::MAX),
-        message,
-        ..records::subscribed(key, &delivery.once, &(ctx.clock)())
-    };
+        _ => {
+            count(ctx, key, "delivered");
+            debug!(trigger = %key.trigger, service = %key.service, "notification delivered");
+        }
+    }
     notifier.finished(ctx, &delivery, record);
 }
 
@@ -628,7 +766,7 @@ mod tests {
     #[tokio::test]
     async fn shutdown_waits_for_a_delivery_under_way_and_then_queues_nothing() {
         let (_tx, loaded) = watch::channel(Arc::new(Loaded::default()));
-        let (notifier, _queues) = Notifier::new(loaded);
+        let (notifier, _queues) = Notifier::new(loaded, Policy::default());
         let flight = (set(), records::key_of(&record("on-rollout-failed", "")));
         notifier.state().in_flight.insert(flight.clone());
         assert!(
@@ -651,6 +789,17 @@ mod tests {
         Context,
         kube::runtime::reflector::store::Writer<cmset_api::ConfigMapSet>,
     ) {
+        context_with_clock(metrics, crate::engine::context::system_clock())
+    }
+
+    /// A context reading `clock`, and the writer of its store of ConfigMapSets.
+    fn context_with_clock(
+        metrics: Arc<crate::platform::metrics::Metrics>,
+        clock: crate::engine::context::Clock,
+    ) -> (
+        Context,
+        kube::runtime::reflector::store::Writer<cmset_api::ConfigMapSet>,
+    ) {
         use std::sync::RwLock;
         let (service, _handle) =
             tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
@@ -666,7 +815,7 @@ mod tests {
             Arc::new(crate::engine::index::Index::new(None)),
             stores,
             metrics,
-            crate::engine::context::system_clock(),
+            clock,
             None,
         );
         (ctx, writer)
@@ -754,7 +903,7 @@ mod tests {
         };
         let (_tx, rx) = watch::channel(Arc::new(loaded));
         // No task takes from the queue: every delivery waits there.
-        let (notifier, _queues) = Notifier::new(rx);
+        let (notifier, _queues) = Notifier::new(rx, Policy::default());
         let started = Instant::now();
         for i in 0..QUEUE + 100 {
             notifier.observe(&ctx, SetRef::ConfigMap(&failing_set(&format!("set-{i}"))));
@@ -824,7 +973,7 @@ mod tests {
         let (ctx, mut store) = context_with_store(metrics.clone());
         let (_tx, rx) = watch::channel(Arc::new(webhooks(&SERVICES)));
         // No task takes from the queue: the test plays the workers.
-        let (notifier, mut queues) = Notifier::new(rx);
+        let (notifier, mut queues) = Notifier::new(rx, Policy::default());
         let name = |i: usize| format!("set-{i}");
         for i in 0..SETS {
             let set = failing_set_via(&name(i), &SERVICES);
@@ -904,7 +1053,7 @@ mod tests {
         let metrics = Arc::new(crate::platform::metrics::Metrics::default());
         let ctx = context(metrics.clone());
         let (_tx, rx) = watch::channel(Arc::new(webhooks(&["hook"])));
-        let (mut notifier, _queues) = Notifier::new(rx);
+        let (mut notifier, _queues) = Notifier::new(rx, Policy::default());
         notifier.remembered_max = 10;
         for i in 0..QUEUE + 25 {
             notifier.observe(&ctx, SetRef::ConfigMap(&failing_set(&format!("set-{i}"))));
@@ -927,7 +1076,7 @@ mod tests {
             config: Some(config),
             problems: vec![],
         }));
-        let (notifier, _queues) = Notifier::new(rx);
+        let (notifier, _queues) = Notifier::new(rx, Policy::default());
         let mut set = cmset_api::ConfigMapSet::new("web", Default::default());
         set.metadata.namespace = Some("shop".into());
         // A set may not name a URL of its own.
@@ -976,5 +1125,167 @@ mod tests {
         let mut state = State::default();
         let stored = vec![record("on-rollout-completed", "web-1@t")];
         assert_eq!(state.records(&set(), &stored), stored);
+    }
+
+    /// A receiver on 127.0.0.1 answering 503 to its first `failing` requests and 200 after; its URL
+    /// and how many requests it saw.
+    async fn receiver(failing: usize) -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let counter = seen.clone();
+        let app = axum::Router::new().fallback(move || {
+            let counter = counter.clone();
+            async move {
+                if counter.fetch_add(1, Ordering::SeqCst) < failing {
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    axum::http::StatusCode::OK
+                }
+            }
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{address}/hook"), seen)
+    }
+
+    /// A clock the test moves, and the context that reads it.
+    struct Moved {
+        now: Arc<Mutex<jiff::Timestamp>>,
+    }
+
+    impl Moved {
+        fn clock(&self) -> crate::engine::context::Clock {
+            let now = self.now.clone();
+            Arc::new(move || k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(*now.lock().unwrap()))
+        }
+
+        fn advance(&self, seconds: i64) {
+            let mut now = self.now.lock().unwrap();
+            *now = now.checked_add(jiff::SignedDuration::from_secs(seconds)).unwrap();
+        }
+    }
+
+    /// A notifier for one webhook `hook` at `url` that does not retry within a delivery, its queues,
+    /// its context and the set `web` (failed, subscribed to `on-rollout-failed`) in its store.
+    fn retrying_notifier(
+        url: &str,
+        max_age: Duration,
+        moved: &Moved,
+        metrics: Arc<crate::platform::metrics::Metrics>,
+    ) -> (Notifier, Queues, Context, cmset_api::ConfigMapSet) {
+        let (ctx, mut store) = context_with_clock(metrics, moved.clock());
+        let data = [(
+            "service.webhook.hook".to_string(),
+            format!("url: {url}\nretries: 0\ntimeout: 2s"),
+        )]
+        .into();
+        let (config, problems) = cmset_core::notify::config::parse(&data, &Default::default());
+        assert!(problems.is_empty(), "{problems:?}");
+        let (_tx, rx) = watch::channel(Arc::new(Loaded {
+            config: Some(config),
+            problems,
+        }));
+        let (notifier, queues) = Notifier::new(rx, Policy { max_age });
+        let set = failing_set("web");
+        store.apply_watcher_event(&kube::runtime::watcher::Event::Apply(set.clone()));
+        (notifier, queues, ctx, set)
+    }
+
+    fn the_record(notifier: &Notifier) -> NotificationStatus {
+        let state = notifier.state();
+        let (_, list) = state.pending.get(&set_id("web")).expect("a record written");
+        assert_eq!(list.len(), 1, "{list:?}");
+        list[0].clone()
+    }
+
+    /// Issue 36: a receiver that answers 503 for a while hears of the failed rollout once it is back:
+    /// each retryable failure is recorded `Retrying` (not `Failed`), the set is looked at again when
+    /// the backoff has passed (not before), and the event is delivered exactly once.
+    #[tokio::test]
+    async fn a_retryable_failure_is_retried_until_it_lands() {
+        let (url, seen) = receiver(3).await;
+        let moved = Moved {
+            now: Arc::new(Mutex::new("2026-11-26T09:00:00Z".parse().unwrap())),
+        };
+        let metrics = Arc::new(crate::platform::metrics::Metrics::default());
+        let (notifier, mut queues, ctx, set) =
+            retrying_notifier(&url, Duration::from_secs(3600), &moved, metrics.clone());
+        let sender = Sender::new();
+        notifier.observe(&ctx, SetRef::ConfigMap(&set));
+        for attempt in 1..=3 {
+            let delivery = queues.deliveries.try_recv().expect("queued");
+            deliver(&notifier, &ctx, &sender, delivery).await;
+            let record = the_record(&notifier);
+            assert_eq!(record.result, NotificationResult::Retrying, "{record:?}");
+            assert_eq!(record.attempts, attempt);
+            assert_eq!(
+                record.first_attempt.as_ref().map(|t| t.0.to_string()).as_deref(),
+                Some("2026-11-26T09:00:00Z")
+            );
+            assert!(
+                notifier.state().wakes.contains_key(&set_id("web")),
+                "a wake is asked for"
+            );
+            // Not due yet: nothing queued.
+            moved.advance(1);
+            notifier.observe(&ctx, SetRef::ConfigMap(&set));
+            assert!(queues.deliveries.try_recv().is_err(), "sent before its backoff");
+            moved.advance(60);
+            notifier.observe(&ctx, SetRef::ConfigMap(&set));
+        }
+        let delivery = queues.deliveries.try_recv().expect("queued once due");
+        deliver(&notifier, &ctx, &sender, delivery).await;
+        let record = the_record(&notifier);
+        assert_eq!(
+            (record.result, record.attempts),
+            (NotificationResult::Delivered, 4)
+        );
+        moved.advance(3600);
+        notifier.observe(&ctx, SetRef::ConfigMap(&set));
+        assert!(queues.deliveries.try_recv().is_err(), "delivered once");
+        assert_eq!(seen.load(Ordering::SeqCst), 4);
+        let counted = |result| {
+            metrics
+                .notifications
+                .get_or_create(&NotificationLabels {
+                    service: "hook".into(),
+                    trigger: "on-rollout-failed".into(),
+                    result,
+                })
+                .get()
+        };
+        assert_eq!(
+            (counted("retrying"), counted("delivered"), counted("failed")),
+            (3, 1, 0)
+        );
+    }
+
+    /// Past the maximum age since its first attempt, a notification that still fails is `Failed`,
+    /// and nothing more is sent for that event.
+    #[tokio::test]
+    async fn past_the_maximum_age_a_retried_notification_fails_for_good() {
+        let (url, seen) = receiver(usize::MAX).await;
+        let moved = Moved {
+            now: Arc::new(Mutex::new("2026-11-26T09:00:00Z".parse().unwrap())),
+        };
+        let metrics = Arc::new(crate::platform::metrics::Metrics::default());
+        let (notifier, mut queues, ctx, set) =
+            retrying_notifier(&url, Duration::from_secs(90), &moved, metrics);
+        let sender = Sender::new();
+        notifier.observe(&ctx, SetRef::ConfigMap(&set));
+        let mut results = Vec::new();
+        while let Ok(delivery) = queues.deliveries.try_recv() {
+            deliver(&notifier, &ctx, &sender, delivery).await;
+            results.push(the_record(&notifier).result);
+            moved.advance(60);
+            notifier.observe(&ctx, SetRef::ConfigMap(&set));
+            assert!(results.len() < 10, "{results:?}");
+        }
+        use NotificationResult::{Failed, Retrying};
+        assert_eq!(results, [Retrying, Retrying, Failed]);
+        assert_eq!(seen.load(Ordering::SeqCst), 3);
+        moved.advance(3600);
+        notifier.observe(&ctx, SetRef::ConfigMap(&set));
+        assert!(queues.deliveries.try_recv().is_err());
     }
 }
