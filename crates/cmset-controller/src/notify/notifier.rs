@@ -69,12 +69,15 @@ pub struct Policy {
     /// How long a notification that fails in a way that may pass is tried again, from its first
     /// attempt (`--notifications-max-age`).
     pub max_age: Duration,
+    /// Recipients one set may name in all its annotations (`--notifications-max-recipients`).
+    pub max_recipients: usize,
 }
 
 impl Default for Policy {
     fn default() -> Self {
         Self {
             max_age: Duration::from_secs(3600),
+            max_recipients: subscriptions::DEFAULT_MAX_RECIPIENTS,
         }
     }
 }
@@ -275,7 +278,7 @@ impl Notifier {
             meta.labels.as_ref().unwrap_or(&empty),
             meta.annotations.as_ref().unwrap_or(&empty),
         );
-        let (subs, problems) = subscriptions::of_set(config, annotations, labels);
+        let (subs, problems) = subscriptions::of_set(config, annotations, labels, self.policy.max_recipients);
         let default_status = Default::default();
         let status = set.status().unwrap_or(&default_status);
         let stored = status.notifications.as_deref().unwrap_or(&[]);
@@ -1185,7 +1188,13 @@ mod tests {
             config: Some(config),
             problems,
         }));
-        let (notifier, queues) = Notifier::new(rx, Policy { max_age });
+        let (notifier, queues) = Notifier::new(
+            rx,
+            Policy {
+                max_age,
+                ..Policy::default()
+            },
+        );
         let set = failing_set("web");
         store.apply_watcher_event(&kube::runtime::watcher::Event::Apply(set.clone()));
         (notifier, queues, ctx, set)
@@ -1287,5 +1296,61 @@ mod tests {
         moved.advance(3600);
         notifier.observe(&ctx, SetRef::ConfigMap(&set));
         assert!(queues.deliveries.try_recv().is_err());
+    }
+
+    /// Issue 36: an annotation naming 200 Slack channels through the admin's bot token sends nothing
+    /// (more than `max_recipients`), and one Warning Event says why, without the channels.
+    #[tokio::test]
+    async fn a_set_naming_200_channels_queues_nothing_and_is_told_why() {
+        let metrics = Arc::new(crate::platform::metrics::Metrics::default());
+        let ctx = context(metrics.clone());
+        let data = [("service.slack".to_string(), "token: xoxb-1".to_string())].into();
+        let (config, _) = cmset_core::notify::config::parse(&data, &Default::default());
+        let (_tx, rx) = watch::channel(Arc::new(Loaded {
+            config: Some(config),
+            problems: vec![],
+        }));
+        let (notifier, mut queues) = Notifier::new(rx, Policy::default());
+        let mut set = failing_set("web");
+        let channels: Vec<String> = (0..200).map(|i| format!("#team-{i}")).collect();
+        set.metadata.annotations = Some(
+            [(
+                "notifications.cmset.dev/subscribe.on-rollout-failed.slack".to_string(),
+                channels.join(";"),
+            )]
+            .into(),
+        );
+        set.status.as_mut().unwrap().notifications = None;
+        for _ in 0..3 {
+            notifier.observe(&ctx, SetRef::ConfigMap(&set));
+        }
+        let mut queued = 0;
+        while queues.deliveries.try_recv().is_ok() {
+            queued += 1;
+        }
+        assert_eq!(queued, 0, "at most 10, and in fact none");
+        let (pending, reported) = {
+            let state = notifier.state();
+            let reported = state.reported.get(&set_id("web")).cloned();
+            (
+                state.pending.contains_key(&set_id("web")),
+                reported.unwrap_or_default(),
+            )
+        };
+        assert!(!pending, "no subscription recorded");
+        assert_eq!(reported.len(), 1, "{reported:?}");
+        assert!(
+            reported[0].message.contains("names 200 recipients"),
+            "{reported:?}"
+        );
+        assert!(!reported[0].message.contains("#team-"), "{reported:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let events = metrics
+            .writes
+            .get_or_create(&crate::platform::metrics::WriteLabel {
+                operation: "publish_event",
+            })
+            .get();
+        assert_eq!(events, 1);
     }
 }

@@ -153,6 +153,12 @@ pub struct Cli {
     #[arg(long, env = "CMSET_NOTIFICATIONS_MAX_AGE", default_value = "1h", value_parser = parse_duration)]
     pub notifications_max_age: std::time::Duration,
 
+    /// Recipients one set may name in all its `notifications.cmset.dev/subscribe.*` annotations; a
+    /// set naming more subscribes none of them (and is told why in an Event). The admin's own
+    /// `subscriptions` do not count.
+    #[arg(long, env = "CMSET_NOTIFICATIONS_MAX_RECIPIENTS", default_value_t = 10)]
+    pub notifications_max_recipients: usize,
+
     /// An extra workload kind with a pod template, as GROUP/VERSION/KIND=TEMPLATE (e.g.
     /// `apps.kruise.io/v1alpha1/CloneSet=spec.template`); repeat the flag (or separate by commas) for
     /// several. cmset needs list, watch and patch on its resource, and a webhook rule for it.
@@ -293,6 +299,7 @@ impl Cli {
     pub fn notification_policy(&self) -> crate::notify::notifier::Policy {
         crate::notify::notifier::Policy {
             max_age: self.notifications_max_age,
+            max_recipients: self.notifications_max_recipients,
         }
     }
 
@@ -359,6 +366,9 @@ mod tests {
     #[test]
     fn notifications_are_retried_an_hour_unless_told_otherwise() {
         assert_eq!(cli(&[]).notification_policy().max_age, Duration::from_secs(3600));
+        assert_eq!(cli(&[]).notification_policy().max_recipients, 10);
+        let policy = cli(&["--notifications-max-recipients", "3"]).notification_policy();
+        assert_eq!(policy.max_recipients, 3);
         let policy = cli(&["--notifications-max-age", "90s"]).notification_policy();
         assert_eq!(policy.max_age, Duration::from_secs(90));
         let policy = cli(&["--notifications-max-age", "1h30m"]).notification_policy();
