@@ -312,9 +312,14 @@ pub struct ConfigMapSetStatus {
 pub struct NotificationStatus {
     /// `on-rollout-failed`, ... or a trigger of the operator's configuration.
     pub trigger: String,
-    /// Which condition of the trigger (its index), when it has more than one.
+    /// Which condition of the trigger, by its index: in records written before `conditionKey`
+    /// (read, then rewritten with it); 0 in newer ones.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub condition: i32,
+    /// Which condition of the trigger, by a hash of its content (`on`, `when`, `send`, `oncePer`):
+    /// reordering or appending conditions keeps the records of the others.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub condition_key: String,
     /// The service's name in the configuration (`slack`, `teams`, a webhook's name).
     pub service: String,
     /// The channel or named webhook; empty for a webhook service.

@@ -289,6 +289,8 @@ impl Notifier {
             return;
         }
         let annotation_problems = problems;
+        // Declared, but their service or trigger missing for now: their records stay.
+        let held = subscriptions::held(config, annotations, labels, self.policy.max_recipients);
         let current = state.records(&id, stored);
         let view = SetView {
             kind: set.kind(),
@@ -305,7 +307,7 @@ impl Notifier {
             send,
             problems,
             retry_at,
-        } = records::compose(config, &view, &subs, &current, &now);
+        } = records::compose(config, &view, &subs, &held, &current, &now);
         if let Some(at) = retry_at {
             self.wake_at(&mut state, &id, &now, &at);
         }
@@ -1027,7 +1029,10 @@ mod tests {
             for service in SERVICES {
                 let key = SubscriptionKey {
                     trigger: "on-rollout-failed".into(),
-                    condition: 0,
+                    condition: cmset_core::notify::triggers::built_in("on-rollout-failed")
+                        .unwrap()
+                        .conditions[0]
+                        .key(),
                     service: service.into(),
                     recipient: String::new(),
                 };

@@ -16,7 +16,7 @@ use serde_yaml_ng::Value;
 use super::render::{self, SlackPart, TeamsPart, Template, WebhookPart};
 use super::request::Transport;
 use super::selector::Selector;
-use super::subscriptions::{self, DefaultSubscription};
+use super::subscriptions::{self, DefaultSubscription, Target};
 use super::triggers::{self, Condition, Event, Trigger};
 use super::yaml::{self, Fields};
 use super::{Credential, Problem};
@@ -725,18 +725,29 @@ fn parse_subscription(
         }
     }
     let mut targets = Vec::new();
+    let mut held = Vec::new();
     for (j, recipient) in recipients.iter().enumerate() {
         let (service, who) = recipient.split_once(':').unwrap_or((recipient.as_str(), ""));
-        match subscriptions::check_recipient(config, service.trim(), who.trim()) {
+        let (service, who) = (service.trim(), who.trim());
+        match subscriptions::check_recipient(config, service, who) {
             Ok(target) => targets.push(target),
-            Err(e) => errors.push(format!("`{path}.recipients[{j}]`: {e}")),
+            Err(e) => {
+                if !config.services.contains_key(service) {
+                    held.push(Target {
+                        service: service.to_string(),
+                        recipient: who.to_string(),
+                    });
+                }
+                errors.push(format!("`{path}.recipients[{j}]`: {e}"));
+            }
         }
     }
-    if targets.is_empty() {
+    if targets.is_empty() && held.is_empty() {
         return Err(format!("`{path}` has no valid recipient"));
     }
     Ok(DefaultSubscription {
         recipients: targets,
+        held,
         triggers,
         selector,
     })
@@ -1133,11 +1144,20 @@ mod tests {
                     "subscriptions",
                     "`[1].recipients[0]`: names a service that is not configured (configured: audit, hooks, slack, teams)"
                 ),
-                Problem::new("subscriptions", "`[1]` has no valid recipient"),
             ]
         );
         let subs = &config.subscriptions;
-        assert_eq!(subs.len(), 1);
+        assert_eq!(subs.len(), 2);
+        // Naming a service missing for now: held (its records stay), not subscribed.
+        assert!(subs[1].recipients.is_empty());
+        assert_eq!(
+            subs[1].held,
+            [Target {
+                service: "nowhere".into(),
+                recipient: "x".into()
+            }]
+        );
+        assert!(subs[0].held.is_empty());
         let targets: Vec<(&str, &str)> = subs[0]
             .recipients
             .iter()

@@ -1,12 +1,15 @@
 //! What a set's `status.notifications` should hold, and what to send now, from its subscriptions and
-//! the records it has. One record per subscription (and per condition of its trigger that fired): the
-//! once-per key last heard, so that an event is sent once whatever restarts or leader changes come
-//! between.
+//! the records it has. One record per subscription and condition of its trigger (keyed by the
+//! condition's content, not its place): the once-per key last heard, so that an event is sent once
+//! whatever restarts or leader changes come between.
 //!
-//! A subscription hears of what happens after it exists: the first time one is seen (no record for
-//! its trigger, service and recipient), the events that already stand are recorded as heard, without
-//! sending. Otherwise an admin who adds a subscription for every set would announce every rollout
-//! that completed long ago.
+//! A subscription hears of what happens after it exists: the first time a condition of it is seen (a
+//! new subscription, or a condition added to or edited in its trigger), the events that already stand
+//! are recorded as heard, without sending. Otherwise an admin who adds a subscription for every set
+//! would announce every rollout that completed long ago, and one who appends a condition would resend
+//! every standing event. A subscription is new only when its annotation or admin entry is: one whose
+//! service is missing for a moment (its Secret deleted and recreated, a typo being fixed) is `held`
+//! and keeps its records.
 //!
 //! A delivery that failed in a way that may pass (no answer, 408, 429, 5xx) is recorded `Retrying`,
 //! with the time of its first attempt: it is tried again after a backoff ([`retry_at`]) until it lands
@@ -27,7 +30,7 @@ use super::{Config, Problem, SetView, Subscription};
 pub fn key_of(record: &NotificationStatus) -> SubscriptionKey {
     SubscriptionKey {
         trigger: record.trigger.clone(),
-        condition: usize::try_from(record.condition).unwrap_or(0),
+        condition: record.condition_key.clone(),
         service: record.service.clone(),
         recipient: record.recipient.clone(),
     }
@@ -37,7 +40,8 @@ pub fn key_of(record: &NotificationStatus) -> SubscriptionKey {
 pub fn subscribed(key: &SubscriptionKey, once: &str, now: &Time) -> NotificationStatus {
     NotificationStatus {
         trigger: key.trigger.clone(),
-        condition: i32::try_from(key.condition).unwrap_or(i32::MAX),
+        condition: 0,
+        condition_key: key.condition.clone(),
         service: key.service.clone(),
         recipient: key.recipient.clone(),
         once: once.to_string(),
@@ -136,59 +140,95 @@ fn subscription_of(key: &SubscriptionKey) -> (&str, &str, &str) {
     (&key.trigger, &key.service, &key.recipient)
 }
 
-/// Composes the records of a set from its `subscriptions` and the records it has (`records`): those of
-/// subscriptions gone are dropped, new subscriptions are recorded as having heard what stands now, and
-/// the others send what stands with a once-per key other than the one recorded, and what is
-/// `Retrying` once it is due again ([`retry_at`]).
+/// A record written before `conditionKey`, keyed by the content of the condition its index names
+/// (as the trigger is now); others as they are.
+fn keyed_by_content(config: &Config, record: &NotificationStatus) -> NotificationStatus {
+    if !record.condition_key.is_empty() {
+        return record.clone();
+    }
+    let condition = usize::try_from(record.condition).ok().and_then(|index| {
+        let trigger = config.trigger(&record.trigger)?;
+        trigger.conditions.get(index).map(|c| c.key())
+    });
+    NotificationStatus {
+        condition: 0,
+        condition_key: condition.unwrap_or_default(),
+        ..record.clone()
+    }
+}
+
+/// Composes the records of a set from its `subscriptions` (usable now), `held` (declared by an
+/// annotation or an admin entry that still exists, but whose service or trigger is missing for now)
+/// and the records it has (`records`):
+/// - records of subscriptions neither usable nor held, or of conditions their trigger no longer has,
+///   are dropped; a held subscription keeps its records and sends nothing;
+/// - a condition of a usable subscription seen for the first time (a new subscription, a condition
+///   added or edited) is recorded as having heard what stands now, without sending;
+/// - the others send what stands with a once-per key other than the one recorded, and what is
+///   `Retrying` once it is due again ([`retry_at`]).
 pub fn compose(
     config: &Config,
     set: &SetView<'_>,
     subscriptions: &[Subscription],
+    held: &[Subscription],
     records: &[NotificationStatus],
     now: &Time,
 ) -> Composed {
-    let wanted: BTreeSet<(&str, &str, &str)> = subscriptions
-        .iter()
-        .map(|s| (s.trigger.as_str(), s.service.as_str(), s.recipient.as_str()))
-        .collect();
+    let as_tuple = |s: &Subscription| (s.trigger.clone(), s.service.clone(), s.recipient.clone());
+    let declared: BTreeSet<(String, String, String)> =
+        subscriptions.iter().chain(held).map(as_tuple).collect();
+    let conditions_of = |trigger: &str| -> Option<Vec<String>> {
+        config
+            .trigger(trigger)
+            .map(|t| t.conditions.iter().map(|c| c.key()).collect())
+    };
     let mut kept: BTreeMap<SubscriptionKey, NotificationStatus> = BTreeMap::new();
     let mut changed = false;
-    for record in records {
-        let key = key_of(record);
-        if wanted.contains(&subscription_of(&key)) && !kept.contains_key(&key) {
-            kept.insert(key, record.clone());
+    for stored in records {
+        let record = keyed_by_content(config, stored);
+        changed |= record != *stored;
+        let key = key_of(&record);
+        let (trigger, service, recipient) = subscription_of(&key);
+        let still_declared = declared.contains(&(trigger.into(), service.into(), recipient.into()));
+        // A trigger missing for now (held) keeps its records; one that is there keeps those of its
+        // conditions.
+        let condition_stands = conditions_of(trigger).is_none_or(|keys| keys.contains(&key.condition));
+        if still_declared && condition_stands && !kept.contains_key(&key) {
+            kept.insert(key, record);
         } else {
             changed = true;
         }
     }
-    let seen: BTreeSet<(String, String, String)> = kept
-        .keys()
-        .map(|k| (k.trigger.clone(), k.service.clone(), k.recipient.clone()))
-        .collect();
-    let (known, new): (Vec<Subscription>, Vec<Subscription>) = subscriptions
-        .iter()
-        .cloned()
-        .partition(|s| seen.contains(&(s.trigger.clone(), s.service.clone(), s.recipient.clone())));
     let mut problems = Vec::new();
-    for sub in &new {
+    for sub in subscriptions {
+        let key_of_condition = |condition: String| SubscriptionKey {
+            trigger: sub.trigger.clone(),
+            condition,
+            service: sub.service.clone(),
+            recipient: sub.recipient.clone(),
+        };
+        let fresh: Vec<SubscriptionKey> = conditions_of(&sub.trigger)
+            .unwrap_or_default()
+            .into_iter()
+            .map(key_of_condition)
+            .filter(|key| !kept.contains_key(key))
+            .collect();
+        if fresh.is_empty() {
+            continue;
+        }
+        changed = true;
         let (standing, found) = triggers::fired(config, set, std::slice::from_ref(sub), |_| None);
         problems.extend(found);
-        changed = true;
-        if standing.is_empty() {
-            let key = SubscriptionKey {
-                trigger: sub.trigger.clone(),
-                condition: 0,
-                service: sub.service.clone(),
-                recipient: sub.recipient.clone(),
-            };
-            kept.insert(key.clone(), subscribed(&key, "", now));
-        }
-        for n in standing {
-            kept.insert(n.key.clone(), subscribed(&n.key, &n.once, now));
+        for key in fresh {
+            let once = standing
+                .iter()
+                .find(|n| n.key == key)
+                .map_or("", |n| n.once.as_str());
+            kept.insert(key.clone(), subscribed(&key, once, now));
         }
     }
     let due = |record: &NotificationStatus| retry_at(record).is_some_and(|at| at.0 <= now.0);
-    let (send, found) = triggers::fired(config, set, &known, |key| {
+    let (send, found) = triggers::fired(config, set, subscriptions, |key| {
         kept.get(key).filter(|r| !due(r)).map(|r| r.once.as_str())
     });
     problems.extend(found);
@@ -273,7 +313,7 @@ mod tests {
             annotations: &annotations,
             status,
         };
-        compose(&config(), &view, subs, records, &now())
+        compose(&config(), &view, subs, &[], records, &now())
     }
 
     #[test]
@@ -353,7 +393,7 @@ mod tests {
         let key = key_of(&subscribed(
             &SubscriptionKey {
                 trigger: "on-rollout-failed".into(),
-                condition: 0,
+                condition: String::new(),
                 service: "hook".into(),
                 recipient: String::new(),
             },
@@ -473,5 +513,164 @@ mod tests {
         assert_eq!(due.send.len(), 1);
         assert_eq!(due.send[0].once, sent.once);
         assert_eq!(due.retry_at, None);
+    }
+
+    fn view_of<'a>(status: &'a ConfigMapSetStatus, labels: &'a BTreeMap<String, String>) -> SetView<'a> {
+        SetView {
+            kind: SetKind::ConfigMapSet,
+            name: "web",
+            namespace: "shop",
+            labels,
+            annotations: labels,
+            status,
+        }
+    }
+
+    /// Issue 36: a service missing for a moment (its Secret deleted and recreated) keeps the records
+    /// of the subscriptions that name it, so what happened meanwhile is sent once it is back, not
+    /// recorded as heard as for a new subscription.
+    #[test]
+    fn a_service_missing_for_a_moment_keeps_its_records() {
+        let subs = [sub("on-rollout-failed")];
+        let first = compose_for(&failed("web-1"), &subs, &[]);
+        let missing = {
+            let (config, _) = config::parse(
+                &[("service.slack".to_string(), "token: $gone".to_string())].into(),
+                &BTreeMap::new(),
+            );
+            config
+        };
+        let labels = BTreeMap::new();
+        let status = failed("web-2");
+        // Meanwhile the set's rollout of web-2 failed; the service is gone, the annotation is not.
+        let meanwhile = compose(
+            &missing,
+            &view_of(&status, &labels),
+            &[],
+            &subs,
+            &first.records,
+            &now(),
+        );
+        assert!(meanwhile.send.is_empty() && !meanwhile.changed, "{meanwhile:?}");
+        assert_eq!(meanwhile.records, first.records);
+        let back = compose_for(&status, &subs, &meanwhile.records);
+        assert_eq!(back.send.len(), 1, "{back:?}");
+        assert!(back.send[0].once.starts_with("web-2"));
+        // Neither usable nor held: the subscription is gone and so are its records.
+        let gone = compose(
+            &missing,
+            &view_of(&status, &labels),
+            &[],
+            &[],
+            &first.records,
+            &now(),
+        );
+        assert!(gone.changed && gone.records.is_empty());
+    }
+
+    fn with_trigger(conditions: &str) -> Config {
+        let data = [
+            (
+                "service.webhook.hook".to_string(),
+                "url: https://example.invalid/hook".to_string(),
+            ),
+            ("trigger.on-trouble".to_string(), conditions.to_string()),
+        ]
+        .into();
+        let (config, problems) = config::parse(&data, &BTreeMap::new());
+        assert!(problems.is_empty(), "{problems:?}");
+        config
+    }
+
+    /// Issue 36: conditions are keyed by their content. Appending or reordering conditions sends
+    /// nothing that already stood (the new condition hears it, as a new subscription would), and
+    /// keeps the others' records.
+    #[test]
+    fn editing_a_trigger_sends_only_what_the_edit_newly_matches() {
+        let failed_on = "- on: RolloutFailed\n  send: [rollout-failed]\n";
+        let completed_on = "- on: RolloutCompleted\n  send: [rollout-completed]\n";
+        let labels = BTreeMap::new();
+        let subs = [sub("on-trouble")];
+        let status = failed("web-2");
+        let before = with_trigger(failed_on);
+        let first = compose(
+            &before,
+            &view_of(&failed("web-1"), &labels),
+            &subs,
+            &[],
+            &[],
+            &now(),
+        );
+        let then = compose(
+            &before,
+            &view_of(&status, &labels),
+            &subs,
+            &[],
+            &first.records,
+            &now(),
+        );
+        assert_eq!(then.send.len(), 1);
+        let delivered = NotificationStatus {
+            result: NotificationResult::Delivered,
+            ..subscribed(&then.send[0].key, &then.send[0].once, &now())
+        };
+        let records = with_record(&then.records, delivered);
+        // Appended with a second condition on the same standing event, and prepended: nothing sent.
+        let also_paged = "- on: RolloutFailed\n  send: [rolled-back]\n";
+        for edited in [
+            format!("{failed_on}{also_paged}"),
+            format!("{also_paged}{completed_on}{failed_on}"),
+        ] {
+            let config = with_trigger(&edited);
+            let out = compose(&config, &view_of(&status, &labels), &subs, &[], &records, &now());
+            assert!(out.send.is_empty(), "{edited}: {:?}", out.send);
+            assert!(out.changed, "the new conditions are recorded");
+            let kept = out
+                .records
+                .iter()
+                .find(|r| r.result == NotificationResult::Delivered);
+            assert!(
+                kept.is_some(),
+                "the first condition keeps its record: {:?}",
+                out.records
+            );
+            // The next event is sent by every condition that matches it.
+            let next = failed("web-3");
+            let later = compose(
+                &config,
+                &view_of(&next, &labels),
+                &subs,
+                &[],
+                &out.records,
+                &now(),
+            );
+            assert_eq!(later.send.len(), 2, "{edited}");
+        }
+        // A record of a condition the trigger no longer has goes.
+        let config = with_trigger(completed_on);
+        let out = compose(&config, &view_of(&status, &labels), &subs, &[], &records, &now());
+        assert!(out.send.is_empty());
+        assert!(
+            out.records
+                .iter()
+                .all(|r| r.result == NotificationResult::Subscribed)
+        );
+    }
+
+    /// A record written before condition keys (by index) is keyed by the content of that condition:
+    /// nothing is sent again after an upgrade.
+    #[test]
+    fn a_record_keyed_by_index_is_read_by_content() {
+        let first = compose_for(&ConfigMapSetStatus::default(), &[sub("on-rollout-failed")], &[]);
+        let then = compose_for(&failed("web-2"), &[sub("on-rollout-failed")], &first.records);
+        let legacy = NotificationStatus {
+            result: NotificationResult::Delivered,
+            condition_key: String::new(),
+            ..subscribed(&then.send[0].key, &then.send[0].once, &now())
+        };
+        let out = compose_for(&failed("web-2"), &[sub("on-rollout-failed")], &[legacy]);
+        assert!(out.send.is_empty(), "{:?}", out.send);
+        assert!(out.changed, "rewritten with its key");
+        assert_eq!(out.records[0].condition_key, then.send[0].key.condition);
     }
 }

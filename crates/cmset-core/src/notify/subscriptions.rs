@@ -36,6 +36,9 @@ pub struct Target {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DefaultSubscription {
     pub recipients: Vec<Target>,
+    /// Recipients of a service that is not configured now (its Secret missing, say): not subscribed,
+    /// but their records are kept until it is back ([`held`]).
+    pub held: Vec<Target>,
     pub triggers: Vec<String>,
     pub selector: Selector,
 }
@@ -241,6 +244,61 @@ pub fn of_set(
     }
     problems.sort();
     (subs.into_iter().collect(), problems)
+}
+
+/// The subscriptions a set still declares but cannot use now, because the service (or trigger) they
+/// name is missing from the configuration for the moment: those of its annotations (within
+/// `max_recipients`) and of the admin's entries that select it. Their records are kept, so that the
+/// service coming back does not make them new.
+pub fn held(
+    config: &Config,
+    annotations: &BTreeMap<String, String>,
+    labels: &BTreeMap<String, String>,
+    max_recipients: usize,
+) -> Vec<Subscription> {
+    let mut out = BTreeSet::new();
+    if named_recipients(config, annotations) <= max_recipients {
+        for (annotation, value) in annotations {
+            let Some(rest) = annotation.strip_prefix(SUBSCRIBE_PREFIX) else {
+                continue;
+            };
+            let (triggers, service) = match rest.split('.').collect::<Vec<_>>().as_slice() {
+                [service] => (config.default_triggers(), *service),
+                [trigger, service] => (vec![trigger.to_string()], *service),
+                _ => continue,
+            };
+            let missing = !config.services.contains_key(service)
+                || triggers.iter().any(|t| config.trigger(t).is_none());
+            if !missing {
+                continue;
+            }
+            // What the recipient becomes depends on the service's kind, unknown now: as written, and
+            // none (a webhook's).
+            let recipients = value.split(';').map(str::trim).chain([""]);
+            for recipient in recipients {
+                out.extend(triggers.iter().map(|trigger| Subscription {
+                    trigger: trigger.clone(),
+                    service: service.to_string(),
+                    recipient: recipient.to_string(),
+                }));
+            }
+        }
+    }
+    for default in config.subscriptions.iter().filter(|d| d.selector.matches(labels)) {
+        let triggers = if default.triggers.is_empty() {
+            config.default_triggers()
+        } else {
+            default.triggers.clone()
+        };
+        for trigger in &triggers {
+            out.extend(default.held.iter().map(|target| Subscription {
+                trigger: trigger.clone(),
+                service: target.service.clone(),
+                recipient: target.recipient.clone(),
+            }));
+        }
+    }
+    out.into_iter().collect()
 }
 
 #[cfg(test)]
@@ -456,5 +514,37 @@ mod tests {
         assert_eq!(problems[0].key, ALL_ANNOTATIONS);
         let (got, problems) = of_set(&config, &annotations, &BTreeMap::new(), 8);
         assert_eq!((got.len(), problems.len()), (15, 0), "{got:?}");
+    }
+
+    /// Issue 36: with the Secret gone for a moment, the bot that needs it is missing from the
+    /// configuration; the set's annotation and the admin's entry naming it are held, not dropped.
+    #[test]
+    fn subscriptions_of_a_service_missing_for_now_are_held() {
+        let without_secret = |extra: &[(&str, &str)]| {
+            let mut entries = vec![("service.slack", "token: $slack-token")];
+            entries.extend_from_slice(extra);
+            config::parse(&data(&entries), &BTreeMap::new()).0
+        };
+        let config = without_secret(&[(
+            "subscriptions",
+            "- recipients: [slack:ops]\n  triggers: [on-rollout-failed]",
+        )]);
+        let annotations = annotate(&[("on-rolled-back.slack", "#deploys")]);
+        let (usable, _) = of_set(&config, &annotations, &BTreeMap::new(), DEFAULT_MAX_RECIPIENTS);
+        assert_eq!(usable, []);
+        assert_eq!(
+            held(&config, &annotations, &BTreeMap::new(), DEFAULT_MAX_RECIPIENTS),
+            subs(&[
+                ("on-rolled-back", "slack", ""),
+                ("on-rolled-back", "slack", "#deploys"),
+                ("on-rollout-failed", "slack", "ops"),
+            ])
+        );
+        // With the service there, nothing is held.
+        let config = fixtures::config_with(&[]);
+        assert_eq!(
+            held(&config, &annotations, &BTreeMap::new(), DEFAULT_MAX_RECIPIENTS),
+            []
+        );
     }
 }

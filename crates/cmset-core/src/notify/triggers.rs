@@ -105,6 +105,16 @@ pub struct Condition {
     pub description: Option<String>,
 }
 
+impl Condition {
+    /// Its key in the records: a hash of what makes it fire and what it sends (not its
+    /// `description`, nor its place among the trigger's conditions), so that reordering, appending or
+    /// describing conditions keeps every other condition's record.
+    pub fn key(&self) -> String {
+        let content = serde_json::json!([self.on.as_str(), self.when, self.send, self.once_per]);
+        crate::hash::short_hash(content.to_string().as_bytes())
+    }
+}
+
 /// The built-in trigger of that name: on its event, no further condition, its built-in template.
 pub fn built_in(name: &str) -> Option<Trigger> {
     let event = Event::of_trigger(name)?;
@@ -185,8 +195,8 @@ pub fn events(status: &ConfigMapSetStatus) -> Vec<(Event, String)> {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SubscriptionKey {
     pub trigger: String,
-    /// The index of the trigger's condition.
-    pub condition: usize,
+    /// The trigger's condition, by its content ([`Condition::key`]).
+    pub condition: String,
     pub service: String,
     pub recipient: String,
 }
@@ -233,10 +243,11 @@ pub fn fired<'r>(
             let Some(once) = once_key(condition, index, event_key, &context, &key, &mut problems) else {
                 continue;
             };
+            let condition_key = condition.key();
             for sub in &subs {
                 let sub_key = SubscriptionKey {
                     trigger: name.to_string(),
-                    condition: index,
+                    condition: condition_key.clone(),
                     service: sub.service.clone(),
                     recipient: sub.recipient.clone(),
                 };
@@ -562,8 +573,10 @@ mod tests {
         );
         let set = Set::new(failed_status());
         let (fired, _) = fired(&config, &set.view(), &subs[1..2], |_| None);
-        assert_eq!(fired[0].key.condition, 0);
-        assert_eq!(fired[1].key.condition, 1);
+        let trigger = config.trigger("on-team-failure").unwrap();
+        assert_eq!(fired[0].key.condition, trigger.conditions[0].key());
+        assert_eq!(fired[1].key.condition, trigger.conditions[1].key());
+        assert_ne!(fired[0].key.condition, fired[1].key.condition);
         let templates: Vec<&str> = fired[0].messages.iter().map(|m| m.template.as_str()).collect();
         assert_eq!(templates, ["rollout-failed", "rolled-back"]);
     }
