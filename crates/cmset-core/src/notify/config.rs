@@ -978,7 +978,7 @@ mod tests {
                 "trigger.mine",
                 "- on: Deployed",
                 "`[0].on` must be one of RolloutStarted, WaveStarted, RolloutPaused, AwaitingPromotion, \
-                 AnalysisFailed, RolloutFailed, RolledBack, RolloutCompleted",
+                 RolloutWaiting, AnalysisFailed, RolloutFailed, RolledBack, RolloutCompleted",
             ),
             (
                 "trigger.mine",
@@ -1091,6 +1091,7 @@ mod tests {
                 "on-wave-started",
                 "on-rollout-paused",
                 "on-awaiting-promotion",
+                "on-rollout-waiting",
                 "on-analysis-failed",
                 "on-rollout-failed",
                 "on-rolled-back",

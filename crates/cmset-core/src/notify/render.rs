@@ -102,7 +102,7 @@ pub enum Part {
 }
 
 /// The top-level names of the context ([`context`]).
-pub const FIELDS: [&str; 12] = [
+pub const FIELDS: [&str; 14] = [
     "set",
     "revision",
     "previousRevision",
@@ -110,6 +110,8 @@ pub const FIELDS: [&str; 12] = [
     "waves",
     "phase",
     "message",
+    "reason",
+    "nextWindow",
     "workloads",
     "analysisRuns",
     "event",
@@ -472,6 +474,8 @@ pub fn context(set: &SetView<'_>, event: Event, trigger: &str) -> Json {
         "waves": rollout.map(|r| r.waves.clone()).unwrap_or_default(),
         "phase": rollout.map(|r| r.phase.as_str()),
         "message": rollout.and_then(|r| r.message.clone()),
+        "reason": rollout.and_then(|r| r.reason.clone()),
+        "nextWindow": rollout.and_then(|r| r.next_window.as_ref()).map(|t| t.0.to_string()),
         "workloads": workloads,
         "analysisRuns": runs,
         "event": event.as_str(),
@@ -507,6 +511,13 @@ pub fn built_in(name: &str) -> Option<Template> {
         Event::AwaitingPromotion => (
             "Awaiting promotion",
             "wave {{ wave }} of the rollout of {{ revision }} is done; the next wave waits for: {{ next }}",
+        ),
+        Event::RolloutWaiting => (
+            "Rollout waiting",
+            "rollout of {{ revision }} waits in wave {{ wave }}, held \
+             {% if reason == 'OutsideWindow' %}outside its change windows\
+             {% else %}by change window {{ reason }}{% endif %}; \
+             {% if nextWindow %}it goes on at {{ nextWindow }}{% else %}no window opens{% endif %}.",
         ),
         Event::AnalysisFailed => (
             "Analysis failed",

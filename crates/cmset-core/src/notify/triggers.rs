@@ -24,6 +24,7 @@ pub enum Event {
     WaveStarted,
     RolloutPaused,
     AwaitingPromotion,
+    RolloutWaiting,
     AnalysisFailed,
     RolloutFailed,
     RolledBack,
@@ -31,11 +32,12 @@ pub enum Event {
 }
 
 impl Event {
-    pub const ALL: [Event; 8] = [
+    pub const ALL: [Event; 9] = [
         Self::RolloutStarted,
         Self::WaveStarted,
         Self::RolloutPaused,
         Self::AwaitingPromotion,
+        Self::RolloutWaiting,
         Self::AnalysisFailed,
         Self::RolloutFailed,
         Self::RolledBack,
@@ -49,6 +51,7 @@ impl Event {
             Self::WaveStarted => "WaveStarted",
             Self::RolloutPaused => "RolloutPaused",
             Self::AwaitingPromotion => "AwaitingPromotion",
+            Self::RolloutWaiting => "RolloutWaiting",
             Self::AnalysisFailed => "AnalysisFailed",
             Self::RolloutFailed => "RolloutFailed",
             Self::RolledBack => "RolledBack",
@@ -67,6 +70,7 @@ impl Event {
             Self::WaveStarted => "on-wave-started",
             Self::RolloutPaused => "on-rollout-paused",
             Self::AwaitingPromotion => "on-awaiting-promotion",
+            Self::RolloutWaiting => "on-rollout-waiting",
             Self::AnalysisFailed => "on-analysis-failed",
             Self::RolloutFailed => "on-rollout-failed",
             Self::RolledBack => "on-rolled-back",
@@ -132,7 +136,9 @@ pub fn built_in(name: &str) -> Option<Trigger> {
 
 /// The events the status shows, each with its once-per key: `<revision>@<rollout>` for the rollout's
 /// events and `<revision>/<wave>@<rollout>` for a wave's, where `<rollout>` is the instant it started
-/// (as `kubectl cmset promote` names a rollout), left out with `@` when the status has none.
+/// (as `kubectl cmset promote` names a rollout), left out with `@` when the status has none. A hold by
+/// a change window (`RolloutWaiting`) is the wave's, told once per hold: its key adds the window and
+/// when it opens (`~<reason>~<nextWindow>`), which stay the same while one hold lasts.
 ///
 /// A set without `spec.rollout` records no rollout: its workloads all move at once to the current
 /// revision. Its rollout starts when that revision becomes current and completes once no workload is
@@ -166,6 +172,14 @@ pub fn events(status: &ConfigMapSetStatus) -> Vec<(Event, String)> {
         RolloutPhase::Progressing if later_wave => out.push((Event::WaveStarted, of_wave)),
         RolloutPhase::Paused => out.push((Event::RolloutPaused, of_wave)),
         RolloutPhase::AwaitingPromotion => out.push((Event::AwaitingPromotion, of_wave)),
+        RolloutPhase::Waiting => {
+            let opens = rollout
+                .next_window
+                .as_ref()
+                .map_or_else(|| "never".to_string(), |t| t.0.to_string());
+            let window = rollout.reason.as_deref().unwrap_or("window");
+            out.push((Event::RolloutWaiting, format!("{of_wave}~{window}~{opens}")));
+        }
         _ => {}
     }
     if rollout
@@ -641,5 +655,64 @@ mod tests {
         let (fired, _) = fire(&config, status, &subs, &BTreeMap::new());
         let triggers: Vec<String> = fired.iter().map(|(t, ..)| t.to_string()).collect();
         assert_eq!(triggers, ["on-rollout-completed", "on-rollout-started"]);
+    }
+
+    /// Issue 36: a hold by a change window is an event of its own (`on-rollout-waiting`), told once
+    /// per hold: the same hold keeps its key, the next hold (a later opening) gets another, and it
+    /// names the window and when it opens.
+    #[test]
+    fn a_hold_by_a_window_is_told_once_per_hold() {
+        let held = |reason: &str, opens: Option<&str>| {
+            let mut status = status(RolloutPhase::Waiting, 1);
+            let rollout = status.rollout.as_mut().unwrap();
+            rollout.reason = Some(reason.into());
+            rollout.next_window = opens.map(fixtures::time);
+            status
+        };
+        let waiting = |status: &ConfigMapSetStatus| {
+            let events = keys(events(status));
+            events
+                .into_iter()
+                .filter(|(e, _)| *e == Event::RolloutWaiting)
+                .collect::<Vec<_>>()
+        };
+        let first = held("holiday-freeze", Some("2026-12-27T00:00:00Z"));
+        assert_eq!(
+            waiting(&first),
+            [ev(
+                Event::RolloutWaiting,
+                "app-2/1@T~holiday-freeze~2026-12-27T00:00:00Z"
+            )]
+        );
+        assert_eq!(
+            waiting(&first),
+            waiting(&first.clone()),
+            "the same hold, the same key"
+        );
+        let next = held("holiday-freeze", Some("2027-01-03T00:00:00Z"));
+        assert_ne!(waiting(&first), waiting(&next), "a later hold is told again");
+        assert_eq!(
+            waiting(&held("OutsideWindow", None)),
+            [ev(Event::RolloutWaiting, "app-2/1@T~OutsideWindow~never")]
+        );
+        assert_eq!(waiting(&status(RolloutPhase::Progressing, 1)), []);
+
+        let config = fixtures::config_with(&[]);
+        let set = Set::new(first);
+        let subs = [sub("on-rollout-waiting", "slack", "ops")];
+        let (told, problems) = fired(&config, &set.view(), &subs, |_| None);
+        assert_eq!(problems, []);
+        assert_eq!(
+            told[0].messages[0].text,
+            "ConfigMapSet shop/app: rollout of app-2 waits in wave 1, held by change window holiday-freeze; \
+             it goes on at 2026-12-27T00:00:00Z."
+        );
+        let set = Set::new(held("OutsideWindow", None));
+        let (told, _) = fired(&config, &set.view(), &subs, |_| None);
+        assert_eq!(
+            told[0].messages[0].text,
+            "ConfigMapSet shop/app: rollout of app-2 waits in wave 1, held outside its change windows; \
+             no window opens."
+        );
     }
 }
