@@ -42,6 +42,8 @@ pub const MAX_CONFIGMAP_BYTES: usize = 1024 * 1024;
 
 /// Longest name of an object Kubernetes accepts (a DNS subdomain, RFC 1123).
 pub const MAX_DNS_SUBDOMAIN_LEN: usize = 253;
+/// Records of `status.notifications` one set keeps at most (one per subscription and condition).
+pub const MAX_NOTIFICATION_RECORDS: u32 = 128;
 
 /// A DNS subdomain (RFC 1123) as Kubernetes checks most object names, without the length limit:
 /// dot-separated parts of lowercase letters, digits and `-`, each starting and ending with a letter or
@@ -301,8 +303,10 @@ pub struct ConfigMapSetStatus {
     /// Who hears about this set's rollouts (its `notifications.cmset.dev/subscribe.*` annotations and
     /// the operator's `cmset-notifications` subscriptions that select it), and the last delivery to
     /// each. Written by the notifier alone, under its own field manager (`cmset-notifications`): the
-    /// set controller's status writes never carry it.
+    /// set controller's status writes never carry it. At most 128 records
+    /// (`MAX_NOTIFICATION_RECORDS`); the subscriptions beyond are refused (an Event says so).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_NOTIFICATION_RECORDS))]
     pub notifications: Option<Vec<NotificationStatus>>,
 }
 

@@ -157,6 +157,52 @@ fn keyed_by_content(config: &Config, record: &NotificationStatus) -> Notificatio
     }
 }
 
+/// Records one set keeps at most: `status.notifications` is bounded like the rest of the status.
+pub const MAX_RECORDS: usize = cmset_api::MAX_NOTIFICATION_RECORDS as usize;
+
+/// The subscriptions whose records fit in `max` (each takes one per condition of its trigger), usable
+/// ones first, in order; a problem naming how many do not (the same ones at every call, so the
+/// records do not flap).
+fn within_bound(
+    config: &Config,
+    subscriptions: &[Subscription],
+    held: &[Subscription],
+    max: usize,
+) -> (Vec<Subscription>, Vec<Subscription>, Option<Problem>) {
+    let records_of = |s: &Subscription| {
+        config
+            .trigger(&s.trigger)
+            .map_or(1, |t| t.conditions.len().max(1))
+    };
+    let mut room = max;
+    let mut refused = 0;
+    let mut fit = |list: &[Subscription]| -> Vec<Subscription> {
+        let mut out = Vec::new();
+        for sub in list {
+            let needs = records_of(sub);
+            if needs <= room {
+                room -= needs;
+                out.push(sub.clone());
+            } else {
+                refused += 1;
+            }
+        }
+        out
+    };
+    let usable = fit(subscriptions);
+    let held = fit(held);
+    let problem = (refused > 0).then(|| {
+        Problem::new(
+            "status.notifications",
+            format!(
+                "the set's subscriptions need more than the {max} records a set keeps: {refused} of them \
+                 are not subscribed"
+            ),
+        )
+    });
+    (usable, held, problem)
+}
+
 /// Composes the records of a set from its `subscriptions` (usable now), `held` (declared by an
 /// annotation or an admin entry that still exists, but whose service or trigger is missing for now)
 /// and the records it has (`records`):
@@ -166,6 +212,8 @@ fn keyed_by_content(config: &Config, record: &NotificationStatus) -> Notificatio
 ///   added or edited) is recorded as having heard what stands now, without sending;
 /// - the others send what stands with a once-per key other than the one recorded, and what is
 ///   `Retrying` once it is due again ([`retry_at`]).
+///
+/// At most [`MAX_RECORDS`] records: the subscriptions beyond are refused, with a problem.
 pub fn compose(
     config: &Config,
     set: &SetView<'_>,
@@ -174,9 +222,24 @@ pub fn compose(
     records: &[NotificationStatus],
     now: &Time,
 ) -> Composed {
+    compose_within(config, set, subscriptions, held, records, now, MAX_RECORDS)
+}
+
+fn compose_within(
+    config: &Config,
+    set: &SetView<'_>,
+    subscriptions: &[Subscription],
+    held: &[Subscription],
+    records: &[NotificationStatus],
+    now: &Time,
+    max_records: usize,
+) -> Composed {
+    let (subscriptions, held, over) = within_bound(config, subscriptions, held, max_records);
+    let (subscriptions, held) = (subscriptions.as_slice(), held.as_slice());
     let as_tuple = |s: &Subscription| (s.trigger.clone(), s.service.clone(), s.recipient.clone());
     let declared: BTreeSet<(String, String, String)> =
         subscriptions.iter().chain(held).map(as_tuple).collect();
+    let mut problems: Vec<Problem> = over.into_iter().collect();
     let conditions_of = |trigger: &str| -> Option<Vec<String>> {
         config
             .trigger(trigger)
@@ -199,7 +262,6 @@ pub fn compose(
             changed = true;
         }
     }
-    let mut problems = Vec::new();
     for sub in subscriptions {
         let key_of_condition = |condition: String| SubscriptionKey {
             trigger: sub.trigger.clone(),
@@ -672,5 +734,45 @@ mod tests {
         assert!(out.send.is_empty(), "{:?}", out.send);
         assert!(out.changed, "rewritten with its key");
         assert_eq!(out.records[0].condition_key, then.send[0].key.condition);
+    }
+
+    /// Issue 36: `status.notifications` is bounded. Subscriptions beyond the bound (counted in
+    /// records: one per condition) are refused with a problem, the same ones every time, so the
+    /// records never exceed it and do not flap.
+    #[test]
+    fn records_are_bounded_per_set() {
+        let labels = BTreeMap::new();
+        let status = failed("web-1");
+        let view = view_of(&status, &labels);
+        let many: Vec<Subscription> = (0..10)
+            .map(|i| Subscription {
+                trigger: "on-rollout-failed".into(),
+                service: "hook".into(),
+                recipient: format!("r{i}"),
+            })
+            .collect();
+        let first = compose_within(&config(), &view, &many, &[], &[], &now(), 4);
+        assert_eq!(first.records.len(), 4);
+        assert_eq!(
+            first.problems,
+            [Problem::new(
+                "status.notifications",
+                "the set's subscriptions need more than the 4 records a set keeps: 6 of them are not subscribed"
+            )]
+        );
+        let again = compose_within(&config(), &view, &many, &[], &first.records, &now(), 4);
+        assert!(!again.changed, "stable");
+        assert_eq!(again.records, first.records);
+        // The bound the status schema states is the one kept.
+        let lots: Vec<Subscription> = (0..MAX_RECORDS + 5)
+            .map(|i| Subscription {
+                trigger: "on-rollout-failed".into(),
+                service: "hook".into(),
+                recipient: format!("r{i}"),
+            })
+            .collect();
+        let out = compose(&config(), &view, &lots, &[], &[], &now());
+        assert_eq!(out.records.len(), MAX_RECORDS);
+        assert_eq!(MAX_RECORDS, 128);
     }
 }
