@@ -1,8 +1,11 @@
 //! The leader's notifier: each set reconcile tells it the set as the store shows it
 //! ([`Notifier::observe`]), which asks the core what the set's records should be and what to send
-//! (`cmset_core::notify::records::compose`), and queues the deliveries. Nothing here makes a reconcile
-//! wait: deliveries run on [`WORKERS`] tasks from a queue of [`QUEUE`]; a notification that finds the
-//! queue full is counted as dropped and sent later, since nothing recorded it.
+//! (`cmset_core::notify::records::compose`, outside the notifier's lock: it renders the messages),
+//! and queues the deliveries. Nothing here makes a reconcile wait: deliveries run on [`WORKERS`] tasks
+//! from a queue of [`QUEUE`], fair between namespaces ([`FairQueue`]: each namespace's turn in order,
+//! at most [`PER_NAMESPACE`] of one namespace), so one namespace's flood delays its own messages and
+//! not the others'. A notification that finds the queue (or its namespace's share) full is counted as
+//! dropped and sent later, since nothing recorded it.
 //!
 //! "Later" must not wait for a reconcile that may not come: a set whose every notification was
 //! dropped writes nothing, so nothing reconciles it until the set controller's resync. The notifier
@@ -42,6 +45,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
 use super::config_watch::Loaded;
+use super::fair_queue::FairQueue;
 use super::sender::{Outcome, Sender};
 use crate::engine::context::Context;
 use crate::engine::index::{Key, SetId};
@@ -55,6 +59,8 @@ pub const QUEUE: usize = 1024;
 /// Sets with a dropped notification remembered at most. Each is remembered once, so this is only
 /// reached with more sets than this dropping at once; a set's key is about a hundred bytes.
 pub const REMEMBERED: usize = 16 * QUEUE;
+/// Deliveries of one namespace waiting at most: a flood leaves the rest of the queue to the others.
+pub const PER_NAMESPACE: usize = QUEUE / 4;
 /// Deliveries in flight at once: a receiver that never answers holds one of them for its timeouts.
 pub const WORKERS: usize = 8;
 /// How long a list this process wrote stands in for the set's until the store shows it: past that,
@@ -209,7 +215,7 @@ impl State {
 
 pub struct Notifier {
     loaded: watch::Receiver<Arc<Loaded>>,
-    deliveries: mpsc::Sender<Delivery>,
+    deliveries: Arc<FairQueue<Delivery>>,
     writes: mpsc::UnboundedSender<SetId>,
     wakes: mpsc::UnboundedSender<(SetId, tokio::time::Instant)>,
     policy: Policy,
@@ -226,19 +232,28 @@ pub struct Notifier {
 
 /// What the notifier's tasks take from: handed to [`run`].
 pub struct Queues {
-    deliveries: mpsc::Receiver<Delivery>,
+    deliveries: Arc<FairQueue<Delivery>>,
     writes: mpsc::UnboundedReceiver<SetId>,
     wakes: mpsc::UnboundedReceiver<(SetId, tokio::time::Instant)>,
 }
 
 impl Notifier {
     pub fn new(loaded: watch::Receiver<Arc<Loaded>>, policy: Policy) -> (Self, Queues) {
-        let (deliveries_tx, deliveries) = mpsc::channel(QUEUE);
+        Self::with_share(loaded, policy, PER_NAMESPACE)
+    }
+
+    /// With `per_namespace` deliveries of one namespace queued at most.
+    fn with_share(
+        loaded: watch::Receiver<Arc<Loaded>>,
+        policy: Policy,
+        per_namespace: usize,
+    ) -> (Self, Queues) {
+        let deliveries = Arc::new(FairQueue::new(QUEUE, per_namespace));
         let (writes_tx, writes) = mpsc::unbounded_channel();
         let (wakes_tx, wakes) = mpsc::unbounded_channel();
         let notifier = Self {
             loaded,
-            deliveries: deliveries_tx,
+            deliveries: deliveries.clone(),
             writes: writes_tx,
             wakes: wakes_tx,
             policy,
@@ -301,6 +316,8 @@ impl Notifier {
             status,
         };
         let now = (ctx.clock)();
+        // Composing renders the messages: not under the lock every reconcile and delivery takes.
+        drop(state);
         let Composed {
             records,
             changed,
@@ -308,6 +325,7 @@ impl Notifier {
             problems,
             retry_at,
         } = records::compose(config, &view, &subs, &held, &current, &now);
+        let mut state = self.state();
         if let Some(at) = retry_at {
             self.wake_at(&mut state, &id, &now, &at);
         }
@@ -351,7 +369,7 @@ impl Notifier {
                 service: service.clone(),
                 requests,
             };
-            match self.deliveries.try_send(delivery) {
+            match self.deliveries.try_push(set.namespace(), delivery) {
                 Ok(()) => {
                     state.in_flight.insert(flight);
                 }
@@ -380,7 +398,7 @@ impl Notifier {
             return 0;
         }
         let _one_at_a_time = self.retrying.lock().unwrap_or_else(|e| e.into_inner());
-        let free = self.deliveries.capacity();
+        let free = self.deliveries.free();
         let sets = self.state().dropped.take(free);
         for id in &sets {
             let Some(set) = ctx.stores.set(id) else {
@@ -529,15 +547,14 @@ pub async fn run(notifier: Arc<Notifier>, queues: Queues, ctx: Arc<Context>) {
         writes,
         wakes,
     } = queues;
-    let deliveries = Arc::new(tokio::sync::Mutex::new(deliveries));
+
     let sender = Sender::new();
     let workers = (0..WORKERS).map(|_| {
         let (deliveries, notifier, ctx, sender) =
             (deliveries.clone(), notifier.clone(), ctx.clone(), sender.clone());
         async move {
             loop {
-                let next = deliveries.lock().await.recv().await;
-                let Some(delivery) = next else { break };
+                let delivery = deliveries.pop().await;
                 deliver(&notifier, &ctx, &sender, delivery).await;
             }
         }
@@ -907,8 +924,8 @@ mod tests {
             problems,
         };
         let (_tx, rx) = watch::channel(Arc::new(loaded));
-        // No task takes from the queue: every delivery waits there.
-        let (notifier, _queues) = Notifier::new(rx, Policy::default());
+        // No task takes from the queue: every delivery waits there. One namespace may fill it all.
+        let (notifier, _queues) = Notifier::with_share(rx, Policy::default(), QUEUE);
         let started = Instant::now();
         for i in 0..QUEUE + 100 {
             notifier.observe(&ctx, SetRef::ConfigMap(&failing_set(&format!("set-{i}"))));
@@ -977,8 +994,8 @@ mod tests {
         let metrics = Arc::new(crate::platform::metrics::Metrics::default());
         let (ctx, mut store) = context_with_store(metrics.clone());
         let (_tx, rx) = watch::channel(Arc::new(webhooks(&SERVICES)));
-        // No task takes from the queue: the test plays the workers.
-        let (notifier, mut queues) = Notifier::new(rx, Policy::default());
+        // No task takes from the queue: the test plays the workers. One namespace may fill it all.
+        let (notifier, queues) = Notifier::with_share(rx, Policy::default(), QUEUE);
         let name = |i: usize| format!("set-{i}");
         for i in 0..SETS {
             let set = failing_set_via(&name(i), &SERVICES);
@@ -1007,7 +1024,7 @@ mod tests {
                 *queued
                     .entry((delivery.set.clone(), delivery.key.clone()))
                     .or_default() += 1;
-                let free = notifier.deliveries.capacity();
+                let free = notifier.deliveries.free();
                 let record = NotificationStatus {
                     result: NotificationResult::Delivered,
                     ..records::subscribed(&delivery.key, &delivery.once, &(ctx.clock)())
@@ -1061,7 +1078,7 @@ mod tests {
         let metrics = Arc::new(crate::platform::metrics::Metrics::default());
         let ctx = context(metrics.clone());
         let (_tx, rx) = watch::channel(Arc::new(webhooks(&["hook"])));
-        let (mut notifier, _queues) = Notifier::new(rx, Policy::default());
+        let (mut notifier, _queues) = Notifier::with_share(rx, Policy::default(), QUEUE);
         notifier.remembered_max = 10;
         for i in 0..QUEUE + 25 {
             notifier.observe(&ctx, SetRef::ConfigMap(&failing_set(&format!("set-{i}"))));
@@ -1222,7 +1239,7 @@ mod tests {
             now: Arc::new(Mutex::new("2026-11-26T09:00:00Z".parse().unwrap())),
         };
         let metrics = Arc::new(crate::platform::metrics::Metrics::default());
-        let (notifier, mut queues, ctx, set) =
+        let (notifier, queues, ctx, set) =
             retrying_notifier(&url, Duration::from_secs(3600), &moved, metrics.clone());
         let sender = Sender::new();
         notifier.observe(&ctx, SetRef::ConfigMap(&set));
@@ -1283,8 +1300,7 @@ mod tests {
             now: Arc::new(Mutex::new("2026-11-26T09:00:00Z".parse().unwrap())),
         };
         let metrics = Arc::new(crate::platform::metrics::Metrics::default());
-        let (notifier, mut queues, ctx, set) =
-            retrying_notifier(&url, Duration::from_secs(90), &moved, metrics);
+        let (notifier, queues, ctx, set) = retrying_notifier(&url, Duration::from_secs(90), &moved, metrics);
         let sender = Sender::new();
         notifier.observe(&ctx, SetRef::ConfigMap(&set));
         let mut results = Vec::new();
@@ -1315,7 +1331,7 @@ mod tests {
             config: Some(config),
             problems: vec![],
         }));
-        let (notifier, mut queues) = Notifier::new(rx, Policy::default());
+        let (notifier, queues) = Notifier::new(rx, Policy::default());
         let mut set = failing_set("web");
         let channels: Vec<String> = (0..200).map(|i| format!("#team-{i}")).collect();
         set.metadata.annotations = Some(
@@ -1357,5 +1373,39 @@ mod tests {
             })
             .get();
         assert_eq!(events, 1);
+    }
+
+    /// Issue 36: queues are fair per namespace. With 500 deliveries of one namespace queued, another
+    /// namespace's single one goes out among the first few, and the flood's overflow is its own.
+    #[tokio::test]
+    async fn a_flooding_namespace_delays_only_its_own_notifications() {
+        let metrics = Arc::new(crate::platform::metrics::Metrics::default());
+        let ctx = context(metrics.clone());
+        let (_tx, rx) = watch::channel(Arc::new(webhooks(&["hook"])));
+        let (notifier, queues) = Notifier::new(rx, Policy::default());
+        for i in 0..500 {
+            let mut set = failing_set(&format!("flood-{i}"));
+            set.metadata.namespace = Some("flood".into());
+            notifier.observe(&ctx, SetRef::ConfigMap(&set));
+        }
+        let mut quiet = failing_set("web");
+        quiet.metadata.namespace = Some("quiet".into());
+        notifier.observe(&ctx, SetRef::ConfigMap(&quiet));
+        // The flood fills its share; the rest was dropped (and is remembered), the quiet set was not.
+        assert_eq!(dropped_count(&metrics, "hook"), (500 - PER_NAMESPACE) as u64);
+        let first: Vec<String> = (0..3)
+            .map(|_| {
+                queues
+                    .deliveries
+                    .try_recv()
+                    .expect("queued")
+                    .set
+                    .1
+                    .namespace
+                    .clone()
+            })
+            .collect();
+        assert!(first.contains(&"quiet".to_string()), "{first:?}");
+        assert_eq!(first, ["flood", "quiet", "flood"]);
     }
 }

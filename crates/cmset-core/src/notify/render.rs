@@ -231,6 +231,12 @@ fn render_opt_json(field: &str, source: &Option<String>, context: &Json) -> Resu
         .transpose()
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Templates rendered by this thread: what the tests of rendering once count.
+    pub(crate) static RENDERED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Slack's mrkdwn escaping: the three characters its markup is made of.
 fn escape_slack(text: &str) -> String {
     text.replace('&', "&amp;")
@@ -284,6 +290,8 @@ pub fn escaped_for(service: &Service, context: &Json) -> Json {
 /// Renders `template` for `service`: the message and the part that service uses, over the context
 /// escaped for that service ([`escaped_for`]).
 pub fn render(template: &Template, context: &Json, service: &Service) -> Result<Message, String> {
+    #[cfg(test)]
+    RENDERED.with(|n| n.set(n.get() + 1));
     let escaped = escaped_for(service, context);
     let context = &escaped;
     let text = render_text(&template.message, context).map_err(|e| format!("`message`: {e}"))?;

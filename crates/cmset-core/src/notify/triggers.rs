@@ -229,7 +229,8 @@ pub struct Notification {
 /// The notifications to send now for the set: for each subscription whose trigger has a condition on
 /// a standing event, whose `when` holds, and whose once-per key differs from the one `delivered` gives
 /// for it. Problems (an expression that fails, a template that fails and was replaced by the built-in
-/// one, a service that is gone) come sorted and without repeats.
+/// one, a service that is gone) come sorted and without repeats. The condition's templates are
+/// rendered once per service, however many recipients of it hear them (a message names no recipient).
 pub fn fired<'r>(
     config: &Config,
     set: &SetView<'_>,
@@ -250,6 +251,8 @@ pub fn fired<'r>(
             continue;
         };
         for (index, condition) in trigger.conditions.iter().enumerate() {
+            // The messages of this condition, by service: the same for every recipient.
+            let mut rendered: BTreeMap<&str, Vec<Message>> = BTreeMap::new();
             let Some(event_key) = standing.get(&condition.on) else {
                 continue;
             };
@@ -275,16 +278,26 @@ pub fn fired<'r>(
                     ));
                     continue;
                 };
-                let messages = condition
-                    .send
-                    .iter()
-                    .map(|template| {
-                        let (message, problem) =
-                            render::render_or_built_in(config, template, condition.on, &context, service);
-                        problems.extend(problem);
-                        message
+                let messages = rendered
+                    .entry(sub.service.as_str())
+                    .or_insert_with(|| {
+                        condition
+                            .send
+                            .iter()
+                            .map(|template| {
+                                let (message, problem) = render::render_or_built_in(
+                                    config,
+                                    template,
+                                    condition.on,
+                                    &context,
+                                    service,
+                                );
+                                problems.extend(problem);
+                                message
+                            })
+                            .collect()
                     })
-                    .collect();
+                    .clone();
                 out.push(Notification {
                     key: sub_key,
                     once: once.clone(),
@@ -714,5 +727,25 @@ mod tests {
             "ConfigMapSet shop/app: rollout of app-2 waits in wave 1, held outside its change windows; \
              no window opens."
         );
+    }
+
+    /// Issue 36: a condition's templates are rendered once per service, not once per recipient.
+    #[test]
+    fn templates_render_once_per_condition_and_service() {
+        let config = fixtures::config_with(&[]);
+        let set = Set::new(failed_status());
+        let mut subs: Vec<Subscription> = (0..10)
+            .map(|i| sub("on-rollout-failed", "slack", &format!("c{i}")))
+            .collect();
+        subs.push(sub("on-rollout-failed", "teams", "prod"));
+        render::RENDERED.with(|n| n.set(0));
+        let (told, _) = fired(&config, &set.view(), &subs, |_| None);
+        assert_eq!(told.len(), 11);
+        assert_eq!(
+            render::RENDERED.with(|n| n.get()),
+            2,
+            "once for Slack, once for Teams"
+        );
+        assert!(told[..10].iter().all(|n| n.messages == told[0].messages));
     }
 }
