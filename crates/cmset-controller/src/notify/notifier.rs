@@ -303,10 +303,10 @@ impl Notifier {
             state.report(ctx, set, &id, problems);
             return;
         }
+        drop(state);
         let annotation_problems = problems;
         // Declared, but their service or trigger missing for now: their records stay.
         let held = subscriptions::held(config, annotations, labels, self.policy.max_recipients);
-        let current = state.records(&id, stored);
         let view = SetView {
             kind: set.kind(),
             name: set.name(),
@@ -316,16 +316,33 @@ impl Notifier {
             status,
         };
         let now = (ctx.clock)();
-        // Composing renders the messages: not under the lock every reconcile and delivery takes.
-        drop(state);
+        let compose =
+            |current: &[NotificationStatus]| records::compose(config, &view, &subs, &held, current, &now);
+        // Composing renders the messages: not under the lock every reconcile and delivery takes. A
+        // delivery that recorded meanwhile makes it compose again (from the third time on, under the
+        // lock), so its record is never written over.
+        let mut state = self.state();
+        let mut tries = 0;
+        let (composed, current) = loop {
+            let current = state.records(&id, stored);
+            tries += 1;
+            if tries == 3 {
+                break (compose(&current), current);
+            }
+            drop(state);
+            let composed = compose(&current);
+            state = self.state();
+            if state.records(&id, stored) == current {
+                break (composed, current);
+            }
+        };
         let Composed {
             records,
             changed,
             send,
             problems,
             retry_at,
-        } = records::compose(config, &view, &subs, &held, &current, &now);
-        let mut state = self.state();
+        } = composed;
         if let Some(at) = retry_at {
             self.wake_at(&mut state, &id, &now, &at);
         }
