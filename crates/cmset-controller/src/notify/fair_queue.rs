@@ -100,6 +100,15 @@ impl<T> FairQueue<T> {
         }
     }
 
+    /// Items of `namespace` that still fit.
+    pub fn room(&self, namespace: &str) -> usize {
+        let inner = self.lock();
+        let queued = inner.queues.get(namespace).map_or(0, VecDeque::len);
+        self.capacity
+            .saturating_sub(inner.len)
+            .min(self.per_namespace.saturating_sub(queued))
+    }
+
     /// Items that still fit in all (a namespace's share may be smaller).
     pub fn free(&self) -> usize {
         self.capacity.saturating_sub(self.lock().len)
@@ -126,6 +135,10 @@ mod tests {
         queue.try_push("other", "other-0".to_string()).unwrap();
         queue.try_push("other", "other-1".to_string()).unwrap();
         assert_eq!(queue.free(), 3);
+        assert_eq!(
+            (queue.room("flood"), queue.room("other"), queue.room("new")),
+            (0, 2, 3)
+        );
         let order: Vec<String> = std::iter::from_fn(|| queue.try_recv().ok()).collect();
         assert_eq!(
             order,

@@ -12,9 +12,10 @@
 //! therefore remembers the sets it dropped a notification of (their keys, each once, at most
 //! [`REMEMBERED`]; one more is counted in `cmset_notification_retries_forgotten_total` and waits for
 //! its next reconcile), oldest first. Each time a delivery finishes, it observes again, as the store
-//! shows them now, at most as many of those sets as the queue has free slots (`retry_dropped`). A set
-//! deleted meanwhile is forgotten. So a flood drains at the pace of the deliveries, and a finished
-//! delivery costs at most one observation per free slot, however many sets there are.
+//! shows them now, at most as many of those sets as the queue has free slots, and only of namespaces
+//! with room in their share (`retry_dropped`). A set deleted meanwhile is forgotten. So a flood drains
+//! at the pace of the deliveries, and a finished delivery costs at most one observation per free slot
+//! (and a scan of at most [`SCANNED`] keys), however many sets there are.
 //!
 //! The records live in the set's `status.notifications`, written by one task under the field manager
 //! [`FIELD_MANAGER`], one set at a time, so two deliveries to one set cannot write over each other.
@@ -59,6 +60,9 @@ pub const QUEUE: usize = 1024;
 /// Sets with a dropped notification remembered at most. Each is remembered once, so this is only
 /// reached with more sets than this dropping at once; a set's key is about a hundred bytes.
 pub const REMEMBERED: usize = 16 * QUEUE;
+/// Remembered sets looked at, at most, when the queue has room: a bound on the work of each finished
+/// delivery when most remembered sets are of a namespace whose share is full.
+const SCANNED: usize = 4 * QUEUE;
 /// Deliveries of one namespace waiting at most: a flood leaves the rest of the queue to the others.
 pub const PER_NAMESPACE: usize = QUEUE / 4;
 /// Deliveries in flight at once: a receiver that never answers holds one of them for its timeouts.
@@ -132,17 +136,31 @@ impl Dropped {
         }
     }
 
+    /// Up to `n` of the sets remembered longest that `fits` accepts, forgotten; the others keep their
+    /// place. At most [`SCANNED`] sets are looked at.
+    fn take_fitting(&mut self, n: usize, mut fits: impl FnMut(&SetId) -> bool) -> Vec<SetId> {
+        let chosen: Vec<u64> = self
+            .order
+            .iter()
+            .take(SCANNED)
+            .filter(|(_, set)| fits(set))
+            .map(|(place, _)| *place)
+            .take(n)
+            .collect();
+        chosen
+            .into_iter()
+            .filter_map(|place| {
+                let set = self.order.remove(&place)?;
+                self.place.remove(&set);
+                Some(set)
+            })
+            .collect()
+    }
+
     /// The `n` sets remembered longest, forgotten.
+    #[cfg(test)]
     fn take(&mut self, n: usize) -> Vec<SetId> {
-        let mut taken = Vec::with_capacity(n.min(self.place.len()));
-        while taken.len() < n {
-            let Some((_, set)) = self.order.pop_first() else {
-                break;
-            };
-            self.place.remove(&set);
-            taken.push(set);
-        }
-        taken
+        self.take_fitting(n, |_| true)
     }
 
     #[cfg(test)]
@@ -416,7 +434,16 @@ impl Notifier {
         }
         let _one_at_a_time = self.retrying.lock().unwrap_or_else(|e| e.into_inner());
         let free = self.deliveries.free();
-        let sets = self.state().dropped.take(free);
+        // Only sets whose namespace has room in its share: the others would drop again.
+        let mut room: HashMap<String, usize> = HashMap::new();
+        let sets = self.state().dropped.take_fitting(free, |(_, key)| {
+            let left = room
+                .entry(key.namespace.clone())
+                .or_insert_with(|| self.deliveries.room(&key.namespace));
+            let fits = *left > 0;
+            *left = left.saturating_sub(1);
+            fits
+        });
         for id in &sets {
             let Some(set) = ctx.stores.set(id) else {
                 continue;
@@ -1424,5 +1451,9 @@ mod tests {
             .collect();
         assert!(first.contains(&"quiet".to_string()), "{first:?}");
         assert_eq!(first, ["flood", "quiet", "flood"]);
+        // Two of the flood's deliveries went: two of its dropped sets are looked at again, no more
+        // (the others would only drop again).
+        assert_eq!(notifier.retry_dropped(&ctx), 2);
+        assert_eq!(notifier.state().dropped.len(), 500 - PER_NAMESPACE - 2);
     }
 }
