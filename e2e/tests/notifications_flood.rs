@@ -15,8 +15,9 @@
 //! Knobs (environment): `CMSET_FLOOD_SETS` (1000), `CMSET_FLOOD_SERVICES` (webhook services each set
 //! subscribes to, 1), `CMSET_FLOOD_DELAY_MS` (how long the receiver takes to answer, 0),
 //! `CMSET_FLOOD_WAIT_SECS` (the longest each phase may take, 900). The operator's queue holds 1,024
-//! deliveries and queues a subscription of a set at most once, so overflow needs more than 1,024
-//! subscriptions (sets times services) waiting at once: a slow receiver and two services do it.
+//! deliveries, at most 256 of one namespace (the flood's sets share one), and queues a subscription
+//! of a set at most once, so overflow needs more than 256 subscriptions (sets times services) waiting
+//! at once.
 //! `CMSET_FLOOD_SERVICES=0` is the control: the same reconciles with no notification to send.
 
 use std::collections::HashMap;

@@ -42,6 +42,8 @@ pub const MAX_CONFIGMAP_BYTES: usize = 1024 * 1024;
 
 /// Longest name of an object Kubernetes accepts (a DNS subdomain, RFC 1123).
 pub const MAX_DNS_SUBDOMAIN_LEN: usize = 253;
+/// Records of `status.notifications` one set keeps at most (one per subscription and condition).
+pub const MAX_NOTIFICATION_RECORDS: u32 = 128;
 
 /// A DNS subdomain (RFC 1123) as Kubernetes checks most object names, without the length limit:
 /// dot-separated parts of lowercase letters, digits and `-`, each starting and ending with a letter or
@@ -304,8 +306,10 @@ pub struct ConfigMapSetStatus {
     /// Who hears about this set's rollouts (its `notifications.cmset.dev/subscribe.*` annotations and
     /// the operator's `cmset-notifications` subscriptions that select it), and the last delivery to
     /// each. Written by the notifier alone, under its own field manager (`cmset-notifications`): the
-    /// set controller's status writes never carry it.
+    /// set controller's status writes never carry it. At most 128 records
+    /// (`MAX_NOTIFICATION_RECORDS`); the subscriptions beyond are refused (an Event says so).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_NOTIFICATION_RECORDS))]
     pub notifications: Option<Vec<NotificationStatus>>,
 }
 
@@ -315,9 +319,14 @@ pub struct ConfigMapSetStatus {
 pub struct NotificationStatus {
     /// `on-rollout-failed`, ... or a trigger of the operator's configuration.
     pub trigger: String,
-    /// Which condition of the trigger (its index), when it has more than one.
+    /// Which condition of the trigger, by its index: in records written before `conditionKey`
+    /// (read, then rewritten with it); 0 in newer ones.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub condition: i32,
+    /// Which condition of the trigger, by a hash of its content (`on`, `when`, `send`, `oncePer`):
+    /// reordering or appending conditions keeps the records of the others.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub condition_key: String,
     /// The service's name in the configuration (`slack`, `teams`, a webhook's name).
     pub service: String,
     /// The channel or named webhook; empty for a webhook service.
@@ -328,12 +337,18 @@ pub struct NotificationStatus {
     /// happens after it exists); empty when none did.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub once: String,
-    /// `Subscribed` (nothing sent yet), `Delivered`, or `Failed` (for good, after the retries).
+    /// `Subscribed` (nothing sent yet), `Delivered`, `Retrying` (the event of `once` failed in a way
+    /// that may pass and is tried again, with backoff, until it lands or the operator's
+    /// `--notifications-max-age` has passed since `firstAttempt`), or `Failed` (for good).
     pub result: NotificationResult,
-    /// When it was delivered, failed, or first seen.
+    /// When it was delivered, last attempted, failed, or first seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<Time>,
-    /// Attempts of the last delivery.
+    /// While `Retrying`, and once `Failed` after retrying: when the event of `once` was first
+    /// attempted. The maximum age counts from here, whichever replica leads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_attempt: Option<Time>,
+    /// Attempts at the event of `once` (every try of every delivery).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub attempts: i32,
     /// Why the last delivery failed (never a credential).
@@ -346,6 +361,7 @@ pub enum NotificationResult {
     #[default]
     Subscribed,
     Delivered,
+    Retrying,
     Failed,
 }
 
@@ -354,6 +370,7 @@ impl NotificationResult {
         match self {
             Self::Subscribed => "Subscribed",
             Self::Delivered => "Delivered",
+            Self::Retrying => "Retrying",
             Self::Failed => "Failed",
         }
     }

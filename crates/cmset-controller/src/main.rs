@@ -263,6 +263,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         analysis_concurrency: cli.analysis_concurrency,
         term,
         notifications,
+        notification_policy: cli.notification_policy(),
     };
     info!("leading: reconciling");
     // A task of its own rather than part of this function's future, which `#[tokio::main]` polls on

@@ -860,6 +860,14 @@ fn notification_lines(records: &[cmset_api::NotificationStatus]) -> Vec<(String,
                     ),
                     Some(Role::Good),
                 ),
+                NotificationResult::Retrying => (
+                    format!(
+                        "retrying (last tried{when}, {} attempts so far): {}",
+                        r.attempts,
+                        r.message.as_deref().unwrap_or("no reason given")
+                    ),
+                    Some(Role::Attention),
+                ),
                 NotificationResult::Failed => (
                     format!(
                         "failed{when} after {} attempts: {}",

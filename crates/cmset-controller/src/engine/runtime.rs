@@ -79,6 +79,8 @@ pub struct Settings {
     pub term: Option<crate::platform::leader::Term>,
     /// The notification configuration as last read (see [`crate::notify`]); `None`: no notifier.
     pub notifications: Option<tokio::sync::watch::Receiver<Arc<crate::notify::config_watch::Loaded>>>,
+    /// The admin's bounds on notifications (`--notifications-max-*`).
+    pub notification_policy: crate::notify::notifier::Policy,
 }
 
 fn api<K: Indexed>(client: &Client, namespace: Option<&str>) -> Api<K> {
@@ -473,7 +475,8 @@ impl Scope {
         });
         context.term = settings.term.clone();
         let notifier_queues = settings.notifications.clone().map(|loaded| {
-            let (notifier, queues) = crate::notify::notifier::Notifier::new(loaded);
+            let (notifier, queues) =
+                crate::notify::notifier::Notifier::new(loaded, settings.notification_policy);
             let notifier = Arc::new(notifier);
             context.notifier = Some(notifier.clone());
             (notifier, queues)

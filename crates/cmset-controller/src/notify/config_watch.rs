@@ -4,6 +4,10 @@
 //! `cmset_notification_config_problems`, and named in an Event on the ConfigMap; the others work.
 //! Every replica reads the configuration (a replica taking over then lists nothing), but only the
 //! leader publishes the Event: a standby owes it, and publishes it once when it takes over.
+//!
+//! The configuration is used only once both were read (the Secret's watch listed it, or found it
+//! absent): parsed with the ConfigMap alone, every service that names a `$key` would be missing for a
+//! moment at each start.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -64,19 +68,20 @@ pub struct Loaded {
     pub problems: Vec<Problem>,
 }
 
-/// What the two watches last showed.
+/// What the two watches last showed: `None` before the first list (and the ConfigMap once gone).
 #[derive(Default)]
 struct Sources {
     data: Option<BTreeMap<String, String>>,
-    secret: BTreeMap<String, Vec<u8>>,
+    secret: Option<BTreeMap<String, Vec<u8>>>,
 }
 
 impl Sources {
+    /// Nothing configured until both the ConfigMap and the Secret were read.
     fn load(&self) -> Loaded {
-        match &self.data {
-            None => Loaded::default(),
-            Some(data) => {
-                let (config, problems) = notify::config::parse(data, &self.secret);
+        match (&self.data, &self.secret) {
+            (None, _) | (_, None) => Loaded::default(),
+            (Some(data), Some(secret)) => {
+                let (config, problems) = notify::config::parse(data, secret);
                 Loaded {
                     config: Some(config),
                     problems,
@@ -163,7 +168,11 @@ pub fn watch(
     };
     let namespace = namespace.to_string();
     let driver = async move {
-        let mut sources = Sources::default();
+        let mut sources = Sources {
+            // Not read at all: nothing to wait for.
+            secret: (!read_secret).then(BTreeMap::new),
+            ..Sources::default()
+        };
         let mut reported: Vec<Problem> = Vec::new();
         let mut owed = EventOwed::default();
         let mut took_over = reporting.took_over.clone();
@@ -180,7 +189,7 @@ pub fn watch(
                     let Some(change) = change else { break };
                     match change {
                         Change::Data(data) => sources.data = data,
-                        Change::Secret(secret) => sources.secret = secret,
+                        Change::Secret(secret) => sources.secret = Some(secret),
                     }
                     let loaded = sources.load();
                     if loaded.problems != reported {
@@ -291,7 +300,7 @@ mod tests {
     fn no_configmap_means_nothing_configured_whatever_the_secret_holds() {
         let sources = Sources {
             data: None,
-            secret: [("token".to_string(), b"xoxb-1".to_vec())].into(),
+            secret: Some([("token".to_string(), b"xoxb-1".to_vec())].into()),
         };
         let loaded = sources.load();
         assert!(loaded.config.is_none());
@@ -308,7 +317,7 @@ mod tests {
                 ]
                 .into(),
             ),
-            secret: [("slack-token".to_string(), b"xoxb-secret-value".to_vec())].into(),
+            secret: Some([("slack-token".to_string(), b"xoxb-secret-value".to_vec())].into()),
         };
         let loaded = sources.load();
         let config = loaded.config.expect("configured");
@@ -316,6 +325,26 @@ mod tests {
         assert_eq!(loaded.problems.len(), 1, "{:?}", loaded.problems);
         assert_eq!(loaded.problems[0].key, "service.nonsense");
         assert!(!format!("{:?}", loaded.problems).contains("xoxb-secret-value"));
+    }
+
+    /// Issue 36: read before the Secret, the ConfigMap configures nothing (its bot would be missing for
+    /// a moment); once the Secret was read, present or absent, it does.
+    #[test]
+    fn nothing_is_configured_until_the_secret_was_read_too() {
+        let data = [("service.slack".to_string(), "token: $slack-token".to_string())].into();
+        let mut sources = Sources {
+            data: Some(data),
+            secret: None,
+        };
+        let loaded = sources.load();
+        assert!(loaded.config.is_none() && loaded.problems.is_empty());
+        sources.secret = Some([("slack-token".to_string(), b"xoxb-1".to_vec())].into());
+        assert!(sources.load().config.unwrap().services.contains_key("slack"));
+        // Gone (deleted to be recreated): read, and the bot is refused until it is back.
+        sources.secret = Some(BTreeMap::new());
+        let loaded = sources.load();
+        assert!(!loaded.config.unwrap().services.contains_key("slack"));
+        assert_eq!(loaded.problems.len(), 1);
     }
 
     fn problem(key: &str) -> Problem {

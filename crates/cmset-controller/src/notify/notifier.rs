@@ -1,22 +1,31 @@
 //! The leader's notifier: each set reconcile tells it the set as the store shows it
 //! ([`Notifier::observe`]), which asks the core what the set's records should be and what to send
-//! (`cmset_core::notify::records::compose`), and queues the deliveries. Nothing here makes a reconcile
-//! wait: deliveries run on [`WORKERS`] tasks from a queue of [`QUEUE`]; a notification that finds the
-//! queue full is counted as dropped and sent later, since nothing recorded it.
+//! (`cmset_core::notify::records::compose`, outside the notifier's lock: it renders the messages),
+//! and queues the deliveries. Nothing here makes a reconcile wait: deliveries run on [`WORKERS`] tasks
+//! from a queue of [`QUEUE`], fair between namespaces ([`FairQueue`]: each namespace's turn in order,
+//! at most [`PER_NAMESPACE`] of one namespace), so one namespace's flood delays its own messages and
+//! not the others'. A notification that finds the queue (or its namespace's share) full is counted as
+//! dropped and sent later, since nothing recorded it.
 //!
 //! "Later" must not wait for a reconcile that may not come: a set whose every notification was
 //! dropped writes nothing, so nothing reconciles it until the set controller's resync. The notifier
 //! therefore remembers the sets it dropped a notification of (their keys, each once, at most
 //! [`REMEMBERED`]; one more is counted in `cmset_notification_retries_forgotten_total` and waits for
 //! its next reconcile), oldest first. Each time a delivery finishes, it observes again, as the store
-//! shows them now, at most as many of those sets as the queue has free slots (`retry_dropped`). A set
-//! deleted meanwhile is forgotten. So a flood drains at the pace of the deliveries, and a finished
-//! delivery costs at most one observation per free slot, however many sets there are.
+//! shows them now, at most as many of those sets as the queue has free slots, and only of namespaces
+//! with room in their share (`retry_dropped`). A set deleted meanwhile is forgotten. So a flood drains
+//! at the pace of the deliveries, and a finished delivery costs at most one observation per free slot
+//! (and a scan of at most [`SCANNED`] keys), however many sets there are.
 //!
 //! The records live in the set's `status.notifications`, written by one task under the field manager
 //! [`FIELD_MANAGER`], one set at a time, so two deliveries to one set cannot write over each other.
 //! Until the store shows a list this process wrote, that list (`pending`) is what the set is taken to
 //! have: a reconcile in between sends nothing twice.
+//!
+//! A delivery that failed in a way that may pass is recorded `Retrying` (the core decides, from the
+//! record it had and [`Policy::max_age`]); the notifier then observes the set again when the record is
+//! due (`wake_retries`), so the retry does not wait for a reconcile either. The record, not this
+//! memory, says what is owed: a new leader finds it at its first reconcile of the set.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -37,6 +46,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
 use super::config_watch::Loaded;
+use super::fair_queue::FairQueue;
 use super::sender::{Outcome, Sender};
 use crate::engine::context::Context;
 use crate::engine::index::{Key, SetId};
@@ -50,6 +60,11 @@ pub const QUEUE: usize = 1024;
 /// Sets with a dropped notification remembered at most. Each is remembered once, so this is only
 /// reached with more sets than this dropping at once; a set's key is about a hundred bytes.
 pub const REMEMBERED: usize = 16 * QUEUE;
+/// Remembered sets looked at, at most, when the queue has room: a bound on the work of each finished
+/// delivery when most remembered sets are of a namespace whose share is full.
+const SCANNED: usize = 4 * QUEUE;
+/// Deliveries of one namespace waiting at most: a flood leaves the rest of the queue to the others.
+pub const PER_NAMESPACE: usize = QUEUE / 4;
 /// Deliveries in flight at once: a receiver that never answers holds one of them for its timeouts.
 pub const WORKERS: usize = 8;
 /// How long a list this process wrote stands in for the set's until the store shows it: past that,
@@ -58,12 +73,33 @@ const PENDING_FOR: Duration = Duration::from_secs(120);
 /// How long after a failed write of records it is tried again.
 const WRITE_RETRY: Duration = Duration::from_secs(5);
 
+/// The admin's bounds on notifications, from the operator's flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// How long a notification that fails in a way that may pass is tried again, from its first
+    /// attempt (`--notifications-max-age`).
+    pub max_age: Duration,
+    /// Recipients one set may name in all its annotations (`--notifications-max-recipients`).
+    pub max_recipients: usize,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            max_age: Duration::from_secs(3600),
+            max_recipients: subscriptions::DEFAULT_MAX_RECIPIENTS,
+        }
+    }
+}
+
 /// One notification to deliver: every message of it, then its record.
 struct Delivery {
     set: SetId,
     regarding: ObjectReference,
     key: SubscriptionKey,
     once: String,
+    /// The record it had when queued: a `Retrying` one carries the first attempt and the attempts.
+    previous: Option<NotificationStatus>,
     service: Service,
     requests: Vec<HttpRequest>,
 }
@@ -100,17 +136,31 @@ impl Dropped {
         }
     }
 
+    /// Up to `n` of the sets remembered longest that `fits` accepts, forgotten; the others keep their
+    /// place. At most [`SCANNED`] sets are looked at.
+    fn take_fitting(&mut self, n: usize, mut fits: impl FnMut(&SetId) -> bool) -> Vec<SetId> {
+        let chosen: Vec<u64> = self
+            .order
+            .iter()
+            .take(SCANNED)
+            .filter(|(_, set)| fits(set))
+            .map(|(place, _)| *place)
+            .take(n)
+            .collect();
+        chosen
+            .into_iter()
+            .filter_map(|place| {
+                let set = self.order.remove(&place)?;
+                self.place.remove(&set);
+                Some(set)
+            })
+            .collect()
+    }
+
     /// The `n` sets remembered longest, forgotten.
+    #[cfg(test)]
     fn take(&mut self, n: usize) -> Vec<SetId> {
-        let mut taken = Vec::with_capacity(n.min(self.place.len()));
-        while taken.len() < n {
-            let Some((_, set)) = self.order.pop_first() else {
-                break;
-            };
-            self.place.remove(&set);
-            taken.push(set);
-        }
-        taken
+        self.take_fitting(n, |_| true)
     }
 
     #[cfg(test)]
@@ -129,6 +179,8 @@ struct State {
     reported: HashMap<SetId, Vec<Problem>>,
     /// Sets with a notification dropped since they were last observed.
     dropped: Dropped,
+    /// When each set with a `Retrying` record is to be observed again (the earliest asked for).
+    wakes: HashMap<SetId, tokio::time::Instant>,
 }
 
 impl State {
@@ -181,8 +233,10 @@ impl State {
 
 pub struct Notifier {
     loaded: watch::Receiver<Arc<Loaded>>,
-    deliveries: mpsc::Sender<Delivery>,
+    deliveries: Arc<FairQueue<Delivery>>,
     writes: mpsc::UnboundedSender<SetId>,
+    wakes: mpsc::UnboundedSender<(SetId, tokio::time::Instant)>,
+    policy: Policy,
     state: Mutex<State>,
     /// Set at shutdown: nothing new is queued, what is under way finishes (see [`Notifier::drain`]).
     closing: AtomicBool,
@@ -196,25 +250,45 @@ pub struct Notifier {
 
 /// What the notifier's tasks take from: handed to [`run`].
 pub struct Queues {
-    deliveries: mpsc::Receiver<Delivery>,
+    deliveries: Arc<FairQueue<Delivery>>,
     writes: mpsc::UnboundedReceiver<SetId>,
+    wakes: mpsc::UnboundedReceiver<(SetId, tokio::time::Instant)>,
 }
 
 impl Notifier {
-    pub fn new(loaded: watch::Receiver<Arc<Loaded>>) -> (Self, Queues) {
-        let (deliveries_tx, deliveries) = mpsc::channel(QUEUE);
+    pub fn new(loaded: watch::Receiver<Arc<Loaded>>, policy: Policy) -> (Self, Queues) {
+        Self::with_share(loaded, policy, PER_NAMESPACE)
+    }
+
+    /// With `per_namespace` deliveries of one namespace queued at most.
+    fn with_share(
+        loaded: watch::Receiver<Arc<Loaded>>,
+        policy: Policy,
+        per_namespace: usize,
+    ) -> (Self, Queues) {
+        let deliveries = Arc::new(FairQueue::new(QUEUE, per_namespace));
         let (writes_tx, writes) = mpsc::unbounded_channel();
+        let (wakes_tx, wakes) = mpsc::unbounded_channel();
         let notifier = Self {
             loaded,
-            deliveries: deliveries_tx,
+            deliveries: deliveries.clone(),
             writes: writes_tx,
+            wakes: wakes_tx,
+            policy,
             state: Mutex::default(),
             closing: AtomicBool::new(false),
             writes_outstanding: AtomicUsize::new(0),
             retrying: Mutex::default(),
             remembered_max: REMEMBERED,
         };
-        (notifier, Queues { deliveries, writes })
+        (
+            notifier,
+            Queues {
+                deliveries,
+                writes,
+                wakes,
+            },
+        )
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -237,7 +311,7 @@ impl Notifier {
             meta.labels.as_ref().unwrap_or(&empty),
             meta.annotations.as_ref().unwrap_or(&empty),
         );
-        let (subs, problems) = subscriptions::of_set(config, annotations, labels);
+        let (subs, problems) = subscriptions::of_set(config, annotations, labels, self.policy.max_recipients);
         let default_status = Default::default();
         let status = set.status().unwrap_or(&default_status);
         let stored = status.notifications.as_deref().unwrap_or(&[]);
@@ -247,8 +321,10 @@ impl Notifier {
             state.report(ctx, set, &id, problems);
             return;
         }
+        drop(state);
         let annotation_problems = problems;
-        let current = state.records(&id, stored);
+        // Declared, but their service or trigger missing for now: their records stay.
+        let held = subscriptions::held(config, annotations, labels, self.policy.max_recipients);
         let view = SetView {
             kind: set.kind(),
             name: set.name(),
@@ -257,12 +333,37 @@ impl Notifier {
             annotations,
             status,
         };
+        let now = (ctx.clock)();
+        let compose =
+            |current: &[NotificationStatus]| records::compose(config, &view, &subs, &held, current, &now);
+        // Composing renders the messages: not under the lock every reconcile and delivery takes. A
+        // delivery that recorded meanwhile makes it compose again (from the third time on, under the
+        // lock), so its record is never written over.
+        let mut state = self.state();
+        let mut tries = 0;
+        let (composed, current) = loop {
+            let current = state.records(&id, stored);
+            tries += 1;
+            if tries == 3 {
+                break (compose(&current), current);
+            }
+            drop(state);
+            let composed = compose(&current);
+            state = self.state();
+            if state.records(&id, stored) == current {
+                break (composed, current);
+            }
+        };
         let Composed {
             records,
             changed,
             send,
             problems,
-        } = records::compose(config, &view, &subs, &current, &(ctx.clock)());
+            retry_at,
+        } = composed;
+        if let Some(at) = retry_at {
+            self.wake_at(&mut state, &id, &now, &at);
+        }
         let mut problems = problems;
         problems.extend(annotation_problems);
         state.report(ctx, set, &id, problems);
@@ -296,10 +397,14 @@ impl Notifier {
                 regarding: reference(set),
                 key: notification.key.clone(),
                 once: notification.once.clone(),
+                previous: current
+                    .iter()
+                    .find(|r| records::key_of(r) == notification.key)
+                    .cloned(),
                 service: service.clone(),
                 requests,
             };
-            match self.deliveries.try_send(delivery) {
+            match self.deliveries.try_push(set.namespace(), delivery) {
                 Ok(()) => {
                     state.in_flight.insert(flight);
                 }
@@ -328,8 +433,17 @@ impl Notifier {
             return 0;
         }
         let _one_at_a_time = self.retrying.lock().unwrap_or_else(|e| e.into_inner());
-        let free = self.deliveries.capacity();
-        let sets = self.state().dropped.take(free);
+        let free = self.deliveries.free();
+        // Only sets whose namespace has room in its share: the others would drop again.
+        let mut room: HashMap<String, usize> = HashMap::new();
+        let sets = self.state().dropped.take_fitting(free, |(_, key)| {
+            let left = room
+                .entry(key.namespace.clone())
+                .or_insert_with(|| self.deliveries.room(&key.namespace));
+            let fits = *left > 0;
+            *left = left.saturating_sub(1);
+            fits
+        });
         for id in &sets {
             let Some(set) = ctx.stores.set(id) else {
                 continue;
@@ -342,9 +456,51 @@ impl Notifier {
         sets.len()
     }
 
+    /// Asks `wake_retries` to observe `set` again at `at` (`now` being the clock's time), unless an
+    /// earlier wake is asked for already.
+    fn wake_at(
+        &self,
+        state: &mut State,
+        set: &SetId,
+        now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+        at: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    ) {
+        let wait = Duration::try_from(at.0.duration_since(now.0)).unwrap_or(Duration::ZERO);
+        let when = tokio::time::Instant::now() + wait;
+        if state.wakes.get(set).is_some_and(|asked| *asked <= when) {
+            return;
+        }
+        state.wakes.insert(set.clone(), when);
+        let _ = self.wakes.send((set.clone(), when));
+    }
+
+    /// Observes `set` again, as the store shows it, when a wake asked for it is due.
+    fn woken(&self, ctx: &Context, set: &SetId) {
+        {
+            let mut state = self.state();
+            match state.wakes.get(set) {
+                Some(when) if *when <= tokio::time::Instant::now() => {
+                    state.wakes.remove(set);
+                }
+                // A later wake replaced it, or the set was forgotten.
+                _ => return,
+            }
+        }
+        if self.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Some(stored) = ctx.stores.set(set) {
+            let stored = stored.as_set();
+            if stored.metadata().deletion_timestamp.is_none() {
+                self.observe(ctx, stored);
+            }
+        }
+    }
+
     /// Forgets a deleted set.
     pub fn forget(&self, set: &SetId) {
         let mut state = self.state();
+        state.wakes.remove(set);
         state.pending.remove(set);
         state.reported.remove(set);
         state.dropped.forget(set);
@@ -430,47 +586,98 @@ fn count(ctx: &Context, key: &SubscriptionKey, result: &'static str) {
 /// Runs the notifier's tasks until the queues close: [`WORKERS`] deliveries at once, and one writer
 /// of records.
 pub async fn run(notifier: Arc<Notifier>, queues: Queues, ctx: Arc<Context>) {
-    let Queues { deliveries, writes } = queues;
-    let deliveries = Arc::new(tokio::sync::Mutex::new(deliveries));
+    let Queues {
+        deliveries,
+        writes,
+        wakes,
+    } = queues;
+
     let sender = Sender::new();
     let workers = (0..WORKERS).map(|_| {
         let (deliveries, notifier, ctx, sender) =
             (deliveries.clone(), notifier.clone(), ctx.clone(), sender.clone());
         async move {
             loop {
-                let next = deliveries.lock().await.recv().await;
-                let Some(delivery) = next else { break };
+                let delivery = deliveries.pop().await;
                 deliver(&notifier, &ctx, &sender, delivery).await;
             }
         }
     });
     let writer = write_records(notifier.clone(), writes, ctx.clone());
-    futures::future::join(futures::future::join_all(workers), writer).await;
+    let waker = wake_retries(notifier.clone(), wakes, ctx.clone());
+    futures::future::join3(futures::future::join_all(workers), writer, waker).await;
+}
+
+/// Observes each set with a `Retrying` record again when it is due, earliest first.
+async fn wake_retries(
+    notifier: Arc<Notifier>,
+    mut wakes: mpsc::UnboundedReceiver<(SetId, tokio::time::Instant)>,
+    ctx: Arc<Context>,
+) {
+    let mut due: std::collections::BTreeSet<(tokio::time::Instant, SetId)> = Default::default();
+    loop {
+        let next = due.first().map(|(when, _)| *when);
+        tokio::select! {
+            asked = wakes.recv() => match asked {
+                Some((set, when)) => {
+                    due.insert((when, set));
+                }
+                None => break,
+            },
+            () = tokio::time::sleep_until(next.unwrap_or_else(tokio::time::Instant::now)), if next.is_some() => {
+                while let Some((when, set)) = due.pop_first() {
+                    if when > tokio::time::Instant::now() {
+                        due.insert((when, set));
+                        break;
+                    }
+                    notifier.woken(&ctx, &set);
+                }
+            }
+        }
+    }
 }
 
 async fn deliver(notifier: &Notifier, ctx: &Context, sender: &Sender, delivery: Delivery) {
-    let mut attempts = 0;
-    let mut failure = None;
+    let mut attempt = records::Attempt {
+        attempts: 0,
+        failure: None,
+    };
     for request in &delivery.requests {
         match sender.deliver(&delivery.service, request).await {
-            Outcome::Delivered { attempts: n } => attempts += n,
+            Outcome::Delivered { attempts: n } => attempt.attempts += n,
             Outcome::Failed {
-                attempts: n, reason, ..
+                attempts: n,
+                reason,
+                retryable,
             } => {
-                attempts += n;
-                failure = Some(reason);
+                attempt.attempts += n;
+                attempt.failure = Some((reason, retryable));
                 break;
             }
         }
     }
     let key = &delivery.key;
-    let (result, message) = match failure {
-        None => {
-            count(ctx, key, "delivered");
-            debug!(trigger = %key.trigger, service = %key.service, "notification delivered");
-            (NotificationResult::Delivered, None)
+    let now = (ctx.clock)();
+    let record = records::after_delivery(
+        key,
+        &delivery.once,
+        delivery.previous.as_ref(),
+        &attempt,
+        &now,
+        notifier.policy.max_age,
+    );
+    match record.result {
+        NotificationResult::Retrying => {
+            count(ctx, key, "retrying");
+            let reason = record.message.as_deref().unwrap_or_default();
+            debug!(set = ?delivery.regarding.name, trigger = %key.trigger, service = %key.service, %reason, attempts = record.attempts, "notification not delivered yet; tried again later");
+            if let Some(at) = records::retry_at(&record) {
+                notifier.wake_at(&mut notifier.state(), &delivery.set, &now, &at);
+            }
         }
-        Some(reason) => {
+        NotificationResult::Failed => {
+            let reason = record.message.as_deref().unwrap_or_default();
+            let attempts = record.attempts;
             count(ctx, key, "failed");
             let target = match key.recipient.as_str() {
                 "" => key.service.clone(),
@@ -491,15 +698,12 @@ async fn deliver(notifier: &Notifier, ctx: &Context, sender: &Sender, delivery: 
                 },
                 delivery.regarding.clone(),
             );
-            (NotificationResult::Failed, Some(reason))
         }
-    };
-    let record = NotificationStatus {
-        result,
-        attempts: i32::try_from(attempts).unwrap_or(i32::MAX),
-        message,
-        ..records::subscribed(key, &delivery.once, &(ctx.clock)())
-    };
+        _ => {
+            count(ctx, key, "delivered");
+            debug!(trigger = %key.trigger, service = %key.service, "notification delivered");
+        }
+    }
     notifier.finished(ctx, &delivery, record);
 }
 
@@ -628,7 +832,7 @@ mod tests {
     #[tokio::test]
     async fn shutdown_waits_for_a_delivery_under_way_and_then_queues_nothing() {
         let (_tx, loaded) = watch::channel(Arc::new(Loaded::default()));
-        let (notifier, _queues) = Notifier::new(loaded);
+        let (notifier, _queues) = Notifier::new(loaded, Policy::default());
         let flight = (set(), records::key_of(&record("on-rollout-failed", "")));
         notifier.state().in_flight.insert(flight.clone());
         assert!(
@@ -651,6 +855,17 @@ mod tests {
         Context,
         kube::runtime::reflector::store::Writer<cmset_api::ConfigMapSet>,
     ) {
+        context_with_clock(metrics, crate::engine::context::system_clock())
+    }
+
+    /// A context reading `clock`, and the writer of its store of ConfigMapSets.
+    fn context_with_clock(
+        metrics: Arc<crate::platform::metrics::Metrics>,
+        clock: crate::engine::context::Clock,
+    ) -> (
+        Context,
+        kube::runtime::reflector::store::Writer<cmset_api::ConfigMapSet>,
+    ) {
         use std::sync::RwLock;
         let (service, _handle) =
             tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
@@ -666,7 +881,7 @@ mod tests {
             Arc::new(crate::engine::index::Index::new(None)),
             stores,
             metrics,
-            crate::engine::context::system_clock(),
+            clock,
             None,
         );
         (ctx, writer)
@@ -753,8 +968,8 @@ mod tests {
             problems,
         };
         let (_tx, rx) = watch::channel(Arc::new(loaded));
-        // No task takes from the queue: every delivery waits there.
-        let (notifier, _queues) = Notifier::new(rx);
+        // No task takes from the queue: every delivery waits there. One namespace may fill it all.
+        let (notifier, _queues) = Notifier::with_share(rx, Policy::default(), QUEUE);
         let started = Instant::now();
         for i in 0..QUEUE + 100 {
             notifier.observe(&ctx, SetRef::ConfigMap(&failing_set(&format!("set-{i}"))));
@@ -823,8 +1038,8 @@ mod tests {
         let metrics = Arc::new(crate::platform::metrics::Metrics::default());
         let (ctx, mut store) = context_with_store(metrics.clone());
         let (_tx, rx) = watch::channel(Arc::new(webhooks(&SERVICES)));
-        // No task takes from the queue: the test plays the workers.
-        let (notifier, mut queues) = Notifier::new(rx);
+        // No task takes from the queue: the test plays the workers. One namespace may fill it all.
+        let (notifier, queues) = Notifier::with_share(rx, Policy::default(), QUEUE);
         let name = |i: usize| format!("set-{i}");
         for i in 0..SETS {
             let set = failing_set_via(&name(i), &SERVICES);
@@ -853,7 +1068,7 @@ mod tests {
                 *queued
                     .entry((delivery.set.clone(), delivery.key.clone()))
                     .or_default() += 1;
-                let free = notifier.deliveries.capacity();
+                let free = notifier.deliveries.free();
                 let record = NotificationStatus {
                     result: NotificationResult::Delivered,
                     ..records::subscribed(&delivery.key, &delivery.once, &(ctx.clock)())
@@ -875,7 +1090,10 @@ mod tests {
             for service in SERVICES {
                 let key = SubscriptionKey {
                     trigger: "on-rollout-failed".into(),
-                    condition: 0,
+                    condition: cmset_core::notify::triggers::built_in("on-rollout-failed")
+                        .unwrap()
+                        .conditions[0]
+                        .key(),
                     service: service.into(),
                     recipient: String::new(),
                 };
@@ -904,7 +1122,7 @@ mod tests {
         let metrics = Arc::new(crate::platform::metrics::Metrics::default());
         let ctx = context(metrics.clone());
         let (_tx, rx) = watch::channel(Arc::new(webhooks(&["hook"])));
-        let (mut notifier, _queues) = Notifier::new(rx);
+        let (mut notifier, _queues) = Notifier::with_share(rx, Policy::default(), QUEUE);
         notifier.remembered_max = 10;
         for i in 0..QUEUE + 25 {
             notifier.observe(&ctx, SetRef::ConfigMap(&failing_set(&format!("set-{i}"))));
@@ -927,7 +1145,7 @@ mod tests {
             config: Some(config),
             problems: vec![],
         }));
-        let (notifier, _queues) = Notifier::new(rx);
+        let (notifier, _queues) = Notifier::new(rx, Policy::default());
         let mut set = cmset_api::ConfigMapSet::new("web", Default::default());
         set.metadata.namespace = Some("shop".into());
         // A set may not name a URL of its own.
@@ -976,5 +1194,266 @@ mod tests {
         let mut state = State::default();
         let stored = vec![record("on-rollout-completed", "web-1@t")];
         assert_eq!(state.records(&set(), &stored), stored);
+    }
+
+    /// A receiver on 127.0.0.1 answering 503 to its first `failing` requests and 200 after; its URL
+    /// and how many requests it saw.
+    async fn receiver(failing: usize) -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let counter = seen.clone();
+        let app = axum::Router::new().fallback(move || {
+            let counter = counter.clone();
+            async move {
+                if counter.fetch_add(1, Ordering::SeqCst) < failing {
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    axum::http::StatusCode::OK
+                }
+            }
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{address}/hook"), seen)
+    }
+
+    /// A clock the test moves, and the context that reads it.
+    struct Moved {
+        now: Arc<Mutex<jiff::Timestamp>>,
+    }
+
+    impl Moved {
+        fn clock(&self) -> crate::engine::context::Clock {
+            let now = self.now.clone();
+            Arc::new(move || k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(*now.lock().unwrap()))
+        }
+
+        fn advance(&self, seconds: i64) {
+            let mut now = self.now.lock().unwrap();
+            *now = now.checked_add(jiff::SignedDuration::from_secs(seconds)).unwrap();
+        }
+    }
+
+    /// A notifier for one webhook `hook` at `url` that does not retry within a delivery, its queues,
+    /// its context and the set `web` (failed, subscribed to `on-rollout-failed`) in its store.
+    fn retrying_notifier(
+        url: &str,
+        max_age: Duration,
+        moved: &Moved,
+        metrics: Arc<crate::platform::metrics::Metrics>,
+    ) -> (Notifier, Queues, Context, cmset_api::ConfigMapSet) {
+        let (ctx, mut store) = context_with_clock(metrics, moved.clock());
+        let data = [(
+            "service.webhook.hook".to_string(),
+            format!("url: {url}\nretries: 0\ntimeout: 2s"),
+        )]
+        .into();
+        let (config, problems) = cmset_core::notify::config::parse(&data, &Default::default());
+        assert!(problems.is_empty(), "{problems:?}");
+        let (_tx, rx) = watch::channel(Arc::new(Loaded {
+            config: Some(config),
+            problems,
+        }));
+        let (notifier, queues) = Notifier::new(
+            rx,
+            Policy {
+                max_age,
+                ..Policy::default()
+            },
+        );
+        let set = failing_set("web");
+        store.apply_watcher_event(&kube::runtime::watcher::Event::Apply(set.clone()));
+        (notifier, queues, ctx, set)
+    }
+
+    fn the_record(notifier: &Notifier) -> NotificationStatus {
+        let state = notifier.state();
+        let (_, list) = state.pending.get(&set_id("web")).expect("a record written");
+        assert_eq!(list.len(), 1, "{list:?}");
+        list[0].clone()
+    }
+
+    /// Issue 36: a receiver that answers 503 for a while hears of the failed rollout once it is back:
+    /// each retryable failure is recorded `Retrying` (not `Failed`), the set is looked at again when
+    /// the backoff has passed (not before), and the event is delivered exactly once.
+    #[tokio::test]
+    async fn a_retryable_failure_is_retried_until_it_lands() {
+        let (url, seen) = receiver(3).await;
+        let moved = Moved {
+            now: Arc::new(Mutex::new("2026-11-26T09:00:00Z".parse().unwrap())),
+        };
+        let metrics = Arc::new(crate::platform::metrics::Metrics::default());
+        let (notifier, queues, ctx, set) =
+            retrying_notifier(&url, Duration::from_secs(3600), &moved, metrics.clone());
+        let sender = Sender::new();
+        notifier.observe(&ctx, SetRef::ConfigMap(&set));
+        for attempt in 1..=3 {
+            let delivery = queues.deliveries.try_recv().expect("queued");
+            deliver(&notifier, &ctx, &sender, delivery).await;
+            let record = the_record(&notifier);
+            assert_eq!(record.result, NotificationResult::Retrying, "{record:?}");
+            assert_eq!(record.attempts, attempt);
+            assert_eq!(
+                record.first_attempt.as_ref().map(|t| t.0.to_string()).as_deref(),
+                Some("2026-11-26T09:00:00Z")
+            );
+            assert!(
+                notifier.state().wakes.contains_key(&set_id("web")),
+                "a wake is asked for"
+            );
+            // Not due yet: nothing queued.
+            moved.advance(1);
+            notifier.observe(&ctx, SetRef::ConfigMap(&set));
+            assert!(queues.deliveries.try_recv().is_err(), "sent before its backoff");
+            moved.advance(60);
+            notifier.observe(&ctx, SetRef::ConfigMap(&set));
+        }
+        let delivery = queues.deliveries.try_recv().expect("queued once due");
+        deliver(&notifier, &ctx, &sender, delivery).await;
+        let record = the_record(&notifier);
+        assert_eq!(
+            (record.result, record.attempts),
+            (NotificationResult::Delivered, 4)
+        );
+        moved.advance(3600);
+        notifier.observe(&ctx, SetRef::ConfigMap(&set));
+        assert!(queues.deliveries.try_recv().is_err(), "delivered once");
+        assert_eq!(seen.load(Ordering::SeqCst), 4);
+        let counted = |result| {
+            metrics
+                .notifications
+                .get_or_create(&NotificationLabels {
+                    service: "hook".into(),
+                    trigger: "on-rollout-failed".into(),
+                    result,
+                })
+                .get()
+        };
+        assert_eq!(
+            (counted("retrying"), counted("delivered"), counted("failed")),
+            (3, 1, 0)
+        );
+    }
+
+    /// Past the maximum age since its first attempt, a notification that still fails is `Failed`,
+    /// and nothing more is sent for that event.
+    #[tokio::test]
+    async fn past_the_maximum_age_a_retried_notification_fails_for_good() {
+        let (url, seen) = receiver(usize::MAX).await;
+        let moved = Moved {
+            now: Arc::new(Mutex::new("2026-11-26T09:00:00Z".parse().unwrap())),
+        };
+        let metrics = Arc::new(crate::platform::metrics::Metrics::default());
+        let (notifier, queues, ctx, set) = retrying_notifier(&url, Duration::from_secs(90), &moved, metrics);
+        let sender = Sender::new();
+        notifier.observe(&ctx, SetRef::ConfigMap(&set));
+        let mut results = Vec::new();
+        while let Ok(delivery) = queues.deliveries.try_recv() {
+            deliver(&notifier, &ctx, &sender, delivery).await;
+            results.push(the_record(&notifier).result);
+            moved.advance(60);
+            notifier.observe(&ctx, SetRef::ConfigMap(&set));
+            assert!(results.len() < 10, "{results:?}");
+        }
+        use NotificationResult::{Failed, Retrying};
+        assert_eq!(results, [Retrying, Retrying, Failed]);
+        assert_eq!(seen.load(Ordering::SeqCst), 3);
+        moved.advance(3600);
+        notifier.observe(&ctx, SetRef::ConfigMap(&set));
+        assert!(queues.deliveries.try_recv().is_err());
+    }
+
+    /// Issue 36: an annotation naming 200 Slack channels through the admin's bot token sends nothing
+    /// (more than `max_recipients`), and one Warning Event says why, without the channels.
+    #[tokio::test]
+    async fn a_set_naming_200_channels_queues_nothing_and_is_told_why() {
+        let metrics = Arc::new(crate::platform::metrics::Metrics::default());
+        let ctx = context(metrics.clone());
+        let data = [("service.slack".to_string(), "token: xoxb-1".to_string())].into();
+        let (config, _) = cmset_core::notify::config::parse(&data, &Default::default());
+        let (_tx, rx) = watch::channel(Arc::new(Loaded {
+            config: Some(config),
+            problems: vec![],
+        }));
+        let (notifier, queues) = Notifier::new(rx, Policy::default());
+        let mut set = failing_set("web");
+        let channels: Vec<String> = (0..200).map(|i| format!("#team-{i}")).collect();
+        set.metadata.annotations = Some(
+            [(
+                "notifications.cmset.dev/subscribe.on-rollout-failed.slack".to_string(),
+                channels.join(";"),
+            )]
+            .into(),
+        );
+        set.status.as_mut().unwrap().notifications = None;
+        for _ in 0..3 {
+            notifier.observe(&ctx, SetRef::ConfigMap(&set));
+        }
+        let mut queued = 0;
+        while queues.deliveries.try_recv().is_ok() {
+            queued += 1;
+        }
+        assert_eq!(queued, 0, "at most 10, and in fact none");
+        let (pending, reported) = {
+            let state = notifier.state();
+            let reported = state.reported.get(&set_id("web")).cloned();
+            (
+                state.pending.contains_key(&set_id("web")),
+                reported.unwrap_or_default(),
+            )
+        };
+        assert!(!pending, "no subscription recorded");
+        assert_eq!(reported.len(), 1, "{reported:?}");
+        assert!(
+            reported[0].message.contains("names 200 recipients"),
+            "{reported:?}"
+        );
+        assert!(!reported[0].message.contains("#team-"), "{reported:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let events = metrics
+            .writes
+            .get_or_create(&crate::platform::metrics::WriteLabel {
+                operation: "publish_event",
+            })
+            .get();
+        assert_eq!(events, 1);
+    }
+
+    /// Issue 36: queues are fair per namespace. With 500 deliveries of one namespace queued, another
+    /// namespace's single one goes out among the first few, and the flood's overflow is its own.
+    #[tokio::test]
+    async fn a_flooding_namespace_delays_only_its_own_notifications() {
+        let metrics = Arc::new(crate::platform::metrics::Metrics::default());
+        let ctx = context(metrics.clone());
+        let (_tx, rx) = watch::channel(Arc::new(webhooks(&["hook"])));
+        let (notifier, queues) = Notifier::new(rx, Policy::default());
+        for i in 0..500 {
+            let mut set = failing_set(&format!("flood-{i}"));
+            set.metadata.namespace = Some("flood".into());
+            notifier.observe(&ctx, SetRef::ConfigMap(&set));
+        }
+        let mut quiet = failing_set("web");
+        quiet.metadata.namespace = Some("quiet".into());
+        notifier.observe(&ctx, SetRef::ConfigMap(&quiet));
+        // The flood fills its share; the rest was dropped (and is remembered), the quiet set was not.
+        assert_eq!(dropped_count(&metrics, "hook"), (500 - PER_NAMESPACE) as u64);
+        let first: Vec<String> = (0..3)
+            .map(|_| {
+                queues
+                    .deliveries
+                    .try_recv()
+                    .expect("queued")
+                    .set
+                    .1
+                    .namespace
+                    .clone()
+            })
+            .collect();
+        assert!(first.contains(&"quiet".to_string()), "{first:?}");
+        assert_eq!(first, ["flood", "quiet", "flood"]);
+        // Two of the flood's deliveries went: two of its dropped sets are looked at again, no more
+        // (the others would only drop again).
+        assert_eq!(notifier.retry_dropped(&ctx), 2);
+        assert_eq!(notifier.state().dropped.len(), 500 - PER_NAMESPACE - 2);
     }
 }

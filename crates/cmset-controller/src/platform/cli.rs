@@ -155,6 +155,18 @@ pub struct Cli {
     #[arg(long, env = "CMSET_NOTIFICATIONS_NAMESPACE")]
     pub notifications_namespace: Option<String>,
 
+    /// How long a notification whose delivery fails in a way that may pass (no answer, a refused
+    /// connection, 408, 429, 5xx) is tried again, with backoff, counted from its first attempt; only
+    /// then is it recorded `Failed` (a duration: `90s`, `30m`, `1h`).
+    #[arg(long, env = "CMSET_NOTIFICATIONS_MAX_AGE", default_value = "1h", value_parser = parse_duration)]
+    pub notifications_max_age: std::time::Duration,
+
+    /// Recipients one set may name in all its `notifications.cmset.dev/subscribe.*` annotations; a
+    /// set naming more subscribes none of them (and is told why in an Event). The admin's own
+    /// `subscriptions` do not count.
+    #[arg(long, env = "CMSET_NOTIFICATIONS_MAX_RECIPIENTS", default_value_t = 10)]
+    pub notifications_max_recipients: usize,
+
     /// An extra workload kind with a pod template, as GROUP/VERSION/KIND=TEMPLATE (e.g.
     /// `apps.kruise.io/v1alpha1/CloneSet=spec.template`); repeat the flag (or separate by commas) for
     /// several. cmset needs list, watch and patch on its resource, and a webhook rule for it.
@@ -291,6 +303,14 @@ impl Cli {
         std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "cmset-system".to_string())
     }
 
+    /// The admin's bounds on notifications.
+    pub fn notification_policy(&self) -> crate::notify::notifier::Policy {
+        crate::notify::notifier::Policy {
+            max_age: self.notifications_max_age,
+            max_recipients: self.notifications_max_recipients,
+        }
+    }
+
     pub fn notifications_namespace(&self) -> String {
         self.notifications_namespace
             .clone()
@@ -331,12 +351,40 @@ impl Cli {
     }
 }
 
+/// A positive duration as `90s`, `30m`, `1h` or `1h30m`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let parsed: jiff::SignedDuration = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration such as 90s, 30m or 1h"))?;
+    Duration::try_from(parsed)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{text:?} is not a positive duration"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn cli(args: &[&str]) -> Cli {
         Cli::try_parse_from(std::iter::once("cmset-controller").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn notifications_are_retried_an_hour_unless_told_otherwise() {
+        assert_eq!(cli(&[]).notification_policy().max_age, Duration::from_secs(3600));
+        assert_eq!(cli(&[]).notification_policy().max_recipients, 10);
+        let policy = cli(&["--notifications-max-recipients", "3"]).notification_policy();
+        assert_eq!(policy.max_recipients, 3);
+        let policy = cli(&["--notifications-max-age", "90s"]).notification_policy();
+        assert_eq!(policy.max_age, Duration::from_secs(90));
+        let policy = cli(&["--notifications-max-age", "1h30m"]).notification_policy();
+        assert_eq!(policy.max_age, Duration::from_secs(5400));
+        for bad in ["0s", "soon", "-5m"] {
+            let parsed = Cli::try_parse_from(["cmset-controller", "--notifications-max-age", bad]);
+            assert!(parsed.is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@ use serde_yaml_ng::Value;
 use super::render::{self, SlackPart, TeamsPart, Template, WebhookPart};
 use super::request::Transport;
 use super::selector::Selector;
-use super::subscriptions::{self, DefaultSubscription};
+use super::subscriptions::{self, DefaultSubscription, Target};
 use super::triggers::{self, Condition, Event, Trigger};
 use super::yaml::{self, Fields};
 use super::{Credential, Problem};
@@ -115,7 +115,13 @@ pub struct SlackService {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SlackDelivery {
     /// A bot token: the recipient is a channel, posted to through `chat.postMessage` at `api_url`.
-    Bot { token: Credential, api_url: String },
+    /// `channels`: the admin's globs of the channels a set may name (`#team-*`, `C0123*`); empty
+    /// when the admin listed none, and then a set may name any channel the bot can post to.
+    Bot {
+        token: Credential,
+        api_url: String,
+        channels: Vec<String>,
+    },
     /// Incoming webhooks by recipient name: the recipient must be one of them.
     Webhooks(BTreeMap<String, Credential>),
 }
@@ -396,10 +402,15 @@ fn slack(fields: &mut Fields<'_>, secret: &BTreeMap<String, Vec<u8>>) -> Result<
     let token = credential(fields, "token", secret)?;
     let api_url = url(fields, "apiURL", secret)?;
     let webhooks = named_urls(fields, "webhooks", secret)?;
+    let channels = channel_globs(fields)?;
+    if channels.is_some() && token.is_none() {
+        return Err("`channels` goes with `token`: with `webhooks`, sets name a webhook".to_string());
+    }
     let delivery = match (token, webhooks) {
         (Some(token), None) => SlackDelivery::Bot {
             token,
             api_url: api_url.map_or_else(|| SLACK_POST_MESSAGE_URL.to_string(), |u| u.expose().to_string()),
+            channels: channels.unwrap_or_default(),
         },
         (None, Some(webhooks)) if api_url.is_none() => SlackDelivery::Webhooks(webhooks),
         (None, Some(_)) => return Err("`apiURL` goes with `token`, not with `webhooks`".to_string()),
@@ -415,6 +426,73 @@ fn slack(fields: &mut Fields<'_>, secret: &BTreeMap<String, Vec<u8>>) -> Result<
         username,
         icon,
     })
+}
+
+/// A Slack bot's `channels`: globs (`*`, `?`) of channel names or IDs, with or without `#`.
+fn channel_globs(fields: &mut Fields<'_>) -> Result<Option<Vec<String>>, String> {
+    let Some(globs) = fields.string_list("channels")? else {
+        return Ok(None);
+    };
+    if globs.is_empty() {
+        return Err("`channels` lists no channel: leave it out to let sets name any".to_string());
+    }
+    for glob in &globs {
+        let plain = !glob.is_empty()
+            && glob.len() <= 80
+            && glob
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '#' | '@' | '.' | '_' | '-' | '*' | '?'));
+        if !plain {
+            return Err(format!(
+                "`channels`: {glob:?} is not a channel glob (letters, digits, #, @, ., _, -, * and ?)"
+            ));
+        }
+    }
+    Ok(Some(globs))
+}
+
+/// Whether the admin lets a set name `recipient` through `service`: always, but for a Slack bot whose
+/// `channels` are listed, where one of them must match (a leading `#` is ignored on both sides).
+pub fn may_name(service: &Service, recipient: &str) -> bool {
+    let ServiceKind::Slack(SlackService {
+        delivery: SlackDelivery::Bot { channels, .. },
+        ..
+    }) = &service.kind
+    else {
+        return true;
+    };
+    let bare = |name: &str| name.strip_prefix('#').unwrap_or(name).to_string();
+    channels.is_empty()
+        || channels
+            .iter()
+            .any(|glob| glob_matches(bare(glob).as_bytes(), bare(recipient).as_bytes()))
+}
+
+/// `*` any run, `?` one character; backtracks to the last `*` only, so never exponential.
+fn glob_matches(glob: &[u8], text: &[u8]) -> bool {
+    let (mut g, mut t) = (0, 0);
+    let mut last_star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        match glob.get(g) {
+            Some(b'*') => {
+                last_star = Some((g, t));
+                g += 1;
+            }
+            Some(&c) if c == b'?' || c == text[t] => {
+                g += 1;
+                t += 1;
+            }
+            _ => match last_star {
+                Some((star, from)) => {
+                    g = star + 1;
+                    t = from + 1;
+                    last_star = Some((star, from + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    glob[g..].iter().all(|&c| c == b'*')
 }
 
 fn teams(fields: &mut Fields<'_>, secret: &BTreeMap<String, Vec<u8>>) -> Result<TeamsService, String> {
@@ -647,18 +725,29 @@ fn parse_subscription(
         }
     }
     let mut targets = Vec::new();
+    let mut held = Vec::new();
     for (j, recipient) in recipients.iter().enumerate() {
         let (service, who) = recipient.split_once(':').unwrap_or((recipient.as_str(), ""));
-        match subscriptions::check_recipient(config, service.trim(), who.trim()) {
+        let (service, who) = (service.trim(), who.trim());
+        match subscriptions::check_recipient(config, service, who) {
             Ok(target) => targets.push(target),
-            Err(e) => errors.push(format!("`{path}.recipients[{j}]`: {e}")),
+            Err(e) => {
+                if !config.services.contains_key(service) {
+                    held.push(Target {
+                        service: service.to_string(),
+                        recipient: who.to_string(),
+                    });
+                }
+                errors.push(format!("`{path}.recipients[{j}]`: {e}"));
+            }
         }
     }
-    if targets.is_empty() {
+    if targets.is_empty() && held.is_empty() {
         return Err(format!("`{path}` has no valid recipient"));
     }
     Ok(DefaultSubscription {
         recipients: targets,
+        held,
         triggers,
         selector,
     })
@@ -690,6 +779,7 @@ mod tests {
             slack.kind,
             ServiceKind::Slack(SlackService {
                 delivery: SlackDelivery::Bot {
+                    channels: vec![],
                     token: Credential::new(TOKEN),
                     api_url: SLACK_POST_MESSAGE_URL.into(),
                 },
@@ -818,6 +908,21 @@ mod tests {
             ),
             (
                 "service.slack",
+                "token: t\nchannels: []",
+                "`channels` lists no channel: leave it out to let sets name any",
+            ),
+            (
+                "service.slack",
+                "token: t\nchannels: ['#ops', 'a b']",
+                "`channels`: \"a b\" is not a channel glob (letters, digits, #, @, ., _, -, * and ?)",
+            ),
+            (
+                "service.slack",
+                "webhooks: {ops: https://x}\nchannels: ['#ops']",
+                "`channels` goes with `token`: with `webhooks`, sets name a webhook",
+            ),
+            (
+                "service.slack",
                 "token: $nope",
                 "`token` refers to `$nope`, which the Secret cmset-notifications-secret does not have",
             ),
@@ -873,7 +978,7 @@ mod tests {
                 "trigger.mine",
                 "- on: Deployed",
                 "`[0].on` must be one of RolloutStarted, WaveStarted, RolloutPaused, AwaitingPromotion, \
-                 AnalysisFailed, RolloutFailed, RolledBack, RolloutCompleted",
+                 RolloutWaiting, AnalysisFailed, RolloutFailed, RolledBack, RolloutCompleted",
             ),
             (
                 "trigger.mine",
@@ -986,6 +1091,7 @@ mod tests {
                 "on-wave-started",
                 "on-rollout-paused",
                 "on-awaiting-promotion",
+                "on-rollout-waiting",
                 "on-analysis-failed",
                 "on-rollout-failed",
                 "on-rolled-back",
@@ -1039,11 +1145,20 @@ mod tests {
                     "subscriptions",
                     "`[1].recipients[0]`: names a service that is not configured (configured: audit, hooks, slack, teams)"
                 ),
-                Problem::new("subscriptions", "`[1]` has no valid recipient"),
             ]
         );
         let subs = &config.subscriptions;
-        assert_eq!(subs.len(), 1);
+        assert_eq!(subs.len(), 2);
+        // Naming a service missing for now: held (its records stay), not subscribed.
+        assert!(subs[1].recipients.is_empty());
+        assert_eq!(
+            subs[1].held,
+            [Target {
+                service: "nowhere".into(),
+                recipient: "x".into()
+            }]
+        );
+        assert!(subs[0].held.is_empty());
         let targets: Vec<(&str, &str)> = subs[0]
             .recipients
             .iter()
@@ -1127,5 +1242,42 @@ mod tests {
         fn parsing_never_panics(key in "(service|template|trigger)\\.[a-z.]{0,12}|subscriptions|defaultTriggers", value in "\\PC{0,60}") {
             let _ = parse(&data(&[(key.as_str(), value.as_str())]), &secret());
         }
+    }
+
+    /// Issue 36: the admin aims a bot token. With `channels`, a set may name only a channel one of
+    /// the globs matches (`#` or not); without, any; other services are not concerned.
+    #[test]
+    fn a_slack_bots_channels_bound_what_sets_may_name() {
+        let (config, problems) = parse(
+            &fixtures::data(&[
+                (
+                    "service.slack.aimed",
+                    "token: $slack-token\nchannels: ['#team-a-*', 'C0A?', deploys]",
+                ),
+                ("service.slack.open", "token: $slack-token"),
+                ("service.webhook.hook", "url: https://x"),
+            ]),
+            &fixtures::secret(),
+        );
+        assert_eq!(problems, []);
+        let aimed = &config.services["aimed"];
+        for (recipient, allowed) in [
+            ("#team-a-alerts", true),
+            ("team-a-", true),
+            ("#deploys", true),
+            ("deploys", true),
+            ("C0A1", true),
+            ("C0A12", false),
+            ("#team-b-alerts", false),
+            ("#general", false),
+            ("@alice", false),
+            ("#deploys-all", false),
+        ] {
+            assert_eq!(may_name(aimed, recipient), allowed, "{recipient}");
+        }
+        assert!(may_name(&config.services["open"], "#general"));
+        assert!(may_name(&config.services["hook"], ""));
+        assert!(glob_matches(b"*a*a*a", b"bababa"));
+        assert!(!glob_matches(b"*a*a*ab", "a".repeat(4000).as_bytes()));
     }
 }

@@ -7,6 +7,13 @@
 //! Expressions (`when`, `oncePer`) are lenient: a missing label is undefined, which equals nothing and
 //! is false, so `set.labels.tier == 'prod'` is simply false on a set without that label. Every
 //! documented field is always present; one without a value is `none`, which prints as empty text.
+//!
+//! Text in the context may come from a tenant (annotations, messages that quote a workload or a
+//! query) while the template is the admin's. For Slack and Teams, which read markup, every text value of
+//! the context is escaped before rendering ([`escaped_for`]): `&`, `<`, `>` as entities (Slack's
+//! mrkdwn reads `<!channel>`, `<@U123>` and `<url|text>` from them), and for Teams also `[` and `]`
+//! (markdown links) and `*`, `_` (emphasis). So a set cannot mention `@channel` or plant a link; the
+//! template's own markup works as written. Webhooks get the text as it is, inside JSON.
 
 use std::collections::BTreeMap;
 
@@ -95,7 +102,7 @@ pub enum Part {
 }
 
 /// The top-level names of the context ([`context`]).
-pub const FIELDS: [&str; 12] = [
+pub const FIELDS: [&str; 14] = [
     "set",
     "revision",
     "previousRevision",
@@ -103,6 +110,8 @@ pub const FIELDS: [&str; 12] = [
     "waves",
     "phase",
     "message",
+    "reason",
+    "nextWindow",
     "workloads",
     "analysisRuns",
     "event",
@@ -222,8 +231,69 @@ fn render_opt_json(field: &str, source: &Option<String>, context: &Json) -> Resu
         .transpose()
 }
 
-/// Renders `template` for `service`: the message and the part that service uses.
+#[cfg(test)]
+thread_local! {
+    /// Templates rendered by this thread: what the tests of rendering once count.
+    pub(crate) static RENDERED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Slack's mrkdwn escaping: the three characters its markup is made of.
+fn escape_slack(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// Teams reads HTML entities and markdown in card text: entities for `&`, `<` and `>`, a backslash
+/// before what makes a link or emphasis.
+fn escape_teams(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '[' | ']' | '*' | '_' | '\\' | '`' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn escape_strings(value: &Json, escape: fn(&str) -> String) -> Json {
+    match value {
+        Json::String(text) => Json::String(escape(text)),
+        Json::Array(items) => Json::Array(items.iter().map(|v| escape_strings(v, escape)).collect()),
+        Json::Object(fields) => Json::Object(
+            fields
+                .iter()
+                .map(|(k, v)| (k.clone(), escape_strings(v, escape)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// The context as a template for `service` sees it: every text value escaped for Slack's or Teams'
+/// markup, as it is for a webhook.
+pub fn escaped_for(service: &Service, context: &Json) -> Json {
+    match &service.kind {
+        ServiceKind::Slack(_) => escape_strings(context, escape_slack),
+        ServiceKind::Teams(_) => escape_strings(context, escape_teams),
+        ServiceKind::Webhook(_) => context.clone(),
+    }
+}
+
+/// Renders `template` for `service`: the message and the part that service uses, over the context
+/// escaped for that service ([`escaped_for`]).
 pub fn render(template: &Template, context: &Json, service: &Service) -> Result<Message, String> {
+    #[cfg(test)]
+    RENDERED.with(|n| n.set(n.get() + 1));
+    let escaped = escaped_for(service, context);
+    let context = &escaped;
     let text = render_text(&template.message, context).map_err(|e| format!("`message`: {e}"))?;
     let part = match &service.kind {
         ServiceKind::Slack(_) => {
@@ -412,6 +482,8 @@ pub fn context(set: &SetView<'_>, event: Event, trigger: &str) -> Json {
         "waves": rollout.map(|r| r.waves.clone()).unwrap_or_default(),
         "phase": rollout.map(|r| r.phase.as_str()),
         "message": rollout.and_then(|r| r.message.clone()),
+        "reason": rollout.and_then(|r| r.reason.clone()),
+        "nextWindow": rollout.and_then(|r| r.next_window.as_ref()).map(|t| t.0.to_string()),
         "workloads": workloads,
         "analysisRuns": runs,
         "event": event.as_str(),
@@ -447,6 +519,13 @@ pub fn built_in(name: &str) -> Option<Template> {
         Event::AwaitingPromotion => (
             "Awaiting promotion",
             "wave {{ wave }} of the rollout of {{ revision }} is done; the next wave waits for: {{ next }}",
+        ),
+        Event::RolloutWaiting => (
+            "Rollout waiting",
+            "rollout of {{ revision }} waits in wave {{ wave }}, held \
+             {% if reason == 'OutsideWindow' %}outside its change windows\
+             {% else %}by change window {{ reason }}{% endif %}; \
+             {% if nextWindow %}it goes on at {{ nextWindow }}{% else %}no window opens{% endif %}.",
         ),
         Event::AnalysisFailed => (
             "Analysis failed",
@@ -540,7 +619,7 @@ revision: app-2 (was app-1)
 wave: 1 of 0,1,2, phase Failed: Deployment web is not healthy
 workload: Deployment/web RolledBack on app-1 (was app-1) wave 0: 
 workload: StatefulSet/db Waiting on app-1 (was ) wave 2: waits for wave 2
-run: error-rate Deployment/web 0 grouped, wave 1: rate(errors[5m]) result < 0.05 = 0.2 Failed 2/3: 0.2 is not < 0.05
+run: error-rate Deployment/web 0 grouped, wave 1: rate(errors[5m]) result &lt; 0.05 = 0.2 Failed 2/3: 0.2 is not &lt; 0.05
 event: RolloutFailed trigger: on-rollout-failed
 next: kubectl cmset status -n shop configmapset/app"
         );
@@ -650,8 +729,9 @@ next: kubectl cmset status -n shop configmapset/app"
             (
                 Event::AnalysisFailed,
                 failed_status(),
+                // Slack shows `&lt;` as `<`: the run's message is escaped for its mrkdwn.
                 "ConfigMapSet shop/app: analysis of app-2 failed in wave 1: error-rate (Deployment web): 0.2 is \
-                 not < 0.05",
+                 not &lt; 0.05",
             ),
             (
                 Event::RolloutFailed,
@@ -890,5 +970,62 @@ webhook:
             Ok("app-2/1".to_string())
         );
         assert_eq!(text_of("message", &context), Err("gave no value".to_string()));
+    }
+
+    /// Issue 36: text a tenant writes (an annotation, a workload's message) cannot mention a whole
+    /// channel or plant a link through Slack's mrkdwn or Teams' markdown; the admin's template markup
+    /// stays as written; a webhook gets the text as it is.
+    #[test]
+    fn tenant_text_is_escaped_for_slack_and_teams_markup() {
+        let mut set = Set::new(failed_status());
+        let planted = "<!channel> see <https://evil.example|docs> & [click](https://evil.example) *now*";
+        set.annotations.insert("note".into(), planted.into());
+        set.status.rollout.as_mut().unwrap().message = Some("<@U0ADMIN> approve".into());
+        let config = fixtures::config_with(&[]);
+        let context = context(&set.view(), Event::RolloutFailed, "on-rollout-failed");
+        let source = "<!here> {{ set.annotations.note }} / {{ message }}";
+        let cases = [
+            (
+                "slack",
+                "<!here> &lt;!channel&gt; see &lt;https://evil.example|docs&gt; &amp; \
+                 [click](https://evil.example) *now* / &lt;@U0ADMIN&gt; approve",
+            ),
+            (
+                "teams",
+                "<!here> &lt;!channel&gt; see &lt;https://evil.example|docs&gt; &amp; \
+                 \\[click\\](https://evil.example) \\*now\\* / &lt;@U0ADMIN&gt; approve",
+            ),
+            (
+                "audit",
+                "<!here> <!channel> see <https://evil.example|docs> & [click](https://evil.example) \
+                 *now* / <@U0ADMIN> approve",
+            ),
+        ];
+        for (name, want) in cases {
+            let message = render(&template(source), &context, &service(&config, name)).unwrap();
+            assert_eq!(message.text, want, "{name}");
+        }
+        // Inside JSON parts too: Slack blocks built with `tojson` carry the escaped text.
+        let blocks = Template {
+            slack: Some(SlackPart {
+                attachments: None,
+                blocks: Some(
+                    r#"[{"type": "section", "text": {"type": "mrkdwn", "text": {{ set.annotations.note | tojson }}}}]"#
+                        .into(),
+                ),
+            }),
+            ..template("x")
+        };
+        let message = render(&blocks, &context, &service(&config, "slack")).unwrap();
+        let Part::Slack {
+            blocks: Some(blocks), ..
+        } = message.part
+        else {
+            panic!("no blocks");
+        };
+        let text = blocks[0]["text"]["text"].as_str().unwrap();
+        assert!(text.starts_with("&lt;!channel&gt;"), "{text}");
+        // Expressions see the text as written.
+        assert!(is_true("'<!channel>' in set.annotations.note", &context).unwrap());
     }
 }

@@ -193,7 +193,7 @@ fn slack_request(
 ) -> Result<Parts, String> {
     let mut body = Map::new();
     let (url, headers) = match &slack.delivery {
-        SlackDelivery::Bot { token, api_url } => {
+        SlackDelivery::Bot { token, api_url, .. } => {
             body.insert("channel".into(), recipient.into());
             let auth = Credential::new(format!("Bearer {}", token.expose()));
             (

@@ -24,6 +24,7 @@ pub enum Event {
     WaveStarted,
     RolloutPaused,
     AwaitingPromotion,
+    RolloutWaiting,
     AnalysisFailed,
     RolloutFailed,
     RolledBack,
@@ -31,11 +32,12 @@ pub enum Event {
 }
 
 impl Event {
-    pub const ALL: [Event; 8] = [
+    pub const ALL: [Event; 9] = [
         Self::RolloutStarted,
         Self::WaveStarted,
         Self::RolloutPaused,
         Self::AwaitingPromotion,
+        Self::RolloutWaiting,
         Self::AnalysisFailed,
         Self::RolloutFailed,
         Self::RolledBack,
@@ -49,6 +51,7 @@ impl Event {
             Self::WaveStarted => "WaveStarted",
             Self::RolloutPaused => "RolloutPaused",
             Self::AwaitingPromotion => "AwaitingPromotion",
+            Self::RolloutWaiting => "RolloutWaiting",
             Self::AnalysisFailed => "AnalysisFailed",
             Self::RolloutFailed => "RolloutFailed",
             Self::RolledBack => "RolledBack",
@@ -67,6 +70,7 @@ impl Event {
             Self::WaveStarted => "on-wave-started",
             Self::RolloutPaused => "on-rollout-paused",
             Self::AwaitingPromotion => "on-awaiting-promotion",
+            Self::RolloutWaiting => "on-rollout-waiting",
             Self::AnalysisFailed => "on-analysis-failed",
             Self::RolloutFailed => "on-rollout-failed",
             Self::RolledBack => "on-rolled-back",
@@ -105,6 +109,16 @@ pub struct Condition {
     pub description: Option<String>,
 }
 
+impl Condition {
+    /// Its key in the records: a hash of what makes it fire and what it sends (not its
+    /// `description`, nor its place among the trigger's conditions), so that reordering, appending or
+    /// describing conditions keeps every other condition's record.
+    pub fn key(&self) -> String {
+        let content = serde_json::json!([self.on.as_str(), self.when, self.send, self.once_per]);
+        crate::hash::short_hash(content.to_string().as_bytes())
+    }
+}
+
 /// The built-in trigger of that name: on its event, no further condition, its built-in template.
 pub fn built_in(name: &str) -> Option<Trigger> {
     let event = Event::of_trigger(name)?;
@@ -122,7 +136,9 @@ pub fn built_in(name: &str) -> Option<Trigger> {
 
 /// The events the status shows, each with its once-per key: `<revision>@<rollout>` for the rollout's
 /// events and `<revision>/<wave>@<rollout>` for a wave's, where `<rollout>` is the instant it started
-/// (as `kubectl cmset promote` names a rollout), left out with `@` when the status has none.
+/// (as `kubectl cmset promote` names a rollout), left out with `@` when the status has none. A hold by
+/// a change window (`RolloutWaiting`) is the wave's, told once per hold: its key adds the window and
+/// when it opens (`~<reason>~<nextWindow>`), which stay the same while one hold lasts.
 ///
 /// A set without `spec.rollout` records no rollout: its workloads all move at once to the current
 /// revision. Its rollout starts when that revision becomes current and completes once no workload is
@@ -156,6 +172,14 @@ pub fn events(status: &ConfigMapSetStatus) -> Vec<(Event, String)> {
         RolloutPhase::Progressing if later_wave => out.push((Event::WaveStarted, of_wave)),
         RolloutPhase::Paused => out.push((Event::RolloutPaused, of_wave)),
         RolloutPhase::AwaitingPromotion => out.push((Event::AwaitingPromotion, of_wave)),
+        RolloutPhase::Waiting => {
+            let opens = rollout
+                .next_window
+                .as_ref()
+                .map_or_else(|| "never".to_string(), |t| t.0.to_string());
+            let window = rollout.reason.as_deref().unwrap_or("window");
+            out.push((Event::RolloutWaiting, format!("{of_wave}~{window}~{opens}")));
+        }
         _ => {}
     }
     if rollout
@@ -185,8 +209,8 @@ pub fn events(status: &ConfigMapSetStatus) -> Vec<(Event, String)> {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SubscriptionKey {
     pub trigger: String,
-    /// The index of the trigger's condition.
-    pub condition: usize,
+    /// The trigger's condition, by its content ([`Condition::key`]).
+    pub condition: String,
     pub service: String,
     pub recipient: String,
 }
@@ -205,7 +229,8 @@ pub struct Notification {
 /// The notifications to send now for the set: for each subscription whose trigger has a condition on
 /// a standing event, whose `when` holds, and whose once-per key differs from the one `delivered` gives
 /// for it. Problems (an expression that fails, a template that fails and was replaced by the built-in
-/// one, a service that is gone) come sorted and without repeats.
+/// one, a service that is gone) come sorted and without repeats. The condition's templates are
+/// rendered once per service, however many recipients of it hear them (a message names no recipient).
 pub fn fired<'r>(
     config: &Config,
     set: &SetView<'_>,
@@ -226,6 +251,8 @@ pub fn fired<'r>(
             continue;
         };
         for (index, condition) in trigger.conditions.iter().enumerate() {
+            // The messages of this condition, by service: the same for every recipient.
+            let mut rendered: BTreeMap<&str, Vec<Message>> = BTreeMap::new();
             let Some(event_key) = standing.get(&condition.on) else {
                 continue;
             };
@@ -233,10 +260,11 @@ pub fn fired<'r>(
             let Some(once) = once_key(condition, index, event_key, &context, &key, &mut problems) else {
                 continue;
             };
+            let condition_key = condition.key();
             for sub in &subs {
                 let sub_key = SubscriptionKey {
                     trigger: name.to_string(),
-                    condition: index,
+                    condition: condition_key.clone(),
                     service: sub.service.clone(),
                     recipient: sub.recipient.clone(),
                 };
@@ -250,16 +278,26 @@ pub fn fired<'r>(
                     ));
                     continue;
                 };
-                let messages = condition
-                    .send
-                    .iter()
-                    .map(|template| {
-                        let (message, problem) =
-                            render::render_or_built_in(config, template, condition.on, &context, service);
-                        problems.extend(problem);
-                        message
+                let messages = rendered
+                    .entry(sub.service.as_str())
+                    .or_insert_with(|| {
+                        condition
+                            .send
+                            .iter()
+                            .map(|template| {
+                                let (message, problem) = render::render_or_built_in(
+                                    config,
+                                    template,
+                                    condition.on,
+                                    &context,
+                                    service,
+                                );
+                                problems.extend(problem);
+                                message
+                            })
+                            .collect()
                     })
-                    .collect();
+                    .clone();
                 out.push(Notification {
                     key: sub_key,
                     once: once.clone(),
@@ -562,8 +600,10 @@ mod tests {
         );
         let set = Set::new(failed_status());
         let (fired, _) = fired(&config, &set.view(), &subs[1..2], |_| None);
-        assert_eq!(fired[0].key.condition, 0);
-        assert_eq!(fired[1].key.condition, 1);
+        let trigger = config.trigger("on-team-failure").unwrap();
+        assert_eq!(fired[0].key.condition, trigger.conditions[0].key());
+        assert_eq!(fired[1].key.condition, trigger.conditions[1].key());
+        assert_ne!(fired[0].key.condition, fired[1].key.condition);
         let templates: Vec<&str> = fired[0].messages.iter().map(|m| m.template.as_str()).collect();
         assert_eq!(templates, ["rollout-failed", "rolled-back"]);
     }
@@ -628,5 +668,84 @@ mod tests {
         let (fired, _) = fire(&config, status, &subs, &BTreeMap::new());
         let triggers: Vec<String> = fired.iter().map(|(t, ..)| t.to_string()).collect();
         assert_eq!(triggers, ["on-rollout-completed", "on-rollout-started"]);
+    }
+
+    /// Issue 36: a hold by a change window is an event of its own (`on-rollout-waiting`), told once
+    /// per hold: the same hold keeps its key, the next hold (a later opening) gets another, and it
+    /// names the window and when it opens.
+    #[test]
+    fn a_hold_by_a_window_is_told_once_per_hold() {
+        let held = |reason: &str, opens: Option<&str>| {
+            let mut status = status(RolloutPhase::Waiting, 1);
+            let rollout = status.rollout.as_mut().unwrap();
+            rollout.reason = Some(reason.into());
+            rollout.next_window = opens.map(fixtures::time);
+            status
+        };
+        let waiting = |status: &ConfigMapSetStatus| {
+            let events = keys(events(status));
+            events
+                .into_iter()
+                .filter(|(e, _)| *e == Event::RolloutWaiting)
+                .collect::<Vec<_>>()
+        };
+        let first = held("holiday-freeze", Some("2026-12-27T00:00:00Z"));
+        assert_eq!(
+            waiting(&first),
+            [ev(
+                Event::RolloutWaiting,
+                "app-2/1@T~holiday-freeze~2026-12-27T00:00:00Z"
+            )]
+        );
+        assert_eq!(
+            waiting(&first),
+            waiting(&first.clone()),
+            "the same hold, the same key"
+        );
+        let next = held("holiday-freeze", Some("2027-01-03T00:00:00Z"));
+        assert_ne!(waiting(&first), waiting(&next), "a later hold is told again");
+        assert_eq!(
+            waiting(&held("OutsideWindow", None)),
+            [ev(Event::RolloutWaiting, "app-2/1@T~OutsideWindow~never")]
+        );
+        assert_eq!(waiting(&status(RolloutPhase::Progressing, 1)), []);
+
+        let config = fixtures::config_with(&[]);
+        let set = Set::new(first);
+        let subs = [sub("on-rollout-waiting", "slack", "ops")];
+        let (told, problems) = fired(&config, &set.view(), &subs, |_| None);
+        assert_eq!(problems, []);
+        assert_eq!(
+            told[0].messages[0].text,
+            "ConfigMapSet shop/app: rollout of app-2 waits in wave 1, held by change window holiday-freeze; \
+             it goes on at 2026-12-27T00:00:00Z."
+        );
+        let set = Set::new(held("OutsideWindow", None));
+        let (told, _) = fired(&config, &set.view(), &subs, |_| None);
+        assert_eq!(
+            told[0].messages[0].text,
+            "ConfigMapSet shop/app: rollout of app-2 waits in wave 1, held outside its change windows; \
+             no window opens."
+        );
+    }
+
+    /// Issue 36: a condition's templates are rendered once per service, not once per recipient.
+    #[test]
+    fn templates_render_once_per_condition_and_service() {
+        let config = fixtures::config_with(&[]);
+        let set = Set::new(failed_status());
+        let mut subs: Vec<Subscription> = (0..10)
+            .map(|i| sub("on-rollout-failed", "slack", &format!("c{i}")))
+            .collect();
+        subs.push(sub("on-rollout-failed", "teams", "prod"));
+        render::RENDERED.with(|n| n.set(0));
+        let (told, _) = fired(&config, &set.view(), &subs, |_| None);
+        assert_eq!(told.len(), 11);
+        assert_eq!(
+            render::RENDERED.with(|n| n.get()),
+            2,
+            "once for Slack, once for Teams"
+        );
+        assert!(told[..10].iter().all(|n| n.messages == told[0].messages));
     }
 }
