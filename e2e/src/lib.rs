@@ -32,6 +32,7 @@ pub mod invariants;
 pub mod kinds;
 pub mod prometheus;
 pub mod proxy;
+pub mod receiver;
 pub mod tenant;
 pub mod webhook;
 

@@ -8,78 +8,19 @@
 //! The operator reads its notification configuration from the test's namespace
 //! (`--notifications-namespace`), so tests running at once do not hear each other.
 
-use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cmset_e2e::cmset_api::{ConfigMapSet, NotificationResult, RolloutPhase};
 use cmset_e2e::fixtures::wave_deployment_yaml;
 use cmset_e2e::k8s_openapi::api::core::v1::{Event, Node};
 use cmset_e2e::kube::Api;
+use cmset_e2e::receiver::{Heard, Receiver};
 use cmset_e2e::{Operator, TestNamespace, eventually_within, kustomize_name, stays};
-use http_body_util::{BodyExt, Full};
-use hyper::body::{Bytes, Incoming};
-use hyper::{Request, Response};
 
 const WAIT: Duration = Duration::from_secs(120);
 const FAIL_KEY: &str = "CMSET_FAKE_NODE_FAIL";
 const FAKE_NODE: &str = "cmset-fake-node";
 const SLACK_TOKEN: &str = "xoxb-e2e-policy-token";
-
-/// One request the receiver took, and what it answered.
-#[derive(Clone, Debug)]
-struct Heard {
-    path: String,
-    status: u16,
-    body: serde_json::Value,
-}
-
-/// Plays a webhook and Slack on one port, recording every request. Until `down_until` (if set) it
-/// answers 503 to `/hook`.
-#[derive(Clone, Default)]
-struct Receiver {
-    heard: Arc<Mutex<Vec<Heard>>>,
-    down_until: Arc<Mutex<Option<Instant>>>,
-}
-
-impl Receiver {
-    async fn start(self) -> u16 {
-        cmset_e2e::serve_http(move |req| self.clone().answer(req)).await
-    }
-
-    async fn answer(self, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-        let path = req.uri().path().to_string();
-        let bytes = req
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        let body = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
-        let down = self
-            .down_until
-            .lock()
-            .unwrap()
-            .is_some_and(|until| Instant::now() < until);
-        let (status, answer) = if path == "/hook" && down {
-            (503, "{}")
-        } else if path.starts_with("/slack") {
-            (200, r#"{"ok":true}"#)
-        } else {
-            (200, "{}")
-        };
-        self.heard.lock().unwrap().push(Heard { path, status, body });
-        Ok(Response::builder()
-            .status(status)
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(answer)))
-            .unwrap())
-    }
-
-    fn heard(&self) -> Vec<Heard> {
-        self.heard.lock().unwrap().clone()
-    }
-}
 
 fn configuration(port: u16) -> String {
     format!(
@@ -153,7 +94,7 @@ async fn a_receiver_down_for_75_seconds_hears_of_a_failed_rollout_exactly_once_a
         return;
     }
     let receiver = Receiver::default();
-    let port = receiver.clone().start().await;
+    let port = receiver.start().await;
     ns.apply(&configuration(port));
     let notifications_namespace = format!("--notifications-namespace={}", ns.name);
     let _operator = Operator::start_with(&ns.name, &[&notifications_namespace]).await;
@@ -174,7 +115,7 @@ async fn a_receiver_down_for_75_seconds_hears_of_a_failed_rollout_exactly_once_a
     // The receiver goes down for 75 s; meanwhile the bad change fails its rollout.
     let down_for = Duration::from_secs(75);
     let back_at = Instant::now() + down_for;
-    *receiver.down_until.lock().unwrap() = Some(back_at);
+    receiver.down_until("/hook", back_at);
     let bad_data = [("APP_VERSION", "1"), (FAIL_KEY, "true")];
     let bad = kustomize_name(SET, &bad_data);
     ns.apply(&failing_set_yaml(SET, &bad_data));
@@ -252,7 +193,7 @@ spec:
 async fn an_annotation_naming_200_channels_sends_at_most_10_messages_and_is_told_why() {
     let ns = TestNamespace::new("notifyaim").await;
     let receiver = Receiver::default();
-    let port = receiver.clone().start().await;
+    let port = receiver.start().await;
     ns.apply(&configuration(port));
     let notifications_namespace = format!("--notifications-namespace={}", ns.name);
     let _operator = Operator::start_with(&ns.name, &[&notifications_namespace]).await;

@@ -7,19 +7,14 @@
 //! The operator reads its notification configuration from the test's namespace
 //! (`--notifications-namespace`), so tests running at once do not hear each other.
 
-use std::collections::BTreeMap;
-use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cmset_e2e::cmset_api::{ConfigMapSet, NotificationResult, RolloutPhase, WorkloadState};
 use cmset_e2e::fixtures::wave_deployment_yaml;
 use cmset_e2e::k8s_openapi::api::core::v1::{Event, Node};
 use cmset_e2e::kube::Api;
+use cmset_e2e::receiver::{Heard, Receiver};
 use cmset_e2e::{Operator, TestNamespace, eventually_within, kustomize_name, plugin_bin, stays};
-use http_body_util::{BodyExt, Full};
-use hyper::body::{Bytes, Incoming};
-use hyper::{Request, Response};
 
 const WAIT: Duration = Duration::from_secs(120);
 const FAIL_KEY: &str = "CMSET_FAKE_NODE_FAIL";
@@ -28,75 +23,6 @@ const SET: &str = "app-config";
 const WORKLOAD: &str = "web";
 /// The one value of the Secret: it must reach Slack and nowhere else.
 const SLACK_TOKEN: &str = "xoxb-e2e-secret-token";
-
-/// One request the receiver took.
-#[derive(Clone, Debug)]
-struct Heard {
-    path: String,
-    authorization: Option<String>,
-    body: serde_json::Value,
-}
-
-/// Plays Slack, Teams and a webhook on one port: records every request, and answers 500 to the first
-/// `fail[path]` requests of a path.
-#[derive(Clone, Default)]
-struct Receiver {
-    heard: Arc<Mutex<Vec<Heard>>>,
-    fail: Arc<Mutex<BTreeMap<String, u32>>>,
-}
-
-impl Receiver {
-    async fn start(self) -> u16 {
-        cmset_e2e::serve_http(move |req| self.clone().answer(req)).await
-    }
-
-    async fn answer(self, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-        let path = req.uri().path().to_string();
-        let authorization = req
-            .headers()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let bytes = req
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        let body = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
-        self.heard.lock().unwrap().push(Heard {
-            path: path.clone(),
-            authorization,
-            body,
-        });
-        let failing = {
-            let mut fail = self.fail.lock().unwrap();
-            match fail.get_mut(&path) {
-                Some(n) if *n > 0 => {
-                    *n -= 1;
-                    true
-                }
-                _ => false,
-            }
-        };
-        let (status, body) = if failing {
-            (500, "{}")
-        } else if path.starts_with("/slack") {
-            (200, r#"{"ok":true}"#)
-        } else {
-            (200, "{}")
-        };
-        Ok(Response::builder()
-            .status(status)
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body)))
-            .unwrap())
-    }
-
-    fn heard(&self) -> Vec<Heard> {
-        self.heard.lock().unwrap().clone()
-    }
-}
 
 fn configuration(port: u16) -> String {
     format!(
@@ -167,8 +93,8 @@ async fn a_failed_rollout_is_told_once_to_each_service_and_a_restart_tells_it_ag
         return;
     }
     let receiver = Receiver::default();
-    receiver.fail.lock().unwrap().insert("/flaky".into(), 2);
-    let port = receiver.clone().start().await;
+    receiver.fail_next("/flaky", 2);
+    let port = receiver.start().await;
     ns.apply(&configuration(port));
     let notifications_namespace = format!("--notifications-namespace={}", ns.name);
     let mut operator = Operator::start_with(&ns.name, &[&notifications_namespace]).await;
@@ -366,7 +292,7 @@ async fn silent_listener() -> (u16, tokio::net::TcpListener) {
 async fn an_edited_template_is_the_next_message_and_a_silent_receiver_holds_up_no_other_set() {
     let ns = TestNamespace::new("notifyedit").await;
     let receiver = Receiver::default();
-    let port = receiver.clone().start().await;
+    let port = receiver.start().await;
     let (stuck_port, _silent) = silent_listener().await;
     ns.apply(&templates_yaml(port, stuck_port, "first"));
     let notifications_namespace = format!("--notifications-namespace={}", ns.name);
@@ -474,7 +400,7 @@ async fn leading(op: &Operator, what: &str) {
 async fn a_leader_change_in_the_middle_of_a_rollout_tells_each_event_once() {
     let ns = TestNamespace::new("notifyleader").await;
     let receiver = Receiver::default();
-    let port = receiver.clone().start().await;
+    let port = receiver.start().await;
     ns.apply(&format!(
         r#"
 apiVersion: v1

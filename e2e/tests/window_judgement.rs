@@ -11,9 +11,7 @@
 //! its own namespace only (the suite's other tests run beside it), and is deleted at the end.
 
 use std::collections::BTreeSet;
-use std::convert::Infallible;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cmset_e2e::cmset_api::{ChangeWindow, ConfigMapSet, ConfigMapSetStatus, RolloutPhase, RolloutStatus};
@@ -22,10 +20,8 @@ use cmset_e2e::k8s_openapi::api::core::v1::Node;
 use cmset_e2e::k8s_openapi::jiff::Timestamp;
 use cmset_e2e::kube::Api;
 use cmset_e2e::kube::api::DeleteParams;
+use cmset_e2e::receiver::Receiver;
 use cmset_e2e::{Operator, TestNamespace, eventually_within, kustomize_name, plugin_bin, stays};
-use http_body_util::{BodyExt, Full};
-use hyper::body::{Bytes, Incoming};
-use hyper::{Request, Response};
 
 const SET: &str = "app-config";
 const FIRST: &str = "first";
@@ -234,39 +230,6 @@ async fn a_failing_canary_is_rolled_back_inside_a_deny_window_at_its_deadline() 
     delete_change_window(&ns, &freeze).await;
 }
 
-/// Records every request it takes, and answers 200.
-#[derive(Clone, Default)]
-struct Receiver {
-    heard: Arc<Mutex<Vec<(String, serde_json::Value)>>>,
-}
-
-impl Receiver {
-    async fn start(self) -> u16 {
-        cmset_e2e::serve_http(move |req| self.clone().answer(req)).await
-    }
-
-    async fn answer(self, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-        let path = req.uri().path().to_string();
-        let bytes = req
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        let body = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
-        self.heard.lock().unwrap().push((path, body));
-        Ok(Response::builder()
-            .status(200)
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from("{}")))
-            .unwrap())
-    }
-
-    fn heard(&self) -> Vec<(String, serde_json::Value)> {
-        self.heard.lock().unwrap().clone()
-    }
-}
-
 /// Set `SET` without `spec.rollout`, subscribed to every rollout trigger a set without it can hear (and
 /// to failure and rollback, which a phantom rollout could fake), through webhook `hook`.
 fn plain_set_yaml(value: &str) -> String {
@@ -303,7 +266,7 @@ async fn a_window_starting_and_ending_over_a_set_without_a_rollout_spec_sends_no
 {
     let ns = TestNamespace::new("winphantom").await;
     let receiver = Receiver::default();
-    let port = receiver.clone().start().await;
+    let port = receiver.start().await;
     ns.apply(&format!(
         r#"
 apiVersion: v1
