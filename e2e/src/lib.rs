@@ -33,6 +33,7 @@ pub mod kinds;
 pub mod prometheus;
 pub mod proxy;
 pub mod receiver;
+pub mod rollout_wait;
 pub mod tenant;
 pub mod webhook;
 

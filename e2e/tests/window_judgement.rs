@@ -10,17 +10,17 @@
 //! start of the current minute and lasts until 40 s from now. Every ChangeWindow a test creates selects
 //! its own namespace only (the suite's other tests run beside it), and is deleted at the end.
 
-use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use cmset_e2e::cmset_api::{ChangeWindow, ConfigMapSet, ConfigMapSetStatus, RolloutPhase, RolloutStatus};
-use cmset_e2e::fixtures::{template_names, wave_deployment_yaml};
+use cmset_e2e::cmset_api::{ChangeWindow, RolloutPhase};
+use cmset_e2e::fixtures::wave_deployment_yaml;
 use cmset_e2e::k8s_openapi::api::core::v1::Node;
 use cmset_e2e::k8s_openapi::jiff::Timestamp;
 use cmset_e2e::kube::Api;
 use cmset_e2e::kube::api::DeleteParams;
 use cmset_e2e::receiver::Receiver;
+use cmset_e2e::rollout_wait::{only, reads, status, wait_phase, wait_reads};
 use cmset_e2e::{Operator, TestNamespace, eventually_within, kustomize_name, plugin_bin, stays};
 
 const SET: &str = "app-config";
@@ -91,39 +91,6 @@ async fn delete_change_window(ns: &TestNamespace, name: &str) {
     let _ = api.delete(name, &DeleteParams::default()).await;
 }
 
-fn only(name: &str) -> BTreeSet<String> {
-    BTreeSet::from([name.to_string()])
-}
-
-async fn reads(ns: &TestNamespace, name: &str) -> BTreeSet<String> {
-    template_names(&ns.deployment(name).await)
-}
-
-async fn status(ns: &TestNamespace, set: &str) -> Option<ConfigMapSetStatus> {
-    ns.api::<ConfigMapSet>().get(set).await.ok()?.status
-}
-
-async fn wait_phase(ns: &TestNamespace, revision: &str, phase: RolloutPhase) -> RolloutStatus {
-    eventually_within(
-        WAIT,
-        &format!("the rollout of {revision} is {phase:?}"),
-        || async {
-            status(ns, SET)
-                .await?
-                .rollout
-                .filter(|r| r.revision == revision && r.phase == phase)
-        },
-    )
-    .await
-}
-
-async fn wait_reads(ns: &TestNamespace, name: &str, revision: &str) {
-    eventually_within(WAIT, &format!("{name} reads {revision}"), || async {
-        (reads(ns, name).await == only(revision)).then_some(())
-    })
-    .await;
-}
-
 /// The reasons of the Events about set `set`.
 fn event_reasons(ns: &TestNamespace, set: &str) -> Vec<String> {
     let out = ns.kubectl(&[
@@ -176,7 +143,7 @@ async fn a_failing_canary_is_rolled_back_inside_a_deny_window_at_its_deadline() 
     ns.apply(&wave_deployment_yaml(FIRST, 0, SET));
     ns.apply(&wave_deployment_yaml(SECOND, 1, SET));
     wait_reads(&ns, SECOND, &good).await;
-    wait_phase(&ns, &good, RolloutPhase::Complete).await;
+    wait_phase(&ns, SET, &good, RolloutPhase::Complete).await;
 
     // A bad revision: the canary moves to it, and never becomes ready.
     let bad_data = [("MODE", "two"), (FAIL_KEY, "true")];
@@ -185,7 +152,7 @@ async fn a_failing_canary_is_rolled_back_inside_a_deny_window_at_its_deadline() 
     wait_reads(&ns, FIRST, &bad).await;
     // Then the freeze begins, for ten minutes.
     let (freeze, closes) = deny_for(&ns, 600);
-    let held = wait_phase(&ns, &bad, RolloutPhase::Waiting).await;
+    let held = wait_phase(&ns, SET, &bad, RolloutPhase::Waiting).await;
     assert_eq!(held.reason.as_deref(), Some("holidays"), "{held:?}");
     assert!(held.held_since.is_some(), "since when it is held: {held:?}");
     let moved_at = status(&ns, SET)
@@ -195,7 +162,7 @@ async fn a_failing_canary_is_rolled_back_inside_a_deny_window_at_its_deadline() 
         .expect("when the canary moved")
         .0;
 
-    let failed = wait_phase(&ns, &bad, RolloutPhase::Failed).await;
+    let failed = wait_phase(&ns, SET, &bad, RolloutPhase::Failed).await;
     let failed_at = Timestamp::now();
     assert!(
         failed_at < closes,

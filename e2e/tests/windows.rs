@@ -15,15 +15,14 @@ use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use cmset_e2e::cmset_api::{
-    ChangeWindow, ConfigMapSet, ConfigMapSetStatus, RolloutPhase, RolloutStatus, SecretSet,
-};
+use cmset_e2e::cmset_api::{ChangeWindow, ConfigMapSet, RolloutPhase, SecretSet};
 use cmset_e2e::fixtures::{template_names, wave_deployment_yaml};
 use cmset_e2e::k8s_openapi::api::apps::v1::Deployment;
 use cmset_e2e::k8s_openapi::api::core::v1::Node;
 use cmset_e2e::k8s_openapi::jiff::{SignedDuration, Timestamp, ToSpan};
 use cmset_e2e::kube::Api;
 use cmset_e2e::kube::api::DeleteParams;
+use cmset_e2e::rollout_wait::{only, reads, status, wait_phase, wait_reads};
 use cmset_e2e::{
     Operator, TestNamespace, eventually, eventually_within, kustomize_name, kustomize_secret_name,
     plugin_bin, put_secret, stays,
@@ -104,39 +103,6 @@ spec:
 "#
     ));
     kustomize_name(name, &[("MODE", value)])
-}
-
-fn only(name: &str) -> BTreeSet<String> {
-    BTreeSet::from([name.to_string()])
-}
-
-async fn reads(ns: &TestNamespace, name: &str) -> BTreeSet<String> {
-    template_names(&ns.deployment(name).await)
-}
-
-async fn status(ns: &TestNamespace, set: &str) -> Option<ConfigMapSetStatus> {
-    ns.api::<ConfigMapSet>().get(set).await.ok()?.status
-}
-
-async fn wait_phase(ns: &TestNamespace, set: &str, revision: &str, phase: RolloutPhase) -> RolloutStatus {
-    eventually_within(
-        WAIT,
-        &format!("the rollout of {revision} is {phase:?}"),
-        || async {
-            status(ns, set)
-                .await?
-                .rollout
-                .filter(|r| r.revision == revision && r.phase == phase)
-        },
-    )
-    .await
-}
-
-async fn wait_reads(ns: &TestNamespace, name: &str, revision: &str) {
-    eventually_within(WAIT, &format!("{name} reads {revision}"), || async {
-        (reads(ns, name).await == only(revision)).then_some(())
-    })
-    .await;
 }
 
 /// Two Deployments in waves 0 and 1 reading `set`, rolled out on `revision`.
