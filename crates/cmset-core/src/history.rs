@@ -41,8 +41,14 @@ impl Usage {
         self.names.contains(name)
     }
 
+    /// Whether `revision` is in use: named by something known, or owned by anything but its set and
+    /// the workloads that read it (a history object cmset added, another tool's owner).
     pub fn in_use(&self, revision: &RevisionView, set_uid: &str) -> bool {
-        self.is_named(&revision.name) || revision.owner_references.iter().any(|o| o.uid != set_uid)
+        self.is_named(&revision.name)
+            || revision
+                .owner_references
+                .iter()
+                .any(|o| o.uid != set_uid && !crate::revision::is_reader_owner(o))
     }
 }
 

@@ -306,14 +306,17 @@ fn current_revision(
         return Err(NoRevision::NameTaken(name));
     }
     let mut revision = new_revision(set, &content, &name, number);
-    // History may already name it (it was deleted by hand and is being made again): owners from the
-    // start, so that creating it is the only write.
+    // Owned from the start by what keeps it after the set is gone: the workloads that will run it
+    // (their new ReplicaSets then need no patch), and any history naming it already (it was deleted by
+    // hand and is being made again). Creating it is then the only write.
     let kind = set.kind().revision_kind();
-    revision
+    let owners = revision
         .metadata_mut()
         .owner_references
-        .get_or_insert_with(Vec::new)
-        .extend(history_owners(input.history, kind, &name));
+        .get_or_insert_with(Vec::new);
+    owners.extend(reader_owners(input.workloads));
+    let history = history_owners(input.history, kind, &name, owners);
+    owners.extend(history);
     Ok(CurrentRevision {
         event: Some(PlannedEvent {
             kind: EventKind::Normal,
@@ -389,12 +392,30 @@ fn current_number(
     }
 }
 
-/// The history objects naming the revision `name` (an object of `kind`), as its extra owners.
-fn history_owners(history: &[HistoryObject], kind: Referenced, name: &str) -> Vec<OwnerReference> {
+/// The history objects naming the revision `name` (an object of `kind`), as its extra owners: those
+/// whose workload is not among its `owners` already (that workload keeps it as long as they live).
+fn history_owners(
+    history: &[HistoryObject],
+    kind: Referenced,
+    name: &str,
+    owners: &[OwnerReference],
+) -> Vec<OwnerReference> {
+    let owned_by = |uid: &str| owners.iter().any(|o| o.uid == uid);
     history
         .iter()
         .filter(|h| h.referenced.contains(kind, name))
+        .filter(|h| !h.owner_uid.as_deref().is_some_and(owned_by))
         .map(history_owner_reference)
+        .collect()
+}
+
+/// The workloads that read a set, as owners of its new revision (see
+/// [`crate::revision::reader_owner_reference`]), up to [`crate::revision::MAX_READER_OWNERS`].
+fn reader_owners(workloads: &[WorkloadView]) -> Vec<OwnerReference> {
+    workloads
+        .iter()
+        .filter_map(crate::revision::reader_owner_reference)
+        .take(crate::revision::MAX_READER_OWNERS)
         .collect()
 }
 
@@ -419,7 +440,7 @@ fn metadata_patches(
             if content.is_none() {
                 annotations.remove(labels::CONTENT_HASH);
             }
-            let owners = history_owners(history, set.kind().revision_kind(), &r.name);
+            let owners = history_owners(history, set.kind().revision_kind(), &r.name, &r.owner_references);
             let patch = metadata_patch(r, &labels_wanted, &annotations, &owners)?;
             Some((r.name.clone(), patch))
         })

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use serde_json::{Map, Value, json};
 
 use crate::naming::{revision_name, set_label_value};
-use crate::observe::{HistoryObject, RevisionView};
+use crate::observe::{HistoryObject, RevisionView, WorkloadKind, WorkloadView};
 use crate::set::{Content, SetRef};
 
 /// The name a new revision of `content` gets, given the set's collision count.
@@ -73,6 +73,40 @@ pub fn history_owner_reference(history: &HistoryObject) -> OwnerReference {
         // No blocking: a ReplicaSet's deletion must never wait on a ConfigMap.
         block_owner_deletion: Some(false),
     }
+}
+
+/// At most this many workloads own a new revision: an owner reference is about 150 bytes, and a set
+/// with more readers than this keeps the rest of its new revisions' owners by their history objects.
+pub const MAX_READER_OWNERS: usize = 64;
+
+/// The kinds a revision may be owned by as a reader: the `apps/v1` ones, which every supported server
+/// serves at that version (an owner reference must name a version the garbage collector can resolve).
+const READER_OWNER_KINDS: [WorkloadKind; 3] = [
+    WorkloadKind::Deployment,
+    WorkloadKind::StatefulSet,
+    WorkloadKind::DaemonSet,
+];
+
+/// `workload`, a reader of a set, as an owner of the set's new revision: it keeps the revision after
+/// the set is gone, for as long as it lives (its ReplicaSets or ControllerRevisions then need no owner
+/// patch of their own). Never a controller and never blocking. `None` for kinds it cannot own.
+pub fn reader_owner_reference(workload: &WorkloadView) -> Option<OwnerReference> {
+    (READER_OWNER_KINDS.contains(&workload.kind) && !workload.uid.is_empty()).then(|| OwnerReference {
+        api_version: "apps/v1".to_string(),
+        kind: workload.kind.as_str().to_string(),
+        name: workload.name.clone(),
+        uid: workload.uid.clone(),
+        controller: Some(false),
+        block_owner_deletion: Some(false),
+    })
+}
+
+/// Whether `owner` is a reader owning a revision (see [`reader_owner_reference`]): that says nothing of
+/// whether the revision is in use, which the reader's own names and history tell.
+pub fn is_reader_owner(owner: &OwnerReference) -> bool {
+    owner.api_version == "apps/v1"
+        && owner.controller != Some(true)
+        && READER_OWNER_KINDS.iter().any(|k| k.as_str() == owner.kind)
 }
 
 /// A new revision to create: a ConfigMap or a Secret. Its `Debug` never shows a Secret's values.

@@ -59,6 +59,8 @@ pub fn history_rows(set: SetRef<'_>, revisions: &[Revision<'_>], now: Timestamp)
                 .iter()
                 .flatten()
                 .filter(|o| !(o.controller == Some(true) && o.uid == set_uid))
+                // A reader owning a revision keeps it, but uses it only if it names it (above).
+                .filter(|o| !cmset_core::revision::is_reader_owner(o))
                 .map(|o| format!("{}/{}", o.kind, o.name))
                 .collect();
             owners.sort();
