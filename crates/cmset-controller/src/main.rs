@@ -27,6 +27,8 @@ fn init_logging(cli: &Cli) {
         LogFormat::Json => fmt::layer()
             .json()
             .flatten_event(true)
+            // The current span only (reconciles open theirs at DEBUG): a line never repeats a list.
+            .with_span_list(false)
             .with_filter(filter)
             .boxed(),
         LogFormat::Text => fmt::layer().with_filter(filter).boxed(),

@@ -26,7 +26,7 @@ use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment, DeploymentSpec,
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapEnvSource, Container, EnvFromSource, Pod, PodSpec, PodTemplateSpec, Secret,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use kube::api::{ApiResource, DynamicObject};
@@ -494,6 +494,38 @@ async fn a_new_set_creates_its_revision_then_writes_status_then_tells() {
 }
 
 #[tokio::test]
+async fn a_new_revision_is_owned_from_the_start_by_the_deployment_that_reads_it() {
+    let mut world = World::new();
+    let deployment = web(V1, true);
+    world.add_deployment(&deployment);
+    let set = settle(&mut world, &nginx_set("1"));
+    let mut changed = nginx_set("2");
+    changed.metadata.generation = Some(2);
+    changed.status = set.status.clone();
+    world.add_set(&changed);
+    let (result, seen) = reconcile_set(&world, &changed).await;
+    result.unwrap();
+    assert_eq!(seen[0].line(), "POST /api/v1/namespaces/team/configmaps");
+    // The Deployment keeps it after the set is gone, as its ReplicaSets did once they were patched
+    // in: its new ReplicaSet then needs no write at all.
+    assert_eq!(
+        seen[0].body["metadata"]["ownerReferences"],
+        json!([
+            {"apiVersion": "cmset.dev/v1alpha1", "kind": "ConfigMapSet", "name": "nginx-config",
+             "uid": "set-uid", "controller": true, "blockOwnerDeletion": true},
+            {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+             "uid": "uid-web", "controller": false, "blockOwnerDeletion": false}
+        ])
+    );
+    assert!(
+        seen.iter()
+            .all(|s| !s.line().starts_with("PATCH /api/v1/namespaces/team/configmaps")),
+        "no owner patch follows: {:?}",
+        seen.iter().map(Seen::line).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
 async fn a_set_waits_for_a_kind_still_listing_then_plans_without_a_poll() {
     let mut world = World::new();
     let set = nginx_set("1");
@@ -556,7 +588,12 @@ async fn a_restart_with_everything_in_place_sends_no_request() {
             name: Some("web-abc".into()),
             namespace: Some(NS.into()),
             uid: Some("uid-web-abc".into()),
-            owner_references: Some(vec![deployment.controller_owner_ref(&()).unwrap()]),
+            // Controlled by a Deployment that does not own the revision (one made before revisions
+            // were owned by their readers): the ReplicaSet itself must keep it.
+            owner_references: Some(vec![OwnerReference {
+                uid: "uid-web-before".into(),
+                ..deployment.controller_owner_ref(&()).unwrap()
+            }]),
             ..ObjectMeta::default()
         },
         ..ReplicaSet::default()
@@ -611,13 +648,9 @@ async fn a_workload_naming_the_bare_set_is_moved_with_one_guarded_json_patch() {
     let (result, seen) = reconcile_deployment(&world, &set, &deployment).await;
     result.unwrap();
     let lines: Vec<String> = seen.iter().map(Seen::line).collect();
-    assert_eq!(
-        lines,
-        vec![
-            "PATCH /apis/apps/v1/namespaces/team/deployments/web",
-            "POST /apis/events.k8s.io/v1/namespaces/team/events"
-        ]
-    );
+    // The move is the only request: the set's Event and status tell of the change (one of each per
+    // change, however many workloads move).
+    assert_eq!(lines, vec!["PATCH /apis/apps/v1/namespaces/team/deployments/web"]);
     assert!(seen[0].query.contains("fieldManager=cmset-controller"));
     assert_eq!(
         seen[0].body,
@@ -628,8 +661,6 @@ async fn a_workload_naming_the_bare_set_is_moved_with_one_guarded_json_patch() {
             {"op": "add", "path": "/spec/template/metadata/labels/cmset.dev~1managed", "value": "true"}
         ])
     );
-    assert_eq!(seen[1].body["reason"], "ConfigUpdated");
-    assert_eq!(seen[1].body["regarding"]["name"], "web");
 }
 
 #[tokio::test]
@@ -929,13 +960,7 @@ async fn a_workload_moves_as_soon_as_its_revision_exists_without_waiting_for_sta
     let (result, seen) = reconcile_deployment(&world, &changed, &deployment).await;
     result.unwrap();
     let lines: Vec<String> = seen.iter().map(Seen::line).collect();
-    assert_eq!(
-        lines,
-        vec![
-            "PATCH /apis/apps/v1/namespaces/team/deployments/web",
-            "POST /apis/events.k8s.io/v1/namespaces/team/events"
-        ]
-    );
+    assert_eq!(lines, vec!["PATCH /apis/apps/v1/namespaces/team/deployments/web"]);
     assert_eq!(
         seen[0].body[2],
         json!({"op": "replace", "path": "/spec/template/spec/containers/0/envFrom/0/configMapRef/name", "value": V2})
@@ -1017,7 +1042,12 @@ async fn owners_for_new_replica_sets_are_batched() {
             name: Some("web-abc".into()),
             namespace: Some(NS.into()),
             uid: Some("uid-web-abc".into()),
-            owner_references: Some(vec![deployment.controller_owner_ref(&()).unwrap()]),
+            // Controlled by a Deployment that does not own the revision (one made before revisions
+            // were owned by their readers): the ReplicaSet itself must keep it.
+            owner_references: Some(vec![OwnerReference {
+                uid: "uid-web-before".into(),
+                ..deployment.controller_owner_ref(&()).unwrap()
+            }]),
             ..ObjectMeta::default()
         },
         ..ReplicaSet::default()
@@ -1668,10 +1698,7 @@ async fn a_workload_of_a_later_wave_sends_no_request_until_its_wave_opens() {
     let lines: Vec<String> = seen.iter().map(Seen::line).collect();
     assert_eq!(
         lines,
-        vec![
-            "PATCH /apis/apps/v1/namespaces/team/deployments/first",
-            "POST /apis/events.k8s.io/v1/namespaces/team/events"
-        ]
+        vec!["PATCH /apis/apps/v1/namespaces/team/deployments/first"]
     );
     assert_eq!(seen[0].body[2]["value"], V2);
 
@@ -1920,13 +1947,7 @@ async fn under_a_full_rollout_budget_a_workload_waits_its_turn_sending_nothing_t
     let (result, seen) = reconcile_deployment(&world, &changed, &deployment).await;
     result.unwrap();
     let lines: Vec<String> = seen.iter().map(Seen::line).collect();
-    assert_eq!(
-        lines,
-        vec![
-            "PATCH /apis/apps/v1/namespaces/team/deployments/web",
-            "POST /apis/events.k8s.io/v1/namespaces/team/events"
-        ]
-    );
+    assert_eq!(lines, vec!["PATCH /apis/apps/v1/namespaces/team/deployments/web"]);
     let patch = &seen[0].body;
     let ops = patch.as_array().expect("a JSON patch");
     assert!(
@@ -2381,6 +2402,8 @@ async fn a_hanging_prometheus_delays_no_other_set_and_queries_in_flight_stay_bou
         plain_took < std::time::Duration::from_millis(500),
         "{plain_took:?}"
     );
+    // The plain set's Event goes out from a task of its own, after its status.
+    eventually("the plain set's Event", || seen.lock().unwrap().len() == 4).await;
     let lines: Vec<String> = seen.lock().unwrap().iter().map(Seen::line).collect();
     assert_eq!(
         lines,

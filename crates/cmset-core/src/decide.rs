@@ -10,6 +10,7 @@
 //! yet, the source was not read yet, the observer is a moment behind the set), the answer is
 //! [`Undecided`]: the caller waits for its observations to catch up rather than guess.
 
+use cmset_api::{ConfigMapSetStatus, WorkloadState};
 use std::time::Duration;
 
 use crate::observe::{HistoryObject, RevisionView, WorkloadView};
@@ -103,6 +104,33 @@ pub fn target_seeing(
     Ok(target.gated(gate))
 }
 
+/// Whether a set's status moving from `old` to `new` can move a decision [`target`] makes for any of
+/// its readers: the rollout (a wave opens, a rollback, a pause), the current revision, the revisions
+/// it keeps and which failed, and which workloads are pinned or rolled back. Conditions, the observed
+/// generation, revisions coming into use and the workloads' progress records move none (a record of
+/// a move follows the move it records).
+pub fn status_moves_decisions(old: &ConfigMapSetStatus, new: &ConfigMapSetStatus) -> bool {
+    let kept = |s: &ConfigMapSetStatus| -> Vec<(String, i64, bool)> {
+        s.history
+            .iter()
+            .map(|h| (h.name.clone(), h.revision, h.failed))
+            .collect()
+    };
+    let held = |s: &ConfigMapSetStatus| -> Vec<(String, WorkloadState)> {
+        s.workloads
+            .iter()
+            .filter(|w| matches!(w.state, WorkloadState::Pinned | WorkloadState::RolledBack))
+            .map(|w| (w.uid.clone(), w.state))
+            .collect()
+    };
+    old.rollout != new.rollout
+        || old.revision != new.revision
+        || old.current_revision != new.current_revision
+        || old.collision_count != new.collision_count
+        || kept(old) != kept(new)
+        || held(old) != held(new)
+}
+
 /// The targets of every set `workload` reads, or the first set it must wait for.
 pub fn targets(observed: &[Observed<'_>], workload: &WorkloadView) -> Result<Vec<SetTarget>, Undecided> {
     observed.iter().map(|o| target(o, workload)).collect()
@@ -122,6 +150,54 @@ pub fn gathering_left(changed_ago: &[Duration], window: Duration) -> Option<Dura
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cmset_api::{RolloutPhase, RolloutStatus, WorkloadStatus};
+
+    #[test]
+    fn only_what_readers_decide_from_makes_a_status_news_to_them() {
+        let workload = |state| WorkloadStatus {
+            uid: "u1".into(),
+            name: "web".into(),
+            revision: "app-1".into(),
+            state,
+            ..WorkloadStatus::default()
+        };
+        let base = ConfigMapSetStatus {
+            observed_generation: Some(1),
+            revision: Some(1),
+            current_revision: Some("app-1".into()),
+            workloads: vec![workload(WorkloadState::Pending)],
+            ..ConfigMapSetStatus::default()
+        };
+        let changed = |f: &dyn Fn(&mut ConfigMapSetStatus)| {
+            let mut new = base.clone();
+            f(&mut new);
+            status_moves_decisions(&base, &new)
+        };
+        // A record of the move that just happened, a new observed generation, conditions: no news.
+        assert!(!changed(&|s| s.workloads = vec![workload(WorkloadState::Current)]));
+        assert!(!changed(&|s| s.observed_generation = Some(2)));
+        assert!(!changed(&|s| s.workloads[0].rolled_out = Some("app-1".into())));
+        assert!(!changed(&|s| {
+            s.conditions
+                .push(serde_json::from_value(serde_json::json!({"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z", "reason": "RolledOut", "message": ""})).unwrap())
+        }));
+        // What a reader's decision reads: news.
+        assert!(changed(&|s| s.current_revision = Some("app-2".into())));
+        assert!(changed(&|s| s.revision = Some(2)));
+        assert!(changed(&|s| s.workloads = vec![workload(WorkloadState::Pinned)]));
+        assert!(changed(
+            &|s| s.workloads = vec![workload(WorkloadState::RolledBack)]
+        ));
+        assert!(changed(&|s| {
+            s.rollout = Some(RolloutStatus {
+                phase: RolloutPhase::Progressing,
+                wave: 1,
+                ..RolloutStatus::default()
+            })
+        }));
+        assert!(changed(&|s| s.history.push(Default::default())));
+        assert!(!status_moves_decisions(&base, &base));
+    }
 
     #[test]
     fn one_set_never_waits_for_the_window() {

@@ -201,15 +201,19 @@ fn stored_watch<K: Indexed>(
         .for_each(move |event| {
             match event {
                 Ok(event) => {
-                    index.handle(&event);
+                    let triggered = index.handle(&event);
                     let leading = index.is_leading();
-                    // A deleted object is queued too: its controller may hold a requeue for it up to
-                    // the resync period out, which would keep the entry (and the heap pages it sits
-                    // on) that long. Queued now, it fires at once, finds the object gone from the
-                    // store and is dropped, with no reconcile.
-                    if let watcher::Event::Apply(obj)
-                    | watcher::Event::InitApply(obj)
-                    | watcher::Event::Delete(obj) = &event
+                    // A change is queued when the index says it can alter the object's plan (not the
+                    // echo of cmset's own status write). A deleted object is queued too: its
+                    // controller may hold a requeue for it up to the resync period out, which would
+                    // keep the entry (and the heap pages it sits on) that long. Queued now, it fires
+                    // at once, finds the object gone from the store and is dropped, with no reconcile.
+                    let queue = match &event {
+                        watcher::Event::Apply(obj) => triggered.own.then_some(obj),
+                        watcher::Event::InitApply(obj) | watcher::Event::Delete(obj) => Some(obj),
+                        watcher::Event::Init | watcher::Event::InitDone => None,
+                    };
+                    if let Some(obj) = queue
                         && leading
                     {
                         let _ = own.unbounded_send(ObjectRef::from_obj(obj));

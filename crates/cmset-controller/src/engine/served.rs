@@ -428,12 +428,19 @@ fn start(
         .for_each(move |event| {
             match event {
                 Ok(event) => {
-                    index.handle_workload(kind, &event);
+                    let triggered = index.handle_workload(kind, &event);
                     if matches!(event, watcher::Event::InitDone) && std::mem::take(&mut unobserved) {
                         info!(%kind, "workload kind listed again; the sets it may read plan from its fresh list");
                     }
                     let leading = index.is_leading();
-                    if let watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) = &event
+                    // A change is queued when the index says it can alter the workload's plan: not a
+                    // status step of its rollout, nor the echo of cmset's own patch.
+                    let queue = match &event {
+                        watcher::Event::Apply(obj) => triggered.own.then_some(obj),
+                        watcher::Event::InitApply(obj) => Some(obj),
+                        _ => None,
+                    };
+                    if let Some(obj) = queue
                         && leading
                     {
                         let _ = sender.unbounded_send(ObjectRef::from_obj_with(obj, resource.clone()));

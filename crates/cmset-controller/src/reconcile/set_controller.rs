@@ -28,10 +28,10 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, debug, debug_span, info, warn};
 
 use crate::engine::context::{Context, Reconciled};
-use crate::engine::index::{Key, SetId, SourceLookup};
+use crate::engine::index::{Echo, Key, SetId, SourceLookup};
 use crate::engine::views;
 use crate::platform::error::{Error, Result, api_code};
 use crate::platform::metrics::{RolloutGauges, SetLabels};
@@ -72,7 +72,8 @@ impl SetObject for SecretSet {
 
 pub async fn reconcile<S: SetObject>(set: Arc<S>, ctx: Arc<Context>) -> Result<Action> {
     let started = Instant::now();
-    let span = info_span!(
+    // At DEBUG: a span costs every reconcile, and the INFO lines name their object themselves.
+    let span = debug_span!(
         "reconcile",
         controller = NAME,
         kind = S::KIND.as_str(),
@@ -350,7 +351,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
                 if write_status::<S>(ctx, object, &id, &plan.status).await? == StatusWrite::StoreBehind {
                     return Ok(Action::requeue(OWN_WRITE_RECHECK));
                 }
-                publish(ctx, object, &plan.events).await;
+                publish(ctx, object, &plan.events);
                 return Ok(Action::requeue(Duration::from_millis(100)));
             }
         }
@@ -408,7 +409,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
             StatusWrite::StoreBehind => return Ok(Action::requeue(OWN_WRITE_RECHECK)),
         }
     }
-    publish(ctx, object, &plan.events).await;
+    publish(ctx, object, &plan.events);
     Ok(Action::requeue(
         wait.or(plan.recheck_in).unwrap_or(RESYNC).min(RESYNC),
     ))
@@ -505,6 +506,7 @@ fn input<'a>(
     }
 }
 
+/// Patches a revision's metadata. Its echo is no news to the set, which planned with the patch.
 async fn patch_revision_metadata(
     ctx: &Context,
     kind: Referenced,
@@ -513,16 +515,33 @@ async fn patch_revision_metadata(
     patch: &Value,
 ) -> kube::Result<()> {
     let (params, patch) = (field_manager(), Patch::Strategic(patch));
-    match kind {
-        Referenced::ConfigMap => Api::<ConfigMap>::namespaced(ctx.client.clone(), namespace)
-            .patch_metadata(name, &params, &patch)
-            .await
-            .map(drop),
-        Referenced::Secret => Api::<Secret>::namespaced(ctx.client.clone(), namespace)
-            .patch_metadata(name, &params, &patch)
-            .await
-            .map(drop),
-    }
+    let answer = match kind {
+        Referenced::ConfigMap => {
+            {
+                Api::<ConfigMap>::namespaced(ctx.client.clone(), namespace)
+                    .patch_metadata(name, &params, &patch)
+                    .await?
+            }
+            .metadata
+            .resource_version
+        }
+        Referenced::Secret => {
+            {
+                Api::<Secret>::namespaced(ctx.client.clone(), namespace)
+                    .patch_metadata(name, &params, &patch)
+                    .await?
+            }
+            .metadata
+            .resource_version
+        }
+    };
+    let echo = Echo {
+        writer: false,
+        readers: true,
+    };
+    ctx.index
+        .expect_echo(kind.as_str(), Key::new(namespace, name), answer, echo);
+    Ok(())
 }
 
 async fn delete_revision(
@@ -573,16 +592,23 @@ async fn create_revision(
             NewRevision::ConfigMap(cm) => Api::<ConfigMap>::namespaced(ctx.client.clone(), namespace)
                 .create(&params, cm)
                 .await
-                .map(drop),
+                .map(|created| created.resource_version()),
             NewRevision::Secret(secret) => Api::<Secret>::namespaced(ctx.client.clone(), namespace)
                 .create(&params, secret)
                 .await
-                .map(drop),
+                .map(|created| created.resource_version()),
         }
     };
     let error = match ctx.write("create_revision", request).await {
-        Ok(()) => {
-            info!(set = %set.name(), %kind, revision = %name, "created revision");
+        Ok(version) => {
+            // Its echo wakes the readers, who move to it, and not this set, which planned with it.
+            let echo = Echo {
+                writer: false,
+                readers: true,
+            };
+            let key = Key::new(namespace, &name);
+            ctx.index.expect_echo(kind.as_str(), key, version, echo);
+            info!(namespace, set = %set.name(), %kind, revision = %name, "created revision");
             ctx.metrics.revisions_created.inc();
             return Ok(Created::New);
         }
@@ -697,6 +723,8 @@ async fn write_status<S: SetObject>(
 ) -> Result<StatusWrite> {
     let set = object.as_set();
     if ctx.behind_own_write(id, set) {
+        // The store's catching up with that write plans again at once.
+        ctx.index.wake_writer_on_echo(S::KIND.as_str(), &id.1);
         debug!(
             "status not written: the store has not seen the last status written yet; planning again once it has"
         );
@@ -723,7 +751,17 @@ async fn write_status<S: SetObject>(
         .await
     {
         Ok(answer) => {
-            ctx.remember_written(id, set, status, answer.resource_version());
+            let version = answer.resource_version();
+            ctx.remember_written(id, set, status, version.clone());
+            // Its echo is no news to this controller, and to the readers only when it moved what
+            // their decisions read (a wave opened, a pin, a new current revision).
+            let previous = set.status().cloned().unwrap_or_default();
+            let echo = Echo {
+                writer: false,
+                readers: cmset_core::decide::status_moves_decisions(&previous, status),
+            };
+            ctx.index
+                .expect_echo(S::KIND.as_str(), id.1.clone(), version, echo);
             Ok(StatusWrite::Written)
         }
         Err(source) => Err(Error::WriteStatus { name, source }),
@@ -769,8 +807,9 @@ fn adds_only_owners(patch: &Value) -> bool {
         .is_some_and(|m| m.keys().all(|k| k == "ownerReferences"))
 }
 
-/// Publishes the plan's events, best effort: losing one must not fail or repeat the reconcile.
-async fn publish<S: SetObject>(ctx: &Context, set: &S, events: &[PlannedEvent]) {
+/// Publishes the plan's events off the reconcile's path, best effort: losing one must not fail, hold
+/// up or repeat the reconcile.
+fn publish<S: SetObject>(ctx: &Context, set: &S, events: &[PlannedEvent]) {
     let reference = set.object_ref(&());
     for planned in events {
         let event = Event {
@@ -783,7 +822,7 @@ async fn publish<S: SetObject>(ctx: &Context, set: &S, events: &[PlannedEvent]) 
             action: "Reconcile".to_string(),
             secondary: None,
         };
-        ctx.publish(&event, &reference).await;
+        ctx.publish_soon(event, reference.clone());
     }
 }
 

@@ -32,10 +32,10 @@ use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, debug, debug_span, warn};
 
 use crate::engine::context::{Context, Reconciled};
-use crate::engine::index::Key;
+use crate::engine::index::{Echo, Key};
 use crate::engine::stored_workload::StoredWorkload;
 use crate::engine::views;
 use crate::platform::error::{Error, Result};
@@ -63,7 +63,8 @@ pub async fn reconcile(
     ctx: Arc<Context>,
 ) -> Result<Action> {
     let started = Instant::now();
-    let span = info_span!(
+    // At DEBUG: a span costs every reconcile, and the INFO lines name their object themselves.
+    let span = debug_span!(
         "reconcile",
         controller = NAME,
         kind = kind.as_str(),
@@ -235,16 +236,14 @@ async fn reconcile_inner(this: &Workload<'_>, ctx: &Context) -> Result<Action> {
         .iter()
         .map(|c| format!("{} → {}", c.from, c.to))
         .collect();
-    info!(workload = %what, changes = ?moves, "moved references");
-    let event = if rolled_back.is_empty() {
-        Event {
-            type_: EventType::Normal,
-            reason: "ConfigUpdated".to_string(),
-            note: Some(format!("cmset moved references: {}", dedup(&moves).join(", "))),
-            action: "Rollout".to_string(),
-            secondary: None,
-        }
-    } else {
+    // A move is one step of a change the set's Event (RevisionCreated, a wave) and status already tell
+    // of: no Event and no INFO line of its own, so that a change costs one of each however many
+    // workloads read the set. A rollback is news of its own.
+    if rolled_back.is_empty() {
+        debug!(workload = %what, changes = ?moves, "moved references");
+        return Ok(Action::await_change());
+    }
+    let event = {
         ctx.metrics
             .workloads_rolled_back
             .get_or_create(&crate::platform::metrics::KindLabel { kind: kind.as_str() })
@@ -368,15 +367,24 @@ async fn patch_workload(
         field_manager: Some(labels::FIELD_MANAGER.to_string()),
         ..PatchParams::default()
     };
-    ctx.write(
-        "patch_workload",
-        api.patch_metadata(name, &params, &Patch::<()>::Json(patch)),
-    )
-    .await
-    .map_err(|source| Error::PatchWorkload {
-        workload: what.to_string(),
-        source,
-    })?;
+    let answer = ctx
+        .write(
+            "patch_workload",
+            api.patch_metadata(name, &params, &Patch::<()>::Json(patch)),
+        )
+        .await
+        .map_err(|source| Error::PatchWorkload {
+            workload: what.to_string(),
+            source,
+        })?;
+    // The patch's echo is no news to this controller; the sets it reads hear of the move from it.
+    let echo = Echo {
+        writer: false,
+        readers: true,
+    };
+    let key = Key::new(namespace, name);
+    ctx.index
+        .expect_echo(this.kind.as_str(), key, answer.resource_version(), echo);
     Ok(())
 }
 

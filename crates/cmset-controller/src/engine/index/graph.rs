@@ -51,6 +51,20 @@ pub(super) struct Graph {
     /// sets it reads.
     progress: HashMap<(WorkloadKind, Key), (Wave, Health)>,
     history: HashMap<(HistoryKind, Key), Arc<HistoryObject>>,
+    /// What each opted-in workload's own reconcile last planned from, as its watch saw it.
+    planned_from: HashMap<(WorkloadKind, Key), PlannedFrom>,
+}
+
+/// What of a workload its own reconcile plans from, beyond the sets it reads: its spec (by
+/// generation), its labels (opt-in, wave, move mark), its annotations (cmset's hold), whether it is
+/// being deleted, and its health while a rollout budget reads it.
+#[derive(Clone, Debug, PartialEq)]
+pub(in crate::engine::index) struct PlannedFrom {
+    pub generation: Option<i64>,
+    pub labels: Option<std::collections::BTreeMap<String, String>>,
+    pub annotations: Option<std::collections::BTreeMap<String, String>>,
+    pub deleting: bool,
+    pub health: Option<Health>,
 }
 
 impl Graph {
@@ -128,6 +142,21 @@ impl Graph {
                 out.sets.insert(set);
             }
         }
+    }
+
+    /// The names reader `key` of `kind` names, as indexed.
+    pub(super) fn names(&self, kind: ReaderKind, key: &Key) -> Option<&RefNames> {
+        self.names.get(&(kind, key.clone()))
+    }
+
+    /// Records what workload `key` of `kind` plans from now (`None`: it is gone); whether that moved.
+    pub(super) fn planned_from(&mut self, kind: WorkloadKind, key: &Key, now: Option<PlannedFrom>) -> bool {
+        let slot = (kind, key.clone());
+        let before = match now.clone() {
+            Some(now) => self.planned_from.insert(slot, now),
+            None => self.planned_from.remove(&slot),
+        };
+        before != now
     }
 
     /// Asks the sets `kind` `key` names to reconcile.

@@ -51,6 +51,7 @@ use crate::engine::stored_workload::StoredWorkload;
 use crate::platform::metrics::{WatchEventLabels, WindowsUnknownLabels};
 use crate::reconcile::rollout_budget::{RolloutBudget, WorkloadId};
 
+mod echoes;
 mod graph;
 mod kinds;
 mod relist;
@@ -62,6 +63,7 @@ mod templates;
 mod tests;
 mod triggers;
 
+pub use echoes::Echo;
 pub use graph::ReaderKind;
 pub use kinds::{Indexed, workloads};
 pub use sets::SetFacts;
@@ -116,6 +118,7 @@ pub struct State {
     sources: sources::Sources,
     relist: relist::Relist,
     templates: templates::Templates,
+    echoes: echoes::Echoes,
     /// The cluster-wide rollout budget, when one is set: fed the workloads' progress (see
     /// [`crate::reconcile::rollout_budget`]).
     budget: Option<Arc<RolloutBudget>>,
@@ -553,6 +556,21 @@ impl Index {
         *self.set_gone.write().unwrap_or_else(|e| e.into_inner()) = Some(gone);
     }
 
+    /// cmset wrote `key`, an object of the watched kind `kind` (its [`Indexed::NAME`] or workload
+    /// kind), and the API server answered with `resource_version`: when the watch shows that very
+    /// version, it concerns only whom `echo` names.
+    pub fn expect_echo(&self, kind: &'static str, key: Key, resource_version: Option<String>, echo: Echo) {
+        if let Some(version) = resource_version {
+            self.write().echoes.expect(kind, key, version, echo);
+        }
+    }
+
+    /// The writer of `key` of `kind` waits for the store to show its last write: that write's echo
+    /// reconciles it after all. Whether such an echo is still to come.
+    pub fn wake_writer_on_echo(&self, kind: &'static str, key: &Key) -> bool {
+        self.write().echoes.wake_writer(kind, key)
+    }
+
     /// Applies one watch event of the workload kind `kind` and sends the reconciles it triggers.
     pub fn handle_workload(&self, kind: WorkloadKind, event: &watcher::Event<StoredWorkload>) -> Triggers {
         self.apply(kind.as_str(), event, &kind)
@@ -573,16 +591,22 @@ impl Index {
                 watcher::Event::Apply(obj) => {
                     if let Some(key) = Key::of(obj) {
                         ops.index(obj, &key, state, &mut out);
+                        let version = obj.meta().resource_version.as_deref();
+                        if let Some(echo) = state.echoes.arrived(name, &key, version) {
+                            quiet_echo(name, echo, &mut out);
+                        }
                     }
                 }
                 watcher::Event::Delete(obj) => {
                     if let Some(key) = Key::of(obj) {
+                        state.echoes.forget(name, &key);
                         ops.unindex(&key, state, &mut out);
                     }
                 }
                 watcher::Event::Init => state.relist.start(name),
                 watcher::Event::InitApply(obj) => {
                     if let Some(key) = Key::of(obj) {
+                        state.echoes.forget(name, &key);
                         ops.index(obj, &key, state, &mut out);
                         state.relist.seen(name, key);
                     }
@@ -818,6 +842,26 @@ impl Index {
             ("history", history),
             ("sources", state.sources.len()),
             ("templates named", state.templates.len()),
+            ("echoes awaited", state.echoes.len()),
         ])
+    }
+}
+
+/// Drops from `out` what the echo of cmset's own write of an object of `kind` does not concern: its
+/// writer (the set or workload's own controller, or for a revision the set that created it), and the
+/// readers of a set whose status moved nothing they decide from.
+fn quiet_echo(kind: &'static str, echo: Echo, out: &mut Triggers) {
+    let is_set = SetKind::ALL.into_iter().any(|k| k.as_str() == kind);
+    let is_revision = SetKind::ALL
+        .into_iter()
+        .any(|k| k.revision_kind().as_str() == kind);
+    if !echo.writer {
+        out.own = false;
+        if is_revision {
+            out.sets.clear();
+        }
+    }
+    if !echo.readers && is_set {
+        out.workloads.clear();
     }
 }

@@ -73,6 +73,32 @@ impl Revisions {
             .unwrap_or_default()
     }
 
+    /// Whether a live revision labelled for the set `name` of `kind` holds `content`: by its content
+    /// mark, or by the plain name of that content (a revision made before marks).
+    pub(super) fn holds_content(
+        &self,
+        kind: SetKind,
+        namespace: &str,
+        label: &str,
+        name: &str,
+        content: &str,
+    ) -> bool {
+        let plain_name = cmset_core::naming::revision_name(name, content);
+        self.by_label
+            .get(&(kind, Key::new(namespace, label)))
+            .is_some_and(|revisions| {
+                revisions.iter().any(|(revision, view)| {
+                    !view.being_deleted
+                        && (view
+                            .annotations
+                            .get(cmset_api::labels::CONTENT_HASH)
+                            .map(String::as_str)
+                            == Some(content)
+                            || *revision == plain_name)
+                })
+            })
+    }
+
     /// The keys of every revision of `kind`.
     pub(super) fn keys(&self, kind: Referenced) -> impl Iterator<Item = Key> + '_ {
         self.labels

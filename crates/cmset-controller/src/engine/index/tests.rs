@@ -168,6 +168,15 @@ fn workloads(keys: &[&str]) -> BTreeSet<(WorkloadKind, Key)> {
     keys.iter().map(|k| (WorkloadKind::Deployment, key(k))).collect()
 }
 
+/// The revision of `set`'s content, named and marked as the set controller makes it.
+fn revision_of(set: &ConfigMapSet) -> PartialObjectMeta<ConfigMap> {
+    let content = cmset_core::revision::inline_identity(set.into()).unwrap();
+    let name = set.metadata.name.clone().unwrap();
+    let mut r = revision(&name, &cmset_core::naming::revision_name(&name, &content));
+    r.metadata.annotations = Some(BTreeMap::from([(labels::CONTENT_HASH.into(), content)]));
+    r
+}
+
 #[test]
 fn a_set_change_triggers_exactly_the_workloads_that_read_it() {
     let index = index();
@@ -176,12 +185,229 @@ fn a_set_change_triggers_exactly_the_workloads_that_read_it() {
     index.handle(&watcher::Event::Apply(deployment("web", &["app"])));
     index.handle(&watcher::Event::Apply(deployment("api", &["app-d2c65kk9hm"])));
     index.handle(&watcher::Event::Apply(deployment("unrelated", &["other"])));
+    // New content that no revision holds yet: the readers could only wait for it. The set's own
+    // controller plans (and makes the revision, whose arrival wakes the readers).
     let out = index.handle(&watcher::Event::Apply(set("app", 2)));
-    assert_eq!(out.workloads, workloads(&["api", "web"]));
+    assert!(out.workloads.is_empty(), "{:?}", out.workloads);
+    assert!(out.own, "the set's own controller plans its change");
     assert!(
         out.sets.is_empty(),
-        "the set's own controller sees its own change"
+        "the set's own controller is queued by its watch"
     );
+    let out = index.handle(&watcher::Event::Apply(revision_of(&set("app", 2))));
+    assert_eq!(out.workloads, workloads(&["api", "web"]));
+    // Back to content a revision holds (a revert): the readers move at once.
+    let mut reverted = set("app", 2);
+    reverted.metadata.generation = Some(3);
+    let out = index.handle(&watcher::Event::Apply(reverted));
+    assert_eq!(out.workloads, workloads(&["api", "web"]));
+    // A change of its metadata or another writer's status is news to the set, and to its readers.
+    let mut annotated = set("app", 2);
+    annotated.metadata.generation = Some(3);
+    annotated.metadata.annotations = Some(BTreeMap::from([("note".into(), "x".into())]));
+    let out = index.handle(&watcher::Event::Apply(annotated));
+    assert!(out.own);
+    assert_eq!(out.workloads, workloads(&["api", "web"]));
+}
+
+/// `set` as the API server answers a write of it: at `version`, with `status`.
+fn written(mut set: ConfigMapSet, version: &str, status: cmset_api::ConfigMapSetStatus) -> ConfigMapSet {
+    set.metadata.resource_version = Some(version.into());
+    set.status = Some(status);
+    set
+}
+
+#[test]
+fn the_echo_of_the_set_controller_s_status_write_wakes_only_what_it_moved() {
+    use super::Echo;
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    index.handle(&watcher::Event::Apply(deployment("web", &["app"])));
+    let quiet = Echo {
+        writer: false,
+        readers: false,
+    };
+    // A status that moved nothing its readers decide from: its echo wakes no one.
+    index.expect_echo("ConfigMapSet", key("app"), Some("10".into()), quiet);
+    let echo = written(set("app", 1), "10", Default::default());
+    assert_eq!(index.handle(&watcher::Event::Apply(echo)), Triggers::default());
+    // Only once: the same version seen again (a relist's apply, say) is anyone's news.
+    let again = written(set("app", 1), "10", Default::default());
+    let out = index.handle(&watcher::Event::Apply(again));
+    assert!(out.own);
+    // A status that opened a wave: its echo wakes the readers, not the writer.
+    index.expect_echo(
+        "ConfigMapSet",
+        key("app"),
+        Some("11".into()),
+        Echo {
+            readers: true,
+            ..quiet
+        },
+    );
+    let out = index.handle(&watcher::Event::Apply(written(
+        set("app", 1),
+        "11",
+        Default::default(),
+    )));
+    assert!(!out.own);
+    assert_eq!(out.workloads, workloads(&["web"]));
+    // Someone else's write before the echo arrives is news; the echo after it is still quiet.
+    index.expect_echo("ConfigMapSet", key("app"), Some("13".into()), quiet);
+    let out = index.handle(&watcher::Event::Apply(written(
+        set("app", 1),
+        "12",
+        Default::default(),
+    )));
+    assert!(out.own);
+    let out = index.handle(&watcher::Event::Apply(written(
+        set("app", 1),
+        "13",
+        Default::default(),
+    )));
+    assert_eq!(out, Triggers::default());
+    // A writer that waits for its store to catch up is woken by the echo.
+    index.expect_echo("ConfigMapSet", key("app"), Some("14".into()), quiet);
+    assert!(index.wake_writer_on_echo("ConfigMapSet", &key("app")));
+    let out = index.handle(&watcher::Event::Apply(written(
+        set("app", 1),
+        "14",
+        Default::default(),
+    )));
+    assert!(out.own);
+    assert!(out.workloads.is_empty());
+    assert!(
+        !index.wake_writer_on_echo("ConfigMapSet", &key("app")),
+        "no echo is awaited once it arrived"
+    );
+    assert_eq!(index.sizes()["echoes awaited"], 0);
+}
+
+#[test]
+fn a_revision_the_set_created_wakes_its_readers_and_not_the_set() {
+    use super::Echo;
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    index.handle(&watcher::Event::Apply(deployment("web", &["app"])));
+    let mut created = revision_of(&set("app", 1));
+    created.metadata.resource_version = Some("20".into());
+    let echo = Echo {
+        writer: false,
+        readers: true,
+    };
+    let name = created.metadata.name.clone().unwrap();
+    index.expect_echo("ConfigMap", key(&name), Some("20".into()), echo);
+    let out = index.handle(&watcher::Event::Apply(created.clone()));
+    assert!(out.sets.is_empty(), "the set planned with it: {:?}", out.sets);
+    assert_eq!(out.workloads, workloads(&["web"]));
+    // Deleted by someone: the set plans again.
+    let out = index.handle(&watcher::Event::Delete(created));
+    assert_eq!(out.sets, [cms("app")].into());
+}
+
+#[test]
+fn a_workload_s_own_controller_hears_only_what_it_plans_from() {
+    use super::Echo;
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    let at = |generation: i64, version: &str, reads: &str| {
+        let mut d = available(deployment("web", &[reads]));
+        d.metadata.generation = Some(generation);
+        d.metadata.resource_version = Some(version.into());
+        d
+    };
+    let out = index.handle(&watcher::Event::Apply(at(1, "1", "app")));
+    assert!(out.own, "a workload first seen is planned");
+    // A status step of its rollout: nothing its plan reads.
+    let mut stepping = at(1, "2", "app");
+    stepping.status.as_mut().unwrap().ready_replicas = Some(1);
+    let out = index.handle(&watcher::Event::Apply(stepping));
+    assert!(!out.own);
+    // A new spec, a new label: planned again.
+    let out = index.handle(&watcher::Event::Apply(at(2, "3", "app")));
+    assert!(out.own);
+    let waved = with_wave(at(2, "4", "app"), "1");
+    assert!(index.handle(&watcher::Event::Apply(waved)).own);
+    // The echo of cmset's own patch moving it: no news to it, but its set records the move.
+    index.expect_echo(
+        "Deployment",
+        key("web"),
+        Some("5".into()),
+        Echo {
+            writer: false,
+            readers: true,
+        },
+    );
+    let moved = with_wave(at(3, "5", "app-d2c65kk9hm"), "1");
+    let out = index.handle(&watcher::Event::Apply(moved));
+    assert!(!out.own);
+    assert_eq!(out.sets, [cms("app")].into());
+}
+
+/// A ReplicaSet of Deployment `web` (uid `uid-web`) whose template names `reads`.
+fn replica_set(name: &str, reads: &[&str]) -> k8s_openapi::api::apps::v1::ReplicaSet {
+    let d = deployment("web", reads);
+    let mut template = d.spec.unwrap().template;
+    template.metadata = Some(ObjectMeta {
+        labels: Some(BTreeMap::from([(labels::MANAGED_TEMPLATE.into(), "true".into())])),
+        ..ObjectMeta::default()
+    });
+    k8s_openapi::api::apps::v1::ReplicaSet {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            uid: Some(format!("uid-{name}")),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                name: "web".into(),
+                uid: "uid-web".into(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(k8s_openapi::api::apps::v1::ReplicaSetSpec {
+            template: Some(template),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+#[test]
+fn a_new_replica_set_is_news_to_its_set_only_when_the_revision_needs_it_as_an_owner() {
+    let index = index();
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    index.handle(&watcher::Event::Apply(deployment("web", &["app"])));
+    let mut owned = revision_of(&set("app", 1));
+    let name = owned.metadata.name.clone().unwrap();
+    let bare = revision("app", "app-d2c65kk9hm");
+    index.handle(&watcher::Event::Apply(bare));
+    // The revision was created owned by the Deployment that reads it: its new ReplicaSet needs no
+    // patch, and protects a revision that was never prunable (the current one).
+    owned
+        .metadata
+        .owner_references
+        .as_mut()
+        .unwrap()
+        .push(OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "web".into(),
+            uid: "uid-web".into(),
+            controller: Some(false),
+            block_owner_deletion: Some(false),
+        });
+    index.handle(&watcher::Event::Apply(owned));
+    let out = index.handle(&watcher::Event::Apply(replica_set("web-1", &[&name])));
+    assert_eq!(out, Triggers::default());
+    // One naming a revision that neither it nor its Deployment owns: the set adds it as an owner.
+    let out = index.handle(&watcher::Event::Apply(replica_set("web-0", &["app-d2c65kk9hm"])));
+    assert_eq!(out.sets, [cms("app")].into());
+    // One that goes may have kept a revision from being pruned.
+    let out = index.handle(&watcher::Event::Delete(replica_set("web-1", &[&name])));
+    assert_eq!(out.sets, [cms("app")].into());
 }
 
 fn with_wave(mut deployment: Deployment, wave: &str) -> Deployment {

@@ -20,6 +20,9 @@ use crate::engine::stored_workload::StoredWorkload;
 pub struct Triggers {
     pub sets: BTreeSet<SetId>,
     pub workloads: BTreeSet<(WorkloadKind, Key)>,
+    /// The changed object's own controller reconciles it (for the kinds a controller is keyed by: the
+    /// sets and the workloads). Its watch sends that, from the store it fills.
+    pub own: bool,
 }
 
 fn send_to<K: Resource<DynamicType = ()>>(queue: &UnboundedSender<ObjectRef<K>>, key: &Key) -> bool {

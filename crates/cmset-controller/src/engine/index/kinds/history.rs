@@ -2,7 +2,7 @@
 //! ControllerRevisions (of StatefulSets and DaemonSets) and Jobs (of CronJobs), reduced to the names
 //! they reference; never cached whole.
 
-use cmset_core::observe::{HistoryKind, HistoryObject};
+use cmset_core::observe::{HistoryKind, HistoryObject, RefNames};
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
 use k8s_openapi::api::batch::v1::Job;
 
@@ -88,10 +88,42 @@ fn index(kind: HistoryKind, view: Option<HistoryObject>, key: &Key, state: &mut 
         return;
     };
     let names = view.referenced.clone();
-    state
-        .graph
-        .link(ReaderKind::History(kind), key, names, &state.sets, out);
+    let reader = ReaderKind::History(kind);
+    let before = state.graph.names(reader, key).cloned().unwrap_or_default();
+    let mut linked = Triggers::default();
+    state.graph.link(reader, key, names, &state.sets, &mut linked);
+    if is_news(&before, &view, key, state) {
+        out.sets.append(&mut linked.sets);
+    }
     state.graph.insert_history(kind, key, view);
+}
+
+/// Whether a history object's names matter to its sets' plans. One that stops naming a revision may
+/// let it be pruned. One that starts naming a revision protects it, which a set needs to hear only to
+/// add the object to the revision's owners: not when the revision lists it or its workload already
+/// (a revision is created owned by the workloads that read it, so a Deployment's new ReplicaSet is no
+/// news).
+fn is_news(before: &RefNames, now: &HistoryObject, key: &Key, state: &State) -> bool {
+    if before
+        .iter()
+        .any(|(kind, name)| !now.referenced.contains(kind, name))
+    {
+        return true;
+    }
+    now.referenced
+        .iter()
+        .filter(|(kind, name)| !before.contains(*kind, name))
+        .any(
+            |(kind, name)| match state.revisions.get(kind, &Key::new(&key.namespace, name)) {
+                Some((_, revision)) => !revision
+                    .owner_references
+                    .iter()
+                    .any(|o| o.uid == now.uid || now.owner_uid.as_deref() == Some(o.uid.as_str())),
+                // Not a revision (another ConfigMap the template names), or one not seen yet, whose own
+                // event plans its set with this object in view.
+                None => false,
+            },
+        )
 }
 
 fn unindex(kind: HistoryKind, key: &Key, state: &mut State, out: &mut Triggers) {

@@ -7,6 +7,7 @@ use cmset_core::moved;
 use cmset_core::observe::WorkloadKind;
 
 use super::Ops;
+use crate::engine::index::graph::PlannedFrom;
 use crate::engine::index::{Key, ReaderKind, State, Triggers};
 use crate::engine::stored_workload::StoredWorkload;
 use crate::engine::views;
@@ -38,7 +39,21 @@ impl Ops<StoredWorkload> for WorkloadKind {
             // Whoever's turn came is woken through the scope that watches it, this one or another.
             budget.wake(budget.observe(&(kind, key.clone()), generation, rolling));
         }
-        state.graph.progress(kind, key, progress, &state.sets, out);
+        state
+            .graph
+            .progress(kind, key, progress.clone(), &state.sets, out);
+        // Its own controller plans again only when what it plans from moved: not for a status step of
+        // its rollout (a Deployment writes three or four per template change), unless the budget's
+        // slot it may hold reads its health.
+        let health = progress.filter(|_| state.budget.is_some()).map(|(_, h)| h);
+        let planned_from = PlannedFrom {
+            generation: obj.metadata.generation,
+            labels: obj.metadata.labels.clone(),
+            annotations: obj.metadata.annotations.clone(),
+            deleting: obj.metadata.deletion_timestamp.is_some(),
+            health,
+        };
+        out.own = state.graph.planned_from(kind, key, Some(planned_from));
     }
 
     fn unindex(&self, key: &Key, state: &mut State, out: &mut Triggers) {
@@ -46,6 +61,7 @@ impl Ops<StoredWorkload> for WorkloadKind {
             budget.wake(budget.forget(&(*self, key.clone())));
         }
         state.graph.progress(*self, key, None, &state.sets, out);
+        state.graph.planned_from(*self, key, None);
         state.graph.link(
             ReaderKind::Workload(*self),
             key,
