@@ -489,8 +489,23 @@ start_etcd() { # keeps $DATA/etcd: a restart finds the same data
   wait_for "etcd" 60 etcd curl -fsS --noproxy '*' --max-time 3 "$etcd_url/health"
 }
 
+# CMSET_CLUSTER_AUDIT=1: the API server writes an audit log of every request's metadata (who, verb,
+# resource, user agent) to $LOGS/audit.log, to tell which client sends which request.
+audit_args() {
+  [[ ${CMSET_CLUSTER_AUDIT:-} == 1 ]] || return 0
+  cat >"$STATE/audit-policy.yaml" <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+POLICY
+  echo "--audit-policy-file=$STATE/audit-policy.yaml --audit-log-path=$LOGS/audit.log --audit-log-maxsize=2000"
+}
+
 start_apiserver() {
-  start_proc kube-apiserver "$BIN_DIR/kube-apiserver" \
+  # shellcheck disable=SC2046 # the audit flags are words of their own
+  start_proc kube-apiserver "$BIN_DIR/kube-apiserver" $(audit_args) \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --bind-address=127.0.0.1 --secure-port="$API_PORT" --advertise-address=127.0.0.1 \
     --cert-dir="$CERTS" --tls-cert-file="$CERTS/apiserver.crt" --tls-private-key-file="$CERTS/apiserver.key" \
