@@ -13,8 +13,8 @@
 //! - ReplicaSets, ControllerRevisions, Jobs: label `cmset.dev/managed=true` (which cmset puts on the
 //!   pod templates it rewrites, and on a CronJob's job template); reduced to the names they reference,
 //!   not stored.
-//! - Pods: label `cmset.dev/managed=true`, reduced to the names they reference (a revision a running
-//!   Pod names is in use), not stored.
+//! - Pods: not watched. The set controller lists them (label `cmset.dev/managed=true`) only when a
+//!   prune is due, since a Pod whose owner is gone may still run a revision nothing indexed names.
 //! - AnalysisTemplates (cluster-scoped, cmset's own), only with a Prometheus to measure with: all, kept
 //!   whole in a store; a change reconciles the sets that name the template.
 //! - ChangeWindows (cluster-scoped, cmset's own), unless `--change-windows=false`: all, kept whole in
@@ -32,7 +32,7 @@ use futures::channel::mpsc::UnboundedSender;
 use futures::{FutureExt, Stream, StreamExt, future::BoxFuture};
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::utils::ResetTimerBackoff;
@@ -379,7 +379,6 @@ impl Scope {
             indexed_watch::<ReplicaSet>(client, ns, index.clone()),
             indexed_watch::<ControllerRevision>(client, ns, index.clone()),
             indexed_watch::<Job>(client, ns, index.clone()),
-            indexed_watch::<Pod>(client, ns, index.clone()),
         ];
         let secret_sets = secret_sets.then(|| {
             let (store, watch) =

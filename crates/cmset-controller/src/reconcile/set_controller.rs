@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use cmset_api::{ConfigMapSet, ConfigMapSetStatus, SecretSet, WorkloadState, labels};
 use cmset_core::naming;
-use cmset_core::observe::{HistoryObject, RevisionView, WorkloadView};
+use cmset_core::observe::{HistoryObject, RefNames, RevisionView, WorkloadView};
 use cmset_core::plan::{
     EventKind, PlannedEvent, SetInput, SetPlan, plan_collision, plan_set, plan_unobserved,
 };
@@ -22,8 +22,8 @@ use cmset_core::revision::{Existing, ExistingName, NewRevision, claim_patch, cla
 use cmset_core::set::{Content, SetKind, SetRef, SourceState};
 use cmset_core::waves;
 use cmset_core::window_hold::{self, WindowState};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Api, ResourceExt};
@@ -33,6 +33,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use crate::engine::context::{Context, Reconciled};
 use crate::engine::index::{Key, SetId, SourceLookup};
 use crate::engine::views;
+use crate::engine::wire::WirePod;
 use crate::platform::error::{Error, Result, api_code};
 use crate::platform::metrics::{RolloutGauges, SetLabels};
 use crate::reconcile::analysis_io::{self, Prepared};
@@ -116,13 +117,14 @@ struct Observation {
     revisions: Vec<RevisionView>,
     workloads: Vec<WorkloadView>,
     history: Vec<HistoryObject>,
-    pod_refs: BTreeSet<String>,
+    /// The names the namespace's Pods reference, once listed (see [`pod_refs`]).
+    pod_refs: Option<BTreeSet<String>>,
     /// Where each of its workloads waiting for the rollout budget stands, by UID.
     budget_waiting: BTreeMap<String, String>,
 }
 
-/// What a set's plan reads, from the index: its revisions by label, the workloads and history objects
-/// that name it, and the names its Pods reference. Nothing else in the namespace is looked at.
+/// What a set's plan reads, from the index: its revisions by label, and the workloads and history
+/// objects that name it. Nothing else in the namespace is looked at (Pods only once a prune is due).
 fn observe(ctx: &Context, id: &SetId) -> Observation {
     let (kind, key) = id;
     let revisions = ctx
@@ -148,9 +150,31 @@ fn observe(ctx: &Context, id: &SetId) -> Observation {
         revisions,
         workloads,
         history: readers.history,
-        pod_refs: ctx.index.pod_refs(id, kind.revision_kind()),
+        pod_refs: None,
         budget_waiting,
     }
+}
+
+/// The names of objects of `kind` that the Pods of `namespace` made from templates cmset rewrote
+/// reference. Read only when a prune is due: a Pod whose owner is indexed names nothing its owner does
+/// not, but an orphaned Pod, or one still terminating after its ReplicaSet went, may run a revision
+/// nothing indexed names. Any recent version will do (`resourceVersion=0`, answered from the API
+/// server's cache, not from etcd); only the Pods' references are decoded. A failed list fails the
+/// reconcile: nothing is pruned without it.
+async fn pod_refs(ctx: &Context, namespace: &str, kind: Referenced) -> Result<BTreeSet<String>> {
+    let api: Api<WirePod> = Api::namespaced(ctx.client.clone(), namespace);
+    let selector = format!("{}=true", labels::MANAGED_TEMPLATE);
+    let params = ListParams::default().labels(&selector).at("0");
+    let pods = api.list(&params).await.map_err(|source| Error::ListPods {
+        namespace: namespace.to_string(),
+        source,
+    })?;
+    Ok(pods
+        .items
+        .into_iter()
+        .filter_map(|pod| Pod::from(pod).spec)
+        .flat_map(|spec| RefNames::of(&spec).get(kind).clone())
+        .collect())
 }
 
 /// A ConfigMap or Secret read whole: a source, or an object holding a revision's name. Its content stays
@@ -286,7 +310,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     if !unobserved.is_empty() {
         return hold_unobserved(ctx, object, &id, &unobserved).await;
     }
-    let seen = observe(ctx, &id);
+    let mut seen = observe(ctx, &id);
     // The change windows' verdict, at the instant the plan is made for.
     let windows = window_hold::verdict(set, &ctx.index.cluster_windows_for(set), (ctx.clock)().0)
         .with_break_glass(ctx.index.window_override(set));
@@ -296,6 +320,11 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     if plan.needs_content {
         // A new revision is to be made of the source: read its content now.
         held = hold_source(ctx, set, &namespace, true).await?;
+        plan = plan_set(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()));
+    }
+    if plan.needs_pods {
+        // Old revisions would be pruned: the Pods say whether one still runs any of them.
+        seen.pod_refs = Some(pod_refs(ctx, &namespace, S::KIND.revision_kind()).await?);
         plan = plan_set(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()));
     }
     // The measurements taken since of the analysis runs the plan finds due are recorded, and the set
@@ -494,7 +523,7 @@ fn input<'a>(
         revisions: &seen.revisions,
         workloads: &seen.workloads,
         history: &seen.history,
-        pod_refs: Some(&seen.pod_refs),
+        pod_refs: seen.pod_refs.as_ref(),
         now: (ctx.clock)(),
         budget_waiting: &seen.budget_waiting,
         analysis: analysis.map(|a| WaveAnalysis {

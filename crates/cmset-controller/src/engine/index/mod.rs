@@ -31,7 +31,7 @@
 //! `triggers.rs` carries what a change asks to reconcile to the controllers. This file holds the
 //! handle: the lock, whether this replica leads, change notifications, and the queries.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Instant;
@@ -733,12 +733,6 @@ impl Index {
     /// listed under every set its names could refer to; the planners look at the names themselves.)
     pub fn readers(&self, set: &SetId) -> Readers {
         self.read().graph.readers(set)
-    }
-
-    /// The names of objects of `kind` that the Pods listed under set `set` reference: a revision among
-    /// them is in use.
-    pub fn pod_refs(&self, set: &SetId, kind: Referenced) -> BTreeSet<String> {
-        self.read().graph.pod_refs(set, kind)
     }
 
     /// The lowest valid wave among the opted-in workloads that name set `set` or one of its revisions

@@ -31,7 +31,6 @@ fn index() -> Index {
         "Deployment",
         "ReplicaSet",
         "ControllerRevision",
-        "Pod",
     ] {
         index.expect(kind);
     }
@@ -362,25 +361,6 @@ fn a_revision_gaining_an_owner_that_is_not_its_controller_triggers_its_set_alone
 }
 
 #[test]
-fn a_pod_that_appears_triggers_nothing_and_one_that_goes_tells_the_sets_it_named() {
-    let index = index();
-    index.handle(&watcher::Event::Apply(set("app", 1)));
-    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "web-1", "namespace": NS, "labels": {"cmset.dev/managed": "true"}},
-        "spec": {"containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": "app-d2c65kk9hm"}}]}]}
-    }))
-    .unwrap();
-    assert_eq!(
-        index.handle(&watcher::Event::Apply(pod.clone())),
-        Triggers::default()
-    );
-    // The last reader of an old revision may be a terminating Pod: once it is gone the set may prune.
-    let gone = index.handle(&watcher::Event::Delete(pod));
-    assert_eq!(gone.sets, [cms("app")].into());
-    assert!(gone.workloads.is_empty());
-}
-
-#[test]
 fn facts_are_computed_once_per_spec_change() {
     let index = index();
     index.handle(&watcher::Event::Apply(set("app", 1)));
@@ -414,7 +394,7 @@ fn a_relist_drops_what_it_did_not_see_and_counts_as_listed() {
         index.readers(&cms("app")).workloads,
         vec![(WorkloadKind::Deployment, "web".to_string())]
     );
-    assert!(!index.is_ready(), "only one of seven kinds has listed");
+    assert!(!index.is_ready(), "only one of six kinds has listed");
 }
 
 #[test]
