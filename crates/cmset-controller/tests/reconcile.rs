@@ -110,7 +110,22 @@ impl World {
 
     /// A world whose index feeds the cluster-wide rollout budget `budget`.
     fn with_budget(budget: Option<Arc<RolloutBudget>>) -> Self {
-        Self::build(budget, None)
+        let world = Self::build(budget, None);
+        world.list_history();
+        world
+    }
+
+    /// A world as a replica that has just taken the lease sees it: its history watches have not
+    /// listed yet.
+    fn before_history_lists() -> Self {
+        Self::build(None, None)
+    }
+
+    /// The history watches deliver their first lists (nothing).
+    fn list_history(&self) {
+        self.index.handle::<ReplicaSet>(&watcher::Event::InitDone);
+        self.index.handle::<ControllerRevision>(&watcher::Event::InitDone);
+        self.index.handle::<Job>(&watcher::Event::InitDone);
     }
 
     /// A world whose index sends the reconciles it triggers to the returned queues, as a leader's does.
@@ -118,6 +133,7 @@ impl World {
         let (senders, receivers) = trigger_channels();
         let world = Self::build(None, Some(senders));
         world.index.lead();
+        world.list_history();
         (world, receivers)
     }
 
@@ -127,7 +143,8 @@ impl World {
         let (templates_r, templates) = reflector::store();
         let deployments = Writer::new(deployment_resource());
         let index = Arc::new(Index::new(senders).with_budget(budget));
-        // Every watch has listed (nothing yet): the caches count as ready.
+        // Every watch has listed (nothing yet), but the history kinds' (see `list_history`): the
+        // caches count as ready.
         for kind in [
             "ConfigMapSet",
             "ConfigMap",
@@ -144,9 +161,6 @@ impl World {
         index.handle::<ConfigMapSet>(&watcher::Event::InitDone);
         index.handle::<PartialObjectMeta<ConfigMap>>(&watcher::Event::InitDone);
         index.handle_workload(WorkloadKind::Deployment, &watcher::Event::InitDone);
-        index.handle::<ReplicaSet>(&watcher::Event::InitDone);
-        index.handle::<ControllerRevision>(&watcher::Event::InitDone);
-        index.handle::<Job>(&watcher::Event::InitDone);
         let workloads = HashMap::from([(
             WorkloadKind::Deployment,
             WorkloadStore {
@@ -888,6 +902,51 @@ async fn a_failed_list_of_pods_fails_the_reconcile_and_prunes_nothing() {
         seen.iter().map(Seen::line).collect::<Vec<_>>(),
         vec!["GET /api/v1/namespaces/team/pods"],
         "no delete, and no status that would claim the revisions pruned"
+    );
+}
+
+#[tokio::test]
+async fn until_history_has_listed_a_set_plans_but_prunes_nothing_and_keeps_what_was_in_use() {
+    let mut world = World::before_history_lists();
+    let mut set = three_revisions(&mut world);
+    // The previous leader saw a ReplicaSet naming V1.
+    let in_use = |name: &str, revision, in_use| cmset_api::RevisionStatus {
+        name: name.to_string(),
+        revision,
+        in_use,
+        failed: false,
+    };
+    set.status.as_mut().unwrap().history = vec![in_use(V1, 2, true)];
+    world.add_set(&set);
+    let (result, seen) = reconcile_set(&world, &set).await;
+    result.unwrap();
+    assert_eq!(
+        seen.iter().map(Seen::line).collect::<Vec<_>>(),
+        vec!["PATCH /apis/cmset.dev/v1alpha1/namespaces/team/configmapsets/nginx-config/status"],
+        "no Pod list, no delete: history is not known yet"
+    );
+    let history = &seen[0].body["status"]["history"];
+    assert_eq!(
+        history,
+        &json!([
+            {"name": V2, "revision": 3, "inUse": false},
+            {"name": V1, "revision": 2, "inUse": true},
+            {"name": V0, "revision": 1, "inUse": false},
+        ]),
+        "V1 stays in use until history says otherwise"
+    );
+
+    // The history kinds list (nothing names V0 or V1): the set prunes.
+    world.list_history();
+    let (result, seen) = reconcile_set(&world, &set).await;
+    result.unwrap();
+    assert_eq!(
+        seen.iter().map(Seen::line).collect::<Vec<_>>()[..3],
+        [
+            "GET /api/v1/namespaces/team/pods".to_string(),
+            format!("DELETE /api/v1/namespaces/team/configmaps/{V0}"),
+            format!("DELETE /api/v1/namespaces/team/configmaps/{V1}"),
+        ]
     );
 }
 

@@ -119,6 +119,11 @@ struct Observation {
     history: Vec<HistoryObject>,
     /// The names the namespace's Pods reference, once listed (see [`pod_refs`]).
     pod_refs: Option<BTreeSet<String>>,
+    /// Whether the history kinds have listed (see [`Index::history_listed`]); until then `history`
+    /// is empty rather than partial, and the plan neither prunes nor adds history's owners.
+    ///
+    /// [`Index::history_listed`]: crate::engine::index::Index::history_listed
+    history_listed: bool,
     /// Where each of its workloads waiting for the rollout budget stands, by UID.
     budget_waiting: BTreeMap<String, String>,
 }
@@ -130,6 +135,8 @@ fn observe(ctx: &Context, id: &SetId) -> Observation {
     let revisions = ctx
         .index
         .revisions(*kind, &key.namespace, &naming::set_label_value(&key.name));
+    // Asked before the readers are read: a list that ends in between only adds history.
+    let history_listed = ctx.index.history_listed();
     let readers = ctx.index.readers(id);
     let workloads: Vec<WorkloadView> = readers
         .workloads
@@ -149,8 +156,13 @@ fn observe(ctx: &Context, id: &SetId) -> Observation {
     Observation {
         revisions,
         workloads,
-        history: readers.history,
+        history: if history_listed {
+            readers.history
+        } else {
+            Vec::new()
+        },
         pod_refs: None,
+        history_listed,
         budget_waiting,
     }
 }
@@ -291,7 +303,7 @@ async fn hold_source(ctx: &Context, set: SetRef<'_>, namespace: &str, force: boo
 }
 
 async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Action> {
-    if !ctx.wait_caches_complete().await {
+    if !ctx.wait_caches_for_planning().await {
         return Ok(Action::requeue(SOON));
     }
     let set = object.as_set();
@@ -316,16 +328,16 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
         .with_break_glass(ctx.index.window_override(set));
     let mut prepared = analysis_io::prepare(ctx, set);
     let mut held = hold_source(ctx, set, &namespace, false).await?;
-    let mut plan = plan_set(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()));
+    let mut plan = plan_seen(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()), &seen);
     if plan.needs_content {
         // A new revision is to be made of the source: read its content now.
         held = hold_source(ctx, set, &namespace, true).await?;
-        plan = plan_set(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()));
+        plan = plan_seen(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()), &seen);
     }
-    if plan.needs_pods {
+    if plan.needs_pods && seen.history_listed {
         // Old revisions would be pruned: the Pods say whether one still runs any of them.
         seen.pod_refs = Some(pod_refs(ctx, &namespace, S::KIND.revision_kind()).await?);
-        plan = plan_set(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()));
+        plan = plan_seen(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()), &seen);
     }
     // The measurements taken since of the analysis runs the plan finds due are recorded, and the set
     // is planned again with what they showed; the runs still due are handed to the measurer (the
@@ -337,7 +349,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     };
     if measured.is_some() {
         prepared = measured;
-        plan = plan_set(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()));
+        plan = plan_seen(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()), &seen);
     }
     if let Some(prepared) = &prepared {
         analysis_io::request(ctx, set, prepared, &mut plan);
@@ -507,6 +519,24 @@ fn count_rollout(ctx: &Context, set: SetRef<'_>, plan: &SetPlan) {
             .get_or_create(&crate::platform::metrics::RolloutLabel { event })
             .inc();
     }
+}
+
+/// Plans `input`, made of `seen`. Until the history kinds have listed, the plan cannot tell a revision
+/// that only history names from an unused one: none is pruned (no Pods are listed, so none can be),
+/// and a revision the status says is in use stays so, rather than flapping while the lists come in.
+fn plan_seen(input: &SetInput<'_>, seen: &Observation) -> SetPlan {
+    let mut plan = plan_set(input);
+    if !seen.history_listed {
+        let was_in_use = |name: &str| {
+            (input.set.status().into_iter())
+                .flat_map(|s| &s.history)
+                .any(|h| h.name == name && h.in_use)
+        };
+        for revision in &mut plan.status.history {
+            revision.in_use |= was_in_use(&revision.name);
+        }
+    }
+    plan
 }
 
 fn input<'a>(

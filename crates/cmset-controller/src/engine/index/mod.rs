@@ -588,7 +588,12 @@ impl Index {
                     }
                 }
                 watcher::Event::InitDone => {
+                    let history_was_listed = state.relist.history_listed();
                     let seen = state.relist.done(name);
+                    if !history_was_listed && state.relist.history_listed() {
+                        // Every set planned without history until now: they prune now.
+                        state.sets.trigger_all(&mut out);
+                    }
                     for key in ops.keys(state) {
                         if !seen.contains(&key) {
                             ops.unindex(&key, state, &mut out);
@@ -697,6 +702,19 @@ impl Index {
     /// missing from the index, so reconcilers may plan (and prune) from it.
     pub fn is_complete(&self) -> bool {
         self.read().relist.is_complete()
+    }
+
+    /// Whether every watch running now but the history kinds' has delivered its first full list: a set
+    /// may plan its moves and status from the index (see [`Index::history_listed`] for the rest).
+    pub fn is_complete_but_history(&self) -> bool {
+        self.read().relist.is_complete_but_history()
+    }
+
+    /// Whether the history kinds (ReplicaSets, ControllerRevisions, Jobs), watched only once this replica
+    /// leads, have each listed once: until then what the index holds of history is partial, so no set
+    /// prunes, nor adds history's owner references. Their last first list triggers every set.
+    pub fn history_listed(&self) -> bool {
+        self.read().relist.history_listed()
     }
 
     /// Waits until `holds` holds of the index, checked after every change, for at most `timeout`;

@@ -424,6 +424,73 @@ fn readiness_waits_for_the_kinds_of_start_up_and_completeness_for_every_kind_wat
     assert!(index.is_ready() && index.is_complete());
 }
 
+#[test]
+fn the_history_kinds_hold_neither_readiness_nor_planning_until_they_list_only_history() {
+    use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
+    use k8s_openapi::api::batch::v1::Job;
+    let index = Index::new(None);
+    index.expect("ConfigMapSet");
+    index.expect("Deployment");
+    index.settle();
+    index.handle::<ConfigMapSet>(&watcher::Event::InitDone);
+    index.handle::<Deployment>(&watcher::Event::InitDone);
+    assert!(index.is_ready() && index.is_complete());
+    assert!(!index.history_listed(), "not watched yet: history is unknown, not empty");
+    // This replica takes the lease: the history watches start.
+    for kind in ["ReplicaSet", "ControllerRevision", "Job"] {
+        index.expect(kind);
+    }
+    assert!(index.is_ready(), "admission never waits for history");
+    assert!(index.is_complete_but_history(), "nor do a set's moves");
+    assert!(!index.is_complete());
+    index.handle::<ReplicaSet>(&watcher::Event::InitDone);
+    index.handle::<ControllerRevision>(&watcher::Event::InitDone);
+    assert!(!index.history_listed(), "Jobs have not listed yet");
+    index.handle::<Job>(&watcher::Event::InitDone);
+    assert!(index.history_listed() && index.is_complete());
+
+    // A replica that leads from the start (no leader election) watches history before it settles:
+    // readiness still does not wait for it.
+    let index = Index::new(None);
+    for kind in ["ConfigMapSet", "ReplicaSet", "ControllerRevision", "Job"] {
+        index.expect(kind);
+    }
+    index.settle();
+    index.handle::<ConfigMapSet>(&watcher::Event::InitDone);
+    assert!(index.is_ready() && index.is_complete_but_history());
+    assert!(!index.is_complete() && !index.history_listed());
+}
+
+#[test]
+fn every_set_plans_again_once_the_history_kinds_have_each_listed_once() {
+    use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
+    use k8s_openapi::api::batch::v1::Job;
+    let index = index();
+    index.expect("Job");
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    index.handle(&watcher::Event::Apply(set("other", 1)));
+    assert_eq!(
+        index.handle::<ReplicaSet>(&watcher::Event::InitDone),
+        Triggers::default()
+    );
+    assert_eq!(
+        index.handle::<ControllerRevision>(&watcher::Event::InitDone),
+        Triggers::default()
+    );
+    let listed = index.handle::<Job>(&watcher::Event::InitDone);
+    assert_eq!(
+        listed.sets,
+        [cms("app"), cms("other")].into(),
+        "the sets prune now"
+    );
+    // A relist later (a watch expired) is no news.
+    index.handle::<Job>(&watcher::Event::Init);
+    assert_eq!(
+        index.handle::<Job>(&watcher::Event::InitDone),
+        Triggers::default()
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_waiter_wakes_when_the_last_list_ends_or_settling_makes_the_index_ready() {
     use std::time::Duration;
