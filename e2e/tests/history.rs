@@ -187,7 +187,8 @@ async fn an_orphaned_pod_keeps_the_revision_it_runs_until_it_is_gone() {
                 && pod.labels().get("cmset.dev/managed").map(String::as_str) == Some("true")
                 && format!("{:?}", pod.spec).contains(&version_name(1))
         };
-        (!pods.is_empty() && pods.iter().all(orphaned)).then(|| pods.iter().map(|p| p.name_any()).collect::<Vec<_>>())
+        (!pods.is_empty() && pods.iter().all(orphaned))
+            .then(|| pods.iter().map(|p| p.name_any()).collect::<Vec<_>>())
     })
     .await;
     // The garbage collector drops the deleted ReplicaSet's owner reference from the revision: only

@@ -562,7 +562,11 @@ impl Scope {
         let ns = self.namespace.as_deref();
         vec![
             spawn_owned(indexed_watch::<ReplicaSet>(client, ns, self.index.clone())),
-            spawn_owned(indexed_watch::<ControllerRevision>(client, ns, self.index.clone())),
+            spawn_owned(indexed_watch::<ControllerRevision>(
+                client,
+                ns,
+                self.index.clone(),
+            )),
             spawn_owned(indexed_watch::<Job>(client, ns, self.index.clone())),
         ]
     }

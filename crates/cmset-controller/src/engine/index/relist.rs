@@ -103,8 +103,13 @@ impl Relist {
     /// leads from the start), are the ones readiness waits for.
     pub(super) fn settle(&mut self) {
         let watched = &self.watched;
-        self.required
-            .get_or_insert_with(|| watched.iter().filter(|kind| !HISTORY.contains(kind)).copied().collect());
+        self.required.get_or_insert_with(|| {
+            watched
+                .iter()
+                .filter(|kind| !HISTORY.contains(kind))
+                .copied()
+                .collect()
+        });
     }
 
     /// A kind refused before its first list does not hold readiness up (admission answers without

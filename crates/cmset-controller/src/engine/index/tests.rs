@@ -435,7 +435,10 @@ fn the_history_kinds_hold_neither_readiness_nor_planning_until_they_list_only_hi
     index.handle::<ConfigMapSet>(&watcher::Event::InitDone);
     index.handle::<Deployment>(&watcher::Event::InitDone);
     assert!(index.is_ready() && index.is_complete());
-    assert!(!index.history_listed(), "not watched yet: history is unknown, not empty");
+    assert!(
+        !index.history_listed(),
+        "not watched yet: history is unknown, not empty"
+    );
     // This replica takes the lease: the history watches start.
     for kind in ["ReplicaSet", "ControllerRevision", "Job"] {
         index.expect(kind);
