@@ -1,6 +1,7 @@
 //! Revision history on a real cluster: reverting content reuses the old revision, every ReplicaSet the
 //! Deployment retains can be returned to whatever the set's own limit, unused revisions are pruned to the
-//! limit, and deleting a set keeps exactly the revisions something still uses.
+//! limit, a Pod whose owner is gone keeps the revision it runs, and deleting a set keeps exactly the
+//! revisions something still uses.
 
 use std::collections::BTreeSet;
 
@@ -8,7 +9,7 @@ use cmset_e2e::fixtures::{
     DeploymentYaml, Reads, app_config_revision, app_config_yaml, replica_set_names, rollout_status,
     template_names, wait_names,
 };
-use cmset_e2e::k8s_openapi::api::core::v1::ConfigMap;
+use cmset_e2e::k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use cmset_e2e::kube::ResourceExt;
 use cmset_e2e::{Operator, TestNamespace, eventually};
 
@@ -163,6 +164,76 @@ async fn unused_revisions_are_pruned_to_the_limit_oldest_first() {
         vec![5, 4, 3],
         "{history:?}"
     );
+}
+
+#[tokio::test]
+async fn an_orphaned_pod_keeps_the_revision_it_runs_until_it_is_gone() {
+    let ns = TestNamespace::new("orphan").await;
+    let _operator = Operator::start(&ns.name).await;
+    // The set keeps no unused revision.
+    ns.apply(&set_yaml("1", 0));
+    ns.apply(&deployment_yaml(0));
+    roll_to(&ns, 1, 0).await;
+    // `kubectl delete --cascade=orphan`, twice: the Deployment, then its ReplicaSet. Its Pods run on,
+    // owned by nothing that could make them again or adopt them, and nothing indexed names version 1.
+    ns.kubectl(&["delete", "deployment", "web", "--cascade=orphan"]);
+    let replica_sets: Vec<String> = ns.replica_sets().await.iter().map(|rs| rs.name_any()).collect();
+    assert_eq!(replica_sets.len(), 1, "{replica_sets:?}");
+    ns.kubectl(&["delete", "replicaset", &replica_sets[0], "--cascade=orphan"]);
+    let orphans = eventually("the Pods orphaned, still running version 1", || async {
+        let pods: Vec<Pod> = ns.pods().await;
+        let orphaned = |pod: &Pod| {
+            pod.owner_references().is_empty()
+                && pod.labels().get("cmset.dev/managed").map(String::as_str) == Some("true")
+                && format!("{:?}", pod.spec).contains(&version_name(1))
+        };
+        (!pods.is_empty() && pods.iter().all(orphaned))
+            .then(|| pods.iter().map(|p| p.name_any()).collect::<Vec<_>>())
+    })
+    .await;
+    // The garbage collector drops the deleted ReplicaSet's owner reference from the revision: only
+    // the Pods keep it in use now.
+    eventually("version 1 owned by its set alone", || async {
+        let cm: ConfigMap = ns.api::<ConfigMap>().get(&version_name(1)).await.ok()?;
+        cm.owner_references()
+            .iter()
+            .all(|o| o.kind == "ConfigMapSet")
+            .then_some(())
+    })
+    .await;
+
+    // Two changes: version 2, which nothing ever ran, is pruned once version 3 is current.
+    ns.apply(&set_yaml("2", 0));
+    eventually("revision 2", || async {
+        ns.revision_names("app-config")
+            .await
+            .contains(&version_name(2))
+            .then_some(())
+    })
+    .await;
+    ns.apply(&set_yaml("3", 0));
+    let kept: BTreeSet<String> = [1, 3].into_iter().map(version_name).collect();
+    eventually("version 2 pruned, version 1 kept for its Pods", || async {
+        let have: BTreeSet<String> = ns.revision_names("app-config").await.into_iter().collect();
+        (have == kept).then_some(())
+    })
+    .await;
+
+    // The Pods go: the next change prunes version 1 too.
+    for pod in &orphans {
+        ns.kubectl(&["delete", "pod", pod, "--grace-period=0", "--force"]);
+    }
+    eventually("the orphaned Pods gone", || async {
+        ns.pods().await.is_empty().then_some(())
+    })
+    .await;
+    ns.apply(&set_yaml("4", 0));
+    let last = BTreeSet::from([version_name(4)]);
+    eventually("every revision but the current one pruned", || async {
+        let have: BTreeSet<String> = ns.revision_names("app-config").await.into_iter().collect();
+        (have == last).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]

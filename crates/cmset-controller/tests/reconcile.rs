@@ -10,7 +10,7 @@ use cmset_api::{
 };
 use cmset_controller::engine::context::{Clock, Context};
 use cmset_controller::engine::index::{
-    Index, Indexed, Key, TEMPLATES, TriggerReceivers, TriggerSenders, trigger_channels,
+    Index, Key, TEMPLATES, TriggerReceivers, TriggerSenders, trigger_channels,
 };
 use cmset_controller::engine::stored_workload::StoredWorkload;
 use cmset_controller::engine::stores::{Stores, WorkloadStore};
@@ -23,8 +23,9 @@ use cmset_core::revision::NewRevision;
 use cmset_core::set::{Content, SetKind, SourceState};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment, DeploymentSpec, ReplicaSet};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapEnvSource, Container, EnvFromSource, Pod, PodSpec, PodTemplateSpec, Secret,
+    ConfigMap, ConfigMapEnvSource, Container, EnvFromSource, PodSpec, PodTemplateSpec, Secret,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -109,7 +110,22 @@ impl World {
 
     /// A world whose index feeds the cluster-wide rollout budget `budget`.
     fn with_budget(budget: Option<Arc<RolloutBudget>>) -> Self {
-        Self::build(budget, None)
+        let world = Self::build(budget, None);
+        world.list_history();
+        world
+    }
+
+    /// A world as a replica that has just taken the lease sees it: its history watches have not
+    /// listed yet.
+    fn before_history_lists() -> Self {
+        Self::build(None, None)
+    }
+
+    /// The history watches deliver their first lists (nothing).
+    fn list_history(&self) {
+        self.index.handle::<ReplicaSet>(&watcher::Event::InitDone);
+        self.index.handle::<ControllerRevision>(&watcher::Event::InitDone);
+        self.index.handle::<Job>(&watcher::Event::InitDone);
     }
 
     /// A world whose index sends the reconciles it triggers to the returned queues, as a leader's does.
@@ -117,6 +133,7 @@ impl World {
         let (senders, receivers) = trigger_channels();
         let world = Self::build(None, Some(senders));
         world.index.lead();
+        world.list_history();
         (world, receivers)
     }
 
@@ -126,14 +143,15 @@ impl World {
         let (templates_r, templates) = reflector::store();
         let deployments = Writer::new(deployment_resource());
         let index = Arc::new(Index::new(senders).with_budget(budget));
-        // Every watch has listed (nothing yet): the caches count as ready.
+        // Every watch has listed (nothing yet), but the history kinds' (see `list_history`): the
+        // caches count as ready.
         for kind in [
             "ConfigMapSet",
             "ConfigMap",
             "Deployment",
             "ReplicaSet",
             "ControllerRevision",
-            "Pod",
+            "Job",
             TEMPLATES,
         ] {
             index.expect(kind);
@@ -143,9 +161,6 @@ impl World {
         index.handle::<ConfigMapSet>(&watcher::Event::InitDone);
         index.handle::<PartialObjectMeta<ConfigMap>>(&watcher::Event::InitDone);
         index.handle_workload(WorkloadKind::Deployment, &watcher::Event::InitDone);
-        index.handle::<ReplicaSet>(&watcher::Event::InitDone);
-        index.handle::<ControllerRevision>(&watcher::Event::InitDone);
-        index.handle::<Pod>(&watcher::Event::InitDone);
         let workloads = HashMap::from([(
             WorkloadKind::Deployment,
             WorkloadStore {
@@ -184,17 +199,6 @@ impl World {
         let event = watcher::Event::Apply(set.clone());
         self.sets.apply_watcher_event(&event);
         self.index.handle(&event);
-    }
-
-    /// A Pod made from a rewritten template (label `cmset.dev/managed=true`), as its watch sees it.
-    fn add_pod(&mut self, name: &str, reads: &str) {
-        let mut pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "team", "labels": {"cmset.dev/managed": "true"}},
-            "spec": {"containers": [{"name": "app", "envFrom": [{"configMapRef": {"name": reads}}]}]}
-        }))
-        .unwrap();
-        Indexed::slim(&mut pod);
-        self.index.handle(&watcher::Event::Apply(pod));
     }
 
     fn add_secret_set(&mut self, set: &SecretSet) {
@@ -794,42 +798,218 @@ async fn a_generators_configmap_of_the_same_name_and_content_becomes_the_revisio
     assert_eq!(claim["metadata"]["ownerReferences"][0]["controller"], true);
 }
 
-#[tokio::test]
-async fn pruning_lists_nothing_and_deletes_with_a_uid_and_resource_version_precondition() {
-    let mut world = World::new();
+/// A revision older than V1, for the pruning scenarios.
+const V0: &str = "nginx-config-5b8c7x2vhq";
+
+/// Revisions V0 (1), V1 (2) and V2 (3, current) of a set that keeps no unused old revision: V0 and V1
+/// are both due to be pruned.
+fn three_revisions(world: &mut World) -> ConfigMapSet {
     let mut set = nginx_set("2");
     set.spec.revision_history_limit = 0;
-    let v1 = nginx_set("1");
-    world.add_revision(&new_revision(&v1, V1, 1));
-    let mut with_uid = new_revision(&v1, V1, 1);
-    with_uid.metadata.uid = Some("uid-v1".into());
-    with_uid.metadata.resource_version = Some("41".into());
-    world.add_revision(&with_uid);
-    world.add_revision(&new_revision(&set, V2, 2));
+    for (content, name, number) in [("0", V0, 1), ("1", V1, 2)] {
+        let mut old = new_revision(&nginx_set(content), name, number);
+        old.metadata.uid = Some(format!("uid-{number}"));
+        old.metadata.resource_version = Some(format!("4{number}"));
+        world.add_revision(&old);
+    }
+    world.add_revision(&new_revision(&set, V2, 3));
     set.status = Some(cmset_api::ConfigMapSetStatus {
-        revision: Some(2),
+        revision: Some(3),
         ..Default::default()
     });
     world.add_set(&set);
-    let (result, seen) = reconcile_set(&world, &set).await;
+    set
+}
+
+/// [`ok_responder`], whose Pods are the named ones, each reading the ConfigMap it is paired with.
+fn pods_responder(set: ConfigMapSet, pods: &[(&str, &str)]) -> Responder {
+    let items: Vec<Value> = pods
+        .iter()
+        .map(|(name, reads)| {
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": NS, "labels": {"cmset.dev/managed": "true"}},
+                "spec": {"containers": [{"name": "app", "envFrom": [{"configMapRef": {"name": reads}}]}]},
+                "status": {"phase": "Running"}
+            })
+        })
+        .collect();
+    let others = ok_responder(set);
+    Arc::new(move |s: &Seen| match (s.method.as_str(), s.path.as_str()) {
+        ("GET", "/api/v1/namespaces/team/pods") => (
+            200,
+            json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "77"}, "items": items}),
+        ),
+        _ => others(s),
+    })
+}
+
+#[tokio::test]
+async fn a_due_prune_lists_the_managed_pods_once_and_spares_a_revision_a_pod_still_runs() {
+    let mut world = World::new();
+    let set = three_revisions(&mut world);
+    // Deployment web was deleted with `--cascade=orphan`: its ReplicaSet is gone from the index, and
+    // its orphaned Pod still runs V1.
+    let respond = pods_responder(set.clone(), &[("web-7d4b9c-x2x9q", V1)]);
+    let (result, seen) = scenario(&world, respond, |ctx| {
+        set_controller::reconcile(Arc::new(set.clone()), ctx)
+    })
+    .await;
     result.unwrap();
     let lines: Vec<String> = seen.iter().map(Seen::line).collect();
     assert_eq!(
         lines,
         vec![
-            format!("DELETE /api/v1/namespaces/team/configmaps/{V1}").as_str(),
-            "PATCH /apis/cmset.dev/v1alpha1/namespaces/team/configmapsets/nginx-config/status",
-            "POST /apis/events.k8s.io/v1/namespaces/team/events",
+            "GET /api/v1/namespaces/team/pods".to_string(),
+            format!("DELETE /api/v1/namespaces/team/configmaps/{V0}"),
+            "PATCH /apis/cmset.dev/v1alpha1/namespaces/team/configmapsets/nginx-config/status".to_string(),
+            "POST /apis/events.k8s.io/v1/namespaces/team/events".to_string(),
         ],
-        "whether a Pod still names it comes from the index: no list of the namespace's Pods"
+        "V1, which the orphaned Pod runs, is not deleted"
     );
-    assert_eq!(seen[0].body["preconditions"]["uid"], "uid-v1");
+    let query: BTreeMap<String, String> = url_query(&seen[0].query);
+    assert_eq!(
+        query,
+        BTreeMap::from([
+            ("labelSelector".to_string(), "cmset.dev/managed=true".to_string()),
+            ("resourceVersion".to_string(), "0".to_string()),
+        ]),
+        "only the Pods of rewritten templates, from the API server's cache"
+    );
+    assert_eq!(seen[1].body["preconditions"]["uid"], "uid-1");
     // The version the plan saw: a revision changed since (an owner added by a ReplicaSet that names
     // it) is not deleted from a store that has not seen the change.
-    assert_eq!(seen[0].body["preconditions"]["resourceVersion"], "41");
-    assert_eq!(seen[2].body["reason"], "RevisionPruned");
+    assert_eq!(seen[1].body["preconditions"]["resourceVersion"], "41");
+    assert_eq!(seen[3].body["reason"], "RevisionPruned");
+    assert!(
+        seen[3].body["note"].as_str().unwrap().contains(V0),
+        "{}",
+        seen[3].body
+    );
 }
 
+#[tokio::test]
+async fn a_set_with_nothing_to_prune_lists_no_pods() {
+    let mut world = World::new();
+    let mut set = three_revisions(&mut world);
+    set.spec.revision_history_limit = 2;
+    world.add_set(&set);
+    let respond = pods_responder(set.clone(), &[]);
+    let (result, seen) = scenario(&world, respond, |ctx| {
+        set_controller::reconcile(Arc::new(set.clone()), ctx)
+    })
+    .await;
+    result.unwrap();
+    assert!(
+        seen.iter()
+            .all(|s| s.method != "DELETE" && !s.path.ends_with("/pods")),
+        "{:?}",
+        seen.iter().map(Seen::line).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn a_failed_list_of_pods_fails_the_reconcile_and_prunes_nothing() {
+    let mut world = World::new();
+    let set = three_revisions(&mut world);
+    let others = ok_responder(set.clone());
+    let respond: Responder = Arc::new(move |s: &Seen| {
+        if s.path.ends_with("/pods") {
+            (
+                403,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403}),
+            )
+        } else {
+            others(s)
+        }
+    });
+    let (result, seen) = scenario(&world, respond, |ctx| {
+        set_controller::reconcile(Arc::new(set.clone()), ctx)
+    })
+    .await;
+    let error = result.unwrap_err();
+    assert_eq!(error.category(), "ListPods", "{error}");
+    assert_eq!(
+        seen.iter().map(Seen::line).collect::<Vec<_>>(),
+        vec!["GET /api/v1/namespaces/team/pods"],
+        "no delete, and no status that would claim the revisions pruned"
+    );
+}
+
+#[tokio::test]
+async fn until_history_has_listed_a_set_plans_but_prunes_nothing_and_keeps_what_was_in_use() {
+    let mut world = World::before_history_lists();
+    let mut set = three_revisions(&mut world);
+    // The previous leader saw a ReplicaSet naming V1.
+    let in_use = |name: &str, revision, in_use| cmset_api::RevisionStatus {
+        name: name.to_string(),
+        revision,
+        in_use,
+        failed: false,
+    };
+    set.status.as_mut().unwrap().history = vec![in_use(V1, 2, true)];
+    world.add_set(&set);
+    let (result, seen) = reconcile_set(&world, &set).await;
+    result.unwrap();
+    assert_eq!(
+        seen.iter().map(Seen::line).collect::<Vec<_>>(),
+        vec!["PATCH /apis/cmset.dev/v1alpha1/namespaces/team/configmapsets/nginx-config/status"],
+        "no Pod list, no delete: history is not known yet"
+    );
+    let history = &seen[0].body["status"]["history"];
+    assert_eq!(
+        history,
+        &json!([
+            {"name": V2, "revision": 3, "inUse": false},
+            {"name": V1, "revision": 2, "inUse": true},
+            {"name": V0, "revision": 1, "inUse": false},
+        ]),
+        "V1 stays in use until history says otherwise"
+    );
+
+    // The history kinds list (nothing names V0 or V1): the set prunes.
+    world.list_history();
+    let (result, seen) = reconcile_set(&world, &set).await;
+    result.unwrap();
+    assert_eq!(
+        seen.iter().map(Seen::line).collect::<Vec<_>>()[..3],
+        [
+            "GET /api/v1/namespaces/team/pods".to_string(),
+            format!("DELETE /api/v1/namespaces/team/configmaps/{V0}"),
+            format!("DELETE /api/v1/namespaces/team/configmaps/{V1}"),
+        ]
+    );
+}
+
+/// The pairs of a URL's query string, percent-decoded.
+fn url_query(query: &str) -> BTreeMap<String, String> {
+    let decode = |text: &str| {
+        let mut bytes = Vec::new();
+        let mut rest = text.as_bytes();
+        while let Some((&b, tail)) = rest.split_first() {
+            match (b, tail.get(..2)) {
+                (b'%', Some(hex)) => {
+                    let hex = std::str::from_utf8(hex).unwrap();
+                    bytes.push(u8::from_str_radix(hex, 16).unwrap());
+                    rest = &tail[2..];
+                }
+                _ => {
+                    bytes.push(if b == b'+' { b' ' } else { b });
+                    rest = tail;
+                }
+            }
+        }
+        String::from_utf8(bytes).unwrap()
+    };
+    query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
+}
 #[tokio::test]
 async fn a_set_whose_deployments_cannot_be_listed_writes_only_why_and_plans_once_they_list_again() {
     let mut world = World::new();
@@ -902,31 +1082,6 @@ async fn a_set_whose_deployments_cannot_be_listed_writes_only_why_and_plans_once
         ]
     );
     assert_eq!(seen[0].body["metadata"]["name"], V2);
-}
-
-#[tokio::test]
-async fn a_revision_a_running_pod_names_is_not_pruned() {
-    let mut world = World::new();
-    let mut set = nginx_set("2");
-    set.spec.revision_history_limit = 0;
-    let v1 = nginx_set("1");
-    world.add_revision(&new_revision(&v1, V1, 1));
-    world.add_revision(&new_revision(&set, V2, 2));
-    set.status = Some(cmset_api::ConfigMapSetStatus {
-        revision: Some(2),
-        ..Default::default()
-    });
-    world.add_set(&set);
-    // A Pod whose ReplicaSet is gone still runs revision 1.
-    world.add_pod("web-old-x1", V1);
-    let (result, seen) = reconcile_set(&world, &set).await;
-    result.unwrap();
-    assert!(
-        seen.iter()
-            .all(|s| s.method != "DELETE" && !s.path.ends_with("/pods")),
-        "{:?}",
-        seen.iter().map(Seen::line).collect::<Vec<_>>()
-    );
 }
 
 /// `set` changed to new content whose revision the set controller has just created; its status still

@@ -153,10 +153,13 @@ impl Context {
     }
 
     /// As [`Context::wait_caches_ready`], and also until a watch started later (a workload kind
-    /// installed after start-up) has listed once: a set's status and pruning must see every reader,
-    /// and that kind's may name a revision nothing else names.
-    pub async fn wait_caches_complete(&self) -> bool {
-        self.index.wait_until(CACHES_WAIT, Index::is_complete).await
+    /// installed after start-up) has listed once: a set's moves and status must see every workload,
+    /// and that kind's may read it. The history kinds, watched from the takeover on, are not waited
+    /// for: only pruning needs them, and it waits for them itself ([`Index::history_listed`]).
+    pub async fn wait_caches_for_planning(&self) -> bool {
+        self.index
+            .wait_until(CACHES_WAIT, Index::is_complete_but_history)
+            .await
     }
 
     /// Marks `set`'s pending writes as deferred (batched until [`BATCH_WINDOW`] has passed or an

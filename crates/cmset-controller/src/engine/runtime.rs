@@ -12,9 +12,10 @@
 //!   [`crate::engine::served`]): label `cmset.dev/enabled=true`; watched as dynamic objects, stored slim.
 //! - ReplicaSets, ControllerRevisions, Jobs: label `cmset.dev/managed=true` (which cmset puts on the
 //!   pod templates it rewrites, and on a CronJob's job template); reduced to the names they reference,
-//!   not stored.
-//! - Pods: label `cmset.dev/managed=true`, reduced to the names they reference (a revision a running
-//!   Pod names is in use), not stored.
+//!   not stored. Watched only by the leader, from its takeover on: admission never reads history, so
+//!   a standby decodes none of it, and only pruning waits for their first lists.
+//! - Pods: not watched. The set controller lists them (label `cmset.dev/managed=true`) only when a
+//!   prune is due, since a Pod whose owner is gone may still run a revision nothing indexed names.
 //! - AnalysisTemplates (cluster-scoped, cmset's own), only with a Prometheus to measure with: all, kept
 //!   whole in a store; a change reconciles the sets that name the template.
 //! - ChangeWindows (cluster-scoped, cmset's own), unless `--change-windows=false`: all, kept whole in
@@ -32,7 +33,7 @@ use futures::channel::mpsc::UnboundedSender;
 use futures::{FutureExt, Stream, StreamExt, future::BoxFuture};
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::utils::ResetTimerBackoff;
@@ -380,10 +381,6 @@ impl Scope {
         let mut watches = vec![
             sets_watch,
             indexed_watch::<PartialObjectMeta<ConfigMap>>(client, ns, index.clone()),
-            indexed_watch::<ReplicaSet>(client, ns, index.clone()),
-            indexed_watch::<ControllerRevision>(client, ns, index.clone()),
-            indexed_watch::<Job>(client, ns, index.clone()),
-            indexed_watch::<Pod>(client, ns, index.clone()),
         ];
         let secret_sets = secret_sets.then(|| {
             let (store, watch) =
@@ -460,6 +457,7 @@ impl Scope {
             warn!("a scope can only be led once");
             return;
         };
+        let history_client = client.clone();
         let mut context = Context::new(
             client,
             self.index.clone(),
@@ -539,12 +537,16 @@ impl Scope {
         // From here on changes trigger reconciles; then everything observed so far is queued once (an
         // object changed in between is queued twice, and reconciled once).
         self.index.lead();
+        // Started once this replica leads, so that their first lists' end triggers every set (which
+        // prunes only from then on); stopped when leading ends.
+        let history_watches = self.watch_history(&history_client);
         queue_all(&stores.sets, &self.senders.sets);
         if let Some(store) = &stores.secret_sets {
             queue_all(store, &self.senders.secret_sets);
         }
         debug!(sizes = ?self.index.sizes(), "leading from the warm index");
         self.lead_workload_kinds(&wiring, controllers, shutdown).await;
+        drop(history_watches);
         // The controllers are done (shutdown): the notifications under way finish and are recorded,
         // within the grace period the caller allows, so the next leader sends none of them again.
         if let Some(notifier) = &wiring.ctx.notifier
@@ -555,6 +557,22 @@ impl Scope {
                 "notifications still under way at shutdown; the next leader may send them again"
             );
         }
+    }
+
+    /// The watches of the history kinds (ReplicaSets, ControllerRevisions, Jobs), each a task of its
+    /// own, running until the returned handles are dropped. They never hold readiness nor a set's
+    /// moves (see [`Index::history_listed`]).
+    fn watch_history(&self, client: &Client) -> Vec<crate::engine::tasks::Owned<()>> {
+        let ns = self.namespace.as_deref();
+        vec![
+            spawn_owned(indexed_watch::<ReplicaSet>(client, ns, self.index.clone())),
+            spawn_owned(indexed_watch::<ControllerRevision>(
+                client,
+                ns,
+                self.index.clone(),
+            )),
+            spawn_owned(indexed_watch::<Job>(client, ns, self.index.clone())),
+        ]
     }
 
     /// Runs a workload controller for every kind served, as kinds come and go, until `shutdown`; then

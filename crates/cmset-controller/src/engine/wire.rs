@@ -1,6 +1,7 @@
-//! What the watches of kinds cmset only indexes decode: the fields the index reads, and nothing else.
+//! What the watches of kinds cmset only indexes decode (and the set controller's list of Pods): the
+//! fields the index reads, and nothing else.
 //!
-//! A Pod's watch event is mostly its status and its containers' images, probes and resources; a
+//! A Pod is mostly its status and its containers' images, probes and resources; a
 //! ReplicaSet's or ControllerRevision's is a whole pod template; every object's metadata carries its
 //! managedFields. Decoding those whole was most of a standby's CPU in issue 26's profile. The wire types
 //! here skip them at the JSON reader (serde ignores fields a type does not name without allocating
@@ -144,7 +145,8 @@ macro_rules! same_resource_as {
     };
 }
 
-/// A Pod: its metadata and its spec's references; never its status.
+/// A Pod: its metadata and its spec's references; never its status. (Listed, not watched: see the set
+/// controller's `pod_refs`.)
 #[derive(Clone, Debug, Deserialize)]
 pub struct WirePod {
     #[serde(deserialize_with = "meta")]

@@ -41,7 +41,7 @@ pub struct WriteLabel {
     pub operation: &'static str,
 }
 
-/// One watch event as the index received it: the kind watched (`ConfigMapSet`, `Pod`, `Deployment`,
+/// One watch event as the index received it: the kind watched (`ConfigMapSet`, `ReplicaSet`, `Deployment`,
 /// …) and what the event was (`apply` for an object added or changed, `delete`, `listed` for an object
 /// of a list, as after a start or an expired watch).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

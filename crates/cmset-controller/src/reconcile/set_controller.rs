@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use cmset_api::{ConfigMapSet, ConfigMapSetStatus, SecretSet, WorkloadState, labels};
 use cmset_core::naming;
-use cmset_core::observe::{HistoryObject, RevisionView, WorkloadView};
+use cmset_core::observe::{HistoryObject, RefNames, RevisionView, WorkloadView};
 use cmset_core::plan::{
     EventKind, PlannedEvent, SetInput, SetPlan, plan_collision, plan_set, plan_unobserved,
 };
@@ -22,8 +22,8 @@ use cmset_core::revision::{Existing, ExistingName, NewRevision, claim_patch, cla
 use cmset_core::set::{Content, SetKind, SetRef, SourceState};
 use cmset_core::waves;
 use cmset_core::window_hold::{self, WindowState};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Api, ResourceExt};
@@ -33,6 +33,7 @@ use tracing::{Instrument, debug, debug_span, info, warn};
 use crate::engine::context::{Context, Reconciled};
 use crate::engine::index::{Echo, Key, SetId, SourceLookup};
 use crate::engine::views;
+use crate::engine::wire::WirePod;
 use crate::platform::error::{Error, Result, api_code};
 use crate::platform::metrics::{RolloutGauges, SetLabels};
 use crate::reconcile::analysis_io::{self, Prepared};
@@ -117,18 +118,26 @@ struct Observation {
     revisions: Vec<RevisionView>,
     workloads: Vec<WorkloadView>,
     history: Vec<HistoryObject>,
-    pod_refs: BTreeSet<String>,
+    /// The names the namespace's Pods reference, once listed (see [`pod_refs`]).
+    pod_refs: Option<BTreeSet<String>>,
+    /// Whether the history kinds have listed (see [`Index::history_listed`]); until then `history`
+    /// is empty rather than partial, and the plan neither prunes nor adds history's owners.
+    ///
+    /// [`Index::history_listed`]: crate::engine::index::Index::history_listed
+    history_listed: bool,
     /// Where each of its workloads waiting for the rollout budget stands, by UID.
     budget_waiting: BTreeMap<String, String>,
 }
 
-/// What a set's plan reads, from the index: its revisions by label, the workloads and history objects
-/// that name it, and the names its Pods reference. Nothing else in the namespace is looked at.
+/// What a set's plan reads, from the index: its revisions by label, and the workloads and history
+/// objects that name it. Nothing else in the namespace is looked at (Pods only once a prune is due).
 fn observe(ctx: &Context, id: &SetId) -> Observation {
     let (kind, key) = id;
     let revisions = ctx
         .index
         .revisions(*kind, &key.namespace, &naming::set_label_value(&key.name));
+    // Asked before the readers are read: a list that ends in between only adds history.
+    let history_listed = ctx.index.history_listed();
     let readers = ctx.index.readers(id);
     let workloads: Vec<WorkloadView> = readers
         .workloads
@@ -148,10 +157,37 @@ fn observe(ctx: &Context, id: &SetId) -> Observation {
     Observation {
         revisions,
         workloads,
-        history: readers.history,
-        pod_refs: ctx.index.pod_refs(id, kind.revision_kind()),
+        history: if history_listed {
+            readers.history
+        } else {
+            Vec::new()
+        },
+        pod_refs: None,
+        history_listed,
         budget_waiting,
     }
+}
+
+/// The names of objects of `kind` that the Pods of `namespace` made from templates cmset rewrote
+/// reference. Read only when a prune is due: a Pod whose owner is indexed names nothing its owner does
+/// not, but an orphaned Pod, or one still terminating after its ReplicaSet went, may run a revision
+/// nothing indexed names. Any recent version will do (`resourceVersion=0`, answered from the API
+/// server's cache, not from etcd); only the Pods' references are decoded. A failed list fails the
+/// reconcile: nothing is pruned without it.
+async fn pod_refs(ctx: &Context, namespace: &str, kind: Referenced) -> Result<BTreeSet<String>> {
+    let api: Api<WirePod> = Api::namespaced(ctx.client.clone(), namespace);
+    let selector = format!("{}=true", labels::MANAGED_TEMPLATE);
+    let params = ListParams::default().labels(&selector).at("0");
+    let pods = api.list(&params).await.map_err(|source| Error::ListPods {
+        namespace: namespace.to_string(),
+        source,
+    })?;
+    Ok(pods
+        .items
+        .into_iter()
+        .filter_map(|pod| Pod::from(pod).spec)
+        .flat_map(|spec| RefNames::of(&spec).get(kind).clone())
+        .collect())
 }
 
 /// A ConfigMap or Secret read whole: a source, or an object holding a revision's name. Its content stays
@@ -268,7 +304,7 @@ async fn hold_source(ctx: &Context, set: SetRef<'_>, namespace: &str, force: boo
 }
 
 async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Action> {
-    if !ctx.wait_caches_complete().await {
+    if !ctx.wait_caches_for_planning().await {
         return Ok(Action::requeue(SOON));
     }
     let set = object.as_set();
@@ -287,17 +323,22 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     if !unobserved.is_empty() {
         return hold_unobserved(ctx, object, &id, &unobserved).await;
     }
-    let seen = observe(ctx, &id);
+    let mut seen = observe(ctx, &id);
     // The change windows' verdict, at the instant the plan is made for.
     let windows = window_hold::verdict(set, &ctx.index.cluster_windows_for(set), (ctx.clock)().0)
         .with_break_glass(ctx.index.window_override(set));
     let mut prepared = analysis_io::prepare(ctx, set);
     let mut held = hold_source(ctx, set, &namespace, false).await?;
-    let mut plan = plan_set(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()));
+    let mut plan = plan_seen(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()), &seen);
     if plan.needs_content {
         // A new revision is to be made of the source: read its content now.
         held = hold_source(ctx, set, &namespace, true).await?;
-        plan = plan_set(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()));
+        plan = plan_seen(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()), &seen);
+    }
+    if plan.needs_pods && seen.history_listed {
+        // Old revisions would be pruned: the Pods say whether one still runs any of them.
+        seen.pod_refs = Some(pod_refs(ctx, &namespace, S::KIND.revision_kind()).await?);
+        plan = plan_seen(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()), &seen);
     }
     // The measurements taken since of the analysis runs the plan finds due are recorded, and the set
     // is planned again with what they showed; the runs still due are handed to the measurer (the
@@ -309,7 +350,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     };
     if measured.is_some() {
         prepared = measured;
-        plan = plan_set(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()));
+        plan = plan_seen(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()), &seen);
     }
     if let Some(prepared) = &prepared {
         analysis_io::request(ctx, set, prepared, &mut plan);
@@ -481,6 +522,24 @@ fn count_rollout(ctx: &Context, set: SetRef<'_>, plan: &SetPlan) {
     }
 }
 
+/// Plans `input`, made of `seen`. Until the history kinds have listed, the plan cannot tell a revision
+/// that only history names from an unused one: none is pruned (no Pods are listed, so none can be),
+/// and a revision the status says is in use stays so, rather than flapping while the lists come in.
+fn plan_seen(input: &SetInput<'_>, seen: &Observation) -> SetPlan {
+    let mut plan = plan_set(input);
+    if !seen.history_listed {
+        let was_in_use = |name: &str| {
+            (input.set.status().into_iter())
+                .flat_map(|s| &s.history)
+                .any(|h| h.name == name && h.in_use)
+        };
+        for revision in &mut plan.status.history {
+            revision.in_use |= was_in_use(&revision.name);
+        }
+    }
+    plan
+}
+
 fn input<'a>(
     ctx: &Context,
     set: SetRef<'a>,
@@ -495,7 +554,7 @@ fn input<'a>(
         revisions: &seen.revisions,
         workloads: &seen.workloads,
         history: &seen.history,
-        pod_refs: Some(&seen.pod_refs),
+        pod_refs: seen.pod_refs.as_ref(),
         now: (ctx.clock)(),
         budget_waiting: &seen.budget_waiting,
         analysis: analysis.map(|a| WaveAnalysis {

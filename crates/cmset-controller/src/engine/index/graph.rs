@@ -1,5 +1,5 @@
-//! The reader graph: which ConfigMap and Secret names each reader (opted-in workload, history object,
-//! Pod) names, the readers listed under every set those names can refer to, each workload's wave and
+//! The reader graph: which ConfigMap and Secret names each reader (opted-in workload, history object)
+//! names, the readers listed under every set those names can refer to, each workload's wave and
 //! health, and the history objects' views.
 //!
 //! Written only by the watches of the readers' kinds: every kind its own entries ([`Graph::link`] by
@@ -12,7 +12,6 @@ use std::sync::Arc;
 use cmset_core::health::{Health, Wave};
 use cmset_core::naming;
 use cmset_core::observe::{HistoryKind, HistoryObject, RefNames, WorkloadKind};
-use cmset_core::refs::Referenced;
 use cmset_core::set::SetKind;
 
 use super::sets::Sets;
@@ -24,9 +23,6 @@ use super::{Key, Readers, SetId, Triggers};
 pub enum ReaderKind {
     Workload(WorkloadKind),
     History(HistoryKind),
-    /// A Pod made from a template cmset rewrote: it keeps the revisions it names in use (a Pod can
-    /// outlive its ReplicaSet), but takes no part in any decision, so it triggers nothing.
-    Pod,
 }
 
 /// The sets `names` can refer to, by [`naming::set_candidates`]: ConfigMap names to ConfigMapSets,
@@ -100,14 +96,8 @@ impl Graph {
                 .or_default()
                 .insert((kind, key.name.clone()));
         }
-        if kind != ReaderKind::Pod {
-            sets.trigger_named(&key.namespace, &previous, out);
-            sets.trigger_named(&key.namespace, &names, out);
-        } else if names.is_empty() {
-            // A Pod gone may have been the last to name an old revision (its ReplicaSet went first):
-            // its sets may prune now. A Pod that appears changes nothing a set decides.
-            sets.trigger_named(&key.namespace, &previous, out);
-        }
+        sets.trigger_named(&key.namespace, &previous, out);
+        sets.trigger_named(&key.namespace, &names, out);
         if !names.is_empty() {
             self.names.insert((kind, key.clone()), names);
         }
@@ -197,7 +187,6 @@ impl Graph {
         for (kind, key) in self.readers_of(set) {
             match kind {
                 ReaderKind::Workload(kind) => readers.workloads.push((kind, key.name)),
-                ReaderKind::Pod => {}
                 ReaderKind::History(kind) => {
                     if let Some(h) = self.history.get(&(kind, key)) {
                         readers.history.push(h.as_ref().clone());
@@ -208,21 +197,12 @@ impl Graph {
         readers
     }
 
-    /// The names of objects of `kind` that the Pods listed under set `set` reference.
-    pub(super) fn pod_refs(&self, set: &SetId, kind: Referenced) -> BTreeSet<String> {
-        self.readers_of(set)
-            .filter(|(reader, _)| *reader == ReaderKind::Pod)
-            .filter_map(|(reader, key)| self.names.get(&(reader, key)))
-            .flat_map(|names| names.get(kind).iter().cloned())
-            .collect()
-    }
-
     /// The lowest valid wave among the workloads listed under set `set` (0 when none has one).
     pub(super) fn lowest_wave(&self, set: &SetId) -> i32 {
         self.readers_of(set)
             .filter_map(|(kind, key)| match kind {
                 ReaderKind::Workload(kind) => self.progress.get(&(kind, key)),
-                ReaderKind::History(_) | ReaderKind::Pod => None,
+                ReaderKind::History(_) => None,
             })
             .filter_map(|(wave, _)| wave.number())
             .min()

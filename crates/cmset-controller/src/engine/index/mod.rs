@@ -31,7 +31,7 @@
 //! `triggers.rs` carries what a change asks to reconcile to the controllers. This file holds the
 //! handle: the lock, whether this replica leads, change notifications, and the queries.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Instant;
@@ -612,7 +612,12 @@ impl Index {
                     }
                 }
                 watcher::Event::InitDone => {
+                    let history_was_listed = state.relist.history_listed();
                     let seen = state.relist.done(name);
+                    if !history_was_listed && state.relist.history_listed() {
+                        // Every set planned without history until now: they prune now.
+                        state.sets.trigger_all(&mut out);
+                    }
                     for key in ops.keys(state) {
                         if !seen.contains(&key) {
                             ops.unindex(&key, state, &mut out);
@@ -723,6 +728,19 @@ impl Index {
         self.read().relist.is_complete()
     }
 
+    /// Whether every watch running now but the history kinds' has delivered its first full list: a set
+    /// may plan its moves and status from the index (see [`Index::history_listed`] for the rest).
+    pub fn is_complete_but_history(&self) -> bool {
+        self.read().relist.is_complete_but_history()
+    }
+
+    /// Whether the history kinds (ReplicaSets, ControllerRevisions, Jobs), watched only once this replica
+    /// leads, have each listed once: until then what the index holds of history is partial, so no set
+    /// prunes, nor adds history's owner references. Their last first list triggers every set.
+    pub fn history_listed(&self) -> bool {
+        self.read().relist.history_listed()
+    }
+
     /// Waits until `holds` holds of the index, checked after every change, for at most `timeout`;
     /// whether it held. A reconciler waiting for the first lists starts the moment they end rather
     /// than at its next poll.
@@ -757,12 +775,6 @@ impl Index {
     /// listed under every set its names could refer to; the planners look at the names themselves.)
     pub fn readers(&self, set: &SetId) -> Readers {
         self.read().graph.readers(set)
-    }
-
-    /// The names of objects of `kind` that the Pods listed under set `set` reference: a revision among
-    /// them is in use.
-    pub fn pod_refs(&self, set: &SetId, kind: Referenced) -> BTreeSet<String> {
-        self.read().graph.pod_refs(set, kind)
     }
 
     /// The lowest valid wave among the opted-in workloads that name set `set` or one of its revisions

@@ -7,7 +7,19 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::Key;
+use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
+use k8s_openapi::api::batch::v1::Job;
+
+use super::{Indexed, Key};
+
+/// The history kinds, watched only from the takeover on (see `Scope::lead`): a standby decodes none of
+/// them. They never hold readiness nor a set's moves, only what needs every history object: pruning,
+/// and history's owner references on revisions (see [`Relist::history_listed`]).
+pub(super) const HISTORY: [&str; 3] = [
+    <ReplicaSet as Indexed>::NAME,
+    <ControllerRevision as Indexed>::NAME,
+    <Job as Indexed>::NAME,
+];
 
 #[derive(Default)]
 pub(super) struct Relist {
@@ -87,8 +99,17 @@ impl Relist {
         self.unavailable.remove(kind);
     }
 
+    /// The kinds watched now, but the history kinds (which may be watched already when this replica
+    /// leads from the start), are the ones readiness waits for.
     pub(super) fn settle(&mut self) {
-        self.required.get_or_insert_with(|| self.watched.clone());
+        let watched = &self.watched;
+        self.required.get_or_insert_with(|| {
+            watched
+                .iter()
+                .filter(|kind| !HISTORY.contains(kind))
+                .copied()
+                .collect()
+        });
     }
 
     /// A kind refused before its first list does not hold readiness up (admission answers without
@@ -101,5 +122,19 @@ impl Relist {
 
     pub(super) fn is_complete(&self) -> bool {
         self.is_ready() && self.watched.iter().all(|kind| self.settled(kind))
+    }
+
+    /// As [`Relist::is_complete`], but for the history kinds.
+    pub(super) fn is_complete_but_history(&self) -> bool {
+        self.is_ready()
+            && (self.watched.iter())
+                .filter(|kind| !HISTORY.contains(kind))
+                .all(|kind| self.settled(kind))
+    }
+
+    /// Whether every history kind has delivered a full list: until then history is unknown (a refused
+    /// list included), not empty.
+    pub(super) fn history_listed(&self) -> bool {
+        HISTORY.iter().all(|kind| self.listed.contains(kind))
     }
 }

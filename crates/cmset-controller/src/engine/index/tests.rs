@@ -31,7 +31,6 @@ fn index() -> Index {
         "Deployment",
         "ReplicaSet",
         "ControllerRevision",
-        "Pod",
     ] {
         index.expect(kind);
     }
@@ -588,25 +587,6 @@ fn a_revision_gaining_an_owner_that_is_not_its_controller_triggers_its_set_alone
 }
 
 #[test]
-fn a_pod_that_appears_triggers_nothing_and_one_that_goes_tells_the_sets_it_named() {
-    let index = index();
-    index.handle(&watcher::Event::Apply(set("app", 1)));
-    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "web-1", "namespace": NS, "labels": {"cmset.dev/managed": "true"}},
-        "spec": {"containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": "app-d2c65kk9hm"}}]}]}
-    }))
-    .unwrap();
-    assert_eq!(
-        index.handle(&watcher::Event::Apply(pod.clone())),
-        Triggers::default()
-    );
-    // The last reader of an old revision may be a terminating Pod: once it is gone the set may prune.
-    let gone = index.handle(&watcher::Event::Delete(pod));
-    assert_eq!(gone.sets, [cms("app")].into());
-    assert!(gone.workloads.is_empty());
-}
-
-#[test]
 fn facts_are_computed_once_per_spec_change() {
     let index = index();
     index.handle(&watcher::Event::Apply(set("app", 1)));
@@ -640,7 +620,7 @@ fn a_relist_drops_what_it_did_not_see_and_counts_as_listed() {
         index.readers(&cms("app")).workloads,
         vec![(WorkloadKind::Deployment, "web".to_string())]
     );
-    assert!(!index.is_ready(), "only one of seven kinds has listed");
+    assert!(!index.is_ready(), "only one of six kinds has listed");
 }
 
 #[test]
@@ -668,6 +648,76 @@ fn readiness_waits_for_the_kinds_of_start_up_and_completeness_for_every_kind_wat
     assert!(!index.is_complete());
     index.forget_workloads(WorkloadKind::CronJob);
     assert!(index.is_ready() && index.is_complete());
+}
+
+#[test]
+fn the_history_kinds_hold_neither_readiness_nor_planning_until_they_list_only_history() {
+    use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
+    use k8s_openapi::api::batch::v1::Job;
+    let index = Index::new(None);
+    index.expect("ConfigMapSet");
+    index.expect("Deployment");
+    index.settle();
+    index.handle::<ConfigMapSet>(&watcher::Event::InitDone);
+    index.handle::<Deployment>(&watcher::Event::InitDone);
+    assert!(index.is_ready() && index.is_complete());
+    assert!(
+        !index.history_listed(),
+        "not watched yet: history is unknown, not empty"
+    );
+    // This replica takes the lease: the history watches start.
+    for kind in ["ReplicaSet", "ControllerRevision", "Job"] {
+        index.expect(kind);
+    }
+    assert!(index.is_ready(), "admission never waits for history");
+    assert!(index.is_complete_but_history(), "nor do a set's moves");
+    assert!(!index.is_complete());
+    index.handle::<ReplicaSet>(&watcher::Event::InitDone);
+    index.handle::<ControllerRevision>(&watcher::Event::InitDone);
+    assert!(!index.history_listed(), "Jobs have not listed yet");
+    index.handle::<Job>(&watcher::Event::InitDone);
+    assert!(index.history_listed() && index.is_complete());
+
+    // A replica that leads from the start (no leader election) watches history before it settles:
+    // readiness still does not wait for it.
+    let index = Index::new(None);
+    for kind in ["ConfigMapSet", "ReplicaSet", "ControllerRevision", "Job"] {
+        index.expect(kind);
+    }
+    index.settle();
+    index.handle::<ConfigMapSet>(&watcher::Event::InitDone);
+    assert!(index.is_ready() && index.is_complete_but_history());
+    assert!(!index.is_complete() && !index.history_listed());
+}
+
+#[test]
+fn every_set_plans_again_once_the_history_kinds_have_each_listed_once() {
+    use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
+    use k8s_openapi::api::batch::v1::Job;
+    let index = index();
+    index.expect("Job");
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    index.handle(&watcher::Event::Apply(set("other", 1)));
+    assert_eq!(
+        index.handle::<ReplicaSet>(&watcher::Event::InitDone),
+        Triggers::default()
+    );
+    assert_eq!(
+        index.handle::<ControllerRevision>(&watcher::Event::InitDone),
+        Triggers::default()
+    );
+    let listed = index.handle::<Job>(&watcher::Event::InitDone);
+    assert_eq!(
+        listed.sets,
+        [cms("app"), cms("other")].into(),
+        "the sets prune now"
+    );
+    // A relist later (a watch expired) is no news.
+    index.handle::<Job>(&watcher::Event::Init);
+    assert_eq!(
+        index.handle::<Job>(&watcher::Event::InitDone),
+        Triggers::default()
+    );
 }
 
 #[tokio::test(start_paused = true)]

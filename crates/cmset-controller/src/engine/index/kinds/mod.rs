@@ -20,7 +20,6 @@ use super::{Key, State, Triggers};
 
 mod history;
 mod metadata;
-mod pods;
 mod sets;
 pub mod workloads;
 
@@ -95,7 +94,7 @@ impl<K: Indexed> Ops<K> for Static<K> {
     }
 }
 
-/// The selector of the objects made from templates cmset rewrote (history objects, Pods).
+/// The selector of the objects made from templates cmset rewrote (history objects).
 fn managed_selector() -> Option<String> {
     Some(format!("{}=true", cmset_api::labels::MANAGED_TEMPLATE))
 }
