@@ -86,15 +86,23 @@ async fn every_retained_replica_set_can_be_returned_to_whatever_the_set_limit() 
             .collect::<BTreeSet<_>>(),
         all
     );
-    // The newest ReplicaSet becomes an owner within a moment: owner patches are batched for up to a
-    // second after the rollout, which may already be complete.
-    eventually("every revision owned by the ReplicaSet that names it", || async {
-        let revisions = ns.revisions("app-config").await;
-        revisions
-            .iter()
-            .all(|cm| cm.owner_references().iter().any(|o| o.kind == "ReplicaSet"))
-            .then_some(())
-    })
+    // Each is owned by what keeps it after the set: the Deployment, which owns every revision made
+    // while it read the set, or else (the first, made before the Deployment existed) the ReplicaSet
+    // that names it, added within a moment (owner patches are batched for up to a second).
+    eventually(
+        "every revision owned by the Deployment or the ReplicaSet that names it",
+        || async {
+            let revisions = ns.revisions("app-config").await;
+            revisions
+                .iter()
+                .all(|cm| {
+                    cm.owner_references()
+                        .iter()
+                        .any(|o| o.kind == "ReplicaSet" || (o.kind == "Deployment" && o.name == "web"))
+                })
+                .then_some(())
+        },
+    )
     .await;
     // Return to each Deployment revision that names a cmset revision, and check the config comes back.
     let mut by_revision: Vec<(String, String)> = ns

@@ -170,12 +170,13 @@ async fn controller_revisions(ns: &TestNamespace, owner_uid: &str) -> BTreeSet<S
         .collect()
 }
 
-/// Waits until the revision ConfigMap `revision` has an ownerReference to one of the workload's
-/// ControllerRevisions, and returns that ControllerRevision's name.
-async fn owned_by_controller_revision(ns: &TestNamespace, kind: Kind, revision: &str) -> String {
+/// Waits until the revision ConfigMap `revision` is owned by what keeps it for the workload once the
+/// set is gone: the workload itself (a revision made while it read the set) or one of its
+/// ControllerRevisions; returns that owner as `kind/name`.
+async fn owned_for(ns: &TestNamespace, kind: Kind, revision: &str) -> String {
     let uid = kind.uid(ns).await;
     let what = format!(
-        "revision {revision} to be owned by a ControllerRevision of {}",
+        "revision {revision} to be owned by {} or one of its ControllerRevisions",
         kind.target()
     );
     eventually(&what, || async {
@@ -183,14 +184,14 @@ async fn owned_by_controller_revision(ns: &TestNamespace, kind: Kind, revision: 
         let ours = controller_revisions(ns, &uid).await;
         cm.owner_references()
             .iter()
-            .find(|o| o.kind == "ControllerRevision" && ours.contains(&o.name))
+            .find(|o| o.uid == uid || (o.kind == "ControllerRevision" && ours.contains(&o.name)))
             .map(|o| {
                 assert_eq!(
                     o.controller,
                     Some(false),
                     "an extra owner is never the controller"
                 );
-                o.name.clone()
+                format!("{}/{}", o.kind, o.name)
             })
     })
     .await
@@ -240,9 +241,9 @@ async fn follows_rollout_and_undo(kind: Kind, short: &str) {
     .await;
 
     // Nothing but the workload's ControllerRevision uses the first revision now, and the history limit
-    // is 0: it is kept anyway, because that ControllerRevision owns it.
-    let owner = owned_by_controller_revision(&ns, kind, &v1).await;
-    owned_by_controller_revision(&ns, kind, &v2).await;
+    // is 0: it is kept anyway, because that ControllerRevision names it (and the workload or it owns it).
+    let owner = owned_for(&ns, kind, &v1).await;
+    owned_for(&ns, kind, &v2).await;
     stays(
         "the first revision is kept while a ControllerRevision names it",
         Duration::from_secs(2),
@@ -253,7 +254,7 @@ async fn follows_rollout_and_undo(kind: Kind, short: &str) {
     let first = history.iter().find(|h| h.name == v1);
     assert!(
         first.is_some_and(|h| h.in_use),
-        "status.history lists the first revision as in use (ControllerRevision {owner}): {history:?}"
+        "status.history lists the first revision as in use (owned by {owner}): {history:?}"
     );
 
     // `kubectl rollout undo` returns to the first revision, and cmset leaves it there.
