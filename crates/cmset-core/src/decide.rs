@@ -131,6 +131,17 @@ pub fn status_moves_decisions(old: &ConfigMapSetStatus, new: &ConfigMapSetStatus
         || held(old) != held(new)
 }
 
+/// Whether a set's status written as `new` over `old` must wake the workloads that read it: it moved
+/// what their decisions read ([`status_moves_decisions`]), or some of them still wait to move (held by
+/// a wave, a window, a pause, or not moved yet), whose gate may have opened with whatever changed.
+pub fn status_wakes_readers(old: &ConfigMapSetStatus, new: &ConfigMapSetStatus) -> bool {
+    status_moves_decisions(old, new)
+        || new
+            .workloads
+            .iter()
+            .any(|w| matches!(w.state, WorkloadState::Pending | WorkloadState::Waiting))
+}
+
 /// The targets of every set `workload` reads, or the first set it must wait for.
 pub fn targets(observed: &[Observed<'_>], workload: &WorkloadView) -> Result<Vec<SetTarget>, Undecided> {
     observed.iter().map(|o| target(o, workload)).collect()
@@ -197,6 +208,21 @@ mod tests {
         }));
         assert!(changed(&|s| s.history.push(Default::default())));
         assert!(!status_moves_decisions(&base, &base));
+        // Readers that still wait are woken by any status; once all have moved, only by news.
+        let moved = ConfigMapSetStatus {
+            workloads: vec![workload(WorkloadState::Current)],
+            ..base.clone()
+        };
+        assert!(status_wakes_readers(&moved, &base), "one is Pending");
+        let waiting = ConfigMapSetStatus {
+            workloads: vec![workload(WorkloadState::Waiting)],
+            ..base.clone()
+        };
+        assert!(status_wakes_readers(&moved, &waiting));
+        assert!(!status_wakes_readers(&base, &moved));
+        let mut pinned = moved.clone();
+        pinned.workloads[0].state = WorkloadState::Pinned;
+        assert!(status_wakes_readers(&moved, &pinned));
     }
 
     #[test]

@@ -813,14 +813,19 @@ async fn write_status<S: SetObject>(
             let version = answer.resource_version();
             ctx.remember_written(id, set, status, version.clone());
             // Its echo is no news to this controller, and to the readers only when it moved what
-            // their decisions read (a wave opened, a pin, a new current revision).
+            // their decisions read (a wave opened, a pin, a new current revision) or some still wait.
             let previous = set.status().cloned().unwrap_or_default();
             let echo = Echo {
                 writer: false,
-                readers: cmset_core::decide::status_moves_decisions(&previous, status),
+                readers: cmset_core::decide::status_wakes_readers(&previous, status),
             };
             ctx.index
                 .expect_echo(S::KIND.as_str(), id.1.clone(), version, echo);
+            // The notifier hears what was written from the answer, which is the echo to come: that
+            // echo reconciles no one.
+            if let Some(notifier) = &ctx.notifier {
+                notifier.observe(ctx, answer.as_set());
+            }
             Ok(StatusWrite::Written)
         }
         Err(source) => Err(Error::WriteStatus { name, source }),
