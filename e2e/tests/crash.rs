@@ -109,31 +109,38 @@ async fn killed_at_random_moments_the_operator_converges_with_nothing_lost() {
         }
     }
 
-    // Every ReplicaSet owns the revisions it names, so `rollout undo` finds its config. These owner
-    // patches are batched for up to a second after a ReplicaSet appears, and are part of converging.
-    eventually("every ReplicaSet to own the revisions it names", || async {
-        let owners: BTreeMap<String, BTreeSet<String>> = ns
-            .revisions("app-config")
-            .await
-            .iter()
-            .map(|cm| {
-                let uids = cm.owner_references().iter().map(|o| o.uid.clone()).collect();
-                (cm.name_any(), uids)
-            })
-            .collect();
-        ns.replica_sets()
-            .await
-            .iter()
-            .all(|rs| {
-                let uid = rs.uid().unwrap_or_default();
-                replica_set_names(rs)
-                    .unwrap_or_default()
-                    .iter()
-                    .filter_map(|name| owners.get(name))
-                    .all(|uids| uids.contains(&uid))
-            })
-            .then_some(())
-    })
+    // Every revision a ReplicaSet names is owned by it or by its Deployment (which owns the revisions
+    // made while it read the set), so `rollout undo` finds its config. The ReplicaSets' owner patches
+    // are batched for up to a second after one appears, and are part of converging.
+    eventually(
+        "every ReplicaSet or its Deployment to own the revisions it names",
+        || async {
+            let owners: BTreeMap<String, BTreeSet<String>> = ns
+                .revisions("app-config")
+                .await
+                .iter()
+                .map(|cm| {
+                    let uids = cm.owner_references().iter().map(|o| o.uid.clone()).collect();
+                    (cm.name_any(), uids)
+                })
+                .collect();
+            ns.replica_sets()
+                .await
+                .iter()
+                .all(|rs| {
+                    let uid = rs.uid().unwrap_or_default();
+                    let deployment = rs.owner_references().first().map(|o| o.uid.clone());
+                    replica_set_names(rs)
+                        .unwrap_or_default()
+                        .iter()
+                        .filter_map(|name| owners.get(name))
+                        .all(|uids| {
+                            uids.contains(&uid) || deployment.as_ref().is_some_and(|d| uids.contains(d))
+                        })
+                })
+                .then_some(())
+        },
+    )
     .await;
 
     // And once converged, the operator is quiet.

@@ -405,8 +405,10 @@ async fn reverted_content_reuses_its_revision_and_pruning_spares_what_a_replica_
     .await;
     let kept = ns.api::<Secret>().get(&version_name(4)).await.unwrap();
     assert!(
-        kept.owner_references().iter().any(|o| o.kind == "ReplicaSet"),
-        "the revision a ReplicaSet names is owned by it: {:?}",
+        kept.owner_references()
+            .iter()
+            .any(|o| o.kind == "ReplicaSet" || (o.kind == "Deployment" && o.controller == Some(false))),
+        "the revision a ReplicaSet names is owned by it or by its Deployment: {:?}",
         kept.owner_references()
     );
     eventually(
