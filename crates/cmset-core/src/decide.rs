@@ -104,16 +104,17 @@ pub fn target_seeing(
     Ok(target.gated(gate))
 }
 
-/// Whether a set's status moving from `old` to `new` can move a decision [`target`] makes for any of
-/// its readers: the rollout (a wave opens, a rollback, a pause), the current revision, the revisions
-/// it keeps and which failed, and which workloads are pinned or rolled back. Conditions, the observed
-/// generation, revisions coming into use and the workloads' progress records move none (a record of
-/// a move follows the move it records).
+/// Whether a set's status moving from `old` to `new` can move a decision [`target`] makes for a reader
+/// that already runs the current revision: the rollout (a wave opens, a rollback, a pause), which
+/// revisions failed, and which workloads are pinned or rolled back. A new current revision is not
+/// such news (the readers not on it wait to move, see [`status_wakes_readers`]), nor are conditions,
+/// the observed generation, revisions coming into use or the records of moves made.
 pub fn status_moves_decisions(old: &ConfigMapSetStatus, new: &ConfigMapSetStatus) -> bool {
-    let kept = |s: &ConfigMapSetStatus| -> Vec<(String, i64, bool)> {
+    let failed = |s: &ConfigMapSetStatus| -> Vec<String> {
         s.history
             .iter()
-            .map(|h| (h.name.clone(), h.revision, h.failed))
+            .filter(|h| h.failed)
+            .map(|h| h.name.clone())
             .collect()
     };
     let held = |s: &ConfigMapSetStatus| -> Vec<(String, WorkloadState)> {
@@ -123,12 +124,7 @@ pub fn status_moves_decisions(old: &ConfigMapSetStatus, new: &ConfigMapSetStatus
             .map(|w| (w.uid.clone(), w.state))
             .collect()
     };
-    old.rollout != new.rollout
-        || old.revision != new.revision
-        || old.current_revision != new.current_revision
-        || old.collision_count != new.collision_count
-        || kept(old) != kept(new)
-        || held(old) != held(new)
+    old.rollout != new.rollout || failed(old) != failed(new) || held(old) != held(new)
 }
 
 /// Whether a set's status written as `new` over `old` must wake the workloads that read it: it moved
@@ -192,9 +188,9 @@ mod tests {
             s.conditions
                 .push(serde_json::from_value(serde_json::json!({"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z", "reason": "RolledOut", "message": ""})).unwrap())
         }));
+        // A new current revision alone: the readers not on it are Pending, and that wakes them.
+        assert!(!changed(&|s| s.current_revision = Some("app-2".into())));
         // What a reader's decision reads: news.
-        assert!(changed(&|s| s.current_revision = Some("app-2".into())));
-        assert!(changed(&|s| s.revision = Some(2)));
         assert!(changed(&|s| s.workloads = vec![workload(WorkloadState::Pinned)]));
         assert!(changed(
             &|s| s.workloads = vec![workload(WorkloadState::RolledBack)]
@@ -206,7 +202,13 @@ mod tests {
                 ..RolloutStatus::default()
             })
         }));
-        assert!(changed(&|s| s.history.push(Default::default())));
+        assert!(!changed(&|s| s.history.push(Default::default())));
+        assert!(changed(&|s| {
+            s.history.push(cmset_api::RevisionStatus {
+                failed: true,
+                ..Default::default()
+            })
+        }));
         assert!(!status_moves_decisions(&base, &base));
         // Readers that still wait are woken by any status; once all have moved, only by news.
         let moved = ConfigMapSetStatus {

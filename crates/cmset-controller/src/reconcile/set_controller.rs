@@ -574,6 +574,7 @@ async fn patch_revision_metadata(
     patch: &Value,
 ) -> kube::Result<()> {
     let (params, patch) = (field_manager(), Patch::Strategic(patch));
+    let writing = ctx.index.writing(kind.as_str(), Key::new(namespace, name));
     let answer = match kind {
         Referenced::ConfigMap => {
             {
@@ -598,8 +599,7 @@ async fn patch_revision_metadata(
         writer: false,
         readers: true,
     };
-    ctx.index
-        .expect_echo(kind.as_str(), Key::new(namespace, name), answer, echo);
+    writing.answered(answer, echo);
     Ok(())
 }
 
@@ -658,6 +658,7 @@ async fn create_revision(
                 .map(|created| created.resource_version()),
         }
     };
+    let writing = ctx.index.writing(kind.as_str(), Key::new(namespace, &name));
     let error = match ctx.write("create_revision", request).await {
         Ok(version) => {
             // Its echo wakes the readers, who move to it, and not this set, which planned with it.
@@ -665,8 +666,7 @@ async fn create_revision(
                 writer: false,
                 readers: true,
             };
-            let key = Key::new(namespace, &name);
-            ctx.index.expect_echo(kind.as_str(), key, version, echo);
+            writing.answered(version, echo);
             info!(namespace, set = %set.name(), %kind, revision = %name, "created revision");
             ctx.metrics.revisions_created.inc();
             return Ok(Created::New);
@@ -674,6 +674,7 @@ async fn create_revision(
         Err(e) if api_code(&e) == Some(409) => e,
         Err(source) => return Err(Error::CreateRevision { name, source }),
     };
+    drop(writing);
     debug!(revision = %name, error = %crate::platform::redact::api_error(&error), "revision name exists");
     let read_existing = |source| Error::ReadExisting {
         name: name.clone(),
@@ -805,6 +806,7 @@ async fn write_status<S: SetObject>(
     let api: Api<S> = Api::namespaced(ctx.client.clone(), &object.namespace().unwrap_or_default());
     let params = PatchParams::apply(labels::FIELD_MANAGER).force();
     let (name, patch) = (object.name_any(), Patch::Apply(&body));
+    let writing = ctx.index.writing(S::KIND.as_str(), id.1.clone());
     match ctx
         .write("write_status", api.patch_status(&name, &params, &patch))
         .await
@@ -819,8 +821,7 @@ async fn write_status<S: SetObject>(
                 writer: false,
                 readers: cmset_core::decide::status_wakes_readers(&previous, status),
             };
-            ctx.index
-                .expect_echo(S::KIND.as_str(), id.1.clone(), version, echo);
+            writing.answered(version, echo);
             // The notifier hears what was written from the answer, which is the echo to come: that
             // echo reconciles no one.
             if let Some(notifier) = &ctx.notifier {

@@ -367,6 +367,7 @@ async fn patch_workload(
         field_manager: Some(labels::FIELD_MANAGER.to_string()),
         ..PatchParams::default()
     };
+    let writing = ctx.index.writing_workload(this.kind, Key::new(namespace, name));
     let answer = ctx
         .write(
             "patch_workload",
@@ -382,9 +383,7 @@ async fn patch_workload(
         writer: false,
         readers: true,
     };
-    let key = Key::new(namespace, name);
-    ctx.index
-        .expect_echo(this.kind.as_str(), key, answer.resource_version(), echo);
+    writing.answered(answer.resource_version(), echo);
     Ok(())
 }
 

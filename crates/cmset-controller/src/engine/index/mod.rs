@@ -540,7 +540,8 @@ impl Index {
 
     /// Applies one watch event and sends the reconciles it triggers.
     pub fn handle<K: Indexed>(&self, event: &watcher::Event<K>) -> Triggers {
-        let out = self.apply(K::NAME, event, &kinds::Static::<K>::default());
+        let own = SetKind::parse(K::NAME).map(OwnTarget::Set);
+        let out = self.apply(K::NAME, event, &kinds::Static::<K>::default(), own);
         if let watcher::Event::Delete(obj) = event
             && let Some(kind) = SetKind::ALL.into_iter().find(|k| k.as_str() == K::NAME)
             && let Some(key) = Key::of(obj)
@@ -556,12 +557,26 @@ impl Index {
         *self.set_gone.write().unwrap_or_else(|e| e.into_inner()) = Some(gone);
     }
 
-    /// cmset wrote `key`, an object of the watched kind `kind` (its [`Indexed::NAME`] or workload
-    /// kind), and the API server answered with `resource_version`: when the watch shows that very
-    /// version, it concerns only whom `echo` names.
-    pub fn expect_echo(&self, kind: &'static str, key: Key, resource_version: Option<String>, echo: Echo) {
-        if let Some(version) = resource_version {
-            self.write().echoes.expect(kind, key, version, echo);
+    /// cmset is about to write `key`, an object of the watched kind `kind` (its [`Indexed::NAME`]):
+    /// until the write is answered, what the watch brings of it waits (see `echoes.rs`). Tell the
+    /// guard the answer ([`EchoGuard::answered`]); dropped unanswered (the write failed), it sends what
+    /// waited.
+    pub fn writing(&self, kind: &'static str, key: Key) -> EchoGuard<'_> {
+        self.writing_as(kind, key, SetKind::parse(kind).map(OwnTarget::Set))
+    }
+
+    /// [`Index::writing`] of workload `key` of `kind`.
+    pub fn writing_workload(&self, kind: WorkloadKind, key: Key) -> EchoGuard<'_> {
+        self.writing_as(kind.as_str(), key, Some(OwnTarget::Workload(kind)))
+    }
+
+    fn writing_as(&self, kind: &'static str, key: Key, own: Option<OwnTarget>) -> EchoGuard<'_> {
+        self.write().echoes.begin(kind, key.clone());
+        EchoGuard {
+            index: self,
+            kind,
+            key: Some(key),
+            own,
         }
     }
 
@@ -573,7 +588,7 @@ impl Index {
 
     /// Applies one watch event of the workload kind `kind` and sends the reconciles it triggers.
     pub fn handle_workload(&self, kind: WorkloadKind, event: &watcher::Event<StoredWorkload>) -> Triggers {
-        self.apply(kind.as_str(), event, &kind)
+        self.apply(kind.as_str(), event, &kind, Some(OwnTarget::Workload(kind)))
     }
 
     fn apply<O: Resource>(
@@ -581,9 +596,11 @@ impl Index {
         name: &'static str,
         event: &watcher::Event<O>,
         ops: &dyn kinds::Ops<O>,
+        own: Option<OwnTarget>,
     ) -> Triggers {
         self.count(name, event);
         let mut out = Triggers::default();
+        let mut released = Vec::new();
         {
             let mut guard = self.write();
             let state = &mut *guard;
@@ -592,21 +609,26 @@ impl Index {
                     if let Some(key) = Key::of(obj) {
                         ops.index(obj, &key, state, &mut out);
                         let version = obj.meta().resource_version.as_deref();
-                        if let Some(echo) = state.echoes.arrived(name, &key, version) {
-                            quiet_echo(name, echo, &mut out);
+                        if state.echoes.is_awaited(name, &key) {
+                            // Held or quietened, its own reconcile goes by the index's queues.
+                            own_by_queue(own, &key, &mut out);
+                        }
+                        match state.echoes.arrived(name, &key, version, &mut out) {
+                            echoes::Arrival::News | echoes::Arrival::Held => {}
+                            echoes::Arrival::Echo(echo) => quiet_echo(name, own, &key, echo, &mut out),
                         }
                     }
                 }
                 watcher::Event::Delete(obj) => {
                     if let Some(key) = Key::of(obj) {
-                        state.echoes.forget(name, &key);
+                        released.extend(state.echoes.forget(name, &key));
                         ops.unindex(&key, state, &mut out);
                     }
                 }
                 watcher::Event::Init => state.relist.start(name),
                 watcher::Event::InitApply(obj) => {
                     if let Some(key) = Key::of(obj) {
-                        state.echoes.forget(name, &key);
+                        released.extend(state.echoes.forget(name, &key));
                         ops.index(obj, &key, state, &mut out);
                         state.relist.seen(name, key);
                     }
@@ -632,6 +654,9 @@ impl Index {
         }
         self.changed();
         self.send(&out);
+        for held in &released {
+            self.send(held);
+        }
         out
     }
 
@@ -859,21 +884,92 @@ impl Index {
     }
 }
 
-/// Drops from `out` what the echo of cmset's own write of an object of `kind` does not concern: its
-/// writer (the set or workload's own controller, or for a revision the set that created it), and the
-/// readers of a set whose status moved nothing they decide from.
-fn quiet_echo(kind: &'static str, echo: Echo, out: &mut Triggers) {
-    let is_set = SetKind::ALL.into_iter().any(|k| k.as_str() == kind);
+/// The controller an object's own reconcile goes to: a set's or a workload's.
+#[derive(Clone, Copy, Debug)]
+enum OwnTarget {
+    Set(SetKind),
+    Workload(WorkloadKind),
+}
+
+/// Turns `out`'s own reconcile of `key` into an entry of the index's queues, so that it can be held
+/// and sent later (the watch sends `own` only as the event arrives).
+fn own_by_queue(own: Option<OwnTarget>, key: &Key, out: &mut Triggers) {
+    if !std::mem::take(&mut out.own) {
+        return;
+    }
+    match own {
+        Some(OwnTarget::Set(kind)) => {
+            out.sets.insert((kind, key.clone()));
+        }
+        Some(OwnTarget::Workload(kind)) => {
+            out.workloads.insert((kind, key.clone()));
+        }
+        None => {}
+    }
+}
+
+/// Drops from `out` what the echo of cmset's own write of `key`, an object of `kind`, does not
+/// concern: its writer (the set or workload's own controller, or for a revision the set that created
+/// it), and the readers of a set whose status moved nothing they decide from.
+fn quiet_echo(kind: &'static str, own: Option<OwnTarget>, key: &Key, echo: Echo, out: &mut Triggers) {
     let is_revision = SetKind::ALL
         .into_iter()
         .any(|k| k.revision_kind().as_str() == kind);
     if !echo.writer {
         out.own = false;
+        match own {
+            Some(OwnTarget::Set(set)) => {
+                out.sets.remove(&(set, key.clone()));
+            }
+            Some(OwnTarget::Workload(workload)) => {
+                out.workloads.remove(&(workload, key.clone()));
+            }
+            None => {}
+        }
         if is_revision {
             out.sets.clear();
         }
     }
-    if !echo.readers && is_set {
+    if !echo.readers && matches!(own, Some(OwnTarget::Set(_))) {
         out.workloads.clear();
+    }
+}
+
+/// A write of an object under way (see [`Index::writing`]).
+#[must_use = "tell it the answer, or drop it when the write failed"]
+pub struct EchoGuard<'a> {
+    index: &'a Index,
+    kind: &'static str,
+    key: Option<Key>,
+    own: Option<OwnTarget>,
+}
+
+impl EchoGuard<'_> {
+    /// The write was answered at `resource_version`: its echo concerns `echo`. What the watch brought
+    /// meanwhile is sent now, the echo among it quietened.
+    pub fn answered(mut self, resource_version: Option<String>, echo: Echo) {
+        let Some(key) = self.key.take() else { return };
+        let (kind, own) = (self.kind, self.own);
+        let released =
+            self.index
+                .write()
+                .echoes
+                .answered(kind, key.clone(), resource_version, echo, |echo, out| {
+                    quiet_echo(kind, own, &key, echo, out)
+                });
+        for out in &released {
+            self.index.send(out);
+        }
+    }
+}
+
+impl Drop for EchoGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            let released = self.index.write().echoes.abandon(self.kind, &key);
+            for out in &released {
+                self.index.send(out);
+            }
+        }
     }
 }

@@ -227,7 +227,9 @@ fn the_echo_of_the_set_controller_s_status_write_wakes_only_what_it_moved() {
         readers: false,
     };
     // A status that moved nothing its readers decide from: its echo wakes no one.
-    index.expect_echo("ConfigMapSet", key("app"), Some("10".into()), quiet);
+    index
+        .writing("ConfigMapSet", key("app"))
+        .answered(Some("10".into()), quiet);
     let echo = written(set("app", 1), "10", Default::default());
     assert_eq!(index.handle(&watcher::Event::Apply(echo)), Triggers::default());
     // Only once: the same version seen again (a relist's apply, say) is anyone's news.
@@ -235,9 +237,7 @@ fn the_echo_of_the_set_controller_s_status_write_wakes_only_what_it_moved() {
     let out = index.handle(&watcher::Event::Apply(again));
     assert!(out.own);
     // A status that opened a wave: its echo wakes the readers, not the writer.
-    index.expect_echo(
-        "ConfigMapSet",
-        key("app"),
+    index.writing("ConfigMapSet", key("app")).answered(
         Some("11".into()),
         Echo {
             readers: true,
@@ -252,13 +252,16 @@ fn the_echo_of_the_set_controller_s_status_write_wakes_only_what_it_moved() {
     assert!(!out.own);
     assert_eq!(out.workloads, workloads(&["web"]));
     // Someone else's write before the echo arrives is news; the echo after it is still quiet.
-    index.expect_echo("ConfigMapSet", key("app"), Some("13".into()), quiet);
+    index
+        .writing("ConfigMapSet", key("app"))
+        .answered(Some("13".into()), quiet);
     let out = index.handle(&watcher::Event::Apply(written(
         set("app", 1),
         "12",
         Default::default(),
     )));
-    assert!(out.own);
+    // (While an echo is awaited, the object's own reconcile goes by the index's queue.)
+    assert!(out.sets.contains(&cms("app")), "{out:?}");
     let out = index.handle(&watcher::Event::Apply(written(
         set("app", 1),
         "13",
@@ -266,19 +269,80 @@ fn the_echo_of_the_set_controller_s_status_write_wakes_only_what_it_moved() {
     )));
     assert_eq!(out, Triggers::default());
     // A writer that waits for its store to catch up is woken by the echo.
-    index.expect_echo("ConfigMapSet", key("app"), Some("14".into()), quiet);
+    index
+        .writing("ConfigMapSet", key("app"))
+        .answered(Some("14".into()), quiet);
     assert!(index.wake_writer_on_echo("ConfigMapSet", &key("app")));
     let out = index.handle(&watcher::Event::Apply(written(
         set("app", 1),
         "14",
         Default::default(),
     )));
-    assert!(out.own);
+    assert!(out.sets.contains(&cms("app")), "{out:?}");
     assert!(out.workloads.is_empty());
     assert!(
         !index.wake_writer_on_echo("ConfigMapSet", &key("app")),
         "no echo is awaited once it arrived"
     );
+    assert_eq!(index.sizes()["echoes awaited"], 0);
+}
+
+#[test]
+fn an_echo_that_arrives_before_the_write_is_answered_is_still_an_echo() {
+    use super::Echo;
+    let (senders, mut queues) = super::trigger_channels();
+    let index = Index::new(Some(senders));
+    for kind in ["ConfigMapSet", "ConfigMap", "Deployment"] {
+        index.expect(kind);
+    }
+    index.settle();
+    index.lead();
+    let mut queued = || {
+        let mut names = Vec::new();
+        while let Ok(set) = queues.sets.try_recv() {
+            names.push(set.name);
+        }
+        names
+    };
+    index.handle(&watcher::Event::Apply(set("app", 1)));
+    index.handle(&watcher::Event::Apply(deployment("web", &["app"])));
+    queued();
+    let quiet = Echo {
+        writer: false,
+        readers: false,
+    };
+    // The watch brings the write's echo before the answer arrives: it waits, and the answer says it
+    // was the echo.
+    let writing = index.writing("ConfigMapSet", key("app"));
+    let held = index.handle(&watcher::Event::Apply(written(
+        set("app", 1),
+        "30",
+        Default::default(),
+    )));
+    assert_eq!(held, Triggers::default(), "held until the answer");
+    writing.answered(Some("30".into()), quiet);
+    assert_eq!(queued(), Vec::<String>::new(), "the echo reconciles no one");
+    assert_eq!(index.sizes()["echoes awaited"], 0, "the echo came already");
+    // Someone else's change held behind a write is news once the answer shows it was not the echo.
+    let writing = index.writing("ConfigMapSet", key("app"));
+    index.handle(&watcher::Event::Apply(written(
+        set("app", 1),
+        "31",
+        Default::default(),
+    )));
+    assert_eq!(queued(), Vec::<String>::new(), "held");
+    writing.answered(Some("32".into()), quiet);
+    assert_eq!(queued(), vec!["app".to_string()]);
+    // A write that fails sends what waited: it was news.
+    let writing = index.writing("ConfigMapSet", key("app"));
+    index.handle(&watcher::Event::Apply(written(
+        set("app", 1),
+        "33",
+        Default::default(),
+    )));
+    assert_eq!(queued(), Vec::<String>::new(), "held");
+    drop(writing);
+    assert_eq!(queued(), vec!["app".to_string()]);
     assert_eq!(index.sizes()["echoes awaited"], 0);
 }
 
@@ -295,7 +359,9 @@ fn a_revision_the_set_created_wakes_its_readers_and_not_the_set() {
         readers: true,
     };
     let name = created.metadata.name.clone().unwrap();
-    index.expect_echo("ConfigMap", key(&name), Some("20".into()), echo);
+    index
+        .writing("ConfigMap", key(&name))
+        .answered(Some("20".into()), echo);
     let out = index.handle(&watcher::Event::Apply(created.clone()));
     assert!(out.sets.is_empty(), "the set planned with it: {:?}", out.sets);
     assert_eq!(out.workloads, workloads(&["web"]));
@@ -328,15 +394,15 @@ fn a_workload_s_own_controller_hears_only_what_it_plans_from() {
     let waved = with_wave(at(2, "4", "app"), "1");
     assert!(index.handle(&watcher::Event::Apply(waved)).own);
     // The echo of cmset's own patch moving it: no news to it, but its set records the move.
-    index.expect_echo(
-        "Deployment",
-        key("web"),
-        Some("5".into()),
-        Echo {
-            writer: false,
-            readers: true,
-        },
-    );
+    index
+        .writing_workload(WorkloadKind::Deployment, key("web"))
+        .answered(
+            Some("5".into()),
+            Echo {
+                writer: false,
+                readers: true,
+            },
+        );
     let moved = with_wave(at(3, "5", "app-d2c65kk9hm"), "1");
     let out = index.handle(&watcher::Event::Apply(moved));
     assert!(!out.own);
