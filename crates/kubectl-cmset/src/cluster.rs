@@ -16,8 +16,10 @@ use std::path::Path;
 
 use cmset_api::{ChangeWindow, ConfigMapSet, SecretSet, labels};
 use cmset_core::naming::set_label_value;
-use cmset_core::observe::WorkloadKind;
+use cmset_core::observe::{RefNames, WorkloadKind};
 use cmset_core::set::SetKind;
+use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PodSpec, Secret};
 use kube::api::{ApiResource, DynamicObject, ListParams, PartialObjectMeta, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -203,6 +205,47 @@ impl Cluster {
             .await
             .map_err(|e| secret_error("listing the revision Secrets", e))?;
         Ok(list.items)
+    }
+
+    /// The history objects of the namespace made from templates cmset rewrote (ReplicaSets,
+    /// ControllerRevisions, Jobs: label `cmset.dev/managed=true`), each as `Kind/name` with the names its
+    /// template references: what a rollback can return to. Best effort: a kind that cannot be listed
+    /// (not allowed, say) is left out, and `history` shows the owners alone for it.
+    pub async fn history_objects(&self) -> Vec<(String, RefNames)> {
+        let managed = ListParams::default().labels(&format!("{}=true", labels::MANAGED_TEMPLATE));
+        let template_names = |template: Option<&PodSpec>| template.map(RefNames::of).unwrap_or_default();
+        let mut found = Vec::new();
+        if let Ok(list) = self.api::<ReplicaSet>().list(&managed).await {
+            found.extend(list.items.iter().map(|rs| {
+                let spec = rs
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.template.as_ref())
+                    .and_then(|t| t.spec.as_ref());
+                (format!("ReplicaSet/{}", rs.name_any()), template_names(spec))
+            }));
+        }
+        if let Ok(list) = self.api::<Job>().list(&managed).await {
+            found.extend(list.items.iter().map(|job| {
+                let spec = job.spec.as_ref().and_then(|s| s.template.spec.as_ref());
+                (format!("Job/{}", job.name_any()), template_names(spec))
+            }));
+        }
+        if let Ok(list) = self.api::<ControllerRevision>().list(&managed).await {
+            found.extend(list.items.iter().map(|cr| {
+                // Its data is the workload's template as a patch: `spec.template.spec`.
+                let spec = cr
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.0.pointer("/spec/template/spec"))
+                    .and_then(|v| serde_json::from_value::<PodSpec>(v.clone()).ok());
+                (
+                    format!("ControllerRevision/{}", cr.name_any()),
+                    template_names(spec.as_ref()),
+                )
+            }));
+        }
+        found
     }
 
     /// One Secret, in full: only for [`crate::secret_diff::compare`], which keeps its values to itself.

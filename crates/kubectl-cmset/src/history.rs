@@ -1,6 +1,7 @@
 //! `kubectl cmset history`: one row per revision (a ConfigMap of a ConfigMapSet, a Secret of a
 //! SecretSet), newest first, with what still uses it.
 
+use cmset_core::observe::RefNames;
 use cmset_core::refs::Referenced;
 use cmset_core::set::SetRef;
 use jiff::Timestamp;
@@ -29,14 +30,20 @@ pub struct HistoryRow {
     /// A rollout of it failed (`failed` in the set's `status.history`): cmset does not try it again.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub failed: bool,
-    /// What references it: the set's workloads that run it (`Deployment/web`), then the ReplicaSets and
-    /// ControllerRevisions that own it because their pod templates name it (`ReplicaSet/web-5d8f7`).
+    /// What references it: the set's workloads that run it (`Deployment/web`), then the ReplicaSets,
+    /// ControllerRevisions and Jobs whose pod templates name it (`ReplicaSet/web-5d8f7`), and any other
+    /// owner it has besides its set and the workloads that read it.
     pub used_by: Vec<String>,
 }
 
-/// The rows of `set`'s history, from its `revisions` (see [`crate::revisions::revisions_of`]), at time
-/// `now`.
-pub fn history_rows(set: SetRef<'_>, revisions: &[Revision<'_>], now: Timestamp) -> Vec<HistoryRow> {
+/// The rows of `set`'s history, from its `revisions` (see [`crate::revisions::revisions_of`]) and the
+/// namespace's `history` objects (`Kind/name` and the names their templates reference), at time `now`.
+pub fn history_rows(
+    set: SetRef<'_>,
+    revisions: &[Revision<'_>],
+    history: &[(String, RefNames)],
+    now: Timestamp,
+) -> Vec<HistoryRow> {
     let current = current_name(set);
     let set_uid = set.uid();
     let kind = set.kind().revision_kind();
@@ -62,8 +69,15 @@ pub fn history_rows(set: SetRef<'_>, revisions: &[Revision<'_>], now: Timestamp)
                 // A reader owning a revision keeps it, but uses it only if it names it (above).
                 .filter(|o| !cmset_core::revision::is_reader_owner(o))
                 .map(|o| format!("{}/{}", o.kind, o.name))
+                .chain(
+                    history
+                        .iter()
+                        .filter(|(_, names)| names.contains(kind, &r.name))
+                        .map(|(object, _)| object.clone()),
+                )
                 .collect();
             owners.sort();
+            owners.dedup();
             used_by.extend(owners);
             let created = r.meta.creation_timestamp.as_ref().map(|t| t.0);
             HistoryRow {
@@ -128,7 +142,7 @@ mod tests {
     use crate::revisions::revisions_of;
 
     fn rows<K: kube::Resource>(set: SetRef<'_>, objects: &[K]) -> Vec<HistoryRow> {
-        history_rows(set, &revisions_of(set, objects), now())
+        history_rows(set, &revisions_of(set, objects), &[], now())
     }
 
     fn example() -> (ConfigMapSet, Vec<ConfigMap>) {
@@ -157,6 +171,37 @@ mod tests {
 
     fn now() -> Timestamp {
         "2026-03-03T10:00:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn a_revision_is_used_by_the_history_naming_it_not_by_the_reader_owning_it() {
+        let (set, mut objects) = example();
+        // The newest revision is owned by the Deployment that read the set when it was made (that owner
+        // keeps it, but says nothing of use), and named by a ReplicaSet that is not among its owners.
+        let mut reader = owner("Deployment", "web", "uid-web", false);
+        reader.api_version = "apps/v1".into();
+        objects[1]
+            .metadata
+            .owner_references
+            .as_mut()
+            .unwrap()
+            .push(reader);
+        let names = |name: &str| RefNames {
+            config_maps: [name.to_string()].into(),
+            ..RefNames::default()
+        };
+        let history = [
+            ("ReplicaSet/web-9f1a".to_string(), names("app-ccc")),
+            // Named and owning: listed once.
+            ("ReplicaSet/web-7b9c".to_string(), names("app-ccc")),
+            ("Job/other".to_string(), names("unrelated")),
+        ];
+        let view = SetRef::from(&set);
+        let rows = history_rows(view, &revisions_of(view, &objects), &history, now());
+        assert_eq!(
+            rows[0].used_by,
+            ["Deployment/web", "ReplicaSet/web-7b9c", "ReplicaSet/web-9f1a"]
+        );
     }
 
     #[test]

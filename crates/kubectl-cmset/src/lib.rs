@@ -150,7 +150,8 @@ async fn run_on(
     let revisions = listed.revisions(view);
     match &cli.command {
         Command::History { .. } => {
-            let rows = history::history_rows(view, &revisions, now);
+            let history_objects = cluster.history_objects().await;
+            let rows = history::history_rows(view, &revisions, &history_objects, now);
             if let Some(text) = output::structured(&rows, g.output)? {
                 return Ok(Outcome::print(text));
             }
