@@ -503,10 +503,7 @@ async fn a_new_revision_is_owned_from_the_start_by_the_deployment_that_reads_it(
     let deployment = web(V1, true);
     world.add_deployment(&deployment);
     let set = settle(&mut world, &nginx_set("1"));
-    let mut changed = nginx_set("2");
-    changed.metadata.generation = Some(2);
-    changed.status = set.status.clone();
-    world.add_set(&changed);
+    let changed = changed_without_revision(&mut world, &set, "2");
     let (result, seen) = reconcile_set(&world, &changed).await;
     result.unwrap();
     assert_eq!(seen[0].line(), "POST /api/v1/namespaces/team/configmaps");
@@ -1086,17 +1083,24 @@ async fn a_set_whose_deployments_cannot_be_listed_writes_only_why_and_plans_once
 
 /// `set` changed to new content whose revision the set controller has just created; its status still
 /// describes the previous generation.
+/// `set` changed to content `version` (generation 2), its status still the last one written.
+fn changed_without_revision(world: &mut World, set: &ConfigMapSet, version: &str) -> ConfigMapSet {
+    let mut changed = nginx_set(version);
+    changed.metadata.generation = Some(2);
+    changed.status = set.status.clone();
+    world.add_set(&changed);
+    changed
+}
+
+/// [`changed_without_revision`], and the revision `revision` of the new content made already.
 fn changed_with_revision(
     world: &mut World,
     set: &ConfigMapSet,
     version: &str,
     revision: &str,
 ) -> ConfigMapSet {
-    let mut changed = nginx_set(version);
-    changed.metadata.generation = Some(2);
-    changed.status = set.status.clone();
+    let changed = changed_without_revision(world, set, version);
     world.add_revision(&new_revision(&changed, revision, 2));
-    world.add_set(&changed);
     changed
 }
 
@@ -1128,10 +1132,7 @@ async fn a_workload_whose_revision_does_not_exist_yet_waits_and_sends_no_request
     let deployment = web(V1, true);
     world.add_deployment(&deployment);
     let set = settle(&mut world, &nginx_set("1"));
-    let mut changed = nginx_set("2");
-    changed.metadata.generation = Some(2);
-    changed.status = set.status.clone();
-    world.add_set(&changed);
+    let changed = changed_without_revision(&mut world, &set, "2");
     let (result, seen) = reconcile_deployment(&world, &changed, &deployment).await;
     assert!(
         matches!(result, Ok(action) if action != Action::await_change()),
