@@ -837,6 +837,13 @@ pub async fn put_secret(ns: &TestNamespace, name: &str, type_: &str, data: &[(&s
     .expect("write the source Secret");
 }
 
+/// A request body a stand-in receiver was sent, as JSON (`Null` when it is none or not JSON).
+pub async fn json_body(body: hyper::body::Incoming) -> serde_json::Value {
+    use http_body_util::BodyExt;
+    let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null)
+}
+
 /// Serves plain HTTP on a free loopback port, each request answered by `answer` (a test's stand-in
 /// receiver: a webhook, Slack, Teams); returns the port. Runs until the test's runtime ends.
 pub async fn serve_http<F, Fut>(answer: F) -> u16

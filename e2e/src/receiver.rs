@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 
@@ -60,13 +60,7 @@ impl Receiver {
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let bytes = req
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        let body = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+        let body = crate::json_body(req.into_body()).await;
         let status = self.status_for(&path);
         let answer = match status {
             200 if path.starts_with("/slack") => r#"{"ok":true}"#,

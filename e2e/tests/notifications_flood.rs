@@ -30,7 +30,7 @@ use cmset_e2e::kube::Api;
 use cmset_e2e::kube::api::{Patch, PatchParams, PostParams};
 use cmset_e2e::{Operator, TestNamespace, eventually_within, http_get, kustomize_name, stays};
 use futures::{StreamExt, TryStreamExt};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response};
 
@@ -63,13 +63,7 @@ impl Receiver {
 
     async fn answer(self, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
         let path = req.uri().path().to_string();
-        let bytes = req
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        let body = cmset_e2e::json_body(req.into_body()).await;
         let context = &body["context"];
         let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
         let key = (
