@@ -291,9 +291,24 @@ pub struct ConfigMapSetStatus {
     #[serde(default)]
     pub conditions: Vec<Condition>,
 
-    /// Opted-in workloads of the namespace that reference this set, and the revision each runs.
+    /// Opted-in workloads of the namespace that reference this set, and the revision each runs. When
+    /// the list would outgrow the status (thousands of readers), the settled ones are counted in
+    /// `settledWorkloads` instead, and what still does not fit is counted in `omittedWorkloads`;
+    /// `kubectl cmset status` lists every workload either way, from the workloads themselves.
     #[serde(default)]
     pub workloads: Vec<WorkloadStatus>,
+
+    /// Workloads left out of `workloads` because they are settled: each runs the current revision,
+    /// ran it while it was current, and waits for nothing. Only their rollout record is kept (which
+    /// tells a later `kubectl rollout undo` from an update not yet made). Absent while every workload
+    /// fits in `workloads`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settled_workloads: Option<SettledWorkloads>,
+
+    /// Workloads neither in `workloads` nor in `settledWorkloads`, because the status would have
+    /// outgrown what the API server stores. Their state is still counted in the `Ready` condition.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub omitted_workloads: i32,
 
     /// Every revision that exists, newest first.
     #[serde(default)]
@@ -505,6 +520,19 @@ pub struct WorkloadStatus {
     /// because `kubectl rollout undo` restores a Deployment's annotations, but never this status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolled_out: Option<String>,
+}
+
+/// The settled readers of a set, counted instead of listed (see `ConfigMapSetStatus::workloads`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SettledWorkloads {
+    /// The revision they run: the current one when this was written.
+    pub revision: String,
+    /// How many.
+    pub count: i32,
+    /// A key per UID, sorted: the first 12 hexadecimal digits of the UID's SHA-256 (a third of the
+    /// room a UID takes).
+    pub uids: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]

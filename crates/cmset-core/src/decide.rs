@@ -132,6 +132,8 @@ pub fn status_moves_decisions(old: &ConfigMapSetStatus, new: &ConfigMapSetStatus
 /// a wave, a window, a pause, or not moved yet), whose gate may have opened with whatever changed.
 pub fn status_wakes_readers(old: &ConfigMapSetStatus, new: &ConfigMapSetStatus) -> bool {
     status_moves_decisions(old, new)
+        // Trimmed entries may be waiting ones.
+        || new.omitted_workloads > 0
         || new
             .workloads
             .iter()

@@ -10,6 +10,7 @@ pub mod break_glass;
 pub mod budget;
 pub mod conditions;
 pub mod decide;
+pub mod fit;
 pub mod hash;
 pub mod health;
 pub mod history;

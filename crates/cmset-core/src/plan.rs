@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::break_glass::Override;
 use crate::conditions::{self, Desired, READY, STALLED, WINDOWS_KNOWN};
 use crate::decide::{self, Identity, Observed};
+use crate::fit;
 use crate::history::{Usage, select_prunable};
 use crate::message::join_capped;
 use crate::naming::refers_to_set;
@@ -162,6 +163,8 @@ pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
     let history = mark_failed(history, &previous, waves.rollout.as_ref());
     let mut status = set_status(input, &previous, &current, history, waves.entries, waves.rollout);
     let refused = break_glass_report(input, &previous, &mut status);
+    // After the Ready condition has counted every workload.
+    let status = fit::fit_workloads(status, fit::WORKLOADS_BUDGET);
     // Most important first: the first Normal event gives the merged event its reason.
     let events = current
         .event
@@ -825,6 +828,9 @@ fn set_status(
         // The notifier's, carried as it stands: the planned status compares equal on it, and the set
         // controller's status writes leave it out.
         notifications: previous.notifications.clone(),
+        // Fitted once the plan is complete (see `crate::fit`).
+        settled_workloads: None,
+        omitted_workloads: 0,
     }
 }
 

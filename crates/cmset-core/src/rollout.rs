@@ -196,10 +196,16 @@ pub fn rollout_record(
     workload_uid: &str,
     history: &[HistoryObject],
 ) -> Option<String> {
-    let recorded = set
-        .status()
+    let status = set.status();
+    let recorded = status
         .and_then(|s| s.workloads.iter().find(|w| w.uid == workload_uid))
-        .and_then(|w| w.rolled_out.clone());
+        .and_then(|w| w.rolled_out.clone())
+        .or_else(|| {
+            // A settled workload's record is kept as its UID alone (see `crate::fit`).
+            status
+                .filter(|s| crate::fit::is_settled_on(s, current, workload_uid))
+                .map(|_| current.to_string())
+        });
     let kind = set.kind().revision_kind();
     let ran_current = || {
         history

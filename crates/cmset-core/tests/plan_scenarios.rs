@@ -758,3 +758,55 @@ fn an_empty_set_gets_an_empty_revision_with_the_kustomize_name() {
     );
     assert!(again.create.is_none());
 }
+
+/// `count` Deployments named `reader-N` with real-looking UIDs (a settled workload is kept by the
+/// first 12 digits of its UID), each reading `configmap`.
+fn readers(count: usize, configmap: &str) -> Vec<WorkloadView> {
+    (0..count)
+        .map(|i| WorkloadView {
+            uid: format!(
+                "{:08x}-{:04x}-4{:03x}-8000-{:012x}",
+                i.wrapping_mul(2_654_435_761) as u32,
+                i % 65_536,
+                i % 4_096,
+                i
+            ),
+            ..deployment(&format!("reader-{i:05}"), &[configmap])
+        })
+        .collect()
+}
+
+#[test]
+fn a_set_read_by_twenty_thousand_workloads_writes_a_status_that_fits_and_still_knows_each_rollback() {
+    let set = set_with("nginx-config", &[("APP_VERSION", "2")], 10);
+    let revisions = vec![revision_of(&set, V1, 1), revision_of(&set, V2, 2)];
+    let on_v2 = readers(20_000, V2);
+    let p = plan(&set, &revisions, &on_v2, &[]);
+    let bytes = serde_json::to_vec(&p.status).unwrap().len();
+    eprintln!("a status of 20,000 readers: {bytes} bytes");
+    assert!(bytes < 1 << 20, "the status takes {bytes} bytes");
+    assert_eq!((p.status.workloads.len(), p.status.omitted_workloads), (0, 0));
+    assert_eq!(p.status.settled_workloads.as_ref().unwrap().count, 20_000);
+    assert_eq!(ready_of(&p), ("True", "RolledOut"));
+    let set = settled(&set, &p);
+    // Planning again over what was written writes nothing.
+    assert!(plan(&set, &revisions, &on_v2, &[]).is_quiet((&set).into()));
+
+    // `kubectl rollout undo` of one reader: it is pinned, not moved forward again, by both planners.
+    let mut rolled_back = on_v2.clone();
+    rolled_back[12_345] = WorkloadView {
+        pod_spec: deployment("x", &[V1]).pod_spec,
+        ..rolled_back[12_345].clone()
+    };
+    let p = plan(&set, &revisions, &rolled_back, &[]);
+    let listed: Vec<(&str, WorkloadState)> = p
+        .status
+        .workloads
+        .iter()
+        .map(|w| (w.name.as_str(), w.state))
+        .collect();
+    assert_eq!(listed, [("reader-12345", WorkloadState::Pinned)]);
+    assert_eq!(p.status.settled_workloads.as_ref().unwrap().count, 19_999);
+    let target = SetTarget::from_set((&set).into(), &rolled_back[12_345].uid).unwrap();
+    assert!(plan_workload(&rolled_back[12_345], &[target]).is_empty());
+}

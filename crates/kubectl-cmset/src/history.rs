@@ -60,6 +60,12 @@ pub fn history_rows(
                 .filter(|w| w.revision == r.name)
                 .map(|w| format!("{}/{}", w.kind, w.name))
                 .collect();
+            // Readers counted instead of listed in a large fan-out (see `cmset_core::fit`).
+            let settled = set
+                .status()
+                .and_then(|s| s.settled_workloads.as_ref())
+                .filter(|s| s.revision == r.name && s.count > 0);
+            used_by.extend(settled.map(|s| format!("{} settled workloads", s.count)));
             let mut owners: Vec<String> = r
                 .meta
                 .owner_references
@@ -93,8 +99,6 @@ pub fn history_rows(
         .collect()
 }
 
-/// The history as a kubectl-style table; the second column is named for the revisions' `kind`
-/// (CONFIGMAP, SECRET).
 /// The history as a kubectl-style table; the second column is named for the revisions' `kind`
 /// (CONFIGMAP, SECRET). A ROLLOUT column appears only when a revision's rollout failed, so the table of
 /// a set without one reads as it always did.

@@ -790,6 +790,12 @@ async fn write_status<S: SetObject>(
         );
         return Ok(StatusWrite::StoreBehind);
     }
+    if status.omitted_workloads > 0 && set.status().is_none_or(|s| s.omitted_workloads == 0) {
+        warn!(
+            omitted = status.omitted_workloads,
+            "the status lists fewer workloads than read the set: the list would outgrow what the API server stores (status.omittedWorkloads)"
+        );
+    }
     let mut body = json!({
         "apiVersion": S::api_version(&()),
         "kind": S::kind(&()),
