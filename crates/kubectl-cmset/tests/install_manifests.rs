@@ -9,8 +9,8 @@
 //!   version and resource with CREATE and UPDATE (a Job too: an update that names its set again keeps
 //!   the revisions it was created with); and no rule for anything else.
 //!
-//! - the README's table of kinds ("Workload kinds") has a row for every built-in kind with its API
-//!   versions, resource and template.
+//! - the table of kinds in `docs/kinds.md` ("Built-in kinds") has a row for every built-in kind with
+//!   its API versions, resource and template.
 //!
 //! The files are read as written (kustomize patches leave these rules alone; `make manifests-check`
 //! checks the built variants against one another). The checks are plain functions returning what is
@@ -371,20 +371,20 @@ fn what_the_table_asks_of_the_manifests() {
 }
 
 #[test]
-fn the_readme_table_of_kinds_has_every_built_in_kind() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).expect("README.md");
-    let section = readme
-        .split("\n### Workload kinds\n")
+fn the_docs_table_of_kinds_has_every_built_in_kind() {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/kinds.md"))
+        .expect("docs/kinds.md");
+    let section = page
+        .split("\n## Built-in kinds\n")
         .nth(1)
         .and_then(|rest| rest.split("\n#").next())
-        .expect("a section \"Workload kinds\" in the README");
+        .expect("a section \"Built-in kinds\" in docs/kinds.md");
     for kind in WorkloadKind::BUILT_IN {
         let spec = kind.spec();
         let row = section
             .lines()
             .find(|line| line.starts_with(&format!("| {kind} ")))
-            .unwrap_or_else(|| panic!("the README's table of kinds has no row for {kind}"));
+            .unwrap_or_else(|| panic!("docs/kinds.md's table of kinds has no row for {kind}"));
         let template = spec.template.trim_start_matches('/').replace('/', ".");
         let plural = spec.plural.expect("a built-in kind names its resource");
         let mut wanted: Vec<String> = spec
@@ -397,7 +397,7 @@ fn the_readme_table_of_kinds_has_every_built_in_kind() {
         for want in wanted {
             assert!(
                 row.contains(&want),
-                "the README's row for {kind} lacks {want}: {row}"
+                "docs/kinds.md's row for {kind} lacks {want}: {row}"
             );
         }
     }
