@@ -12,10 +12,10 @@ use cmset_controller::engine::context::{Clock, Context};
 use cmset_controller::engine::index::{
     Index, Key, TEMPLATES, TriggerReceivers, TriggerSenders, trigger_channels,
 };
+use cmset_controller::engine::rollout_budget::RolloutBudget;
 use cmset_controller::engine::stored_workload::StoredWorkload;
 use cmset_controller::engine::stores::{Stores, WorkloadStore};
 use cmset_controller::platform::metrics::Metrics;
-use cmset_controller::reconcile::rollout_budget::RolloutBudget;
 use cmset_controller::reconcile::{set_controller, workload_controller};
 use cmset_core::observe::WorkloadKind;
 use cmset_core::plan::{SetInput, plan_set};

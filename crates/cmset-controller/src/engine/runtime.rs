@@ -43,6 +43,7 @@ use tracing::{debug, warn};
 
 use crate::engine::context::{Clock, Context};
 use crate::engine::index::{Index, Indexed, TriggerReceivers, TriggerSenders, trigger_channels};
+use crate::engine::rollout_budget::RolloutBudget;
 use crate::engine::served::{self, Served, ServedKind};
 use crate::engine::stored_workload::StoredWorkload;
 use crate::engine::stores::Stores;
@@ -53,7 +54,6 @@ use crate::platform::backoff::{ExpiryGate, WatchBackoff};
 use crate::platform::error::Error;
 use crate::platform::metrics::Metrics;
 use crate::reconcile::measurer::Measurer;
-use crate::reconcile::rollout_budget::RolloutBudget;
 use crate::reconcile::{set_controller, workload_controller};
 
 /// How long shutdown waits for notifications under way (each bounded by its service's timeouts).

@@ -275,10 +275,10 @@ impl Cli {
     }
 
     /// The rollout budget `--max-moving-workloads` sets, shared by every scope.
-    pub fn rollout_budget(&self) -> Option<std::sync::Arc<crate::reconcile::rollout_budget::RolloutBudget>> {
+    pub fn rollout_budget(&self) -> Option<std::sync::Arc<crate::engine::rollout_budget::RolloutBudget>> {
         let cap = usize::try_from(self.max_moving_workloads?).unwrap_or(usize::MAX);
         Some(std::sync::Arc::new(
-            crate::reconcile::rollout_budget::RolloutBudget::new(cap),
+            crate::engine::rollout_budget::RolloutBudget::new(cap),
         ))
     }
 
