@@ -21,3 +21,4 @@ pub mod notify;
 pub mod platform;
 pub mod reconcile;
 pub mod serving;
+pub mod wiring;

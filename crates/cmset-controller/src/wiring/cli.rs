@@ -1,4 +1,6 @@
-//! Command-line flags; each has an environment variable so a Deployment can configure it either way.
+//! Command-line flags, and what each room is configured with from them (the Prometheus client, the
+//! rollout budget, the certificate source, the notification policy); each flag has an environment
+//! variable so a Deployment can configure it either way.
 
 use std::net::SocketAddr;
 use std::time::Duration;
