@@ -1,6 +1,6 @@
 //! Wires the watches and the index of one scope (one namespace, or all of them), and hands a leader
 //! what it runs its controllers from: their queues, the start of leading, the workload kinds served.
-//! The controllers themselves are started above the engine (`crate::wiring::lead`).
+//! The controllers themselves are started above the engine, in the `wiring` room (`wiring::lead`).
 //!
 //! Every watch is as narrow as cmset's job allows, because an operator's memory grows with what it
 //! caches (the failure of tools that watch every ConfigMap in the cluster); each kind's selector and

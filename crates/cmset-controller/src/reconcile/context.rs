@@ -2,7 +2,7 @@
 //! stores, events and the one wrapper every write goes through; see [`crate::engine::context`]), and
 //! what the controllers decide with beyond it: the measurer of metric analysis and the notifier.
 //!
-//! Assembled above the rooms it draws on, where a scope is led (`crate::wiring::lead`), so that the
+//! Assembled above the rooms it draws on, where a scope is led (`wiring::lead`), so that the
 //! engine knows neither the measurer nor the notifier, and the notifier takes only the engine's part.
 
 use std::ops::Deref;
