@@ -3,8 +3,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use cmset_controller::engine::context::system_clock;
-use cmset_controller::engine::runtime::{Scope, Scopes, Settings};
-use cmset_controller::platform::cli::{Cli, LogFormat};
+use cmset_controller::engine::runtime::{Scope, Scopes};
 use cmset_controller::platform::leader::{Elector, LeaseConfig, Term};
 use cmset_controller::platform::metrics::Metrics;
 use cmset_controller::serving::cert_keeper;
@@ -12,6 +11,8 @@ use cmset_controller::serving::drain::{self, Readiness};
 use cmset_controller::serving::http::Stop;
 use cmset_controller::serving::server::{Health, bind, serve};
 use cmset_controller::serving::webhook::{self, ServingCert};
+use cmset_controller::wiring::cli::{Cli, LogFormat};
+use cmset_controller::wiring::lead::{Settings, lead_scope};
 use futures::FutureExt;
 use prometheus_client::registry::Registry;
 use tracing::{error, info, warn};
@@ -274,11 +275,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         scopes.scopes.iter().map(|scope| {
             let (scope, client, settings) = (scope.clone(), client.clone(), settings.clone());
             let (metrics, shutdown) = (metrics.clone(), shutdown.clone());
-            async move {
-                scope
-                    .lead(client, settings, metrics, system_clock(), shutdown)
-                    .await
-            }
+            async move { lead_scope(&scope, client, settings, metrics, system_clock(), shutdown).await }
         }),
     ));
     let lost = async {

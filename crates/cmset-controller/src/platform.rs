@@ -1,9 +1,8 @@
-//! What the rest stands on: flags, leader election, per-object backoff, errors, redaction of what the
-//! API server sends, metrics, giving freed heap back, log spans not worth their cost, the crash switch of the tests,
-//! and the keys of break-glass proofs.
+//! What the rest stands on, importing none of the other rooms: leader election, per-object backoff,
+//! errors, redaction of what the API server sends, metrics, giving freed heap back, log spans not worth
+//! their cost, the crash switch of the tests, and the keys of break-glass proofs.
 
 pub mod backoff;
-pub mod cli;
 pub mod crash_points;
 pub mod error;
 pub mod heap;

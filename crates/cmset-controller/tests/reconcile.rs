@@ -8,14 +8,15 @@ use std::sync::{Arc, RwLock};
 use cmset_api::{
     AnalysisTemplate, ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, SecretSet, SecretSetSpec, labels,
 };
-use cmset_controller::engine::context::{Clock, Context};
+use cmset_controller::engine::context::{Clock, Context as EngineContext};
 use cmset_controller::engine::index::{
     Index, Key, TEMPLATES, TriggerReceivers, TriggerSenders, trigger_channels,
 };
+use cmset_controller::engine::rollout_budget::RolloutBudget;
 use cmset_controller::engine::stored_workload::StoredWorkload;
 use cmset_controller::engine::stores::{Stores, WorkloadStore};
 use cmset_controller::platform::metrics::Metrics;
-use cmset_controller::reconcile::rollout_budget::RolloutBudget;
+use cmset_controller::reconcile::context::Context;
 use cmset_controller::reconcile::{set_controller, workload_controller};
 use cmset_core::observe::WorkloadKind;
 use cmset_core::plan::{SetInput, plan_set};
@@ -258,7 +259,7 @@ where
 async fn scenario_after<F, Fut, T>(
     world: &World,
     respond: Responder,
-    prepare: impl FnOnce(&Context),
+    prepare: impl FnOnce(&EngineContext),
     f: F,
 ) -> (T, Vec<Seen>)
 where
@@ -268,11 +269,11 @@ where
     scenario_in(world, respond, |ctx| prepare(ctx), f).await
 }
 
-/// [`scenario`], with the context set up by `configure` first.
+/// [`scenario`], with the engine's part of the context set up by `configure` first.
 async fn scenario_in<F, Fut, T>(
     world: &World,
     respond: Responder,
-    configure: impl FnOnce(&mut Context),
+    configure: impl FnOnce(&mut EngineContext),
     f: F,
 ) -> (T, Vec<Seen>)
 where
@@ -280,7 +281,7 @@ where
     Fut: std::future::Future<Output = T>,
 {
     let (client, server, seen) = mock_client(respond, NS);
-    let mut ctx = Context::new(
+    let mut engine = EngineContext::new(
         client,
         world.index.clone(),
         world.stores.clone(),
@@ -288,8 +289,8 @@ where
         fixed_clock(),
         None,
     );
-    configure(&mut ctx);
-    let out = f(Arc::new(ctx)).await;
+    configure(&mut engine);
+    let out = f(Arc::new(Context::new(engine))).await;
     // Dropping the last client ends the mock server.
     server_ends(server).await;
     let seen = seen.lock().unwrap().clone();
@@ -1218,7 +1219,7 @@ async fn owners_for_new_replica_sets_are_batched() {
     assert!(matches!(result, Ok(action) if action != Action::await_change()));
     assert_no_requests(&seen);
     // Once the batch window has passed since the first deferral, one patch carries the owner.
-    let deferred_long_ago = |ctx: &Context| {
+    let deferred_long_ago = |ctx: &EngineContext| {
         let since = std::time::Instant::now() - cmset_controller::engine::context::BATCH_WINDOW * 2;
         let id = (SetKind::ConfigMapSet, Key::new(NS, "nginx-config"));
         ctx.memory().deferred_since(&id, since, |_| true);
@@ -1264,7 +1265,7 @@ async fn a_status_already_written_is_not_written_again_while_the_store_lags() {
         windows: &Default::default(),
     };
     let status = plan_set(&input).status;
-    let wrote_it = |ctx: &Context| {
+    let wrote_it = |ctx: &EngineContext| {
         ctx.remember_written(
             &(SetKind::ConfigMapSet, Key::new(NS, "nginx-config")),
             (&set).into(),
@@ -1416,7 +1417,8 @@ async fn a_store_behind_its_own_status_write_plans_again_before_writing_status()
         observed_generation: Some(1),
         ..Default::default()
     };
-    let wrote_earlier = |ctx: &Context| ctx.remember_written(&id, (&set).into(), &earlier, Some("42".into()));
+    let wrote_earlier =
+        |ctx: &EngineContext| ctx.remember_written(&id, (&set).into(), &earlier, Some("42".into()));
     let (result, seen) = scenario_after(&world, ok_responder(set.clone()), wrote_earlier, |ctx| {
         set_controller::reconcile(Arc::new(set.clone()), ctx)
     })
@@ -1431,7 +1433,8 @@ async fn a_store_behind_its_own_status_write_plans_again_before_writing_status()
     caught_up.metadata.resource_version = Some("42".into());
     caught_up.status = Some(earlier.clone());
     world.add_set(&caught_up);
-    let wrote_earlier = |ctx: &Context| ctx.remember_written(&id, (&set).into(), &earlier, Some("42".into()));
+    let wrote_earlier =
+        |ctx: &EngineContext| ctx.remember_written(&id, (&set).into(), &earlier, Some("42".into()));
     let (result, seen) = scenario_after(&world, ok_responder(caught_up.clone()), wrote_earlier, |ctx| {
         set_controller::reconcile(Arc::new(caught_up.clone()), ctx)
     })
@@ -2305,14 +2308,14 @@ fn analysis_context(
     Arc<std::sync::Mutex<Vec<Seen>>>,
 ) {
     let (client, server, seen) = mock_client(respond, NS);
-    let mut ctx = Context::new(
+    let mut ctx = Context::new(EngineContext::new(
         client,
         world.index.clone(),
         world.stores.clone(),
         Arc::new(Metrics::default()),
         fixed_clock(),
         None,
-    );
+    ));
     ctx.measurer = Some(measurer.clone());
     (Arc::new(ctx), server, seen)
 }

@@ -1,6 +1,10 @@
-//! What every reconciliation shares: the client, the index and the reflector stores (see
-//! [`crate::engine::stores`]), the event recorder, metrics, the clock (passed in, so tests can fix it), the
-//! one wrapper every write goes through, and the backoff of failed reconciles.
+//! What every writer of state shares, the controllers and the notifier alike: the client, the index
+//! and the reflector stores (see [`crate::engine::stores`]), the event recorder, metrics, the clock
+//! (passed in, so tests can fix it), the one wrapper every write goes through, the set controller's
+//! memory of its writes and the backoff of failed reconciles.
+//!
+//! Only the engine's parts: what the controllers decide with beyond them (the measurer, the notifier)
+//! is added by the reconcile room's own context, which wraps this one.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,17 +44,11 @@ pub struct Context {
     memory: SetMemory,
     /// Consecutive reconcile failures per object, for the backoff of `error_policy`.
     pub failures: Failures<Reconciled>,
-    /// What measures the metric analysis of rollouts, off the reconcile path, against
-    /// `--prometheus-url`; `None` without one: a set that asks for analysis holds its rollout and says
-    /// why.
-    pub measurer: Option<Arc<crate::reconcile::measurer::Measurer>>,
     /// This replica's term as leader (`None` without leader election: writes are always sent). No
     /// write is sent after it ends, and one in flight then is cut off (see [`Context::write`]).
     pub term: Option<Term>,
     /// Bounds the events published off the reconcile path (see [`Context::publish_soon`]).
     events: EventSlots,
-    /// Hears of every set reconciled, to notify about its rollout (`None`: not configured).
-    pub notifier: Option<Arc<crate::notify::notifier::Notifier>>,
 }
 
 /// How many events published off the reconcile path may be sent at once, and may wait to be sent.
@@ -109,8 +107,6 @@ impl Context {
             multi_set_window: Duration::from_millis(500),
             memory: SetMemory::default(),
             failures: Failures::default(),
-            measurer: None,
-            notifier: None,
             term: None,
             events: EventSlots::default(),
         }
@@ -180,12 +176,9 @@ impl Context {
         self.memory.forget_deferred(set);
     }
 
-    /// Forgets everything remembered of a set being deleted.
-    pub fn forget_set(&self, set: &SetId) {
+    /// Forgets what the set controller remembers of its writes to a set being deleted.
+    pub fn forget_memory(&self, set: &SetId) {
         self.memory.forget(set);
-        if let Some(measurer) = &self.measurer {
-            measurer.forget(set);
-        }
     }
 
     /// Whether `status` is what this process already wrote for `set` as the store still shows it: the

@@ -1,4 +1,6 @@
-//! Wires the watches, the index and the two controllers of one scope (one namespace, or all of them).
+//! Wires the watches and the index of one scope (one namespace, or all of them), and hands a leader
+//! what it runs its controllers from: their queues, the start of leading, the workload kinds served.
+//! The controllers themselves are started above the engine, in the `wiring` room (`wiring::lead`).
 //!
 //! Every watch is as narrow as cmset's job allows, because an operator's memory grows with what it
 //! caches (the failure of tools that watch every ConfigMap in the cluster); each kind's selector and
@@ -37,52 +39,18 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::utils::ResetTimerBackoff;
-use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tracing::{debug, warn};
 
-use crate::engine::context::{Clock, Context};
 use crate::engine::index::{Index, Indexed, TriggerReceivers, TriggerSenders, trigger_channels};
+use crate::engine::rollout_budget::RolloutBudget;
 use crate::engine::served::{self, Served, ServedKind};
 use crate::engine::stored_workload::StoredWorkload;
 use crate::engine::stores::Stores;
 use crate::engine::tasks::spawn_owned;
-use crate::engine::views::Object;
 use crate::engine::wire;
 use crate::platform::backoff::{ExpiryGate, WatchBackoff};
-use crate::platform::error::Error;
-use crate::platform::metrics::Metrics;
-use crate::reconcile::measurer::Measurer;
-use crate::reconcile::rollout_budget::RolloutBudget;
-use crate::reconcile::{set_controller, workload_controller};
-
-/// How long shutdown waits for notifications under way (each bounded by its service's timeouts).
-const NOTIFICATIONS_DRAIN: Duration = Duration::from_secs(15);
-
-/// Tuning of one scope's controllers.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    /// Set reconciles at once, per set kind.
-    pub concurrency: u16,
-    /// Workload reconciles at once, per workload kind.
-    pub workload_concurrency: u16,
-    /// How long a workload that reads several sets waits after the last change to one of them (see
-    /// `workload_controller`).
-    pub multi_set_window: Duration,
-    pub instance: Option<String>,
-    /// Whether SecretSets (and so Secrets) are served.
-    pub secret_sets: bool,
-    /// Where the metric analysis of rollouts queries, if anywhere (`--prometheus-url`).
-    pub prometheus: Option<Arc<crate::reconcile::prometheus::Prometheus>>,
-    /// How many analysis queries may be in flight at once (`--analysis-concurrency`).
-    pub analysis_concurrency: usize,
-    /// This replica's term as leader, which bounds every write (`None` without leader election).
-    pub term: Option<crate::platform::leader::Term>,
-    /// The notification configuration as last read (see [`crate::notify`]); `None`: no notifier.
-    pub notifications: Option<tokio::sync::watch::Receiver<Arc<crate::notify::config_watch::Loaded>>>,
-    /// The admin's bounds on notifications (`--notifications-max-*`).
-    pub notification_policy: crate::notify::notifier::Policy,
-}
 
 fn api<K: Indexed>(client: &Client, namespace: Option<&str>) -> Api<K> {
     match namespace {
@@ -327,23 +295,6 @@ fn windows_list_failure(e: &kube::Error) -> Option<cmset_core::window_hold::Wind
     }
 }
 
-fn log_results<S, T, E>(stream: S, controller: &'static str) -> BoxFuture<'static, ()>
-where
-    S: Stream<Item = Result<T, E>> + Send + 'static,
-    T: std::fmt::Debug + Send + 'static,
-    E: std::fmt::Display + Send + 'static,
-{
-    stream
-        .for_each(move |r| async move {
-            match r {
-                Ok(o) => debug!(controller, object = ?o, "reconciled"),
-                Err(e) => debug!(controller, error = %e, "reconcile failed"),
-            }
-        })
-        .boxed()
-}
-
-/// One scope (one namespace, or all of them): its watches, index and stores. Every replica runs one
 /// per scope and keeps it warm; admission answers from it, and the leader reconciles from it.
 pub struct Scope {
     namespace: Option<String>,
@@ -441,122 +392,26 @@ impl Scope {
         self.index.is_ready()
     }
 
-    /// Reconciles from the warm index, from now until `shutdown` resolves and the reconciles in flight
-    /// have finished: no relist, every object already observed is queued at once. Called once, when
-    /// this replica takes the lease. A workload kind served later gets its controller then; one that
-    /// stops being served stops its controller.
-    pub async fn lead(
-        &self,
-        client: Client,
-        settings: Settings,
-        metrics: Arc<Metrics>,
-        clock: Clock,
-        shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
-    ) {
-        let Some(triggers) = self.receivers.lock().unwrap_or_else(|e| e.into_inner()).take() else {
-            warn!("a scope can only be led once");
-            return;
-        };
-        let history_client = client.clone();
-        let mut context = Context::new(
-            client,
-            self.index.clone(),
-            self.stores.clone(),
-            metrics,
-            clock.clone(),
-            settings.instance.clone(),
-        );
-        context.multi_set_window = settings.multi_set_window;
-        context.measurer = settings.prometheus.clone().map(|prometheus| {
-            Measurer::new(
-                prometheus,
-                settings.analysis_concurrency,
-                self.index.clone(),
-                clock,
-            )
-        });
-        context.term = settings.term.clone();
-        let notifier_queues = settings.notifications.clone().map(|loaded| {
-            let (notifier, queues) =
-                crate::notify::notifier::Notifier::new(loaded, settings.notification_policy);
-            let notifier = Arc::new(notifier);
-            context.notifier = Some(notifier.clone());
-            (notifier, queues)
-        });
-        let ctx = Arc::new(context);
-        // A deleted set's series go with it (only the leader reports them), and so do its
-        // measurements and the set controller's memory of its writes: a set deleted without a
-        // finalizer is never reconciled again to forget them itself. Weak: the index outlives no
-        // context, and must not keep one alive.
-        let gone_ctx = Arc::downgrade(&ctx);
-        self.index
-            .on_set_gone(Arc::new(move |id: &crate::engine::index::SetId| {
-                let Some(ctx) = gone_ctx.upgrade() else { return };
-                let (kind, key) = id;
-                let labels = set_controller::set_labels(*kind, &key.namespace, &key.name);
-                ctx.metrics.observe_rollout(&labels, None);
-                ctx.metrics.forget_analysis(&labels);
-                ctx.forget_set(id);
-                if let Some(notifier) = &ctx.notifier {
-                    notifier.forget(id);
-                }
-            }));
-        if let Some((notifier, queues)) = notifier_queues {
-            tokio::spawn(crate::notify::notifier::run(
-                notifier.clone(),
-                queues,
-                ctx.clone(),
-            ));
-            tokio::spawn(crate::notify::notifier::observe_on_change(notifier, ctx.clone()));
-        }
-        let wiring = Wiring {
-            config: controller::Config::default().concurrency(settings.concurrency),
-            workload_config: controller::Config::default().concurrency(settings.workload_concurrency),
-            ctx,
-            shutdown: shutdown.clone(),
-        };
-        let sets_ctl = set_controller::NAME;
-        let stores = &self.stores;
-        let controllers = futures::stream::FuturesUnordered::new();
-        controllers.push(wiring.controller(
-            stores.sets.clone(),
-            triggers.sets,
-            sets_ctl,
-            set_controller::reconcile::<ConfigMapSet>,
-            set_controller::error_policy::<ConfigMapSet>,
-        ));
-        if let Some(store) = &stores.secret_sets {
-            controllers.push(wiring.controller(
-                store.clone(),
-                triggers.secret_sets,
-                sets_ctl,
-                set_controller::reconcile::<SecretSet>,
-                set_controller::error_policy::<SecretSet>,
-            ));
-        }
-        // From here on changes trigger reconciles; then everything observed so far is queued once (an
-        // object changed in between is queued twice, and reconciled once).
+    /// The receiving ends of the queues of this scope's set controllers, to run them with: taken once,
+    /// when this replica takes the lease (`None` after: a scope can only be led once).
+    pub fn take_triggers(&self) -> Option<TriggerReceivers> {
+        self.receivers.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// Leading starts, once the set controllers are in place: from here on changes trigger
+    /// reconciles, and everything observed so far is queued once (an object changed in between is
+    /// queued twice, and reconciled once), from the warm index, with no relist. The history kinds are
+    /// watched from now on, until the returned handles are dropped: their first lists' end triggers
+    /// every set (which prunes only from then on).
+    pub fn start_leading(&self, client: &Client) -> Vec<crate::engine::tasks::Owned<()>> {
         self.index.lead();
-        // Started once this replica leads, so that their first lists' end triggers every set (which
-        // prunes only from then on); stopped when leading ends.
-        let history_watches = self.watch_history(&history_client);
-        queue_all(&stores.sets, &self.senders.sets);
-        if let Some(store) = &stores.secret_sets {
+        let history_watches = self.watch_history(client);
+        queue_all(&self.stores.sets, &self.senders.sets);
+        if let Some(store) = &self.stores.secret_sets {
             queue_all(store, &self.senders.secret_sets);
         }
         debug!(sizes = ?self.index.sizes(), "leading from the warm index");
-        self.lead_workload_kinds(&wiring, controllers, shutdown).await;
-        drop(history_watches);
-        // The controllers are done (shutdown): the notifications under way finish and are recorded,
-        // within the grace period the caller allows, so the next leader sends none of them again.
-        if let Some(notifier) = &wiring.ctx.notifier
-            && !notifier.drain(NOTIFICATIONS_DRAIN).await
-        {
-            warn!(
-                ?NOTIFICATIONS_DRAIN,
-                "notifications still under way at shutdown; the next leader may send them again"
-            );
-        }
+        history_watches
     }
 
     /// The watches of the history kinds (ReplicaSets, ControllerRevisions, Jobs), each a task of its
@@ -575,16 +430,18 @@ impl Scope {
         ]
     }
 
-    /// Runs a workload controller for every kind served, as kinds come and go, until `shutdown`; then
-    /// waits for every controller to finish.
-    async fn lead_workload_kinds<Shutdown>(
+    /// Runs `controllers`, and a workload controller started by `start_workload_controller` for every
+    /// kind served, as kinds come and go, until `shutdown`; then waits for every controller to finish.
+    /// The engine knows which kinds are served and their queues; what reconciles them is the caller's.
+    pub async fn lead_workload_kinds(
         &self,
-        wiring: &Wiring<Shutdown>,
         mut controllers: futures::stream::FuturesUnordered<BoxFuture<'static, ()>>,
-        shutdown: Shutdown,
-    ) where
-        Shutdown: std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
-    {
+        shutdown: impl std::future::Future<Output = ()>,
+        start_workload_controller: impl Fn(
+            &ServedKind,
+            futures::channel::mpsc::UnboundedReceiver<ObjectRef<StoredWorkload>>,
+        ) -> BoxFuture<'static, ()>,
+    ) {
         let mut served = self.served.clone();
         let mut led: Vec<Arc<ServedKind>> = Vec::new();
         let shutdown = shutdown.fuse();
@@ -596,7 +453,7 @@ impl Scope {
                     continue;
                 }
                 if let Some(queue) = kind.take_queue() {
-                    controllers.push(wiring.workload_controller(&kind, queue));
+                    controllers.push(start_workload_controller(&kind, queue));
                     kind.queue_all();
                 }
                 led.push(kind);
@@ -646,77 +503,6 @@ impl Scopes {
 
     pub fn are_ready(&self) -> bool {
         self.scopes.iter().all(|s| s.is_ready())
-    }
-}
-
-/// What every controller of a scope shares: its tuning, its context and the shutdown signal.
-struct Wiring<Shutdown> {
-    config: controller::Config,
-    workload_config: controller::Config,
-    ctx: Arc<Context>,
-    shutdown: Shutdown,
-}
-
-impl<Shutdown> Wiring<Shutdown>
-where
-    Shutdown: std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
-{
-    /// One controller keyed by `K`, reconciling what its store holds and what the index triggers.
-    fn controller<K, Reconcile, Fut>(
-        &self,
-        store: Store<K>,
-        triggers: impl Stream<Item = ObjectRef<K>> + Send + 'static,
-        name: &'static str,
-        reconcile: Reconcile,
-        error_policy: fn(Arc<K>, &Error, Arc<Context>) -> controller::Action,
-    ) -> BoxFuture<'static, ()>
-    where
-        K: Object + Indexed,
-        Reconcile: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = Result<controller::Action, Error>> + Send + 'static,
-    {
-        // Every reconcile comes through `triggers`: the index's, and each object's own changes (see
-        // `stored_watch`), which flow only while this replica leads.
-        let stream = Controller::for_shared_stream(futures::stream::pending(), store)
-            .with_config(self.config.clone())
-            .reconcile_on(triggers)
-            .graceful_shutdown_on(self.shutdown.clone())
-            .run(
-                // Each reconcile a task of its own, on whichever worker is free (see `tasks`).
-                move |obj, ctx| spawn_owned(reconcile(obj, ctx)),
-                error_policy,
-                self.ctx.clone(),
-            )
-            .map(|r| r.map_err(|e| crate::platform::redact::controller_error(&e).to_string()));
-        log_results(stream, name)
-    }
-
-    /// The workload controller of one served kind: stops when the kind stops being served, or at
-    /// shutdown.
-    fn workload_controller(
-        &self,
-        kind: &ServedKind,
-        queue: futures::channel::mpsc::UnboundedReceiver<ObjectRef<StoredWorkload>>,
-    ) -> BoxFuture<'static, ()> {
-        let workload_kind = kind.kind;
-        let stopped = futures::future::select(self.shutdown.clone().boxed(), kind.stopped().boxed())
-            .map(drop)
-            .shared();
-        let stream = Controller::for_shared_stream_with(
-            futures::stream::pending(),
-            kind.store.clone(),
-            kind.resource.clone(),
-        )
-        .with_config(self.workload_config.clone())
-        .reconcile_on(queue)
-        .graceful_shutdown_on(stopped)
-        .run(
-            move |obj, ctx| spawn_owned(workload_controller::reconcile(workload_kind, obj, ctx)),
-            move |obj, error, ctx| workload_controller::error_policy(workload_kind, obj, error, ctx),
-            self.ctx.clone(),
-        )
-        .map(|r| r.map_err(|e| crate::platform::redact::controller_error(&e).to_string()));
-        log_results(stream, workload_controller::NAME)
     }
 }
 

@@ -421,7 +421,6 @@ mod tests {
     use tokio::net::TcpListener;
 
     use super::*;
-    use crate::serving::webhook_certs::{self, Policy};
 
     const PATH_TOKEN: &str = "path-tok3n-secret";
     const QUERY_TOKEN: &str = "query-tok3n-secret";
@@ -802,18 +801,37 @@ mod tests {
         assert!(receiver.seen().is_empty());
     }
 
+    /// A fresh CA and a certificate for `localhost` it signed, as PEM: the CA's, the certificate's and
+    /// its key's. Issued here rather than by the webhook's certificates (`serving`): notify must not
+    /// need a room above it, even in its tests.
+    fn localhost_certificate() -> (String, String, String) {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+        };
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca_params = CertificateParams::default();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "test receiver CA");
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca_params, ca_key);
+        let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        params.distinguished_name.push(DnType::CommonName, "localhost");
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        (ca.pem(), cert.pem(), key.serialize_pem())
+    }
+
     /// An https server on 127.0.0.1 with a certificate of a fresh CA, answering 200 to each
     /// connection's first request; the CA's PEM comes back too.
     async fn https_receiver() -> (SocketAddr, String) {
-        let policy = Policy {
-            validity: Duration::from_secs(3600),
-            names: vec![],
-        };
-        let pair = webhook_certs::issue(&policy, jiff::Timestamp::now(), None).unwrap();
-        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pair.cert.as_bytes())
+        let (ca, cert, key) = localhost_certificate();
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.as_bytes())
             .collect::<Result<_, _>>()
             .unwrap();
-        let key = PrivateKeyDer::from_pem_slice(pair.key.as_bytes()).unwrap();
+        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let server = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -839,7 +857,7 @@ mod tests {
                 let _ = tls.shutdown().await;
             }
         });
-        (address, pair.ca)
+        (address, ca)
     }
 
     #[tokio::test]

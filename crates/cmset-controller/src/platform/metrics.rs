@@ -82,7 +82,7 @@ pub struct NotificationLabels {
     pub trigger: String,
     /// delivered, failed (for good, after the retries) or dropped (the queue was full; nothing was
     /// recorded, so the set is observed again once the queue has room, see
-    /// `crate::notify::notifier`).
+    /// `notify::notifier`).
     pub result: &'static str,
 }
 

@@ -1,7 +1,7 @@
 //! Spans that cost every reconcile and carry nothing a log line needs.
 //!
 //! kube's controller runner opens a span, "reconciling object", around the call that starts each
-//! reconcile. cmset's reconcilers run as tasks of their own ([`crate::engine::tasks`]), so that span
+//! reconcile. cmset's reconcilers run as tasks of their own (`engine::tasks`), so that span
 //! ends as the task is spawned: no line is ever logged inside it. Opening it still formats its
 //! fields into a string for the log layer, once per reconcile. cmset's own `reconcile` span names
 //! the same object (controller, kind, namespace, name) and is the one its lines are logged in.

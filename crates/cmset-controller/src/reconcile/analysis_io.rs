@@ -19,9 +19,9 @@ use cmset_core::set::SetRef;
 use kube::runtime::reflector::ObjectRef;
 use tracing::debug;
 
-use crate::engine::context::Context;
 use crate::engine::index::{Key, SetId};
 use crate::platform::metrics::SetLabels;
+use crate::reconcile::context::Context;
 use crate::reconcile::measurer::{Finished, RunKey};
 
 /// A set's analysis, ready for its plan.

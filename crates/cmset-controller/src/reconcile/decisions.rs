@@ -110,7 +110,7 @@ impl Gathered {
         decide::targets(&self.observed(), workload)
     }
 
-    /// The turn of a move to `targets` in the rollout budget's line (see [`crate::reconcile::rollout_budget`]):
+    /// The turn of a move to `targets` in the rollout budget's line (see [`crate::engine::rollout_budget`]):
     /// when the newest of the revisions it moves to was created, in Unix seconds, as the API records
     /// it, so that every replica, before and after a restart, puts the same move in the same place.
     /// A revision not seen created yet counts as made at `now`. A change back to earlier content

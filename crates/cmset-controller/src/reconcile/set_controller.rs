@@ -30,13 +30,14 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{Instrument, debug, debug_span, info, warn};
 
-use crate::engine::context::{Context, Reconciled};
+use crate::engine::context::Reconciled;
 use crate::engine::index::{Echo, Key, SetId, SourceLookup};
 use crate::engine::views;
 use crate::engine::wire::WirePod;
 use crate::platform::error::{Error, Result, api_code};
 use crate::platform::metrics::{RolloutGauges, SetLabels};
 use crate::reconcile::analysis_io::{self, Prepared};
+use crate::reconcile::context::Context;
 use cmset_core::waves::WaveAnalysis;
 
 pub const NAME: &str = "set";

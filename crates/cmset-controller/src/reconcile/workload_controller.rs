@@ -34,11 +34,12 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
 use tracing::{Instrument, debug, debug_span, warn};
 
-use crate::engine::context::{Context, Reconciled};
+use crate::engine::context::Reconciled;
 use crate::engine::index::{Echo, Key};
 use crate::engine::stored_workload::StoredWorkload;
 use crate::engine::views;
 use crate::platform::error::{Error, Result};
+use crate::reconcile::context::Context;
 use crate::reconcile::decisions::Gathered;
 
 pub const NAME: &str = "workload";

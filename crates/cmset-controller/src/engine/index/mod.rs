@@ -47,9 +47,9 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
+use crate::engine::rollout_budget::{RolloutBudget, WorkloadId};
 use crate::engine::stored_workload::StoredWorkload;
 use crate::platform::metrics::{WatchEventLabels, WindowsUnknownLabels};
-use crate::reconcile::rollout_budget::{RolloutBudget, WorkloadId};
 
 mod echoes;
 mod graph;
@@ -120,7 +120,7 @@ pub struct State {
     templates: templates::Templates,
     echoes: echoes::Echoes,
     /// The cluster-wide rollout budget, when one is set: fed the workloads' progress (see
-    /// [`crate::reconcile::rollout_budget`]).
+    /// [`crate::engine::rollout_budget`]).
     budget: Option<Arc<RolloutBudget>>,
 }
 

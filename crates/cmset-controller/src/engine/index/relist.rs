@@ -12,9 +12,9 @@ use k8s_openapi::api::batch::v1::Job;
 
 use super::{Indexed, Key};
 
-/// The history kinds, watched only from the takeover on (see `Scope::lead`): a standby decodes none of
-/// them. They never hold readiness nor a set's moves, only what needs every history object: pruning,
-/// and history's owner references on revisions (see [`Relist::history_listed`]).
+/// The history kinds, watched only from the takeover on (see `Scope::start_leading`): a standby
+/// decodes none of them. They never hold readiness nor a set's moves, only what needs every history
+/// object: pruning, and history's owner references on revisions (see [`Relist::history_listed`]).
 pub(super) const HISTORY: [&str; 3] = [
     <ReplicaSet as Indexed>::NAME,
     <ControllerRevision as Indexed>::NAME,

@@ -1046,7 +1046,7 @@ fn unobserved(kind: &str) -> Vec<(String, String)> {
 
 #[test]
 fn a_refused_kind_keeps_its_readers_and_budget_slots_and_holds_only_the_sets_they_read() {
-    let budget = Arc::new(crate::reconcile::rollout_budget::RolloutBudget::new(1));
+    let budget = Arc::new(crate::engine::rollout_budget::RolloutBudget::new(1));
     let index = index().with_budget(Some(budget.clone()));
     index.handle(&watcher::Event::Apply(set("app", 1)));
     index.handle(&watcher::Event::Apply(set("other", 1)));

@@ -1,4 +1,6 @@
-//! Command-line flags; each has an environment variable so a Deployment can configure it either way.
+//! Command-line flags, and what each room is configured with from them (the Prometheus client, the
+//! rollout budget, the certificate source, the notification policy); each flag has an environment
+//! variable so a Deployment can configure it either way.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -275,10 +277,10 @@ impl Cli {
     }
 
     /// The rollout budget `--max-moving-workloads` sets, shared by every scope.
-    pub fn rollout_budget(&self) -> Option<std::sync::Arc<crate::reconcile::rollout_budget::RolloutBudget>> {
+    pub fn rollout_budget(&self) -> Option<std::sync::Arc<crate::engine::rollout_budget::RolloutBudget>> {
         let cap = usize::try_from(self.max_moving_workloads?).unwrap_or(usize::MAX);
         Some(std::sync::Arc::new(
-            crate::reconcile::rollout_budget::RolloutBudget::new(cap),
+            crate::engine::rollout_budget::RolloutBudget::new(cap),
         ))
     }
 

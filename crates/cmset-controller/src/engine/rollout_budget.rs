@@ -10,6 +10,10 @@
 //!
 //! Every change of the book is reported to the metrics at once ([`RolloutBudget::report_to`]), whoever
 //! made it: a slot freed by a watch event moves the gauges as one freed by a reconcile does.
+//!
+//! It lives in the engine, beside the index that feeds it, rather than with the controllers that ask
+//! it: its book is index-fed state every replica keeps, and the engine must not need the controllers'
+//! room to compile.
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
@@ -22,8 +26,8 @@ use crate::platform::metrics::Metrics;
 /// A workload, cluster-wide.
 pub type WorkloadId = (WorkloadKind, Key);
 
-/// A move's place in line: when the revision it moves to was created, in Unix seconds (see
-/// `decisions::Gathered::turn`); ties go by workload.
+/// A move's place in line: when the revision it moves to was created, in Unix seconds (the workload
+/// controller's decisions compute it: `reconcile::decisions::Gathered::turn`); ties go by workload.
 pub type Turn = i64;
 
 /// The budget's bookkeeping, shared (see the module's doc).

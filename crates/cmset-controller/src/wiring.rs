@@ -1,0 +1,7 @@
+//! Where the rooms are put together, above all of them: the flags that configure every room
+//! ([`cli`]), and the leading of a scope ([`lead`]), which assembles the context the controllers share
+//! from the engine's parts, the measurer and the notifier, and runs the controllers. Only this room
+//! and `main` see every other room; none of them imports it.
+
+pub mod cli;
+pub mod lead;

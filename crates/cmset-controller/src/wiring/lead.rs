@@ -1,0 +1,257 @@
+//! Leading one scope: assembles the context its controllers share (the engine's parts, the measurer,
+//! the notifier) and runs the set and workload controllers from the scope's warm index.
+//!
+//! Here rather than in the engine: the context draws on the reconcile and notify rooms, and the
+//! engine must not need them to compile. The scope itself (watches, index, stores, queues) is the
+//! engine's ([`Scope`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cmset_api::{ConfigMapSet, SecretSet};
+use futures::{FutureExt, Stream, StreamExt, future::BoxFuture};
+use kube::Client;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, controller};
+use tracing::{debug, warn};
+
+use crate::engine::context::{Clock, Context as EngineContext};
+use crate::engine::index::{Indexed, SetId};
+use crate::engine::runtime::Scope;
+use crate::engine::served::ServedKind;
+use crate::engine::stored_workload::StoredWorkload;
+use crate::engine::tasks::spawn_owned;
+use crate::engine::views::Object;
+use crate::notify::config_watch::Loaded;
+use crate::notify::notifier::{self, Notifier};
+use crate::platform::error::Error;
+use crate::platform::leader::Term;
+use crate::platform::metrics::Metrics;
+use crate::reconcile::context::Context;
+use crate::reconcile::measurer::Measurer;
+use crate::reconcile::prometheus::Prometheus;
+use crate::reconcile::{set_controller, workload_controller};
+
+/// How long shutdown waits for notifications under way (each bounded by its service's timeouts).
+const NOTIFICATIONS_DRAIN: Duration = Duration::from_secs(15);
+
+/// Tuning of one scope's controllers.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Set reconciles at once, per set kind.
+    pub concurrency: u16,
+    /// Workload reconciles at once, per workload kind.
+    pub workload_concurrency: u16,
+    /// How long a workload that reads several sets waits after the last change to one of them (see
+    /// `workload_controller`).
+    pub multi_set_window: Duration,
+    pub instance: Option<String>,
+    /// Whether SecretSets (and so Secrets) are served.
+    pub secret_sets: bool,
+    /// Where the metric analysis of rollouts queries, if anywhere (`--prometheus-url`).
+    pub prometheus: Option<Arc<Prometheus>>,
+    /// How many analysis queries may be in flight at once (`--analysis-concurrency`).
+    pub analysis_concurrency: usize,
+    /// This replica's term as leader, which bounds every write (`None` without leader election).
+    pub term: Option<Term>,
+    /// The notification configuration as last read (see [`crate::notify`]); `None`: no notifier.
+    pub notifications: Option<tokio::sync::watch::Receiver<Arc<Loaded>>>,
+    /// The admin's bounds on notifications (`--notifications-max-*`).
+    pub notification_policy: notifier::Policy,
+}
+
+/// Reconciles `scope` from its warm index, from now until `shutdown` resolves and the reconciles in
+/// flight have finished: no relist, every object already observed is queued at once. Called once per
+/// scope, when this replica takes the lease. A workload kind served later gets its controller then;
+/// one that stops being served stops its controller.
+pub async fn lead_scope(
+    scope: &Scope,
+    client: Client,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    clock: Clock,
+    shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
+) {
+    let Some(triggers) = scope.take_triggers() else {
+        warn!("a scope can only be led once");
+        return;
+    };
+    let history_client = client.clone();
+    let mut engine = EngineContext::new(
+        client,
+        scope.index.clone(),
+        scope.stores.clone(),
+        metrics,
+        clock.clone(),
+        settings.instance.clone(),
+    );
+    engine.multi_set_window = settings.multi_set_window;
+    engine.term = settings.term.clone();
+    let mut context = Context::new(engine);
+    context.measurer = settings.prometheus.clone().map(|prometheus| {
+        Measurer::new(
+            prometheus,
+            settings.analysis_concurrency,
+            scope.index.clone(),
+            clock,
+        )
+    });
+    let notifier_queues = settings.notifications.clone().map(|loaded| {
+        let (notifier, queues) = Notifier::new(loaded, settings.notification_policy);
+        let notifier = Arc::new(notifier);
+        context.notifier = Some(notifier.clone());
+        (notifier, queues)
+    });
+    let ctx = Arc::new(context);
+    // A deleted set's series go with it (only the leader reports them), and so do its
+    // measurements and the set controller's memory of its writes: a set deleted without a
+    // finalizer is never reconciled again to forget them itself. Weak: the index outlives no
+    // context, and must not keep one alive.
+    let gone_ctx = Arc::downgrade(&ctx);
+    scope.index.on_set_gone(Arc::new(move |id: &SetId| {
+        let Some(ctx) = gone_ctx.upgrade() else { return };
+        let (kind, key) = id;
+        let labels = set_controller::set_labels(*kind, &key.namespace, &key.name);
+        ctx.metrics.observe_rollout(&labels, None);
+        ctx.metrics.forget_analysis(&labels);
+        ctx.forget_set(id);
+        if let Some(notifier) = &ctx.notifier {
+            notifier.forget(id);
+        }
+    }));
+    // The notifier's tasks get the engine's part of the context only: notify needs no controller.
+    if let Some((notifier, queues)) = notifier_queues {
+        tokio::spawn(notifier::run(notifier.clone(), queues, ctx.engine.clone()));
+        tokio::spawn(notifier::observe_on_change(notifier, ctx.engine.clone()));
+    }
+    let launcher = Launcher {
+        config: controller::Config::default().concurrency(settings.concurrency),
+        workload_config: controller::Config::default().concurrency(settings.workload_concurrency),
+        ctx,
+        shutdown: shutdown.clone(),
+    };
+    let sets_ctl = set_controller::NAME;
+    let stores = &scope.stores;
+    let controllers = futures::stream::FuturesUnordered::new();
+    controllers.push(launcher.controller(
+        stores.sets.clone(),
+        triggers.sets,
+        sets_ctl,
+        set_controller::reconcile::<ConfigMapSet>,
+        set_controller::error_policy::<ConfigMapSet>,
+    ));
+    if let Some(store) = &stores.secret_sets {
+        controllers.push(launcher.controller(
+            store.clone(),
+            triggers.secret_sets,
+            sets_ctl,
+            set_controller::reconcile::<SecretSet>,
+            set_controller::error_policy::<SecretSet>,
+        ));
+    }
+    let history_watches = scope.start_leading(&history_client);
+    scope
+        .lead_workload_kinds(controllers, shutdown, |kind, queue| {
+            launcher.workload_controller(kind, queue)
+        })
+        .await;
+    drop(history_watches);
+    // The controllers are done (shutdown): the notifications under way finish and are recorded,
+    // within the grace period the caller allows, so the next leader sends none of them again.
+    if let Some(notifier) = &launcher.ctx.notifier
+        && !notifier.drain(NOTIFICATIONS_DRAIN).await
+    {
+        warn!(
+            ?NOTIFICATIONS_DRAIN,
+            "notifications still under way at shutdown; the next leader may send them again"
+        );
+    }
+}
+
+/// What starts each controller of a scope: their tuning, the context they share and the shutdown
+/// signal.
+struct Launcher<Shutdown> {
+    config: controller::Config,
+    workload_config: controller::Config,
+    ctx: Arc<Context>,
+    shutdown: Shutdown,
+}
+
+impl<Shutdown> Launcher<Shutdown>
+where
+    Shutdown: std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
+{
+    /// One controller keyed by `K`, reconciling what its store holds and what the index triggers.
+    fn controller<K, Reconcile, Fut>(
+        &self,
+        store: Store<K>,
+        triggers: impl Stream<Item = ObjectRef<K>> + Send + 'static,
+        name: &'static str,
+        reconcile: Reconcile,
+        error_policy: fn(Arc<K>, &Error, Arc<Context>) -> controller::Action,
+    ) -> BoxFuture<'static, ()>
+    where
+        K: Object + Indexed,
+        Reconcile: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<controller::Action, Error>> + Send + 'static,
+    {
+        // Every reconcile comes through `triggers`: the index's, and each object's own changes (see
+        // `engine::runtime`'s `stored_watch`), which flow only while this replica leads.
+        let stream = Controller::for_shared_stream(futures::stream::pending(), store)
+            .with_config(self.config.clone())
+            .reconcile_on(triggers)
+            .graceful_shutdown_on(self.shutdown.clone())
+            .run(
+                // Each reconcile a task of its own, on whichever worker is free (see `tasks`).
+                move |obj, ctx| spawn_owned(reconcile(obj, ctx)),
+                error_policy,
+                self.ctx.clone(),
+            )
+            .map(|r| r.map_err(|e| crate::platform::redact::controller_error(&e).to_string()));
+        log_results(stream, name)
+    }
+
+    /// The workload controller of one served kind: stops when the kind stops being served, or at
+    /// shutdown.
+    fn workload_controller(
+        &self,
+        kind: &ServedKind,
+        queue: futures::channel::mpsc::UnboundedReceiver<ObjectRef<StoredWorkload>>,
+    ) -> BoxFuture<'static, ()> {
+        let workload_kind = kind.kind;
+        let stopped = futures::future::select(self.shutdown.clone().boxed(), kind.stopped().boxed())
+            .map(drop)
+            .shared();
+        let stream = Controller::for_shared_stream_with(
+            futures::stream::pending(),
+            kind.store.clone(),
+            kind.resource.clone(),
+        )
+        .with_config(self.workload_config.clone())
+        .reconcile_on(queue)
+        .graceful_shutdown_on(stopped)
+        .run(
+            move |obj, ctx| spawn_owned(workload_controller::reconcile(workload_kind, obj, ctx)),
+            move |obj, error, ctx| workload_controller::error_policy(workload_kind, obj, error, ctx),
+            self.ctx.clone(),
+        )
+        .map(|r| r.map_err(|e| crate::platform::redact::controller_error(&e).to_string()));
+        log_results(stream, workload_controller::NAME)
+    }
+}
+
+fn log_results<S, T, E>(stream: S, controller: &'static str) -> BoxFuture<'static, ()>
+where
+    S: Stream<Item = Result<T, E>> + Send + 'static,
+    T: std::fmt::Debug + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    stream
+        .for_each(move |r| async move {
+            match r {
+                Ok(o) => debug!(controller, object = ?o, "reconciled"),
+                Err(e) => debug!(controller, error = %e, "reconcile failed"),
+            }
+        })
+        .boxed()
+}
