@@ -28,6 +28,7 @@ mod identity;
 mod install;
 mod metrics;
 mod operator;
+mod readers;
 mod report;
 mod service;
 mod shapes;
@@ -79,6 +80,16 @@ struct Args {
     /// Deployments reading the one set of the fan-out stage (one change must move them all).
     #[arg(long, env = "CMSET_BENCH_FANOUT_WORKLOADS", default_value_t = 200, value_parser = at_least_one)]
     fanout_workloads: usize,
+    /// Opted-in Deployments (two pods each) reading one set in the readers' churn stage, and as many
+    /// reading no set.
+    #[arg(long, env = "CMSET_BENCH_READERS", default_value_t = 50, value_parser = at_least_one)]
+    readers: usize,
+    /// Deployment changes per second (restart, scale, new image) in the readers' churn stage.
+    #[arg(long, env = "CMSET_BENCH_READERS_RATE", default_value_t = 2.0, value_parser = positive_rate)]
+    readers_rate: f64,
+    /// Seconds of churn of each group in the readers' churn stage.
+    #[arg(long, env = "CMSET_BENCH_READERS_DURATION", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    readers_duration: u64,
     /// Server-side applies of unchanged sets in the no-op stage (round robin over `--sets`).
     #[arg(long, env = "CMSET_BENCH_NOOP_SETS", default_value_t = 1000, value_parser = at_least_one)]
     noop_sets: usize,
@@ -161,6 +172,8 @@ struct Args {
     #[arg(long)]
     skip_fanout: bool,
     #[arg(long)]
+    skip_readers_churn: bool,
+    #[arg(long)]
     skip_leak: bool,
     #[arg(long)]
     skip_memory: bool,
@@ -179,6 +192,7 @@ impl Args {
             ("noop", self.skip_noop),
             ("large-set", self.skip_large_set),
             ("fanout", self.skip_fanout),
+            ("readers-churn", self.skip_readers_churn),
             ("leak", self.skip_leak),
             ("memory", self.skip_memory),
             ("scales", self.skip_scales),
@@ -191,6 +205,9 @@ impl Args {
             scales: self.scales.clone(),
             leak_sets: self.leak_sets,
             fanout_workloads: self.fanout_workloads,
+            readers: self.readers,
+            readers_rate: self.readers_rate,
+            readers_duration_s: self.readers_duration,
             noop_sets: self.noop_sets,
             large_set_kib: self.large_set_kib,
             large_set_changes: self.large_set_changes,
@@ -662,6 +679,43 @@ async fn run_configuration(
                 results.fanout = Some(x);
             }
             Err(e) => ctx.fail(format!("fan-out: {e}")),
+        }
+    }
+
+    if !args.skip_readers_churn {
+        revive(ctx, &mut install, "readers' churn", &mut results.restarted).await?;
+        step(
+            8,
+            &format!(
+                "readers' churn: {} Deployments reading a set and {} reading none, 2 pods each, {} changes/s for {} s each",
+                args.readers, args.readers, args.readers_rate, args.readers_duration
+            ),
+        );
+        let duration = Duration::from_secs(args.readers_duration);
+        match readers::readers_churn(
+            ctx,
+            &ns,
+            &install,
+            &tracker,
+            args.readers,
+            args.readers_rate,
+            duration,
+        )
+        .await
+        {
+            Ok(x) => {
+                for (what, p) in [("others", &x.others), ("readers", &x.readers)] {
+                    eprintln!(
+                        "bench:   {what}: {:.1} pod events/s; CPU above idle {:?} / {:?} ms/s (leader / standby); operator writes {:?}",
+                        p.pod_events_per_s,
+                        p.cpu_ms_per_s_above_idle_leader,
+                        p.cpu_ms_per_s_above_idle_standby,
+                        p.cost.writes.as_ref().map(|w| &w.operator_self),
+                    );
+                }
+                results.readers_churn = Some(x);
+            }
+            Err(e) => ctx.fail(format!("readers' churn: {e}")),
         }
     }
 

@@ -69,6 +69,9 @@ pub struct Flags {
     pub scales: Vec<usize>,
     pub leak_sets: usize,
     pub fanout_workloads: usize,
+    pub readers: usize,
+    pub readers_rate: f64,
+    pub readers_duration_s: u64,
     pub noop_sets: usize,
     pub large_set_kib: usize,
     pub large_set_changes: usize,
@@ -92,7 +95,8 @@ impl Flags {
             "--configurations {} --sets {} --rate {} --duration {} --scales {} --leak-sets {} \
              --unrelated-configmaps {} --unrelated-deployments {} --concurrency {} --floor-changes {} \
              --failover-after {} --restart-window {} --timeout-secs {} --timeout-per-set-ms {} \
-             --fanout-workloads {} --noop-sets {} --large-set-kib {} --large-set-changes {}",
+             --fanout-workloads {} --noop-sets {} --large-set-kib {} --large-set-changes {} \
+             --readers {} --readers-rate {} --readers-duration {}",
             self.configurations.join(","),
             self.sets,
             self.rate,
@@ -110,7 +114,10 @@ impl Flags {
             self.fanout_workloads,
             self.noop_sets,
             self.large_set_kib,
-            self.large_set_changes
+            self.large_set_changes,
+            self.readers,
+            self.readers_rate,
+            self.readers_duration_s
         );
         for skip in &self.skipped {
             let _ = write!(s, " --skip-{skip}");
@@ -141,6 +148,7 @@ pub struct ConfigResults {
     pub noop: Option<NoOp>,
     pub large_set: Option<LargeSet>,
     pub fanout: Option<FanOut>,
+    pub readers_churn: Option<ReadersChurn>,
     pub scales: Vec<Scale>,
     /// Replicas that exited by themselves (e.g. lost their Lease while the API server was away) and
     /// were started again before a stage, as the kubelet would; none in a clean run.
@@ -342,6 +350,36 @@ pub struct Writes {
     pub operator_identity_per_change: Option<f64>,
     /// The bench's own requests taken out of the counts.
     pub bench_requests_subtracted: f64,
+}
+
+/// Readers' own churn (no config change): every "per change" figure of its costs is per second.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReadersChurn {
+    /// Opted-in Deployments reading one set, and as many reading a plain ConfigMap.
+    pub workloads: usize,
+    pub replicas: i32,
+    /// Deployment changes per second (restart, scale up, new image, scale down, in turn).
+    pub rate: f64,
+    pub duration_s: f64,
+    pub setup_s: f64,
+    /// A quiet window just before, per second.
+    pub idle: Cost,
+    /// The churn of Deployments that read no set.
+    pub others: ReadersChurnPhase,
+    /// The same churn of the set's readers.
+    pub readers: ReadersChurnPhase,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReadersChurnPhase {
+    pub changes: usize,
+    /// Pod watch events (creations, updates, deletions) per second: the churn's size.
+    pub pod_events_per_s: f64,
+    pub cpu_ms_per_s_above_idle_leader: Option<f64>,
+    pub cpu_ms_per_s_above_idle_standby: Option<f64>,
+    pub cost: Cost,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -1170,6 +1208,34 @@ fn rows(r: &ConfigResults) -> Vec<Row> {
             String::new(),
         );
     }
+    if let Some(x) = &r.readers_churn {
+        for (what, p) in [
+            ("others' churn (no set read)", &x.others),
+            ("readers' churn (no config change)", &x.readers),
+        ] {
+            let writes = p.cost.writes.as_ref();
+            let reconciles: f64 = p.cost.reconciles_per_change.values().sum();
+            row(
+                &format!(
+                    "{what}: {} Deployments × {} pods, {} changes/s for {:.0} s: pod events/s; CPU ms/s above idle, leader / standby (goal < 5); operator writes/s {}; reconciles/s",
+                    x.workloads,
+                    x.replicas,
+                    num(x.rate),
+                    x.duration_s,
+                    writes.map_or(String::new(), |w| format!("{:?}", w.operator_self)),
+                ),
+                format!(
+                    "{}; {} / {}; {}; {}",
+                    num(p.pod_events_per_s),
+                    opt(p.cpu_ms_per_s_above_idle_leader),
+                    opt(p.cpu_ms_per_s_above_idle_standby),
+                    writes.map_or("-".into(), |w| num(w.operator_self_per_change)),
+                    num(reconciles),
+                ),
+                String::new(),
+            );
+        }
+    }
     if let Some(c) = &r.initial {
         row(
             "RSS after initial convergence",
@@ -1847,6 +1913,18 @@ pub fn missing(c: &ConfigResults, webhook: bool, identity: bool) -> Vec<String> 
             x.cost.cpu_ms_per_change.is_some() && x.cost.writes.is_some(),
             "fan-out: CPU and writes",
         );
+    }
+    if let Some(x) = &c.readers_churn {
+        for (what, p) in [("others", &x.others), ("readers", &x.readers)] {
+            need(
+                p.pod_events_per_s > 0.0,
+                &format!("readers' churn ({what}): pods were churned"),
+            );
+            need(
+                p.cpu_ms_per_s_above_idle_leader.is_some() && p.cpu_ms_per_s_above_idle_standby.is_some(),
+                &format!("readers' churn ({what}): CPU of both replicas above idle"),
+            );
+        }
     }
     if let Some(m) = &c.memory {
         need(
