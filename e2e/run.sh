@@ -27,6 +27,9 @@ export CMSET_CONTROLLER_BIN=$target/debug/cmset-controller
 # The plugin too: with a separate build directory the tests do not run from beside it.
 export CMSET_PLUGIN_BIN=${CMSET_PLUGIN_BIN:-$target/debug/kubectl-cmset}
 export CMSET_OPERATOR_KUBECONFIG=$operator_kubeconfig
+# Helm for e2e/tests/helm.rs (installed once into target/tools/ by `make helm`).
+CMSET_HELM_BIN=$(bash config/helm/install-helm.sh)
+export CMSET_HELM_BIN
 export CMSET_E2E_LOGS=$target/e2e-logs
 mkdir -p "$CMSET_E2E_LOGS"
 echo "e2e: running the suite (operator logs in $CMSET_E2E_LOGS)"

@@ -84,6 +84,17 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+    if cli.delete_webhook_configurations {
+        let client = kube::Client::try_default()
+            .await
+            .map_err(|e| cmset_controller::platform::redact::api_error(&e).to_string())?;
+        let name = &cli.webhook_configuration;
+        let deleted = cert_keeper::delete_configurations(client, name)
+            .await
+            .map_err(|e| cmset_controller::platform::redact::api_error(&e).to_string())?;
+        info!(?deleted, "deleted the webhook configurations named {name}");
+        return Ok(());
+    }
     // A bad declaration stops the operator before it does anything.
     let kinds = cli.kinds()?;
     // So does a Prometheus setting that cannot work.

@@ -466,6 +466,31 @@ fn pair_of(secret: &Secret) -> Option<Pair> {
     })
 }
 
+/// Deletes the Mutating- and ValidatingWebhookConfiguration `name` (`--delete-webhook-configurations`,
+/// the chart's pre-delete hook); one already gone is fine. Returns what it deleted, as `Kind/name`.
+pub async fn delete_configurations(client: Client, name: &str) -> Result<Vec<String>, kube::Error> {
+    let mut deleted = Vec::new();
+    if delete_one(Api::<MutatingWebhookConfiguration>::all(client.clone()), name).await? {
+        deleted.push(format!("MutatingWebhookConfiguration/{name}"));
+    }
+    if delete_one(Api::<ValidatingWebhookConfiguration>::all(client), name).await? {
+        deleted.push(format!("ValidatingWebhookConfiguration/{name}"));
+    }
+    Ok(deleted)
+}
+
+/// Whether `name` was there to delete (a 404 is no error: nothing left to do).
+async fn delete_one<K>(api: Api<K>, name: &str) -> Result<bool, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &Default::default()).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -547,5 +572,54 @@ mod tests {
         let both = webhook_certs::merged_bundle(&ca(), &trusting, now).unwrap();
         let config = configuration("42", &[&trusting, &both]);
         assert_eq!(trust_patch(&config, &ours, now), None);
+    }
+
+    /// `--delete-webhook-configurations` deletes both configurations by name, and one already gone is
+    /// no error; anything else (here a 403) is.
+    #[tokio::test]
+    async fn deleting_the_webhook_configurations_deletes_both_and_tolerates_one_gone() {
+        use http::{Request, Response};
+        use kube::client::Body;
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = seen.clone();
+        tokio::spawn(async move {
+            while let Some((request, send)) = handle.next_request().await {
+                let path = request.uri().path().to_string();
+                record
+                    .lock()
+                    .unwrap()
+                    .push(format!("{} {path}", request.method()));
+                let (code, body) = if path.ends_with("/mutatingwebhookconfigurations/cmset") {
+                    (
+                        200,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+                    )
+                } else {
+                    let code = if path.ends_with("/cmset") { 404 } else { 403 };
+                    let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                        "reason": "NotFound", "message": path, "code": code});
+                    (code, status)
+                };
+                let response = Response::builder()
+                    .status(code)
+                    .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                    .unwrap();
+                send.send_response(response);
+            }
+        });
+        let client = Client::new(service, "default");
+        let deleted = delete_configurations(client.clone(), "cmset").await.unwrap();
+        assert_eq!(deleted, vec!["MutatingWebhookConfiguration/cmset".to_string()]);
+        let base = "/apis/admissionregistration.k8s.io/v1";
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![
+                format!("DELETE {base}/mutatingwebhookconfigurations/cmset"),
+                format!("DELETE {base}/validatingwebhookconfigurations/cmset"),
+            ]
+        );
+        let refused = delete_configurations(client, "other").await;
+        assert!(refused.is_err(), "a 403 is an error: {refused:?}");
     }
 }

@@ -90,6 +90,12 @@ pub struct Cli {
     #[arg(long, env = "CMSET_WEBHOOK_CONFIGURATION", default_value = "cmset")]
     pub webhook_configuration: String,
 
+    /// Delete the Mutating- and ValidatingWebhookConfiguration named `--webhook-configuration` and
+    /// exit, doing nothing else: the Helm chart's pre-delete hook runs this, so that an uninstall
+    /// leaves no admission webhook pointing at a Service whose pods are gone. Missing ones are fine.
+    #[arg(long)]
+    pub delete_webhook_configurations: bool,
+
     /// Lifetime of the CA and serving certificate cmset issues (with `--webhook-cert-secret`).
     #[arg(long, env = "CMSET_WEBHOOK_CERT_VALIDITY_SECONDS", default_value_t = 90 * 86_400,
           value_parser = clap::value_parser!(u64).range(60..))]

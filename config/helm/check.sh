@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# `make helm-check`: the chart config/helm/cmset, offline.
+#   1. helm lint --strict, with the defaults and with each ci/*-values.yaml;
+#   2. config/ (every kustomize tree), the chart's copies of its inputs and the golden files
+#      tests/golden/<variant>.yaml are what the chart renders (config/helm/render.py --check);
+#   3. README.md is what values.yaml documents (config/helm/readme.py --check);
+#   4. values.schema.json refuses a misspelt key, naming it, and accepts `global` and `enabled`; combinations
+#      that cannot work are refused with a message;
+#   5. each golden file is valid against the Kubernetes schemas, the CRDs' and the Prometheus Operator's, strict
+#      (config/validate.sh, as `make manifests-check` validates config/).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+helm=$(bash config/helm/install-helm.sh)
+chart=config/helm/cmset
+start=$SECONDS
+
+echo "[helm] 1. lint --strict"
+"$helm" lint --strict --quiet "$chart" >/dev/null
+for values in "$chart"/ci/*-values.yaml; do
+  "$helm" lint --strict --quiet "$chart" -f "$values" >/dev/null || { echo "[helm] lint failed with $values"; exit 1; }
+done
+echo "  ok    the defaults and $(ls "$chart"/ci/*-values.yaml | wc -l) values files"
+
+echo "[helm] 2. config/, the chart's inputs and its golden files are rendered from the chart"
+python3 config/helm/render.py "$helm" --check
+
+echo "[helm] 3. README.md"
+python3 config/helm/readme.py --check
+echo "  ok    README.md documents every value of values.yaml"
+
+echo "[helm] 4. values.schema.json"
+refused() { # expected-message helm-args...
+  local want=$1 out
+  shift
+  if out=$("$helm" template cmset "$chart" "$@" 2>&1); then
+    echo "[helm] accepted: $*"; exit 1
+  fi
+  grep -qF -- "$want" <<<"$out" || { echo "[helm] '$*' refused without naming '$want':"; echo "$out"; exit 1; }
+}
+refused "additional properties 'replicaCout' not allowed" --set replicaCout=3
+refused "additional properties 'certManagr' not allowed" --set webhook.certManagr.enabled=true
+refused "replicaCount" --set-string replicaCount=two
+refused "secretSets.enabled=false promises the operator no access to Secrets" --set secretSets.enabled=false
+refused "watchNamespaces: a webhook configuration is cluster-wide" --set 'watchNamespaces={team-a}'
+"$helm" template cmset "$chart" --set global.imageRegistry=example.com --set enabled=true >/dev/null
+echo "  ok    misspelt keys refused by name; global and enabled accepted; impossible combinations refused"
+
+echo "[helm] 5. golden files validated offline"
+args=()
+for golden in "$chart"/tests/golden/*.yaml; do
+  args+=("helm/$(basename "$golden" .yaml)=$golden")
+done
+bash config/validate.sh e2e/monitoring/prometheus-operator-crds "${args[@]}" | grep -E '^(  FAIL|  - |\[manifests\] [0-9]+ objects|manifests-check)'
+echo "helm-check: all passed in $((SECONDS - start)) s"
