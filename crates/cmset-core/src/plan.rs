@@ -154,7 +154,7 @@ pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
             };
         }
     };
-    let patches = metadata_patches(set, &owned, &current, input.history);
+    let patches = metadata_patches(set, &owned, &current, input.history, input.workloads);
     let usage = Usage::new(set.kind().revision_kind(), input.workloads, input.history);
     let pruning = plan_pruning(set, &owned, &current.name, &usage, input.pod_refs);
     let history = revision_history(&owned, &current, &pruning.prune, &usage, &uid);
@@ -318,7 +318,7 @@ fn current_revision(
         .owner_references
         .get_or_insert_with(Vec::new);
     owners.extend(reader_owners(input.workloads));
-    let history = history_owners(input.history, kind, &name, owners);
+    let history = history_owners(input.history, kind, &name, owners, input.workloads);
     owners.extend(history);
     Ok(CurrentRevision {
         event: Some(PlannedEvent {
@@ -395,21 +395,45 @@ fn current_number(
     }
 }
 
-/// The history objects naming the revision `name` (an object of `kind`), as its extra owners: those
-/// whose workload is not among its `owners` already (that workload keeps it as long as they live).
+/// Owners that a revision named `name`, owned by `owners` now, still needs so that the history naming
+/// it keeps it once its set is gone. For each ReplicaSet, ControllerRevision or Job naming it whose
+/// controller does not own it yet: that controller, when it is a reader that can own a revision (see
+/// [`crate::revision::reader_owner_reference`]), so a Deployment is added once however many ReplicaSets
+/// its restarts make; otherwise (no controller, one of another kind, or
+/// [`crate::revision::MAX_READER_OWNERS`] readers own it already) the history object itself.
 fn history_owners(
     history: &[HistoryObject],
     kind: Referenced,
     name: &str,
     owners: &[OwnerReference],
+    workloads: &[WorkloadView],
 ) -> Vec<OwnerReference> {
-    let owned_by = |uid: &str| owners.iter().any(|o| o.uid == uid);
-    history
+    let mut owning: BTreeSet<String> = owners.iter().map(|o| o.uid.clone()).collect();
+    let mut readers_owning = owners
         .iter()
-        .filter(|h| h.referenced.contains(kind, name))
-        .filter(|h| !h.owner_uid.as_deref().is_some_and(owned_by))
-        .map(history_owner_reference)
-        .collect()
+        .filter(|o| crate::revision::is_reader_owner(o))
+        .count();
+    let mut added = vec![];
+    for h in history.iter().filter(|h| h.referenced.contains(kind, name)) {
+        let controller = h.owner_uid.as_deref();
+        if owning.contains(h.uid.as_str()) || controller.is_some_and(|uid| owning.contains(uid)) {
+            continue;
+        }
+        let reader = controller
+            .filter(|_| readers_owning < crate::revision::MAX_READER_OWNERS)
+            .and_then(|uid| workloads.iter().find(|w| w.uid == uid))
+            .and_then(crate::revision::reader_owner_reference);
+        let owner = match reader {
+            Some(reader) => {
+                readers_owning += 1;
+                reader
+            }
+            None => history_owner_reference(h),
+        };
+        owning.insert(owner.uid.clone());
+        added.push(owner);
+    }
+    added
 }
 
 /// The workloads that read a set, as owners of its new revision (see
@@ -425,12 +449,14 @@ fn reader_owners(workloads: &[WorkloadView]) -> Vec<OwnerReference> {
 // ------------------------------------------------------------------------------------ metadata --
 
 /// Patches bringing every live revision's metadata to what is desired: labels and annotations from the
-/// template, its number and content mark, and the history objects that name it as extra owners.
+/// template, its number and content mark, and the extra owners the history naming it needs
+/// ([`history_owners`]).
 fn metadata_patches(
     set: SetRef<'_>,
     owned: &[RevisionView],
     current: &CurrentRevision,
     history: &[HistoryObject],
+    workloads: &[WorkloadView],
 ) -> Vec<(String, Value)> {
     let labels_wanted = desired_labels(set);
     owned
@@ -443,7 +469,13 @@ fn metadata_patches(
             if content.is_none() {
                 annotations.remove(labels::CONTENT_HASH);
             }
-            let owners = history_owners(history, set.kind().revision_kind(), &r.name, &r.owner_references);
+            let owners = history_owners(
+                history,
+                set.kind().revision_kind(),
+                &r.name,
+                &r.owner_references,
+                workloads,
+            );
             let patch = metadata_patch(r, &labels_wanted, &annotations, &owners)?;
             Some((r.name.clone(), patch))
         })

@@ -206,6 +206,43 @@ fn history_objects_become_owners_of_the_revisions_they_name() {
 }
 
 #[test]
+fn a_readers_new_replica_sets_make_the_reader_an_owner_once_not_each_replica_set() {
+    let set = set_with("nginx-config", &[("APP_VERSION", "2")], 10);
+    // V2 was made before `web` existed, so `web` does not own it yet.
+    let revisions = vec![revision_of(&set, V1, 1), revision_of(&set, V2, 2)];
+    let web = vec![deployment("web", &[V2])];
+    let restarted = vec![
+        replica_set("web-2a", "web", &[V2]),
+        replica_set("web-2b", "web", &[V2]),
+    ];
+    let p = plan(&set, &revisions, &web, &restarted);
+    assert_eq!(
+        p.patches,
+        vec![(
+            V2.to_string(),
+            json!({"metadata": {"ownerReferences": [{
+                "apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "uid-web",
+                "controller": false, "blockOwnerDeletion": false
+            }]}})
+        )],
+        "one owner for both ReplicaSets: their Deployment"
+    );
+    // Once it owns V2, the next restart's ReplicaSet needs nothing.
+    let mut owned = revisions.clone();
+    owned[1]
+        .owner_references
+        .push(cmset_core::revision::reader_owner_reference(&web[0]).unwrap());
+    let mut more = restarted.clone();
+    more.push(replica_set("web-2c", "web", &[V2]));
+    assert_eq!(plan(&set, &owned, &web, &more).patches, vec![]);
+    // A history object whose controller reads no set (a Job of a CronJob, a ReplicaSet of a workload
+    // the set does not see) is an owner itself.
+    let orphaned = vec![replica_set("gone-1", "gone", &[V2])];
+    let p = plan(&set, &owned, &web, &orphaned);
+    assert_eq!(p.patches[0].1["metadata"]["ownerReferences"][0]["name"], "gone-1");
+}
+
+#[test]
 fn new_content_makes_a_new_revision_and_marks_workloads_pending() {
     let set1 = set_with("nginx-config", &[("APP_VERSION", "1")], 10);
     let revisions = vec![revision_of(&set1, V1, 1)];

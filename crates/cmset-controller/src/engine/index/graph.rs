@@ -51,12 +51,14 @@ pub(super) struct Graph {
     planned_from: HashMap<(WorkloadKind, Key), PlannedFrom>,
 }
 
-/// What of a workload its own reconcile plans from, beyond the sets it reads: its spec (by
-/// generation), its labels (opt-in, wave, move mark), its annotations (cmset's hold), whether it is
-/// being deleted, and its health while a rollout budget reads it.
+/// What of a workload its own reconcile plans from, beyond the sets it reads: the names its pod
+/// template references and the template's labels (the rest of the spec never moves a reference), its
+/// labels (opt-in, wave, move mark), its annotations (cmset's hold), whether it is being deleted, and
+/// its health while a rollout budget reads it.
 #[derive(Clone, Debug, PartialEq)]
 pub(in crate::engine::index) struct PlannedFrom {
-    pub generation: Option<i64>,
+    pub references: RefNames,
+    pub template_labels: std::collections::BTreeMap<String, String>,
     pub labels: Option<std::collections::BTreeMap<String, String>>,
     pub annotations: Option<std::collections::BTreeMap<String, String>>,
     pub deleting: bool,

@@ -388,22 +388,43 @@ fn a_workload_s_own_controller_hears_only_what_it_plans_from() {
     stepping.status.as_mut().unwrap().ready_replicas = Some(1);
     let out = index.handle(&watcher::Event::Apply(stepping));
     assert!(!out.own);
-    // A new spec, a new label: planned again.
+    // A new spec that names the same things (a restart, a scale, a new image): nothing either.
     let out = index.handle(&watcher::Event::Apply(at(2, "3", "app")));
+    assert!(!out.own, "a restart plans nothing");
+    // A template naming something else (`kubectl rollout undo`, an edit), a new label: planned again.
+    let out = index.handle(&watcher::Event::Apply(at(3, "4", "other")));
     assert!(out.own);
-    let waved = with_wave(at(2, "4", "app"), "1");
+    let out = index.handle(&watcher::Event::Apply(at(4, "5", "app")));
+    assert!(out.own);
+    let mut relabelled = at(5, "6", "app");
+    let template = relabelled
+        .spec
+        .as_mut()
+        .unwrap()
+        .template
+        .metadata
+        .get_or_insert_default();
+    template
+        .labels
+        .get_or_insert_default()
+        .insert("tier".into(), "web".into());
+    assert!(
+        index.handle(&watcher::Event::Apply(relabelled)).own,
+        "its template's labels"
+    );
+    let waved = with_wave(at(5, "7", "app"), "1");
     assert!(index.handle(&watcher::Event::Apply(waved)).own);
     // The echo of cmset's own patch moving it: no news to it, but its set records the move.
     index
         .writing_workload(WorkloadKind::Deployment, key("web"))
         .answered(
-            Some("5".into()),
+            Some("8".into()),
             Echo {
                 writer: false,
                 readers: true,
             },
         );
-    let moved = with_wave(at(3, "5", "app-d2c65kk9hm"), "1");
+    let moved = with_wave(at(6, "8", "app-d2c65kk9hm"), "1");
     let out = index.handle(&watcher::Event::Apply(moved));
     assert!(!out.own);
     assert_eq!(out.sets, [cms("app")].into());

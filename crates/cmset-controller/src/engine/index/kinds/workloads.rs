@@ -22,10 +22,14 @@ impl Ops<StoredWorkload> for WorkloadKind {
         let kind = *self;
         let view = views::workload_view(kind, obj);
         let names = view.as_ref().map(|v| v.referenced()).unwrap_or_default();
+        let template_labels = view
+            .as_ref()
+            .map(|v| v.template_labels.clone())
+            .unwrap_or_default();
         let reads = !names.is_empty();
         state
             .graph
-            .link(ReaderKind::Workload(kind), key, names, &state.sets, out);
+            .link(ReaderKind::Workload(kind), key, names.clone(), &state.sets, out);
         // A kind whose template never changes after creation (a Job) has no rollout to follow.
         let progress = view.filter(|_| kind.is_mutable()).map(|v| (v.wave, v.health));
         if let Some(budget) = &state.budget {
@@ -44,10 +48,12 @@ impl Ops<StoredWorkload> for WorkloadKind {
             .progress(kind, key, progress.clone(), &state.sets, out);
         // Its own controller plans again only when what it plans from moved: not for a status step of
         // its rollout (a Deployment writes three or four per template change), unless the budget's
-        // slot it may hold reads its health.
+        // slot it may hold reads its health; nor for a restart, a scale or a new image, which leave
+        // the names its template references as they were.
         let health = progress.filter(|_| state.budget.is_some()).map(|(_, h)| h);
         let planned_from = PlannedFrom {
-            generation: obj.metadata.generation,
+            references: names,
+            template_labels,
             labels: obj.metadata.labels.clone(),
             annotations: obj.metadata.annotations.clone(),
             deleting: obj.metadata.deletion_timestamp.is_some(),
