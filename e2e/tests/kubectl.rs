@@ -181,3 +181,23 @@ async fn kubectl_wait_get_and_describe() {
         "kubectl describe shows the event RevisionCreated {created_v2:?}, each event with its own message:\n{events}"
     );
 }
+
+/// `kubectl explain` descends into optional fields: the published OpenAPI of a 1.20 server drops the
+/// type of a `nullable` field, which the CRDs therefore no longer carry (`rollout <>` before).
+#[tokio::test]
+async fn kubectl_explain_descends_into_optional_fields() {
+    let ns = TestNamespace::new("explain").await;
+    for (path, field) in [
+        ("configmapset.spec.rollout", "stabilizationSeconds"),
+        ("configmapset.spec.rollout.analysis", "args"),
+        ("configmapset.status", "settledWorkloads"),
+        ("secretset.spec.rollout", "progressDeadlineSeconds"),
+    ] {
+        let out = eventually(&format!("kubectl explain {path} lists {field}"), || async {
+            let out = ns.try_kubectl(&["explain", path], None).ok()?;
+            out.contains("FIELDS:").then_some(out)
+        })
+        .await;
+        assert!(out.contains(field), "kubectl explain {path} lists {field}:\n{out}");
+    }
+}
