@@ -331,6 +331,98 @@ async fn the_chart_installs_upgrades_and_uninstalls_cmset() {
         started.elapsed()
     );
 
+    // 2b. helm install --wait of an application chart that holds a set: Helm 4 waits by kstatus, which
+    // reads a custom resource's `Reconciling` and `Stalled` conditions (never `Ready`). It returns once
+    // the set is Ready, which its rollout's stabilization keeps from happening for 10 s, and fails on a
+    // set that is Stalled.
+    let app_chart = repo().join("e2e/fixtures/helm-app");
+    let app_chart = app_chart.to_str().unwrap();
+    let ready_of = |release: &str| -> Value {
+        let out = cluster.run(
+            "kubectl",
+            &[
+                "get",
+                "cmset",
+                &format!("{release}-config"),
+                "-n",
+                "helm-wait",
+                "-o",
+                "json",
+            ],
+            None,
+        );
+        let set: Value = serde_json::from_str(&out).unwrap();
+        let conditions = set["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        conditions
+            .iter()
+            .map(|c| {
+                (
+                    c["type"].as_str().unwrap_or_default().to_string(),
+                    c["status"].clone(),
+                )
+            })
+            .collect::<serde_json::Map<String, Value>>()
+            .into()
+    };
+    let waited = Instant::now();
+    cluster.run(
+        &helm,
+        &[
+            "install",
+            "app-ready",
+            app_chart,
+            "-n",
+            "helm-wait",
+            "--create-namespace",
+            "--wait",
+            "--timeout",
+            "90s",
+        ],
+        None,
+    );
+    let took = waited.elapsed();
+    let conditions = ready_of("app-ready");
+    assert_eq!(
+        conditions,
+        json!({"Ready": "True"}),
+        "helm returned once the set was Ready"
+    );
+    assert!(
+        took >= Duration::from_secs(10),
+        "helm waited for the stabilization ({took:?})"
+    );
+    let waited = Instant::now();
+    let stalled = cluster.try_run(
+        &helm,
+        &[
+            "install",
+            "app-stalled",
+            app_chart,
+            "-n",
+            "helm-wait",
+            "--set",
+            "key=not a key!",
+            "--wait",
+            "--timeout",
+            "30s",
+        ],
+        None,
+    );
+    let error = stalled.expect_err("helm install --wait fails on a Stalled set");
+    eprintln!(
+        "[helm] install --wait of a stalled set failed after {:?}: {error}",
+        waited.elapsed()
+    );
+    assert_eq!(
+        ready_of("app-stalled"),
+        json!({"Ready": "False", "Stalled": "True"}),
+        "the set is Stalled, and not Reconciling"
+    );
+    eprintln!("[helm] --wait proven after {:?}", started.elapsed());
+
     // 3. helm upgrade with Helm 4's server-side apply: more replicas, an extra argument, and a chart whose
     // ConfigMapSet CRD has a new field. No conflict with the operator's caBundle, which stays.
     let changed = Path::new(chart);

@@ -261,8 +261,9 @@ impl TemplateMetadata {
     }
 }
 
-/// What cmset observed and did, compatible with kstatus (`observedGeneration` and a `Ready` condition),
-/// so `kubectl wait --for=condition=Ready` and GitOps health checks work.
+/// What cmset observed and did, compatible with kstatus (`observedGeneration`, `Ready`, `Reconciling`
+/// and `Stalled` conditions), so `kubectl wait --for=condition=Ready`, GitOps health checks and Helm's
+/// `--wait` work.
 // Lists are always serialized, empty ones as `[]`: status is written by server-side apply, and sending
 // an empty list is what clears one that became empty.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -6,6 +6,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 pub const READY: &str = "Ready";
 pub const STALLED: &str = "Stalled";
+/// `True` while the set is on its way to `Ready` (a rollout in progress, held, or waiting on something
+/// outside the set): kstatus' "abnormal-true" condition, which Helm 4's `--wait`, Argo CD and Flux
+/// read as in progress. Absent once the set is `Ready` or `Stalled`.
+pub const RECONCILING: &str = "Reconciling";
 /// `False` while the operator cannot see the cluster's ChangeWindows (its reason names why); absent
 /// while it can.
 pub const WINDOWS_KNOWN: &str = "ChangeWindowsKnown";
@@ -71,6 +75,29 @@ fn put(
     out
 }
 
+/// Returns `conditions` with [`RECONCILING`] derived from the others: `True`, with the `Ready`
+/// condition's reason, message and observed generation, while `Ready` is not `True` and the set is
+/// not `Stalled`; absent otherwise. kstatus reads no `Ready` condition of a custom resource, only these two, so without it a
+/// set in the middle of a rollout would count as done.
+pub fn with_reconciling(conditions: &[Condition], now: &Time) -> Vec<Condition> {
+    let is_true = |type_: &str| conditions.iter().any(|c| c.type_ == type_ && c.status == "True");
+    let ready = conditions.iter().find(|c| c.type_ == READY);
+    match ready {
+        Some(ready) if ready.status != "True" && !is_true(STALLED) => set(
+            conditions,
+            Desired {
+                type_: RECONCILING,
+                status: true,
+                reason: &ready.reason,
+                message: ready.message.clone(),
+            },
+            ready.observed_generation,
+            now,
+        ),
+        _ => remove(conditions, RECONCILING),
+    }
+}
+
 /// Returns `conditions` without the condition of this type.
 pub fn remove(conditions: &[Condition], type_: &str) -> Vec<Condition> {
     conditions.iter().filter(|c| c.type_ != type_).cloned().collect()
@@ -92,6 +119,55 @@ mod tests {
             reason,
             message: reason.to_lowercase(),
         }
+    }
+
+    #[test]
+    fn reconciling_follows_ready_unless_stalled() {
+        let types = |c: &[Condition]| -> Vec<(String, String)> {
+            c.iter().map(|c| (c.type_.clone(), c.status.clone())).collect()
+        };
+        let pending = set(&[], ready(false, "RolloutProgressing"), Some(2), &at(100));
+        let reconciling = with_reconciling(&pending, &at(100));
+        assert_eq!(
+            types(&reconciling),
+            [
+                ("Ready".into(), "False".into()),
+                ("Reconciling".into(), "True".into())
+            ]
+        );
+        let r = reconciling.iter().find(|c| c.type_ == RECONCILING).unwrap();
+        assert_eq!(
+            (r.reason.as_str(), r.observed_generation),
+            ("RolloutProgressing", Some(2))
+        );
+        let stalled = set(
+            &reconciling,
+            Desired {
+                type_: STALLED,
+                ..ready(true, "RolloutFailed")
+            },
+            Some(2),
+            &at(200),
+        );
+        assert_eq!(
+            types(&with_reconciling(&stalled, &at(200))),
+            [
+                ("Ready".into(), "False".into()),
+                ("Stalled".into(), "True".into())
+            ]
+        );
+        let done = set(&reconciling, ready(true, "RolledOut"), Some(2), &at(300));
+        assert_eq!(
+            types(&with_reconciling(&done, &at(300))),
+            [("Ready".into(), "True".into())]
+        );
+        let unknown = set_unknown(&done, ready(false, "WorkloadsUnobserved"), Some(2), &at(400));
+        let r = with_reconciling(&unknown, &at(400));
+        assert!(
+            r.iter().any(|c| c.type_ == RECONCILING && c.status == "True"),
+            "Unknown is not done"
+        );
+        assert_eq!(with_reconciling(&r, &at(500)), r, "re-deriving changes nothing");
     }
 
     #[test]

@@ -127,6 +127,13 @@ impl SetPlan {
 /// remains (`revision_history`), where each workload stands (`workload_entries`) and the status that sums
 /// it up (`set_status`). Each stage takes what it needs and returns what it decided.
 pub fn plan_set(input: &SetInput<'_>) -> SetPlan {
+    let mut plan = plan_set_without_reconciling(input);
+    plan.status.conditions = conditions::with_reconciling(&plan.status.conditions, &input.now);
+    plan
+}
+
+/// [`plan_set`] before `Reconciling` is derived from the other conditions.
+fn plan_set_without_reconciling(input: &SetInput<'_>) -> SetPlan {
     let set = input.set;
     let previous = set.status().cloned().unwrap_or_default();
     if let Err(problems) = set.validate() {
@@ -1108,8 +1115,10 @@ pub fn plan_unobserved(
         reason: UNOBSERVED,
         message,
     };
+    let conditions =
+        conditions::set_unknown(&previous.conditions, desired, previous.observed_generation, now);
     ConfigMapSetStatus {
-        conditions: conditions::set_unknown(&previous.conditions, desired, previous.observed_generation, now),
+        conditions: conditions::with_reconciling(&conditions, now),
         ..previous.clone()
     }
 }
