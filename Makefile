@@ -53,8 +53,9 @@ unit: ## Unit, property and mocked-API scenario tests (no cluster needed)
 	$(CARGO) test --workspace --locked --exclude cmset-e2e
 
 .PHONY: crds
-crds: ## Regenerate the CRDs' YAML from the Rust types
+crds: ## Regenerate the CRDs' YAML from the Rust types, and what the chart renders from them
 	@for crd in $(CRDS); do $(CRDGEN) $$crd > crds/$$crd.yaml; done
+	@$(MAKE) -s manifests >/dev/null
 
 .PHONY: crd-check
 crd-check: ## Fail when a committed CRD differs from what the types generate, or a generated one is not committed
