@@ -198,6 +198,9 @@ async fn kubectl_explain_descends_into_optional_fields() {
             out.contains("FIELDS:").then_some(out)
         })
         .await;
-        assert!(out.contains(field), "kubectl explain {path} lists {field}:\n{out}");
+        assert!(
+            out.contains(field),
+            "kubectl explain {path} lists {field}:\n{out}"
+        );
     }
 }

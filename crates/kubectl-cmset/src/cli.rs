@@ -120,6 +120,10 @@ For a SecretSet, only keys are shown: which were added, removed or changed (\"@@
 and each side's type when it changed. No value, nor its size or a digest of it, is ever shown, in
 any output format or error. The two revision Secrets are read with get and compared in memory.
 
+With KUBECTL_EXTERNAL_DIFF set (as for kubectl diff, e.g. \"diff -u -N\" or \"meld\"), a ConfigMapSet's
+two revisions are written to two directories, one file per key, and that program compares them; its
+output and its exit status 0 or 1 are passed on. Not for a SecretSet: its values never leave.
+
 Exit status: 0 when the revisions are identical, 1 when they differ, 2 on error
 (the same convention as diff(1) and kubectl diff).")]
     Diff {

@@ -12,6 +12,7 @@ pub mod cli;
 pub mod cluster;
 pub mod diff;
 pub mod error;
+pub mod external_diff;
 pub mod history;
 pub mod output;
 pub mod revisions;
@@ -180,9 +181,29 @@ async fn run_on(
             let (identical, stdout) = match &listed {
                 Listed::ConfigMaps(config_maps) => {
                     let report = diff::compare(view.name(), from, to, config_maps);
+                    let external = std::env::var("KUBECTL_EXTERNAL_DIFF").unwrap_or_default();
                     let stdout = match output::structured(&report, g.output)? {
                         Some(text) => text,
-                        None => diff::render_text(&report, palette),
+                        None => match external_diff::command(&external).map_err(Error::Usage)? {
+                            // As `kubectl diff` does: the user's program compares the two sides.
+                            Some(command) => {
+                                let dir = external_diff::scratch_dir().map_err(Error::Usage)?;
+                                let ran = external_diff::run(
+                                    &command,
+                                    &dir,
+                                    (&from.name, &config_maps[from.index]),
+                                    (&to.name, &config_maps[to.index]),
+                                );
+                                let _ = std::fs::remove_dir_all(&dir);
+                                let ran = ran.map_err(Error::Usage)?;
+                                return Ok(Outcome {
+                                    stdout: ran.stdout,
+                                    note: None,
+                                    code: ran.code,
+                                });
+                            }
+                            None => diff::render_text(&report, palette),
+                        },
                     };
                     (report.identical, stdout)
                 }
@@ -191,6 +212,11 @@ async fn run_on(
                     // `secret_diff::compare`.
                     let old = cluster.secret(&from.name).await?;
                     let new = cluster.secret(&to.name).await?;
+                    if std::env::var("KUBECTL_EXTERNAL_DIFF").is_ok_and(|v| !v.trim().is_empty()) {
+                        eprintln!(
+                            "note: KUBECTL_EXTERNAL_DIFF is not used for a SecretSet: its values never leave kubectl cmset"
+                        );
+                    }
                     let report = secret_diff::compare(view.name(), from, &old, to, &new);
                     let stdout = match output::structured(&report, g.output)? {
                         Some(text) => text,
