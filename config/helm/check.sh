@@ -24,6 +24,24 @@ echo "  ok    the defaults and $(ls "$chart"/ci/*-values.yaml | wc -l) values fi
 echo "[helm] 2. config/, the chart's inputs and its golden files are rendered from the chart"
 python3 config/helm/render.py "$helm" --check
 
+# The check itself, on a copy: a rendered file edited by hand, or the chart edited without rendering
+# again, must each fail it.
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+drifts() { # what-was-edited
+  if python3 "$scratch/config/helm/render.py" "$helm" --check >/dev/null 2>&1; then
+    echo "[helm] the drift check passed although $1"; exit 1
+  fi
+}
+fresh_copy() { rm -rf "${scratch:?}"/*; cp -r config crds "$scratch"/; }
+fresh_copy
+sed -i 's/^rules:/rules: # edited by hand/' "$scratch/config/rbac/cluster_role.yaml"
+drifts "config/rbac/cluster_role.yaml was edited by hand"
+fresh_copy
+sed -i '0,/^spec:/s//spec: # edited without make manifests/' "$scratch/config/helm/cmset/templates/deployment.yaml"
+drifts "the chart's Deployment template changed and nothing was rendered again"
+echo "  ok    self-test: an edit of config/ alone, or of the chart alone, fails the check"
+
 echo "[helm] 3. README.md"
 python3 config/helm/readme.py --check
 echo "  ok    README.md documents every value of values.yaml"
