@@ -77,6 +77,10 @@ struct Args {
     /// Sets created and deleted again (no workloads) for the memory-after-deletion figure.
     #[arg(long, env = "CMSET_BENCH_LEAK_SETS", default_value_t = 5000, value_parser = at_least_one)]
     leak_sets: usize,
+    /// Times the memory stage's sets are created and deleted, RSS read after each (memory over time:
+    /// the last cycle should be within 2% of the middle one).
+    #[arg(long, env = "CMSET_BENCH_LEAK_CYCLES", default_value_t = 1, value_parser = at_least_one)]
+    leak_cycles: usize,
     /// Deployments reading the one set of the fan-out stage (one change must move them all).
     #[arg(long, env = "CMSET_BENCH_FANOUT_WORKLOADS", default_value_t = 200, value_parser = at_least_one)]
     fanout_workloads: usize,
@@ -204,6 +208,7 @@ impl Args {
             duration_s: self.duration,
             scales: self.scales.clone(),
             leak_sets: self.leak_sets,
+            leak_cycles: self.leak_cycles,
             fanout_workloads: self.fanout_workloads,
             readers: self.readers,
             readers_rate: self.readers_rate,
@@ -721,10 +726,33 @@ async fn run_configuration(
 
     if !args.skip_leak {
         revive(ctx, &mut install, "leak", &mut results.restarted).await?;
-        step(9, &format!("memory: {} sets created and deleted", args.leak_sets));
-        match stages::leak(ctx, &ns, &install, args.leak_sets).await {
-            Ok(l) => results.leak = Some(l),
-            Err(e) => ctx.fail(format!("leak: {e}")),
+        for cycle in 1..=args.leak_cycles {
+            step(
+                9,
+                &format!(
+                    "memory: {} sets created and deleted (cycle {cycle} of {})",
+                    args.leak_sets, args.leak_cycles
+                ),
+            );
+            match stages::leak(ctx, &ns, &install, args.leak_sets).await {
+                Ok(l) => {
+                    for r in &l.replicas {
+                        eprintln!(
+                            "bench:   {} RSS after: {:?} KiB",
+                            r.role,
+                            r.after.map(|m| m.rss_kib)
+                        );
+                    }
+                    if results.leak.is_none() {
+                        results.leak = Some(l.clone());
+                    }
+                    results.leak_cycles.push(l);
+                }
+                Err(e) => {
+                    ctx.fail(format!("leak, cycle {cycle}: {e}"));
+                    break;
+                }
+            }
         }
     }
 

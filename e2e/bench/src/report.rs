@@ -68,6 +68,7 @@ pub struct Flags {
     pub duration_s: u64,
     pub scales: Vec<usize>,
     pub leak_sets: usize,
+    pub leak_cycles: usize,
     pub fanout_workloads: usize,
     pub readers: usize,
     pub readers_rate: f64,
@@ -96,7 +97,7 @@ impl Flags {
              --unrelated-configmaps {} --unrelated-deployments {} --concurrency {} --floor-changes {} \
              --failover-after {} --restart-window {} --timeout-secs {} --timeout-per-set-ms {} \
              --fanout-workloads {} --noop-sets {} --large-set-kib {} --large-set-changes {} \
-             --readers {} --readers-rate {} --readers-duration {}",
+             --readers {} --readers-rate {} --readers-duration {} --leak-cycles {}",
             self.configurations.join(","),
             self.sets,
             self.rate,
@@ -117,7 +118,8 @@ impl Flags {
             self.large_set_changes,
             self.readers,
             self.readers_rate,
-            self.readers_duration_s
+            self.readers_duration_s,
+            self.leak_cycles.max(1)
         );
         for skip in &self.skipped {
             let _ = write!(s, " --skip-{skip}");
@@ -144,6 +146,8 @@ pub struct ConfigResults {
     pub failover: Option<Failover>,
     pub restart: Option<Restart>,
     pub leak: Option<Leak>,
+    /// Every cycle of `--leak-cycles` (the first is also `leak`): memory over time.
+    pub leak_cycles: Vec<Leak>,
     pub memory: Option<MemoryFigures>,
     pub noop: Option<NoOp>,
     pub large_set: Option<LargeSet>,
@@ -1283,6 +1287,48 @@ fn rows(r: &ConfigResults) -> Vec<Row> {
                 l.sets
             ),
             pct.join(", "),
+            String::new(),
+        );
+    }
+    if r.leak_cycles.len() > 1 {
+        let cycles = &r.leak_cycles;
+        let roles: Vec<String> = cycles[0].replicas.iter().map(|x| x.role.clone()).collect();
+        let after = |c: &Leak, role: &str| -> Option<Memory> {
+            c.replicas.iter().find(|x| x.role == role).and_then(|x| x.after)
+        };
+        let series: Vec<String> = roles
+            .iter()
+            .map(|role| {
+                let mib: Vec<String> = cycles.iter().map(|c| mib_of(after(c, role))).collect();
+                format!("{role} {}", mib.join(" → "))
+            })
+            .collect();
+        row(
+            &format!(
+                "RSS after each of {} cycles of {} sets created and deleted (MiB)",
+                cycles.len(),
+                cycles[0].sets
+            ),
+            series.join("; "),
+            String::new(),
+        );
+        let (last, middle) = (cycles.len() - 1, cycles.len() / 2 - 1);
+        let plateau: Vec<String> = roles
+            .iter()
+            .map(|role| {
+                let pct = after(&cycles[middle], role)
+                    .zip(after(&cycles[last], role))
+                    .map(|(m, l)| l.rss_kib as f64 * 100.0 / m.rss_kib.max(1) as f64);
+                format!("{role} {}%", opt(pct))
+            })
+            .collect();
+        row(
+            &format!(
+                "RSS after cycle {} as % of cycle {} (goal: within 2% of 100)",
+                last + 1,
+                middle + 1
+            ),
+            plateau.join(", "),
             String::new(),
         );
     }
