@@ -87,8 +87,9 @@ async fn every_retained_replica_set_can_be_returned_to_whatever_the_set_limit() 
         all
     );
     // Each is owned by what keeps it after the set: the Deployment, which owns every revision made
-    // while it read the set, or else (the first, made before the Deployment existed) the ReplicaSet
-    // that names it, added within a moment (owner patches are batched for up to a second).
+    // while it read the set and (the first, made before the Deployment existed) is added as an owner
+    // once its first ReplicaSet names it, within a moment (owner patches are batched for up to a
+    // second). A ReplicaSet owns a revision only when its Deployment cannot (gone, or not a reader).
     eventually(
         "every revision owned by the Deployment or the ReplicaSet that names it",
         || async {
@@ -260,12 +261,14 @@ async fn deleting_a_set_keeps_only_the_revisions_still_in_use_until_nothing_uses
     ns.apply(&set_yaml("2", 10));
     ns.apply(&deployment_yaml(10));
     roll_to(&ns, 2, 10).await;
-    eventually("revision 2 owned by its ReplicaSet", || async {
+    // Revision 2 was made before the Deployment existed: its first ReplicaSet makes the Deployment an
+    // owner (once, however many ReplicaSets follow), not the ReplicaSet itself.
+    eventually("revision 2 owned by the Deployment that runs it", || async {
         let cm: ConfigMap = ns.api::<ConfigMap>().get(&version_name(2)).await.ok()?;
-        cm.owner_references()
-            .iter()
-            .any(|o| o.kind == "ReplicaSet")
-            .then_some(())
+        let owners = cm.owner_references();
+        (owners.iter().any(|o| o.kind == "Deployment" && o.name == "web")
+            && owners.iter().all(|o| o.kind != "ReplicaSet"))
+        .then_some(())
     })
     .await;
 

@@ -508,11 +508,11 @@ async fn deleting_a_secret_set_keeps_the_revisions_still_in_use() {
     ));
     wait_secrets(&ns, "file-reader", &[&v2]).await;
     rollout_status(&ns, "deployment/file-reader").await;
-    eventually("revision 2 owned by its ReplicaSet too", || async {
+    eventually("revision 2 owned by the Deployment that runs it too", || async {
         let s = ns.api::<Secret>().get(&v2).await.ok()?;
         s.owner_references()
             .iter()
-            .any(|o| o.kind == "ReplicaSet")
+            .any(|o| o.kind == "Deployment" && o.name == "file-reader")
             .then_some(())
     })
     .await;
@@ -535,7 +535,7 @@ async fn deleting_a_secret_set_keeps_the_revisions_still_in_use() {
             .await
             .expect("the used revision stays");
         let owners = kept.owner_references();
-        (owners.iter().all(|o| o.kind != "SecretSet") && owners.iter().any(|o| o.kind == "ReplicaSet"))
+        (owners.iter().all(|o| o.kind != "SecretSet") && owners.iter().any(|o| o.kind == "Deployment"))
             .then_some(())
     })
     .await;
