@@ -71,6 +71,17 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// `kubectl get <args> -o json`, parsed.
+    fn get_json(&self, args: &[&str]) -> Value {
+        let args: Vec<&str> = ["get"]
+            .iter()
+            .chain(args)
+            .chain(&["-o", "json"])
+            .copied()
+            .collect();
+        serde_json::from_str(&self.run("kubectl", &args, None)).unwrap()
+    }
+
     fn try_run(&self, program: &str, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
         use std::io::Write;
         let mut child = Command::new(program)
@@ -242,20 +253,7 @@ async fn the_chart_installs_upgrades_and_uninstalls_cmset() {
          --set podDisruptionBudget.enabled=false --wait --timeout 2m"
     );
     cluster.run(&helm, &install.split_whitespace().collect::<Vec<_>>(), None);
-    let deployment = cluster.run(
-        "kubectl",
-        &[
-            "get",
-            "deployment",
-            "-n",
-            NAMESPACE,
-            "cmset-controller",
-            "-o",
-            "json",
-        ],
-        None,
-    );
-    let deployment: Value = serde_json::from_str(&deployment).unwrap();
+    let deployment = cluster.get_json(&["deployment", "-n", NAMESPACE, "cmset-controller"]);
     assert_eq!(deployment["spec"]["replicas"], 2);
     for crd in [
         "configmapsets",
@@ -338,20 +336,7 @@ async fn the_chart_installs_upgrades_and_uninstalls_cmset() {
     let app_chart = repo().join("e2e/fixtures/helm-app");
     let app_chart = app_chart.to_str().unwrap();
     let ready_of = |release: &str| -> Value {
-        let out = cluster.run(
-            "kubectl",
-            &[
-                "get",
-                "cmset",
-                &format!("{release}-config"),
-                "-n",
-                "helm-wait",
-                "-o",
-                "json",
-            ],
-            None,
-        );
-        let set: Value = serde_json::from_str(&out).unwrap();
+        let set = cluster.get_json(&["cmset", &format!("{release}-config"), "-n", "helm-wait"]);
         let conditions = set["status"]["conditions"]
             .as_array()
             .cloned()
@@ -441,21 +426,13 @@ async fn the_chart_installs_upgrades_and_uninstalls_cmset() {
         started.elapsed(),
         upgrade.lines().next().unwrap_or_default()
     );
-    let deployment = cluster.run(
-        "kubectl",
-        &[
-            "get",
-            "deployment",
-            "-n",
-            NAMESPACE,
-            "cmset-controller",
-            "-o",
-            "json",
-            "--show-managed-fields",
-        ],
-        None,
-    );
-    let deployment: Value = serde_json::from_str(&deployment).unwrap();
+    let deployment = cluster.get_json(&[
+        "deployment",
+        "-n",
+        NAMESPACE,
+        "cmset-controller",
+        "--show-managed-fields",
+    ]);
     assert_eq!(deployment["spec"]["replicas"], 3);
     let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].clone();
     assert!(
