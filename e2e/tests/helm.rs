@@ -28,6 +28,13 @@ use serde_json::{Value, json};
 const RELEASE: &str = "cmset";
 const NAMESPACE: &str = "cmset-system";
 const WAIT: Duration = Duration::from_secs(120);
+/// The chart's CRDs (`crds.install`), which `crds.keep` keeps after an uninstall.
+const CRDS: [&str; 4] = [
+    "configmapsets.cmset.dev",
+    "secretsets.cmset.dev",
+    "analysistemplates.cmset.dev",
+    "changewindows.cmset.dev",
+];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -255,13 +262,8 @@ async fn the_chart_installs_upgrades_and_uninstalls_cmset() {
     cluster.run(&helm, &install.split_whitespace().collect::<Vec<_>>(), None);
     let deployment = cluster.get_json(&["deployment", "-n", NAMESPACE, "cmset-controller"]);
     assert_eq!(deployment["spec"]["replicas"], 2);
-    for crd in [
-        "configmapsets",
-        "secretsets",
-        "analysistemplates",
-        "changewindows",
-    ] {
-        cluster.run("kubectl", &["get", "crd", &format!("{crd}.cmset.dev")], None);
+    for crd in CRDS {
+        cluster.run("kubectl", &["get", "crd", crd], None);
     }
     assert_eq!(ca_bundles(&cluster), ["", ""], "the chart renders no caBundle");
     eprintln!("[helm] installed after {:?}", started.elapsed());
@@ -562,13 +564,8 @@ async fn the_chart_installs_upgrades_and_uninstalls_cmset() {
         !left.contains("cmset"),
         "the release's cluster roles are gone: {left}"
     );
-    for crd in [
-        "configmapsets",
-        "secretsets",
-        "analysistemplates",
-        "changewindows",
-    ] {
-        cluster.run("kubectl", &["get", "crd", &format!("{crd}.cmset.dev")], None);
+    for crd in CRDS {
+        cluster.run("kubectl", &["get", "crd", crd], None);
     }
     cluster.run(
         "kubectl",

@@ -133,6 +133,9 @@ Exit status: 0 when the revisions are identical, 1 when they differ, 2 on error
         a: Option<String>,
         /// The newer side: a revision number or name [default: the current revision]
         b: Option<String>,
+        /// The program (and its flags) that compares the two revisions' directories
+        #[arg(long, env = "KUBECTL_EXTERNAL_DIFF", hide = true, value_name = "COMMAND")]
+        external_diff: Option<String>,
     },
 
     /// Explain which revision each workload runs, and why

@@ -169,7 +169,11 @@ async fn run_on(
             let kind = view.kind().revision_kind();
             Ok(Outcome::print(history::render_table(&rows, kind, palette)))
         }
-        Command::Diff { a, b, .. } => {
+        Command::Diff {
+            a, b, external_diff, ..
+        } => {
+            let external = external_diff.as_deref().unwrap_or_default();
+            let mut notes = vec![];
             let (from, to) = diff::resolve(
                 &set.id(),
                 current_name(view),
@@ -181,10 +185,9 @@ async fn run_on(
             let (identical, stdout) = match &listed {
                 Listed::ConfigMaps(config_maps) => {
                     let report = diff::compare(view.name(), from, to, config_maps);
-                    let external = std::env::var("KUBECTL_EXTERNAL_DIFF").unwrap_or_default();
                     let stdout = match output::structured(&report, g.output)? {
                         Some(text) => text,
-                        None => match external_diff::command(&external).map_err(Error::Usage)? {
+                        None => match external_diff::command(external).map_err(Error::Usage)? {
                             // As `kubectl diff` does: the user's program compares the two sides.
                             Some(command) => {
                                 let dir = external_diff::scratch_dir().map_err(Error::Usage)?;
@@ -212,9 +215,10 @@ async fn run_on(
                     // `secret_diff::compare`.
                     let old = cluster.secret(&from.name).await?;
                     let new = cluster.secret(&to.name).await?;
-                    if std::env::var("KUBECTL_EXTERNAL_DIFF").is_ok_and(|v| !v.trim().is_empty()) {
-                        eprintln!(
-                            "note: KUBECTL_EXTERNAL_DIFF is not used for a SecretSet: its values never leave kubectl cmset"
+                    if !external.trim().is_empty() {
+                        notes.push(
+                            "KUBECTL_EXTERNAL_DIFF is not used for a SecretSet: its values never leave kubectl cmset"
+                                .to_string(),
                         );
                     }
                     let report = secret_diff::compare(view.name(), from, &old, to, &new);
@@ -225,16 +229,16 @@ async fn run_on(
                     (report.identical, stdout)
                 }
             };
-            let note = identical.then(|| {
-                format!(
+            if identical {
+                notes.push(format!(
                     "{} and {} have the same content",
                     revisions::label(from.number),
                     revisions::label(to.number)
-                )
-            });
+                ));
+            }
             Ok(Outcome {
                 stdout,
-                note,
+                note: (!notes.is_empty()).then(|| notes.join("\n")),
                 code: if identical { 0 } else { 1 },
             })
         }
@@ -320,6 +324,28 @@ mod tests {
         let history = cmset(&cluster, &["history", "app"]).await.unwrap();
         assert_eq!(history.code, 0);
         assert!(history.stdout.contains("app-2222222222"), "{}", history.stdout);
+
+        // Through an external program, as KUBECTL_EXTERNAL_DIFF names it (`--external-diff` is the
+        // same setting, which tests can give without touching the process's environment).
+        let external = cmset(&cluster, &["diff", "app", "--external-diff", "diff -r -u"])
+            .await
+            .unwrap();
+        assert_eq!(external.code, 1);
+        assert!(
+            external.stdout.contains("app-1111111111/K"),
+            "{}",
+            external.stdout
+        );
+        assert!(
+            external.stdout.contains("\n-1\n") && external.stdout.contains("\n+2"),
+            "{}",
+            external.stdout
+        );
+        let refused = cmset(&cluster, &["diff", "app", "--external-diff", "diff ; rm"]).await;
+        assert!(
+            matches!(refused, Err(Error::Usage(ref m)) if m.contains("is not a flag")),
+            "{refused:?}"
+        );
 
         let diff = cmset(&cluster, &["diff", "app"]).await.unwrap();
         assert_eq!(diff.code, 1);
