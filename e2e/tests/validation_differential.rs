@@ -319,6 +319,7 @@ fn cmset_verdict(case: &Case) -> BTreeSet<Field> {
         revision_history_limit: 10,
         rollout: None,
         config_map_name: None,
+        ..ConfigMapSetSpec::default()
     };
     let Err(problems) = validate(&case.name, &spec) else {
         return BTreeSet::new();

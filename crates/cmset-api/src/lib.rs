@@ -17,15 +17,19 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub mod analysis;
+pub mod checks;
 pub mod labels;
 pub mod secret_set;
+pub mod validation;
 pub mod windows;
 
 pub use analysis::{
     AnalysisArg, AnalysisArgType, AnalysisRef, AnalysisRunStatus, AnalysisTemplate, AnalysisTemplateSpec,
     AnalysisVerdict,
 };
+pub use checks::Check;
 pub use secret_set::{SecretSet, SecretSetSpec, SecretSetStatus, SecretTemplate};
+pub use validation::{ConfigMapKeyRef, ContentFormat, KeyValidation, SchemaSource, ValidationSpec};
 pub use windows::{ChangeWindow, ChangeWindowSpec, RolloutWindow, WindowKind};
 
 /// API group of every cmset resource.
@@ -96,6 +100,17 @@ pub struct ConfigMapSetSpec {
     /// failure is only reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutSpec>,
+
+    /// The format and schema each key's value must have: content that fails is refused at admission,
+    /// and never becomes a revision.
+    #[serde(default, skip_serializing_if = "ValidationSpec::is_empty")]
+    pub validation: ValidationSpec,
+
+    /// The application's own checks, each a Job run against a new revision before its rollout's first
+    /// wave opens: a failed check fails the revision and nothing moves.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = checks::MAX_CHECKS))]
+    pub checks: Vec<Check>,
 }
 
 pub(crate) fn default_revision_history_limit() -> i32 {
@@ -616,6 +631,10 @@ fn drop_nullable(schema: &mut serde_json::Value) {
         serde_json::Value::Object(map) => {
             if map.get("nullable") == Some(&serde_json::Value::Bool(true)) {
                 map.remove("nullable");
+                // An optional enum lists `null` among its values; without `nullable` it cannot be one.
+                if let Some(serde_json::Value::Array(values)) = map.get_mut("enum") {
+                    values.retain(|v| !v.is_null());
+                }
             }
             map.values_mut().for_each(drop_nullable);
         }

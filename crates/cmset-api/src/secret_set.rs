@@ -11,8 +11,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    ConfigMapSetStatus, DNS_SUBDOMAIN_PATTERN, MAX_DNS_SUBDOMAIN_LEN, RolloutSpec, TemplateMetadata,
-    default_revision_history_limit,
+    Check, ConfigMapSetStatus, DNS_SUBDOMAIN_PATTERN, MAX_DNS_SUBDOMAIN_LEN, RolloutSpec, TemplateMetadata,
+    ValidationSpec, checks, default_revision_history_limit,
 };
 
 /// Desired versioning of one Secret: cmset copies every distinct content (`type` and `data`) of the
@@ -58,6 +58,17 @@ pub struct SecretSetSpec {
     /// failure is only reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutSpec>,
+
+    /// The format and schema each key's value (the source Secret's keys) must have: content that fails is refused at admission,
+    /// and never becomes a revision.
+    #[serde(default, skip_serializing_if = "ValidationSpec::is_empty")]
+    pub validation: ValidationSpec,
+
+    /// The application's own checks, each a Job run against a new revision before its rollout's first
+    /// wave opens: a failed check fails the revision and nothing moves.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = checks::MAX_CHECKS))]
+    pub checks: Vec<Check>,
 }
 
 /// What a SecretSet's revisions carry besides the source's content: only metadata.
@@ -200,7 +211,14 @@ mod tests {
         fields.sort();
         assert_eq!(
             fields,
-            ["revisionHistoryLimit", "rollout", "secretName", "template"]
+            [
+                "checks",
+                "revisionHistoryLimit",
+                "rollout",
+                "secretName",
+                "template",
+                "validation"
+            ]
         );
         let template: Vec<&String> = spec["properties"]["template"]["properties"]
             .as_object()
@@ -232,6 +250,17 @@ mod tests {
         let mut expected = open_api_schema(&cm)["properties"]["status"].clone();
         describe_secrets(&mut expected);
         assert_eq!(open_api_schema(&crd)["properties"]["status"], expected);
+        // A schema may be kept in a ConfigMap (`spec.validation.keys.*.schemaFrom`): the only ConfigMap
+        // a SecretSet names.
+        let mut crd = crd;
+        let key = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/validation/properties/keys/additionalProperties/properties";
+        let schema_from = crd
+            .pointer_mut(key)
+            .unwrap()
+            .as_object_mut()
+            .unwrap()
+            .remove("schemaFrom");
+        assert!(schema_from.is_some_and(|s| s.to_string().contains("configMapKeyRef")));
         let yaml = serde_yaml_ng::to_string(&crd).unwrap();
         assert!(
             !yaml.contains("ConfigMap"),

@@ -341,6 +341,7 @@ fn nginx_set(version: &str) -> ConfigMapSet {
             revision_history_limit: 10,
             rollout: None,
             config_map_name: None,
+            ..ConfigMapSetSpec::default()
         },
     );
     set.metadata.namespace = Some(NS.into());

@@ -167,6 +167,7 @@ prop_compose! {
                 revision_history_limit: limit,
                 rollout: None,
                 config_map_name: None,
+                ..ConfigMapSetSpec::default()
             },
         );
         set.metadata.namespace = Some("ns".into());

@@ -50,6 +50,7 @@ fn the_set(version: u8, limit: i32, team: Option<&str>) -> ConfigMapSet {
             revision_history_limit: limit,
             rollout: None,
             config_map_name: None,
+            ..ConfigMapSetSpec::default()
         },
     );
     if let Some(team) = team {

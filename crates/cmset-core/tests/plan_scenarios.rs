@@ -36,6 +36,7 @@ fn set_with(name: &str, data: &[(&str, &str)], limit: i32) -> ConfigMapSet {
             revision_history_limit: limit,
             rollout: None,
             config_map_name: None,
+            ..ConfigMapSetSpec::default()
         },
     );
     set.metadata.namespace = Some("team".into());

@@ -81,6 +81,7 @@ fn spec_of(
                 revision_history_limit: limit,
                 rollout: None,
                 config_map_name: None,
+                ..ConfigMapSetSpec::default()
             },
         )
 }
@@ -218,7 +219,7 @@ proptest! {
         } else {
             template.data = Some(BTreeMap::from([(key.clone(), "v".to_string())]));
         }
-        let spec = ConfigMapSetSpec { template, revision_history_limit: 1, rollout: None, config_map_name: None };
+        let spec = ConfigMapSetSpec { template, revision_history_limit: 1, rollout: None, config_map_name: None, ..ConfigMapSetSpec::default() };
         prop_assert_eq!(validate("app", &spec).is_ok(), api_config_map_key(&key), "{:?}", key);
     }
 }

@@ -103,6 +103,7 @@ impl World {
                 revision_history_limit: 10,
                 rollout,
                 config_map_name: None,
+                ..ConfigMapSetSpec::default()
             },
         );
         set.metadata.namespace = Some("team".into());

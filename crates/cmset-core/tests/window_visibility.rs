@@ -41,6 +41,7 @@ fn set(version: &str, rollout: Option<RolloutSpec>) -> ConfigMapSet {
             revision_history_limit: 10,
             rollout,
             config_map_name: None,
+            ..ConfigMapSetSpec::default()
         },
     );
     set.metadata.namespace = Some("team".into());

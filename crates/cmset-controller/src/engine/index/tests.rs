@@ -88,6 +88,7 @@ fn set(name: &str, generation: i64) -> ConfigMapSet {
             revision_history_limit: 10,
             rollout: None,
             config_map_name: None,
+            ..ConfigMapSetSpec::default()
         },
     );
     set.metadata.namespace = Some(NS.into());
