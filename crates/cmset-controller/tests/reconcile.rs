@@ -429,6 +429,7 @@ fn settle(world: &mut World, set: &ConfigMapSet) -> ConfigMapSet {
         budget_waiting: &Default::default(),
         analysis: None,
         windows: &Default::default(),
+        schemas: &Default::default(),
     };
     let plan = plan_set(&input);
     if let Some(cm) = plan.create.as_ref().and_then(NewRevision::config_map) {
@@ -1264,6 +1265,7 @@ async fn a_status_already_written_is_not_written_again_while_the_store_lags() {
         budget_waiting: &Default::default(),
         analysis: None,
         windows: &Default::default(),
+        schemas: &Default::default(),
     };
     let status = plan_set(&input).status;
     let wrote_it = |ctx: &EngineContext| {

@@ -14,6 +14,10 @@ pub const RECONCILING: &str = "Reconciling";
 /// while it can.
 pub const WINDOWS_KNOWN: &str = "ChangeWindowsKnown";
 
+/// `False` while the set's content fails its `spec.validation` (no revision is made of it); `True` once
+/// the current revision holds it; absent for a set that declares no validation.
+pub const VALID: &str = "Valid";
+
 /// The desired state of one condition.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Desired<'a> {

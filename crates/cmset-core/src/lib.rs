@@ -9,6 +9,7 @@ pub mod analysis;
 pub mod break_glass;
 pub mod budget;
 pub mod conditions;
+pub mod content_check;
 pub mod decide;
 pub mod fit;
 pub mod hash;

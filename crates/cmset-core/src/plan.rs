@@ -11,7 +11,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, 
 use serde_json::Value;
 
 use crate::break_glass::Override;
-use crate::conditions::{self, Desired, READY, STALLED, WINDOWS_KNOWN};
+use crate::conditions::{self, Desired, READY, STALLED, VALID, WINDOWS_KNOWN};
+use crate::content_check::{self, Refusal, SchemaTexts};
 use crate::decide::{self, Identity, Observed};
 use crate::fit;
 use crate::history::{Usage, select_prunable};
@@ -54,6 +55,9 @@ pub struct SetInput<'a> {
     /// What the change windows say of the set now (see [`crate::window_hold`]); the default holds
     /// nothing.
     pub windows: &'a WindowState,
+    /// The schemas `spec.validation` reads from ConfigMaps (see [`content_check::schema_refs`]), as
+    /// read for this plan; empty when it reads none.
+    pub schemas: &'a SchemaTexts,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -153,6 +157,9 @@ fn plan_set_without_reconciling(input: &SetInput<'_>) -> SetPlan {
     let current = match current_revision(input, &owned, &previous, identity) {
         Ok(current) => current,
         Err(NoRevision::NameTaken(name)) => return plan_collision(input, &previous, &name),
+        Err(NoRevision::Invalid { name, refusal }) => {
+            return plan_invalid_content(input, &previous, &name, &refusal);
+        }
         Err(NoRevision::ContentUnread) => {
             return SetPlan {
                 needs_content: true,
@@ -172,6 +179,10 @@ fn plan_set_without_reconciling(input: &SetInput<'_>) -> SetPlan {
     let refused = break_glass_report(input, &previous, &mut status);
     // After the Ready condition has counted every workload.
     let status = fit::fit_workloads(status, fit::WORKLOADS_BUDGET);
+    let status = ConfigMapSetStatus {
+        conditions: content_valid(set, &status.conditions, &input.now),
+        ..status
+    };
     // Most important first: the first Normal event gives the merged event its reason.
     let events = current
         .event
@@ -277,6 +288,8 @@ enum NoRevision {
     NameTaken(String),
     /// A new revision is needed and the source's content has not been read.
     ContentUnread,
+    /// The content fails `spec.validation`: no revision `name` is made of it.
+    Invalid { name: String, refusal: Refusal },
 }
 
 /// Which revision is current: the existing one with the set's content, renumbered if need be, or a new
@@ -311,6 +324,17 @@ fn current_revision(
         return Err(NoRevision::ContentUnread);
     };
     let name = next_revision_name(set, &content);
+    let validation = set.validation();
+    if content_check::schema_refs(validation)
+        .iter()
+        .any(|r| !input.schemas.contains_key(*r))
+    {
+        // The schemas the content must pass are read with it.
+        return Err(NoRevision::ContentUnread);
+    }
+    if let Err(refusal) = content_check::check(validation, &content, input.schemas, set.is_secret()) {
+        return Err(NoRevision::Invalid { name, refusal });
+    }
     if input.revisions.iter().any(|r| r.name == name) {
         // Taken by an object of ours with other content, or by one we do not control.
         return Err(NoRevision::NameTaken(name));
@@ -1008,6 +1032,75 @@ fn plan_invalid(
 ) -> SetPlan {
     let message = validate::summary(problems);
     plan_problem(input, previous, "InvalidSpec", message, Stalled::Yes)
+}
+
+/// The set's content fails `spec.validation`: no revision is made of it, every workload stays where it
+/// is, and `Valid` and `Ready` say why (a Warning event once). Stalled unless all that is missing is a
+/// schema's ConfigMap, which may yet appear (looked for again in a minute).
+fn plan_invalid_content(
+    input: &SetInput<'_>,
+    previous: &ConfigMapSetStatus,
+    name: &str,
+    refusal: &Refusal,
+) -> SetPlan {
+    let keeping = match (&previous.current_revision, previous.revision) {
+        (Some(current), Some(number)) => format!("workloads stay on revision {number} ({current})"),
+        _ => "no revision exists yet".to_string(),
+    };
+    let message = join_capped(
+        &[format!(
+            "content not made into revision {name} ({keeping}): {}",
+            refusal.summary()
+        )],
+        EVENT_MESSAGE_MAX_LEN,
+    );
+    let schemas_missing = refusal.only_unavailable_schemas();
+    let stalled = if schemas_missing {
+        Stalled::No
+    } else {
+        Stalled::Yes
+    };
+    let mut plan = plan_problem(input, previous, VALIDATION_FAILED, message.clone(), stalled);
+    plan.status.conditions = conditions::set(
+        &plan.status.conditions,
+        Desired {
+            type_: VALID,
+            status: false,
+            reason: VALIDATION_FAILED,
+            message,
+        },
+        input.set.generation(),
+        &input.now,
+    );
+    if schemas_missing {
+        plan.recheck_in = Some(SCHEMA_RECHECK);
+    }
+    plan
+}
+
+/// Reason of `Valid=False` and `Ready=False` for content that fails `spec.validation`.
+pub const VALIDATION_FAILED: &str = "ValidationFailed";
+
+/// How soon a set whose schema's ConfigMap is missing looks for it again (its creation wakes no set).
+const SCHEMA_RECHECK: Duration = Duration::from_secs(60);
+
+/// `Valid=True` once the current revision holds the set's content and `spec.validation` says anything;
+/// no `Valid` condition when it says nothing.
+fn content_valid(set: SetRef<'_>, conditions: &[Condition], now: &Time) -> Vec<Condition> {
+    if set.validation().is_empty() {
+        return conditions::remove(conditions, VALID);
+    }
+    conditions::set(
+        conditions,
+        Desired {
+            type_: VALID,
+            status: true,
+            reason: "ContentValid",
+            message: "the current revision's content passes spec.validation".into(),
+        },
+        set.generation(),
+        now,
+    )
 }
 
 /// The source cannot be read (missing, or refused): report it on `Ready`, keep everything else. The

@@ -242,6 +242,19 @@ impl<'a> SetRef<'a> {
         }
     }
 
+    /// What its keys' values must be (`spec.validation`).
+    pub fn validation(self) -> &'a cmset_api::ValidationSpec {
+        match self {
+            Self::ConfigMap(s) => &s.spec.validation,
+            Self::Secret(s) => &s.spec.validation,
+        }
+    }
+
+    /// Whether its revisions are Secrets, whose values no message may quote.
+    pub fn is_secret(self) -> bool {
+        matches!(self, Self::Secret(_))
+    }
+
     /// Every problem of the spec that the schema cannot catch.
     pub fn validate(self) -> Result<(), Vec<Problem>> {
         match self {

@@ -109,6 +109,7 @@ pub fn validate(set_name: &str, spec: &ConfigMapSetSpec) -> Result<(), Vec<Probl
 
     check_history_limit(spec.revision_history_limit, &mut problems);
     check_rollout(spec.rollout.as_ref(), &mut problems);
+    problems.extend(crate::content_check::spec_problems(&spec.validation));
     into_result(problems)
 }
 
@@ -120,6 +121,7 @@ pub fn validate_secret_set(set_name: &str, spec: &SecretSetSpec) -> Result<(), V
     check_template_metadata(&spec.template.metadata, &mut problems);
     check_history_limit(spec.revision_history_limit, &mut problems);
     check_rollout(spec.rollout.as_ref(), &mut problems);
+    problems.extend(crate::content_check::spec_problems(&spec.validation));
     into_result(problems)
 }
 

@@ -71,6 +71,7 @@ fn plan(
         budget_waiting: &Default::default(),
         analysis: None,
         windows: &Default::default(),
+        schemas: &Default::default(),
     })
 }
 

@@ -149,6 +149,7 @@ impl World {
                 runs: &runs,
             }),
             windows: &windows,
+            schemas: &Default::default(),
         })
     }
 

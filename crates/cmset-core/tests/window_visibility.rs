@@ -167,6 +167,7 @@ fn plan(
         budget_waiting: &Default::default(),
         analysis: None,
         windows: &windows,
+        schemas: &Default::default(),
     })
 }
 

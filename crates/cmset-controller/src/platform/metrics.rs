@@ -148,6 +148,15 @@ pub struct PhaseLabels {
     pub phase: &'static str,
 }
 
+/// Where content was refused for failing `spec.validation`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ValidationLabels {
+    #[prometheus(flatten)]
+    pub set: SetLabels,
+    /// `admission` (the webhook refused an apply) or `controller` (no revision was made).
+    pub stage: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VerdictLabels {
     #[prometheus(flatten)]
@@ -185,6 +194,7 @@ pub struct Metrics {
     pub change_windows_unknown: Family<WindowsUnknownLabels, Gauge>,
     pub revisions_created: Counter,
     pub revisions_pruned: Counter,
+    pub validation_failures: Family<ValidationLabels, Counter>,
     pub workloads_updated: Family<KindLabel, Counter>,
     pub workloads_rolled_back: Family<KindLabel, Counter>,
     pub rollouts: Family<RolloutLabel, Counter>,
@@ -235,6 +245,7 @@ impl Default for Metrics {
             change_windows_unknown: Family::default(),
             revisions_created: Counter::default(),
             revisions_pruned: Counter::default(),
+            validation_failures: Family::default(),
             workloads_updated: Family::default(),
             workloads_rolled_back: Family::default(),
             rollouts: Family::default(),
@@ -313,6 +324,11 @@ impl Metrics {
             "revisions_pruned",
             "Old revision ConfigMaps deleted",
             self.revisions_pruned.clone(),
+        );
+        r.register(
+            "validation_failures",
+            "Contents of a set refused for failing its spec.validation, by stage: admission (an apply refused) or controller (no revision made)",
+            self.validation_failures.clone(),
         );
         r.register(
             "workloads_updated",

@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cmset_api::{ConfigMapSet, ConfigMapSetStatus, SecretSet, WorkloadState, labels};
+use cmset_core::content_check::{self, SchemaText, SchemaTexts};
 use cmset_core::naming;
 use cmset_core::observe::{HistoryObject, RefNames, RevisionView, WorkloadView};
 use cmset_core::plan::{
-    EventKind, PlannedEvent, SetInput, SetPlan, plan_collision, plan_set, plan_unobserved,
+    EventKind, PlannedEvent, SetInput, SetPlan, VALIDATION_FAILED, plan_collision, plan_set, plan_unobserved,
 };
 use cmset_core::refs::Referenced;
 use cmset_core::revision::{Existing, ExistingName, NewRevision, claim_patch, classify_existing};
@@ -35,7 +36,7 @@ use crate::engine::index::{Echo, Key, SetId, SourceLookup};
 use crate::engine::views;
 use crate::engine::wire::WirePod;
 use crate::platform::error::{Error, Result, api_code};
-use crate::platform::metrics::{RolloutGauges, SetLabels};
+use crate::platform::metrics::{RolloutGauges, SetLabels, ValidationLabels};
 use crate::reconcile::analysis_io::{self, Prepared};
 use crate::reconcile::context::Context;
 use cmset_core::waves::WaveAnalysis;
@@ -330,16 +331,28 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
         .with_break_glass(ctx.index.window_override(set));
     let mut prepared = analysis_io::prepare(ctx, set);
     let mut held = hold_source(ctx, set, &namespace, false).await?;
-    let mut plan = plan_seen(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()), &seen);
+    let mut schemas = SchemaTexts::new();
+    let mut plan = plan_seen(
+        &input(ctx, set, &held, &schemas, &seen, &windows, prepared.as_ref()),
+        &seen,
+    );
     if plan.needs_content {
-        // A new revision is to be made of the source: read its content now.
+        // A new revision is to be made of the source: read its content now, and the schemas it must
+        // pass.
         held = hold_source(ctx, set, &namespace, true).await?;
-        plan = plan_seen(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()), &seen);
+        schemas = read_schemas(ctx, set, &namespace).await?;
+        plan = plan_seen(
+            &input(ctx, set, &held, &schemas, &seen, &windows, prepared.as_ref()),
+            &seen,
+        );
     }
     if plan.needs_pods && seen.history_listed {
         // Old revisions would be pruned: the Pods say whether one still runs any of them.
         seen.pod_refs = Some(pod_refs(ctx, &namespace, S::KIND.revision_kind()).await?);
-        plan = plan_seen(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()), &seen);
+        plan = plan_seen(
+            &input(ctx, set, &held, &schemas, &seen, &windows, prepared.as_ref()),
+            &seen,
+        );
     }
     // The measurements taken since of the analysis runs the plan finds due are recorded, and the set
     // is planned again with what they showed; the runs still due are handed to the measurer (the
@@ -351,7 +364,10 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     };
     if measured.is_some() {
         prepared = measured;
-        plan = plan_seen(&input(ctx, set, &held, &seen, &windows, prepared.as_ref()), &seen);
+        plan = plan_seen(
+            &input(ctx, set, &held, &schemas, &seen, &windows, prepared.as_ref()),
+            &seen,
+        );
     }
     if let Some(prepared) = &prepared {
         analysis_io::request(ctx, set, prepared, &mut plan);
@@ -387,7 +403,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
             Created::Adopted => return Ok(Action::requeue(SOON)),
             Created::Collision(taken) => {
                 // Record the bumped collision count first: the next reconcile picks the next name.
-                let input = input(ctx, set, &held, &seen, &windows, analysis);
+                let input = input(ctx, set, &held, &schemas, &seen, &windows, analysis);
                 let previous = set.status().cloned().unwrap_or_default();
                 plan = plan_collision(&input, &previous, &taken);
                 if write_status::<S>(ctx, object, &id, &plan.status).await? == StatusWrite::StoreBehind {
@@ -545,6 +561,7 @@ fn input<'a>(
     ctx: &Context,
     set: SetRef<'a>,
     held: &'a Held,
+    schemas: &'a SchemaTexts,
     seen: &'a Observation,
     windows: &'a WindowState,
     analysis: Option<&'a Prepared>,
@@ -563,7 +580,33 @@ fn input<'a>(
             runs: &a.runs,
         }),
         windows,
+        schemas,
     }
+}
+
+/// The schemas `spec.validation` keeps in ConfigMaps of the set's namespace, each found or missing.
+async fn read_schemas(ctx: &Context, set: SetRef<'_>, namespace: &str) -> Result<SchemaTexts> {
+    let mut schemas = SchemaTexts::new();
+    for reference in content_check::schema_refs(set.validation()) {
+        let text = match fetch(ctx, Referenced::ConfigMap, namespace, &reference.name).await {
+            Ok(Some(Fetched::ConfigMap(cm))) => match cm.data.as_ref().and_then(|d| d.get(&reference.key)) {
+                Some(text) => SchemaText::Found(text.clone()),
+                None => SchemaText::Missing(format!("the ConfigMap has no data key {:?}", reference.key)),
+            },
+            Ok(_) => SchemaText::Missing("the ConfigMap does not exist".into()),
+            Err(e) if api_code(&e) == Some(403) => {
+                SchemaText::Missing("forbidden: cmset's service account may not read it".into())
+            }
+            Err(source) => {
+                return Err(Error::ReadSource {
+                    name: reference.name.clone(),
+                    source,
+                });
+            }
+        };
+        schemas.insert(reference.clone(), text);
+    }
+    Ok(schemas)
 }
 
 /// Patches a revision's metadata. Its echo is no news to the set, which planned with the patch.
@@ -884,6 +927,16 @@ fn adds_only_owners(patch: &Value) -> bool {
 fn publish<S: SetObject>(ctx: &Context, set: &S, events: &[PlannedEvent]) {
     let reference = set.object_ref(&());
     for planned in events {
+        if planned.reason == VALIDATION_FAILED {
+            let labels = set_labels(S::KIND, &set.namespace().unwrap_or_default(), &set.name_any());
+            ctx.metrics
+                .validation_failures
+                .get_or_create(&ValidationLabels {
+                    set: labels,
+                    stage: "controller",
+                })
+                .inc();
+        }
         let event = Event {
             type_: match planned.kind {
                 EventKind::Normal => EventType::Normal,

@@ -978,7 +978,7 @@ mod tests {
                 "trigger.mine",
                 "- on: Deployed",
                 "`[0].on` must be one of RolloutStarted, WaveStarted, RolloutPaused, AwaitingPromotion, \
-                 RolloutWaiting, AnalysisFailed, RolloutFailed, RolledBack, RolloutCompleted",
+                 RolloutWaiting, AnalysisFailed, RolloutFailed, RolledBack, RolloutCompleted, ValidationFailed",
             ),
             (
                 "trigger.mine",
@@ -1096,6 +1096,7 @@ mod tests {
                 "on-rollout-failed",
                 "on-rolled-back",
                 "on-rollout-completed",
+                "on-validation-failed",
             ]
         );
     }

@@ -481,7 +481,10 @@ pub fn context(set: &SetView<'_>, event: Event, trigger: &str) -> Json {
         "wave": rollout.map(|r| r.wave),
         "waves": rollout.map(|r| r.waves.clone()).unwrap_or_default(),
         "phase": rollout.map(|r| r.phase.as_str()),
-        "message": rollout.and_then(|r| r.message.clone()),
+        "message": match event {
+            Event::ValidationFailed => super::triggers::refusal(status).map(str::to_string),
+            _ => rollout.and_then(|r| r.message.clone()),
+        },
         "reason": rollout.and_then(|r| r.reason.clone()),
         "nextWindow": rollout.and_then(|r| r.next_window.as_ref()).map(|t| t.0.to_string()),
         "workloads": workloads,
@@ -551,6 +554,7 @@ pub fn built_in(name: &str) -> Option<Template> {
              {{ w.previousRevision if w.revision == revision and w.previousRevision else w.revision }}\
              {% if not loop.last %},{% endif %}{% endfor %}.",
         ),
+        Event::ValidationFailed => ("Content refused", "{{ message }}"),
         Event::RolloutCompleted => (
             "Rollout completed",
             "rollout of {{ revision }} completed{% if waves | length > 1 %} in {{ waves | length }} waves{% endif %}.",

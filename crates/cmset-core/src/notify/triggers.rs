@@ -29,10 +29,11 @@ pub enum Event {
     RolloutFailed,
     RolledBack,
     RolloutCompleted,
+    ValidationFailed,
 }
 
 impl Event {
-    pub const ALL: [Event; 9] = [
+    pub const ALL: [Event; 10] = [
         Self::RolloutStarted,
         Self::WaveStarted,
         Self::RolloutPaused,
@@ -42,6 +43,7 @@ impl Event {
         Self::RolloutFailed,
         Self::RolledBack,
         Self::RolloutCompleted,
+        Self::ValidationFailed,
     ];
 
     /// The name a trigger's `on` uses.
@@ -56,6 +58,7 @@ impl Event {
             Self::RolloutFailed => "RolloutFailed",
             Self::RolledBack => "RolledBack",
             Self::RolloutCompleted => "RolloutCompleted",
+            Self::ValidationFailed => "ValidationFailed",
         }
     }
 
@@ -75,6 +78,7 @@ impl Event {
             Self::RolloutFailed => "on-rollout-failed",
             Self::RolledBack => "on-rolled-back",
             Self::RolloutCompleted => "on-rollout-completed",
+            Self::ValidationFailed => "on-validation-failed",
         }
     }
 
@@ -145,6 +149,28 @@ pub fn built_in(name: &str) -> Option<Trigger> {
 /// pending or waiting any more (each runs it, or is pinned by a rollback), both keyed by the revision
 /// alone.
 pub fn events(status: &ConfigMapSetStatus) -> Vec<(Event, String)> {
+    let mut out = rollout_events(status);
+    // Content refused by `spec.validation`, once per refusal (its message names the revision it would
+    // have been, and why).
+    if let Some(refused) = refusal(status) {
+        out.push((
+            Event::ValidationFailed,
+            crate::hash::short_hash(refused.as_bytes()),
+        ));
+    }
+    out
+}
+
+/// Why the set's content was refused (condition `Valid=False`), if it was.
+pub fn refusal(status: &ConfigMapSetStatus) -> Option<&str> {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == crate::conditions::VALID && c.status == "False")
+        .map(|c| c.message.as_str())
+}
+
+fn rollout_events(status: &ConfigMapSetStatus) -> Vec<(Event, String)> {
     let Some(rollout) = &status.rollout else {
         let Some(current) = &status.current_revision else {
             return Vec::new();

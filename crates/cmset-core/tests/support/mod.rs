@@ -33,6 +33,7 @@ pub fn plan_seeing(
         budget_waiting: &Default::default(),
         analysis: None,
         windows: &Default::default(),
+        schemas: &Default::default(),
     })
 }
 
