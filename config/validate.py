@@ -519,8 +519,8 @@ def check_webhook(chk, where, by_kind, ns, labels, c, ports, granted):
             # Each validating webhook is sent exactly the cmset kinds its path checks, and nothing else.
             expected = {
                 "/validate-analysistemplate": {("cmset.dev", "analysistemplates")},
-                "/validate-windows": {("cmset.dev", "configmapsets"), ("cmset.dev", "secretsets"),
-                                      ("cmset.dev", "changewindows")},
+                "/validate-set": {("cmset.dev", "configmapsets"), ("cmset.dev", "secretsets")},
+                "/validate-windows": {("cmset.dev", "changewindows")},
             }
             ref = hook["clientConfig"].get("service", {})
             path = ref.get("path")

@@ -108,14 +108,14 @@ webhooks:
         Self::with_validating(namespace, port, &[hook])
     }
 
-    /// [`Registration::new`], and this namespace's ConfigMapSets and SecretSets, and every
-    /// ChangeWindow, sent to `https://127.0.0.1:<port>/validate-windows` (ChangeWindows are
-    /// cluster-scoped: only a test about their validation registers it).
+    /// [`Registration::new`], and this namespace's ConfigMapSets and SecretSets, sent to
+    /// `https://127.0.0.1:<port>/validate-set`, and every ChangeWindow, sent to `/validate-windows`
+    /// (ChangeWindows are cluster-scoped: only a test about their validation registers it).
     pub fn with_window_validation(namespace: &str, port: u16) -> Self {
         let sets = validating_webhook(
-            "windows.cmset.dev",
+            "sets.cmset.dev",
             port,
-            "/validate-windows",
+            "/validate-set",
             &rule(r#"configmapsets", "secretsets"#, "Namespaced"),
             Some(namespace),
         );

@@ -7,6 +7,7 @@ pub mod drain;
 pub mod http;
 pub mod override_admission;
 pub mod server;
+pub mod set_admission;
 pub mod template_admission;
 pub mod webhook;
 pub mod webhook_certs;

@@ -1,7 +1,8 @@
 //! The mutating admission webhook (`POST /mutate` over HTTPS): opted-in workloads are stored already
 //! pointing at their sets' current revisions (see `cmset_core::admission` for why). The same server
 //! validates AnalysisTemplates (`POST /validate-analysistemplate`, see [`crate::serving::template_admission`]),
-//! change windows (`POST /validate-windows`) and records break-glass overrides (`POST /override-window`,
+//! change windows (`POST /validate-windows`), sets' windows and content (`POST /validate-set`, see
+//! [`crate::serving::set_admission`]) and records break-glass overrides (`POST /override-window`,
 //! see [`crate::serving::override_admission`]).
 //!
 //! Every replica answers, leader or not, from its own warm index (every replica watches; see
@@ -337,6 +338,21 @@ async fn override_window(
     axum::Json(review_override(&handler.client, &handler.proof_keys, &review, now).await)
 }
 
+/// `POST /validate-set`: a ConfigMapSet's or SecretSet's windows, validation and content (see
+/// [`crate::serving::set_admission`]).
+async fn validate_set(
+    State(handler): State<Handler>,
+    axum::Json(review): axum::Json<Value>,
+) -> axum::Json<Value> {
+    use crate::serving::set_admission;
+    let gathered = set_admission::gather(&handler.client, &handler.metrics, &review).await;
+    axum::Json(set_admission::review_set(
+        &review,
+        gathered.as_ref(),
+        &handler.metrics,
+    ))
+}
+
 pub fn router(
     scopes: Scopes,
     client: Client,
@@ -347,6 +363,7 @@ pub fn router(
     Router::new()
         .route("/mutate", post(mutate))
         .route("/override-window", post(override_window))
+        .route("/validate-set", post(validate_set))
         .route(
             "/validate-windows",
             post(crate::serving::window_admission::validate),
@@ -406,7 +423,7 @@ pub async fn serve<F>(
         acceptor,
         address,
     } = bound;
-    info!(%address, "serving the admission webhooks at /mutate, /override-window, /validate-analysistemplate and /validate-windows");
+    info!(%address, "serving the admission webhooks at /mutate, /override-window, /validate-analysistemplate, /validate-set and /validate-windows");
     crate::serving::http::serve(
         listener,
         Some(acceptor),

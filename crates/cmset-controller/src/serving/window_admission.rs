@@ -1,6 +1,7 @@
-//! The validating admission webhook for change windows (`POST /validate-windows`): a ConfigMapSet or
-//! SecretSet whose `spec.rollout.windows` has a bad cron or RRULE, duration or time zone, and a
-//! ChangeWindow with any of those or a bad namespace pattern or selector, is refused when it is
+//! The validating admission webhook for change windows (`POST /validate-windows`; a set's windows are
+//! judged at `POST /validate-set`, [`crate::serving::set_admission`], which calls [`problems`]): a
+//! ConfigMapSet or SecretSet whose `spec.rollout.windows` has a bad cron or RRULE, duration or time
+//! zone, and a ChangeWindow with any of those or a bad namespace pattern or selector, is refused when it is
 //! created or changed, with a message naming the field ([`cmset_core::windows`]). A Kubernetes 1.20
 //! server has no CEL, and no CEL could parse a schedule anyway.
 //!
@@ -50,7 +51,7 @@ pub fn review_windows(review: &Value) -> Value {
 }
 
 /// What is wrong with the windows of `spec`, an object of `kind`.
-fn problems(kind: &str, spec: &Value) -> Vec<Problem> {
+pub(crate) fn problems(kind: &str, spec: &Value) -> Vec<Problem> {
     match kind {
         "ChangeWindow" => match serde_json::from_value::<ChangeWindowSpec>(spec.clone()) {
             Ok(spec) => windows::validate_change_window(&spec).err().unwrap_or_default(),

@@ -402,7 +402,7 @@ fn no_secret_set_message_quotes_a_value() {
             ),
         ),
         ("b.json", format!(r#"{{"password": "{SECRET}"#)),
-        ("c.json", format!("{SECRET}")),
+        ("c.json", SECRET.to_string()),
         ("d.yaml", format!("password: {SECRET}\n bad: [{SECRET}")),
         ("e.yaml", format!("password: \"{SECRET}\\q\"\n")),
         ("f.toml", format!("password = {SECRET}\n")),
