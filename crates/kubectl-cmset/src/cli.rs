@@ -138,6 +138,28 @@ Exit status: 0 when the revisions are identical, 1 when they differ, 2 on error
         external_diff: Option<String>,
     },
 
+    /// Check sets in files offline: their spec, and their content against spec.validation
+    #[command(long_about = "\
+Check every ConfigMapSet and SecretSet in the given files with the checks cmset makes before a set's
+content becomes a revision, offline and with the same messages as the webhook and the controller:
+its spec (what its status would report as InvalidSpec) and its content against spec.validation (each
+key's format, with the line and column where it does not parse, and its JSON Schema, with the JSON
+pointer and rule of each mismatch).
+
+-f takes files, directories (every .yaml, .yml and .json below, in name order) or - (standard input),
+and may be repeated. ConfigMaps and Secrets in the same files stand for the cluster's: a schemaFrom or
+configMapName that names one is read from it, and a SecretSet's source Secret is judged without
+quoting any value. A set whose source is not in the files is reported as unchecked. Nothing is sent
+to a cluster.
+
+Exit status: 0 when every set is valid (or unchecked), 1 when any is invalid, 2 when a file cannot be
+read or is not YAML.")]
+    Validate {
+        /// A file, a directory or - (standard input); repeatable
+        #[arg(short = 'f', long = "filename", required = true, value_name = "PATH")]
+        filename: Vec<std::path::PathBuf>,
+    },
+
     /// Explain which revision each workload runs, and why
     #[command(
         visible_alias = "why",

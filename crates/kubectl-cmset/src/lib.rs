@@ -23,6 +23,7 @@ pub mod status;
 pub mod steer;
 pub mod style;
 pub mod table;
+pub mod validate;
 pub mod windows;
 
 use cmset_core::set::SetRef;
@@ -81,6 +82,9 @@ impl Listed {
 /// Runs one command against the cluster. `palette` says whether text output is coloured.
 pub async fn run(cli: Cli, palette: Palette, now: Timestamp) -> Result<Outcome, Error> {
     let g = &cli.global;
+    if let Command::Validate { filename } = &cli.command {
+        return validate_offline(filename, g.output);
+    }
     let address = match &cli.command {
         Command::History { set }
         | Command::Diff { set, .. }
@@ -89,6 +93,7 @@ pub async fn run(cli: Cli, palette: Palette, now: Timestamp) -> Result<Outcome, 
         | Command::Resume { set }
         | Command::Promote { set, .. }
         | Command::Windows { set } => Address::parse(set).map_err(Error::Usage)?,
+        Command::Validate { .. } => unreachable!("answered above"),
     };
     let cluster = Cluster::connect(
         g.kubeconfig.as_deref(),
@@ -97,6 +102,29 @@ pub async fn run(cli: Cli, palette: Palette, now: Timestamp) -> Result<Outcome, 
     )
     .await?;
     run_on(&cluster, &cli, &address, palette, now).await
+}
+
+/// `kubectl cmset validate`: no cluster, only the files.
+fn validate_offline(paths: &[std::path::PathBuf], format: cli::Output) -> Result<Outcome, Error> {
+    let stdin = if paths.iter().any(|p| p.as_os_str() == "-") {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map_err(|e| Error::Usage(format!("reading standard input: {e}")))?;
+        Some(text)
+    } else {
+        None
+    };
+    let files = validate::read_documents(paths, stdin.as_deref())?;
+    let reports = validate::validate_files(&files)?;
+    let stdout = match output::structured(&reports, format)? {
+        Some(text) => text,
+        None => validate::render_text(&reports),
+    };
+    Ok(Outcome {
+        stdout,
+        note: None,
+        code: validate::exit_code(&reports),
+    })
 }
 
 /// Runs one command, about the set at `address`, against `cluster`.
@@ -256,8 +284,9 @@ async fn run_on(
         Command::Pause { .. }
         | Command::Resume { .. }
         | Command::Promote { .. }
-        | Command::Windows { .. } => {
-            unreachable!("steering commands and windows returned above")
+        | Command::Windows { .. }
+        | Command::Validate { .. } => {
+            unreachable!("steering commands, windows and validate returned above")
         }
     }
 }
