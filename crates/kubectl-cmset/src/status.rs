@@ -167,6 +167,10 @@ pub struct StatusReport {
     pub current_revision: Option<CurrentRevision>,
     /// The `Ready` condition, if the set has one.
     pub ready: Option<ConditionReport>,
+    /// The `Valid` condition: whether the set's content passes its `spec.validation`; left out for a
+    /// set that declares none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<ConditionReport>,
     /// The rollout of the current revision, when the set's status records one; left out otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutReport>,
@@ -826,6 +830,11 @@ pub fn status_report_at(
             reason: c.reason.clone(),
             message: c.message.clone(),
         }),
+        validation: set.condition("Valid").map(|c| ConditionReport {
+            status: c.status.clone(),
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+        }),
         rollout: rollout_report(set, &known, now),
         workloads: reports,
         notifications: set
@@ -1015,6 +1024,17 @@ pub fn render_text(report: &StatusReport, palette: Palette) -> String {
             "unknown: no Ready condition yet".to_string(),
             Some(Role::Attention),
         ),
+    }
+    if let Some(valid) = &report.validation {
+        let (text, role) = match valid.status.as_str() {
+            "True" => (
+                "passed: the current revision's content passes spec.validation".to_string(),
+                Role::Good,
+            ),
+            // Ready says the same in full when it is the cause; said here so it is not missed.
+            _ => (format!("failed: {}", valid.message), Role::Bad),
+        };
+        field("Validation", text, Some(role));
     }
     if let Some(rollout) = &report.rollout {
         let id = format!("{}/{}", resource(report.kind), report.set);
@@ -1900,6 +1920,43 @@ Deployment/web      3          app-cccccccccc   current (updated by cmset)
             message: message.map(str::to_string),
             ..workload(kind, name, revision, state)
         }
+    }
+
+    #[test]
+    fn validation_is_shown_when_the_set_declares_it() {
+        let mut set = ready_set(vec![]);
+        let refused = "content not made into revision app-dddddddddd (workloads stay on revision 3 (app-cccccccccc)): \
+                       key \"app.json\": is not valid JSON at line 2 column 1: trailing comma";
+        set.status.as_mut().unwrap().conditions = vec![Condition {
+            type_: "Valid".into(),
+            ..condition("False", "ValidationFailed", refused)
+        }];
+        let cms = cms();
+        let report = status_report((&set).into(), &revisions_of((&set).into(), &cms), &[]);
+        assert_eq!(
+            report.validation.as_ref().map(|v| v.status.as_str()),
+            Some("False")
+        );
+        let text = render_text(&report, Palette::PLAIN);
+        assert!(
+            text.contains(&format!("Validation:   failed: {refused}\n")),
+            "{text}"
+        );
+        set.status.as_mut().unwrap().conditions = vec![Condition {
+            type_: "Valid".into(),
+            ..condition("True", "ContentValid", "")
+        }];
+        let report = status_report((&set).into(), &revisions_of((&set).into(), &cms), &[]);
+        let text = render_text(&report, Palette::PLAIN);
+        assert!(
+            text.contains("Validation:   passed: the current revision's content passes spec.validation\n"),
+            "{text}"
+        );
+        // No validation declared: no line, no field.
+        set.status.as_mut().unwrap().conditions.clear();
+        let report = status_report((&set).into(), &revisions_of((&set).into(), &cms), &[]);
+        assert!(!render_text(&report, Palette::PLAIN).contains("Validation:"));
+        assert!(serde_json::to_value(&report).unwrap().get("validation").is_none());
     }
 
     fn condition(status: &str, reason: &str, message: &str) -> Condition {
