@@ -165,6 +165,10 @@ bench: ## Benchmark the default install and the same without the webhook (conver
 profile: ## CPU profile of the leader and the standby during steady churn (default install): flame graphs and where each ms of a change goes, in target/profile/
 	@bash e2e/bench/profile.sh
 
+.PHONY: bench-validation
+bench-validation: ## What spec.validation costs: a 900 KiB JSON key judged against a schema, against the floor of parsing it
+	CMSET_COMMIT=$$(git rev-parse --short HEAD) $(CARGO) bench --locked -p cmset-core --bench content_check
+
 .PHONY: bench-smoke
 bench-smoke: ## A minutes-long benchmark run (debug build): every figure is produced in both configurations and every workload converges
 	@CMSET_BENCH_OPERATOR_BIN=$(BENCH_OPERATOR_BIN) CMSET_BENCH_PUBLISH= CMSET_BENCH_BASELINE= CMSET_BENCH_PROFILE=dev \
