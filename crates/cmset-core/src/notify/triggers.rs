@@ -483,6 +483,60 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_refused_content_stands_once_per_refusal_and_its_message_is_told() {
+        let refusal = |message: &str| k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: crate::conditions::VALID.into(),
+            status: "False".into(),
+            reason: "ValidationFailed".into(),
+            message: message.into(),
+            observed_generation: Some(1),
+            last_transition_time: fixtures::time("2025-01-02T03:04:05Z"),
+        };
+        let mut refused = status(RolloutPhase::Complete, 2);
+        refused.conditions.push(refusal(
+            "content not made into revision app-3 (...): key \"a.json\": ...",
+        ));
+        let standing = events(&refused);
+        let (event, key) = standing.last().unwrap().clone();
+        assert_eq!(event, Event::ValidationFailed);
+        // Another refusal is another occasion; the same one, the same.
+        let mut other = refused.clone();
+        other.conditions.last_mut().unwrap().message = "content not made into revision app-4 (...)".into();
+        assert_ne!(events(&other).last().unwrap().1, key);
+        assert_eq!(events(&refused.clone()).last().unwrap().1, key);
+        // Passing again: nothing stands.
+        refused.conditions.last_mut().unwrap().status = "True".into();
+        assert!(
+            events(&refused)
+                .iter()
+                .all(|(e, _)| *e != Event::ValidationFailed)
+        );
+
+        // The built-in template tells the condition's message.
+        let mut refused = status(RolloutPhase::Complete, 2);
+        refused.conditions.push(refusal(
+            "content not made into revision app-3: key \"a.json\": bad",
+        ));
+        let set = Set::new(refused);
+        let config = fixtures::config_with(&[]);
+        let (told, problems) = fired(
+            &config,
+            &set.view(),
+            &[sub("on-validation-failed", "slack", "ops")],
+            |_| None,
+        );
+        assert_eq!(problems, []);
+        assert_eq!(told.len(), 1);
+        assert!(
+            told[0].messages[0]
+                .text
+                .ends_with(r#": content not made into revision app-3: key "a.json": bad"#),
+            "{:?}",
+            told[0].messages
+        );
+    }
+
     fn sub(trigger: &str, service: &str, recipient: &str) -> Subscription {
         Subscription {
             trigger: trigger.into(),
