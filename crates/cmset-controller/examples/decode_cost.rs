@@ -1,13 +1,17 @@
 //! Prints what decoding one watch event's object costs, whole (the k8s-openapi type, as the watches
-//! decoded before) and as the wire types decode it now, for the kinds cmset only indexes:
+//! decoded before; `DynamicObject` for a workload) and as the wire types decode it now, for the kinds
+//! cmset indexes:
 //! `cargo run --release -p cmset-controller --example decode_cost`. Each figure is the median of 15
 //! rounds, in nanoseconds per object, next to the floor of the same run: reading the same bytes into
 //! `serde::de::IgnoredAny` (the JSON has to be read either way).
 use std::time::Instant;
 
-use cmset_controller::engine::wire::{WireControllerRevision, WireMeta, WirePod, WireReplicaSet};
+use cmset_controller::engine::wire::{
+    WireControllerRevision, WireMeta, WirePod, WireReplicaSet, WireWorkload,
+};
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::DynamicObject;
 use kube::core::PartialObjectMeta;
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::{Value, json};
@@ -86,6 +90,26 @@ fn controller_revision() -> Value {
         "revision": 4})
 }
 
+/// An opted-in Deployment, watched as a dynamic object of the kinds table (before: `DynamicObject`).
+fn deployment() -> Value {
+    let mut meta = metadata("bench-00042");
+    meta["labels"] = json!({"app": "bench", "cmset.dev/enabled": "true"});
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "bench"}}, "revisionHistoryLimit": 10,
+            "progressDeadlineSeconds": 600, "strategy": {"type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
+            "template": {"metadata": {"labels": {"app": "bench", "cmset.dev/managed": "true"}}, "spec": pod_spec()}},
+        "status": {"observedGeneration": 3, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 2,
+            "availableReplicas": 2,
+            "conditions": [
+                {"type": "Available", "status": "True", "lastUpdateTime": "2026-11-25T00:00:02Z",
+                 "lastTransitionTime": "2026-11-25T00:00:02Z", "reason": "MinimumReplicasAvailable",
+                 "message": "Deployment has minimum availability."},
+                {"type": "Progressing", "status": "True", "lastUpdateTime": "2026-11-25T00:00:02Z",
+                 "lastTransitionTime": "2026-11-25T00:00:00Z", "reason": "NewReplicaSetAvailable",
+                 "message": "ReplicaSet \"bench-00042-7d4b9c\" has successfully progressed."}]}})
+}
+
 fn config_map_metadata() -> Value {
     json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": metadata("bench-00042-5g7bm8k4f2")})
 }
@@ -133,6 +157,7 @@ fn main() {
         "| kind | bytes | floor ns (IgnoredAny) | whole ns (x floor) | wire ns (x floor) | whole / wire |"
     );
     println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    row::<WireWorkload, DynamicObject>("Deployment (a workload)", deployment());
     row::<WirePod, Pod>("Pod", pod());
     row::<WireReplicaSet, ReplicaSet>("ReplicaSet", replica_set());
     row::<WireControllerRevision, ControllerRevision>("ControllerRevision", controller_revision());

@@ -31,7 +31,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
-use kube::api::{ApiResource, DynamicObject};
+use kube::api::ApiResource;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, store::Writer};
@@ -98,9 +98,10 @@ fn deployment_resource() -> ApiResource {
     ApiResource::erase::<Deployment>(&())
 }
 
-/// A Deployment as its watch stores it: a dynamic object, slimmed.
+/// A Deployment as its watch stores it: decoded by its wire type, slimmed.
 fn dynamic(d: &Deployment) -> StoredWorkload {
-    let object: DynamicObject = serde_json::from_value(serde_json::to_value(d).unwrap()).unwrap();
+    let object: cmset_controller::engine::wire::WireWorkload =
+        serde_json::from_value(serde_json::to_value(d).unwrap()).unwrap();
     StoredWorkload::slim(WorkloadKind::Deployment, object)
 }
 

@@ -27,7 +27,7 @@ use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures::future::{AbortHandle, Abortable, join_all};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, Stream, StreamExt, TryStreamExt, future::BoxFuture};
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{ApiResource, GroupVersionKind};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, discovery};
@@ -37,6 +37,7 @@ use crate::engine::index::workloads;
 use crate::engine::index::{Index, TriggerSenders, WorkloadQueue};
 use crate::engine::stored_workload::StoredWorkload;
 use crate::engine::stores::WorkloadStore;
+use crate::engine::wire::WireWorkload;
 
 /// Workloads listed per request. A listed workload arrives as a whole `DynamicObject`, a tree of
 /// small allocations several times the size of the slim copy kept, and a page of them is alive at
@@ -396,7 +397,8 @@ fn start(
     index: &Arc<Index>,
     unavailable: UnboundedSender<WorkloadKind>,
 ) -> (Arc<ServedKind>, BoxFuture<'static, ()>) {
-    let api: Api<DynamicObject> = match namespace {
+    // Decoded by the wire type: no managedFields, one pass over the bytes.
+    let api: Api<WireWorkload> = match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
         None => Api::all_with(client.clone(), &resource),
     };

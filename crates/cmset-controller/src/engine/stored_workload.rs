@@ -11,11 +11,13 @@ use std::borrow::Cow;
 
 use cmset_core::observe::WorkloadKind;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{ApiResource, DynamicObject};
+use kube::api::ApiResource;
 use kube::core::DynamicResourceScope;
 use kube::runtime::watcher;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::engine::wire::WireWorkload;
 
 /// One stored workload of any kind of the table (see the module's doc).
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -29,10 +31,8 @@ impl StoredWorkload {
     /// Slims `obj`, a workload of `kind` as the API server sent it, for storing: managed fields,
     /// owner references and every annotation but cmset's hold go from its metadata, and of its body
     /// all but what decisions read.
-    pub fn slim(kind: WorkloadKind, obj: DynamicObject) -> Self {
-        let DynamicObject {
-            mut metadata, data, ..
-        } = obj;
+    pub fn slim(kind: WorkloadKind, obj: WireWorkload) -> Self {
+        let WireWorkload { mut metadata, data } = obj;
         metadata.managed_fields = None;
         metadata.owner_references = None;
         if let Some(a) = metadata.annotations.as_mut() {
@@ -54,7 +54,7 @@ impl StoredWorkload {
     }
 
     /// The event `event` of a workload watch of `kind`, its objects slimmed.
-    pub fn event(kind: WorkloadKind, event: watcher::Event<DynamicObject>) -> watcher::Event<Self> {
+    pub fn event(kind: WorkloadKind, event: watcher::Event<WireWorkload>) -> watcher::Event<Self> {
         use watcher::Event::*;
         let slim = |obj| Self::slim(kind, obj);
         match event {
@@ -106,7 +106,7 @@ mod tests {
 
     use super::*;
 
-    fn deployment() -> DynamicObject {
+    fn deployment() -> WireWorkload {
         serde_json::from_value(json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {

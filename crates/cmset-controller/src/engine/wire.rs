@@ -246,6 +246,98 @@ impl From<WireControllerRevision> for ControllerRevision {
     }
 }
 
+/// An opted-in workload of any kind of the table (a Deployment, a Rollout, a declared custom resource),
+/// as its watch sends it: the metadata without managedFields, and every other top-level field (`spec`,
+/// `status`, or wherever a declared kind keeps its template) as JSON; `apiVersion` and `kind` are
+/// skipped. Unlike `DynamicObject`, whose flattened `data` makes serde buffer the whole object before
+/// decoding it a second time, the object is read once, and its managedFields never become values.
+#[derive(Clone, Debug, Default)]
+pub struct WireWorkload {
+    pub metadata: ObjectMeta,
+    /// Every top-level field but `apiVersion`, `kind` and `metadata`, as an object.
+    pub data: serde_json::Value,
+}
+
+impl<'de> Deserialize<'de> for WireWorkload {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = WireWorkload;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a Kubernetes object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<WireWorkload, A::Error> {
+                let mut metadata = ObjectMeta::default();
+                let mut data = serde_json::Map::new();
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    match key.as_ref() {
+                        "metadata" => metadata = map.next_value_seed(MetaSeed)?,
+                        "apiVersion" | "kind" => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                        _ => {
+                            data.insert(key.into_owned(), map.next_value()?);
+                        }
+                    }
+                }
+                Ok(WireWorkload {
+                    metadata,
+                    data: serde_json::Value::Object(data),
+                })
+            }
+        }
+
+        deserializer.deserialize_map(Fields)
+    }
+}
+
+/// [`meta`] as a seed, for a visitor that reads `metadata` among other fields.
+struct MetaSeed;
+
+impl<'de> serde::de::DeserializeSeed<'de> for MetaSeed {
+    type Value = ObjectMeta;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<ObjectMeta, D::Error> {
+        meta(deserializer)
+    }
+}
+
+impl Resource for WireWorkload {
+    type DynamicType = kube::api::ApiResource;
+    type Scope = kube::core::DynamicResourceScope;
+
+    fn kind(dt: &kube::api::ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+
+    fn group(dt: &kube::api::ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+
+    fn version(dt: &kube::api::ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+
+    fn api_version(dt: &kube::api::ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+
+    fn plural(dt: &kube::api::ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 /// A ConfigMap's or Secret's metadata, asked for as metadata only (the API server sends no data) and
 /// decoded without managedFields. ConfigMaps and Secrets are watched without a selector (a set's
 /// source is another tool's object), so every one in scope passes through here, however unrelated.

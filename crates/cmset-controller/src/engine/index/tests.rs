@@ -857,7 +857,7 @@ async fn a_waiter_wakes_when_the_last_list_ends_or_settling_makes_the_index_read
 fn a_kind_no_longer_served_drops_its_readers_and_tells_their_sets() {
     let index = index();
     index.handle(&watcher::Event::Apply(set("app", 1)));
-    let rollout: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+    let rollout: crate::engine::wire::WireWorkload = serde_json::from_value(serde_json::json!({
         "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
         "metadata": {"name": "canary", "namespace": NS, "uid": "u-r", "labels": {"cmset.dev/enabled": "true"}},
         "spec": {"template": {"spec": {"containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": "app"}}]}]}}}

@@ -179,3 +179,59 @@ fn a_config_map_s_metadata_decodes_to_the_same_revision_view() {
 fn wire_path<K: Resource<DynamicType = ()>>() -> String {
     <WireMeta<K> as Resource>::url_path(&(), Some("shop"))
 }
+
+/// A workload as its watch sends it: stored exactly as the whole dynamic object was, for a built-in kind
+/// and for a declared kind that keeps its template outside `spec`.
+#[test]
+fn a_workload_decodes_to_the_same_stored_workload_as_the_whole_dynamic_object() {
+    use cmset_core::observe::WorkloadKind;
+    use kube::api::DynamicObject;
+
+    use crate::engine::stored_workload::StoredWorkload;
+
+    let mut meta = metadata("web");
+    meta["labels"] = json!({"cmset.dev/enabled": "true"});
+    meta["annotations"] = json!({"cmset.dev/held-since": "2026-11-25T10:00:00Z"});
+    let deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}}, "spec": pod_spec()}},
+        "status": {"observedGeneration": 3, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 2,
+                   "availableReplicas": 2,
+                   "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+                                   "message": "Deployment has minimum availability."}]}
+    });
+    let whole: DynamicObject = serde_json::from_value(deployment.clone()).unwrap();
+    let wire = WireWorkload::deserialize(deployment).unwrap();
+    assert!(wire.metadata.managed_fields.is_none());
+    assert_eq!(
+        wire.data.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["spec", "status"]
+    );
+    let (from_whole, from_wire) = (
+        StoredWorkload::slim(
+            WorkloadKind::Deployment,
+            WireWorkload {
+                metadata: whole.metadata,
+                data: whole.data,
+            },
+        ),
+        StoredWorkload::slim(WorkloadKind::Deployment, wire),
+    );
+    assert_eq!(from_wire.metadata, from_whole.metadata);
+    assert_eq!(from_wire.body(), from_whole.body());
+    assert_eq!(
+        views::workload_view(WorkloadKind::Deployment, &from_wire).map(|v| v.referenced()),
+        views::workload_view(WorkloadKind::Deployment, &from_whole).map(|v| v.referenced())
+    );
+
+    // Fields in any order, and ones that are not `spec` kept too.
+    let odd = json!({"data": {"x": 1}, "metadata": {"name": "w", "managedFields": [{"manager": "m"}]},
+                     "kind": "Thing", "apiVersion": "example.com/v1"});
+    let wire = WireWorkload::deserialize(odd).unwrap();
+    assert_eq!(
+        (wire.metadata.name.as_deref(), wire.data),
+        (Some("w"), json!({"data": {"x": 1}}))
+    );
+    assert!(WireWorkload::deserialize(json!(["not", "an", "object"])).is_err());
+}
