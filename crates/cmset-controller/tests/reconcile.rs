@@ -501,6 +501,103 @@ async fn a_new_set_creates_its_revision_then_writes_status_then_tells() {
     assert_eq!(seen[2].body["reason"], "RevisionCreated");
 }
 
+/// `nginx_set` whose `config.json` is `json`, which must parse as JSON and have an integer `port`, the
+/// schema kept in ConfigMap `schemas` when `from_configmap`.
+fn validated_set(json: &str, from_configmap: bool) -> ConfigMapSet {
+    let mut set = nginx_set("1");
+    set.spec.template.data = Some(BTreeMap::from([("config.json".to_string(), json.to_string())]));
+    let mut rule: cmset_api::KeyValidation = serde_json::from_value(json!({
+        "schema": {"properties": {"port": {"type": "integer"}}}
+    }))
+    .unwrap();
+    if from_configmap {
+        rule.schema = None;
+        rule.schema_from = Some(
+            serde_json::from_value(json!({"configMapKeyRef": {"name": "schemas", "key": "app"}})).unwrap(),
+        );
+    }
+    set.spec.validation.keys.insert("*.json".into(), rule);
+    set
+}
+
+#[tokio::test]
+async fn content_that_fails_its_validation_creates_nothing_and_writes_only_why() {
+    let mut world = World::new();
+    let set = validated_set(r#"{"port": "80"}"#, false);
+    world.add_set(&set);
+    let (result, seen) = reconcile_set(&world, &set).await;
+    result.expect("reconcile succeeds");
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(
+        lines,
+        vec![
+            "PATCH /apis/cmset.dev/v1alpha1/namespaces/team/configmapsets/nginx-config/status",
+            "POST /apis/events.k8s.io/v1/namespaces/team/events",
+        ],
+        "no revision is created"
+    );
+    let conditions = seen[0].body["status"]["conditions"].as_array().unwrap();
+    let valid = conditions.iter().find(|c| c["type"] == "Valid").unwrap();
+    assert_eq!(
+        (&valid["status"], &valid["reason"]),
+        (&json!("False"), &json!("ValidationFailed"))
+    );
+    assert!(
+        valid["message"]
+            .as_str()
+            .unwrap()
+            .ends_with(r#"key "config.json": at /port: "80" is not of type "integer" (rule "type")"#),
+        "{valid}"
+    );
+    assert_eq!(
+        (&seen[1].body["type"], &seen[1].body["reason"]),
+        (&json!("Warning"), &json!("ValidationFailed"))
+    );
+
+    // Planned again from what it wrote: no request at all.
+    let mut written = set.clone();
+    written.status = Some(serde_json::from_value(seen[0].body["status"].clone()).unwrap());
+    world.add_set(&written);
+    let (result, seen) = reconcile_set(&world, &written).await;
+    result.expect("reconcile succeeds");
+    assert_no_requests(&seen);
+}
+
+#[tokio::test]
+async fn a_schema_kept_in_a_configmap_is_read_once_with_the_content() {
+    let mut world = World::new();
+    let set = validated_set(r#"{"port": 80}"#, true);
+    world.add_set(&set);
+    let schemas = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "schemas", "namespace": NS},
+                         "data": {"app": "properties:\n  port: {type: integer}\n"}});
+    let ok = ok_responder(set.clone());
+    let respond: Responder = Arc::new(move |s: &Seen| match (s.method.as_str(), s.path.as_str()) {
+        ("GET", "/api/v1/namespaces/team/configmaps/schemas") => (200, schemas.clone()),
+        _ => ok(s),
+    });
+    let owned = set.clone();
+    let (result, seen) = scenario(&world, respond, |ctx| {
+        set_controller::reconcile(Arc::new(owned), ctx)
+    })
+    .await;
+    result.expect("reconcile succeeds");
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(
+        lines,
+        vec![
+            "GET /api/v1/namespaces/team/configmaps/schemas",
+            "POST /api/v1/namespaces/team/configmaps",
+            "PATCH /apis/cmset.dev/v1alpha1/namespaces/team/configmapsets/nginx-config/status",
+            "POST /apis/events.k8s.io/v1/namespaces/team/events",
+        ]
+    );
+    assert_eq!(
+        seen[1].body["data"],
+        json!({"config.json": r#"{"port": 80}"#}),
+        "stored as written"
+    );
+}
+
 #[tokio::test]
 async fn a_new_revision_is_owned_from_the_start_by_the_deployment_that_reads_it() {
     let mut world = World::new();
