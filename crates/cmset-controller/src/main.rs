@@ -54,6 +54,10 @@ async fn termination() {
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;
 
+#[cfg(all(feature = "mimalloc", not(feature = "dhat-heap")))]
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[cfg(feature = "dhat-heap")]
 fn profile_heap_until_sigusr2() {
     let profiler = dhat::Profiler::builder()

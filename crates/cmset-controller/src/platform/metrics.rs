@@ -274,9 +274,10 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Registers every metric, under `cmset_`, and the process collector, without a prefix.
+    /// Registers every metric, under `cmset_`, and the process and heap collectors, which name their own.
     pub fn register(&self, registry: &mut Registry) {
         registry.register_collector(Box::new(process::ProcessCollector));
+        registry.register_collector(Box::new(crate::platform::heap::HeapCollector));
         let r = registry.sub_registry_with_prefix("cmset");
         r.register("reconciles", "Reconciliations run", self.reconciles.clone());
         r.register(
