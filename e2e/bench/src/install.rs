@@ -253,15 +253,18 @@ impl Install {
     /// Each replica's memory, with its role (a fresh scrape of the leader gauge), the leader first.
     pub async fn memory(&self) -> Vec<ReplicaMemory> {
         let leader = self.leader().await;
-        let mut out: Vec<ReplicaMemory> = self
-            .replicas
-            .iter()
-            .enumerate()
-            .map(|(i, r)| ReplicaMemory {
+        let mut out = Vec::with_capacity(self.replicas.len());
+        for (i, r) in self.replicas.iter().enumerate() {
+            let heap = r.scrape().await.heap_in_use_bytes;
+            let memory = r.memory().map(|mut m| {
+                m.heap_in_use_kib = heap.map(|b| (b / 1024.0) as u64);
+                m
+            });
+            out.push(ReplicaMemory {
                 role: role(leader, i).to_string(),
-                memory: r.memory(),
-            })
-            .collect();
+                memory,
+            });
+        }
         out.sort_by_key(|r| r.role != "leader");
         out
     }

@@ -25,6 +25,9 @@ pub struct Scrape {
     pub watch_events: BTreeMap<String, f64>,
     /// `cmset_reconciles_total` by controller (only a leader reconciles).
     pub reconciles: BTreeMap<String, f64>,
+    /// `cmset_heap_in_use_bytes`: what the allocator has handed out and not been given back (absent
+    /// for an operator that does not report it).
+    pub heap_in_use_bytes: Option<f64>,
 }
 
 impl Scrape {
@@ -38,6 +41,7 @@ impl Scrape {
             match name {
                 "cmset_api_writes_total" => *s.writes.entry(label("operation")).or_default() += value,
                 "cmset_leader" => s.leader += value,
+                "cmset_heap_in_use_bytes" => s.heap_in_use_bytes = Some(value),
                 "cmset_admissions_total" => *s.admissions.entry(label("result")).or_default() += value,
                 "cmset_admission_api_requests_total" => {
                     *s.admission_requests

@@ -216,6 +216,10 @@ pub async fn http_get(port: u16, path: &str, timeout: Duration) -> Option<(u16, 
 pub struct Memory {
     pub rss_kib: u64,
     pub hwm_kib: u64,
+    /// The heap the program holds (`cmset_heap_in_use_bytes`), against RSS, which also counts the
+    /// free memory the allocator keeps.
+    #[serde(default)]
+    pub heap_in_use_kib: Option<u64>,
 }
 
 /// Clock ticks per second for /proc/<pid>/stat (`getconf CLK_TCK`; 100 on every Linux in practice).
@@ -260,6 +264,7 @@ pub fn memory_of(pid: u32) -> Option<Memory> {
     Some(Memory {
         rss_kib: field("VmRSS:")?,
         hwm_kib: field("VmHWM:")?,
+        heap_in_use_kib: None,
     })
 }
 

@@ -6,6 +6,12 @@
 //! for `duration` at `rate` Deployment changes per second, then the readers. Each change is, in turn
 //! for a Deployment: a restart (a template annotation), a scale to 3, a new image, a scale back to 2.
 //! Every figure is per second of churn; CPU is also given above the idle window's.
+//!
+//! Then the realistic stage of config changes: `n` more opted-in Deployments, two pods each, each
+//! reading a set of its own, whose sets change in turn at `rate` changes per second for `duration`.
+//! Each change rolls its Deployment's pods, as it would in production (the other stages' Deployments
+//! run none). Its figures are per change, with the latency from the set's PATCH to its Deployment
+//! naming the new revision.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,8 +27,8 @@ use serde_json::json;
 
 use crate::cluster::{self, RequestCounts, Result, Tracker, bounded, create, revision_name};
 use crate::install::Install;
-use crate::report::{Cost, ReadersChurn, ReadersChurnPhase};
-use crate::stages::{Ctx, Meter, settle};
+use crate::report::{ConfigWithPods, Cost, ReadersChurn, ReadersChurnPhase, latency};
+use crate::stages::{Ctx, Meter, set_patches, settle};
 
 const READERS_SET: &str = "readers";
 const PLAIN_CONFIGMAP: &str = "readers-plain";
@@ -32,6 +38,11 @@ const REPLICAS: i32 = 2;
 
 fn name(group: &str, i: usize) -> String {
     format!("{group}-{i:03}")
+}
+
+/// The set the `i`th Deployment of the config stage reads.
+fn own_set(i: usize) -> String {
+    format!("own-{i:03}")
 }
 
 pub async fn readers_churn(
@@ -47,15 +58,23 @@ pub async fn readers_churn(
     create(&ctx.sets(ns), &cluster::set_object(READERS_SET, "0")?).await?;
     let plain = cluster::configmap_object(PLAIN_CONFIGMAP, &[("LOG_LEVEL", "info")])?;
     create(&Api::namespaced(ctx.client.clone(), ns), &plain).await?;
+    let sets = ctx.sets(ns);
+    bounded(n, ctx.concurrency, |i| {
+        let sets = sets.clone();
+        async move { create(&sets, &cluster::set_object(&own_set(i), "0")?).await }
+    })
+    .await?;
     let deployments = Api::<Deployment>::namespaced(ctx.client.clone(), ns);
-    bounded(2 * n, ctx.concurrency, |k| {
+    bounded(3 * n, ctx.concurrency, |k| {
         let deployments = deployments.clone();
         async move {
-            let (group, reads, opted_in) = match k % 2 {
-                0 => ("reader", READERS_SET, true),
-                _ => ("other", PLAIN_CONFIGMAP, false),
+            let i = k / 3;
+            let (group, reads, opted_in) = match k % 3 {
+                0 => ("reader", READERS_SET.to_string(), true),
+                1 => ("other", PLAIN_CONFIGMAP.to_string(), false),
+                _ => ("config", own_set(i), true),
             };
-            let mut d = cluster::deployment_object(&name(group, k / 2), reads, opted_in)?;
+            let mut d = cluster::deployment_object(&name(group, i), &reads, opted_in)?;
             let spec = d.spec.as_mut().ok_or("a Deployment without spec")?;
             spec.replicas = Some(REPLICAS);
             let labels = spec
@@ -72,18 +91,20 @@ pub async fn readers_churn(
     let first = revision_name(READERS_SET, "0");
     for i in 0..n {
         tracker.expect(&name("reader", i), &first, setup);
+        tracker.expect(&name("config", i), &revision_name(&own_set(i), "0"), setup);
     }
     let late = tracker.drain(setup + ctx.timeout(n)).await;
     tracker.take_arrivals();
     if !late.is_empty() {
         return Err(format!(
-            "{} of {n} readers did not name the set's first revision",
-            late.len()
+            "{} of {} readers did not name their set's first revision",
+            late.len(),
+            2 * n
         )
         .into());
     }
-    wait_ready(&deployments, 2 * n, ctx.timeout(4 * n)).await?;
-    settle(ctx, install, None, 2 * n, "setting up the readers' churn").await;
+    wait_ready(&deployments, 3 * n, ctx.timeout(6 * n)).await?;
+    settle(ctx, install, None, 3 * n, "setting up the readers' churn").await;
     let setup_s = setup.elapsed().as_secs_f64();
 
     // The idle cost of the same processes, for CPU above it.
@@ -101,6 +122,7 @@ pub async fn readers_churn(
 
     let others = phase(ctx, ns, install, "other", n, rate, duration, &idle).await?;
     let readers = phase(ctx, ns, install, "reader", n, rate, duration, &idle).await?;
+    let config = config_changes(ctx, ns, install, tracker, n, rate, duration).await?;
     Ok(ReadersChurn {
         workloads: n,
         replicas: REPLICAS,
@@ -110,6 +132,73 @@ pub async fn readers_churn(
         idle,
         others,
         readers,
+        config: Some(config),
+    })
+}
+
+/// The realistic stage: the config Deployments' own sets change in turn at `rate`, each change rolling
+/// its Deployment's two pods. Measured per change, from the first PATCH until the rollouts and the
+/// operator went quiet.
+async fn config_changes(
+    ctx: &mut Ctx,
+    ns: &str,
+    install: &Install,
+    tracker: &Tracker,
+    n: usize,
+    rate: f64,
+    duration: Duration,
+) -> Result<ConfigWithPods> {
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns);
+    let counted = Arc::new(AtomicU64::new(0));
+    let counter = tokio::spawn(count_events(pods, format!("{GROUP}=config"), counted.clone()));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    counted.store(0, Ordering::Relaxed);
+    let sets = ctx.sets(ns);
+    let meter = Meter::start(ctx, install).await;
+    let start = Instant::now();
+    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    let (mut sent, mut failed) = (0usize, 0usize);
+    while start.elapsed() < duration {
+        ticker.tick().await;
+        let i = sent % n;
+        // Values 1, 2, ... per set: every change is a new revision.
+        let value = (sent / n + 1).to_string();
+        match cluster::patch_set(&sets, &own_set(i), &value).await {
+            Ok(()) => tracker.expect(
+                &name("config", i),
+                &revision_name(&own_set(i), &value),
+                Instant::now(),
+            ),
+            Err(_) => failed += 1,
+        }
+        sent += 1;
+    }
+    let sending_s = start.elapsed().as_secs_f64();
+    let late = tracker.drain(Instant::now() + ctx.timeout_base).await;
+    let latencies: Vec<f64> = tracker
+        .take_arrivals()
+        .iter()
+        .map(|a| a.latency.as_secs_f64() * 1000.0)
+        .collect();
+    let patched = sent - failed;
+    let settle_s = settle(ctx, install, Some(tracker), patched, "config changes with pods").await;
+    let mut cost = meter.finish(ctx, install, patched, &set_patches(patched)).await;
+    cost.settle_s = settle_s;
+    let pod_events = counted.load(Ordering::Relaxed);
+    counter.abort();
+    if failed > 0 || !late.is_empty() {
+        ctx.fail(format!(
+            "config changes with pods: {failed} of {sent} set PATCHes failed, {} did not reach their Deployment",
+            late.len()
+        ));
+    }
+    Ok(ConfigWithPods {
+        changes: patched,
+        rate,
+        sending_s,
+        pod_events_per_change: pod_events as f64 / patched.max(1) as f64,
+        latency: latency(&latencies, ctx.floor.as_ref()),
+        cost,
     })
 }
 

@@ -373,6 +373,21 @@ pub struct ReadersChurn {
     pub others: ReadersChurnPhase,
     /// The same churn of the set's readers.
     pub readers: ReadersChurnPhase,
+    /// Config changes of as many Deployments with pods, each reading a set of its own.
+    pub config: Option<ConfigWithPods>,
+}
+
+/// The realistic stage: config changes whose rollouts run pods. Its cost is per change.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ConfigWithPods {
+    pub changes: usize,
+    pub rate: f64,
+    pub sending_s: f64,
+    /// Pod watch events (creations, updates, deletions) per change: each rolls two pods.
+    pub pod_events_per_change: f64,
+    pub latency: Option<Latency>,
+    pub cost: Cost,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -1239,6 +1254,29 @@ fn rows(r: &ConfigResults) -> Vec<Row> {
                 String::new(),
             );
         }
+        if let Some(c) = &x.config {
+            let stage = format!(
+                "config changes with pods ({} Deployments × {} pods, a set each, {} changes/s)",
+                x.workloads,
+                x.replicas,
+                num(c.rate)
+            );
+            let (value, x_floor) = c
+                .latency
+                .as_ref()
+                .map_or(("-".into(), String::new()), latency_cells);
+            row(
+                &format!("{stage}: latency p50 / p90 / p99 / max ({} changes)", c.changes),
+                value,
+                x_floor,
+            );
+            row(
+                &format!("{stage}: pod events per change"),
+                num(c.pod_events_per_change),
+                String::new(),
+            );
+            cost_rows(&mut row, &stage, &c.cost);
+        }
     }
     if let Some(c) = &r.initial {
         row(
@@ -1322,6 +1360,25 @@ fn rows(r: &ConfigResults) -> Vec<Row> {
                 format!("{role} {}%", opt(pct))
             })
             .collect();
+        let heap: Vec<String> = roles
+            .iter()
+            .map(|role| {
+                let mib: Vec<String> = cycles
+                    .iter()
+                    .map(|c| {
+                        after(c, role)
+                            .and_then(|m| m.heap_in_use_kib)
+                            .map_or("-".into(), |k| format!("{:.1}", k as f64 / 1024.0))
+                    })
+                    .collect();
+                format!("{role} {}", mib.join(" → "))
+            })
+            .collect();
+        row(
+            "heap in use after each cycle (MiB; what RSS would be if the allocator kept no free memory)",
+            heap.join("; "),
+            String::new(),
+        );
         row(
             &format!(
                 "RSS after cycle {} as % of cycle {} (goal: within 2% of 100)",
@@ -1970,6 +2027,17 @@ pub fn missing(c: &ConfigResults, webhook: bool, identity: bool) -> Vec<String> 
                 p.cpu_ms_per_s_above_idle_leader.is_some() && p.cpu_ms_per_s_above_idle_standby.is_some(),
                 &format!("readers' churn ({what}): CPU of both replicas above idle"),
             );
+        }
+        match &x.config {
+            Some(c) => {
+                need(c.latency.is_some(), "config changes with pods: latency");
+                need(
+                    c.pod_events_per_change > 0.0,
+                    "config changes with pods: pods were rolled",
+                );
+                cost(&mut need, &c.cost, "config changes with pods");
+            }
+            None => need(false, "config changes with pods"),
         }
     }
     if let Some(m) = &c.memory {
