@@ -12,6 +12,7 @@ pub mod memory;
 pub mod rollout_budget;
 pub mod runtime;
 pub mod served;
+pub mod sparse;
 pub mod stored_workload;
 pub mod stores;
 pub mod tasks;

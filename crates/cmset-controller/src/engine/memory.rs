@@ -18,6 +18,7 @@ use cmset_api::ConfigMapSetStatus;
 use sha2::{Digest, Sha256};
 
 use crate::engine::index::SetId;
+use crate::engine::sparse::ShrinkIfSparse;
 
 /// Below this many entries a map is never swept.
 const SWEEP_FLOOR: usize = 64;
@@ -50,13 +51,9 @@ impl<K: Hash + Eq, V> Swept<K, V> {
         }
     }
 
-    /// Gives back the room of a map that emptied to a quarter of its capacity: a burst of sets, come and
-    /// gone, leaves no table of its peak size behind (that table would also pin heap pages the allocator
-    /// could otherwise return).
+    /// Gives back the room of a map that emptied to a quarter of its capacity ([`ShrinkIfSparse`]).
     fn shrink_if_sparse(&mut self) {
-        if self.map.capacity() > SWEEP_FLOOR && self.map.len() * 4 < self.map.capacity() {
-            self.map.shrink_to(self.map.len() * 2);
-        }
+        self.map.shrink_if_sparse();
     }
 
     pub fn get(&self, key: &K) -> Option<&V> {

@@ -14,6 +14,8 @@
 
 use std::collections::HashMap;
 
+use crate::engine::sparse::ShrinkIfSparse;
+
 use super::{Key, Triggers};
 
 /// Who a write's echo still concerns.
@@ -150,6 +152,8 @@ impl Echoes {
                 }
                 let echo = *echo;
                 self.awaited.remove(&slot);
+                // A burst's writes come and go: its table does not stay at the burst's size.
+                self.awaited.shrink_if_sparse();
                 Arrival::Echo(echo)
             }
         }
@@ -158,7 +162,9 @@ impl Echoes {
     /// `key` went, or its kind lists again: no echo of it is coming. What a write under way held back
     /// is returned, to be sent.
     pub(super) fn forget(&mut self, kind: &'static str, key: &Key) -> Vec<Triggers> {
-        match self.awaited.remove(&(kind, key.clone())) {
+        let removed = self.awaited.remove(&(kind, key.clone()));
+        self.awaited.shrink_if_sparse();
+        match removed {
             Some(Awaited::InFlight(held)) => held.into_iter().map(|(_, out)| out).collect(),
             _ => Vec::new(),
         }

@@ -14,6 +14,8 @@ use cmset_core::naming;
 use cmset_core::observe::{HistoryKind, HistoryObject, RefNames, WorkloadKind};
 use cmset_core::set::SetKind;
 
+use crate::engine::sparse::ShrinkIfSparse;
+
 use super::sets::Sets;
 use super::{Key, Readers, SetId, Triggers};
 
@@ -103,6 +105,8 @@ impl Graph {
         if !names.is_empty() {
             self.names.insert((kind, key.clone()), names);
         }
+        self.names.shrink_if_sparse();
+        self.readers.shrink_if_sparse();
     }
 
     /// Records a workload's wave and health (none: it is gone or not opted in). A new wave concerns
@@ -119,7 +123,11 @@ impl Graph {
         let slot = (kind, key.clone());
         let previous = match progress {
             Some(progress) => self.progress.insert(slot.clone(), progress),
-            None => self.progress.remove(&slot),
+            None => {
+                let removed = self.progress.remove(&slot);
+                self.progress.shrink_if_sparse();
+                removed
+            }
         };
         let now = self.progress.get(&slot);
         if previous.as_ref() == now {
@@ -146,7 +154,11 @@ impl Graph {
         let slot = (kind, key.clone());
         let before = match now.clone() {
             Some(now) => self.planned_from.insert(slot, now),
-            None => self.planned_from.remove(&slot),
+            None => {
+                let removed = self.planned_from.remove(&slot);
+                self.planned_from.shrink_if_sparse();
+                removed
+            }
         };
         before != now
     }
@@ -164,6 +176,7 @@ impl Graph {
 
     pub(super) fn remove_history(&mut self, kind: HistoryKind, key: &Key) {
         self.history.remove(&(kind, key.clone()));
+        self.history.shrink_if_sparse();
     }
 
     /// Triggers the workloads that read set `set`.

@@ -10,6 +10,8 @@ use cmset_core::observe::RevisionView;
 use cmset_core::refs::Referenced;
 use cmset_core::set::SetKind;
 
+use crate::engine::sparse::ShrinkIfSparse;
+
 use super::sets::Sets;
 use super::{Key, SetId};
 
@@ -61,7 +63,9 @@ impl Revisions {
         let removed = revisions.remove(&key.name);
         if revisions.is_empty() {
             self.by_label.remove(&by_label);
+            self.by_label.shrink_if_sparse();
         }
+        self.labels.shrink_if_sparse();
         removed.and_then(|view| set_of_revision(sets, set_kind, &key.namespace, &view, &label))
     }
 

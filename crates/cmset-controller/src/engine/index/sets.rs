@@ -11,6 +11,8 @@ use cmset_core::naming;
 use cmset_core::observe::RefNames;
 use cmset_core::set::{SetKind, SetRef};
 
+use crate::engine::sparse::ShrinkIfSparse;
+
 use super::graph::candidates;
 use super::{Key, SetId, Triggers};
 
@@ -83,7 +85,10 @@ impl Sets {
     /// Forgets a deleted set; returns its facts.
     pub(super) fn remove(&mut self, id: &SetId) -> Option<SetFacts> {
         self.tracked.remove(id);
-        self.facts.remove(id)
+        self.tracked.shrink_if_sparse();
+        let facts = self.facts.remove(id);
+        self.facts.shrink_if_sparse();
+        facts
     }
 
     /// The content of a source-mode set changed at `now` (the set controller read a new identity).

@@ -12,6 +12,8 @@ use std::collections::{BTreeSet, HashMap};
 use cmset_core::refs::Referenced;
 use cmset_core::set::SetKind;
 
+use crate::engine::sparse::ShrinkIfSparse;
+
 use super::{Key, SetId, Triggers};
 
 /// What the set controller last read of a source: the version read and the identity of its content
@@ -65,6 +67,9 @@ impl Sources {
                     self.sets.remove(&source);
                     self.versions.remove(&source);
                     self.reads.remove(&source);
+                    self.sets.shrink_if_sparse();
+                    self.versions.shrink_if_sparse();
+                    self.reads.shrink_if_sparse();
                 }
             }
         }

@@ -6,6 +6,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use crate::engine::sparse::ShrinkIfSparse;
+
 use super::{SetId, Triggers};
 
 #[derive(Default)]
@@ -31,6 +33,8 @@ impl Templates {
                 }
             }
         }
+        self.names.shrink_if_sparse();
+        self.named_by.shrink_if_sparse();
         for name in names.difference(&old) {
             self.named_by.entry(name.clone()).or_default().insert(id.clone());
         }
