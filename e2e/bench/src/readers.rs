@@ -148,11 +148,7 @@ async fn config_changes(
     rate: f64,
     duration: Duration,
 ) -> Result<ConfigWithPods> {
-    let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns);
-    let counted = Arc::new(AtomicU64::new(0));
-    let counter = tokio::spawn(count_events(pods, format!("{GROUP}=config"), counted.clone()));
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    counted.store(0, Ordering::Relaxed);
+    let counter = PodEvents::start(ctx, ns, "config").await;
     let sets = ctx.sets(ns);
     let meter = Meter::start(ctx, install).await;
     let start = Instant::now();
@@ -184,8 +180,7 @@ async fn config_changes(
     let settle_s = settle(ctx, install, Some(tracker), patched, "config changes with pods").await;
     let mut cost = meter.finish(ctx, install, patched, &set_patches(patched)).await;
     cost.settle_s = settle_s;
-    let pod_events = counted.load(Ordering::Relaxed);
-    counter.abort();
+    let pod_events = counter.stop();
     if failed > 0 || !late.is_empty() {
         ctx.fail(format!(
             "config changes with pods: {failed} of {sent} set PATCHes failed, {} did not reach their Deployment",
@@ -214,12 +209,7 @@ async fn phase(
     duration: Duration,
     idle: &Cost,
 ) -> Result<ReadersChurnPhase> {
-    let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns);
-    let counted = Arc::new(AtomicU64::new(0));
-    let counter = tokio::spawn(count_events(pods, format!("{GROUP}={group}"), counted.clone()));
-    // The watch's initial list is not churn.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    counted.store(0, Ordering::Relaxed);
+    let counter = PodEvents::start(ctx, ns, group).await;
     let meter = Meter::start(ctx, install).await;
     let deployments = Api::<Deployment>::namespaced(ctx.client.clone(), ns);
     let start = Instant::now();
@@ -250,8 +240,7 @@ async fn phase(
         sent += 1;
     }
     let seconds = start.elapsed().as_secs_f64();
-    let pod_events = counted.load(Ordering::Relaxed);
-    counter.abort();
+    let pod_events = counter.stop();
     let bench: RequestCounts = [(("PATCH".to_string(), "deployments.apps".to_string()), sent as f64)].into();
     let cost = meter.finish(ctx, install, seconds.round() as usize, &bench).await;
     if failed > 0 {
@@ -272,6 +261,29 @@ async fn phase(
         cpu_ms_per_s_above_idle_standby: above("standby"),
         cost,
     })
+}
+
+/// The watch events of one group's pods, counted from [`PodEvents::start`] to [`PodEvents::stop`].
+struct PodEvents {
+    counted: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PodEvents {
+    async fn start(ctx: &Ctx, ns: &str, group: &str) -> Self {
+        let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns);
+        let counted = Arc::new(AtomicU64::new(0));
+        let task = tokio::spawn(count_events(pods, format!("{GROUP}={group}"), counted.clone()));
+        // The watch's initial list is not churn.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        counted.store(0, Ordering::Relaxed);
+        Self { counted, task }
+    }
+
+    fn stop(self) -> u64 {
+        self.task.abort();
+        self.counted.load(Ordering::Relaxed)
+    }
 }
 
 /// Counts the watch events of the pods `selector` selects, after the initial list, into `counted`.
