@@ -4,6 +4,7 @@ use std::time::Duration;
 use clap::Parser;
 use cmset_controller::engine::context::system_clock;
 use cmset_controller::engine::runtime::{Scope, Scopes};
+use cmset_controller::platform::api_client;
 use cmset_controller::platform::leader::{Elector, LeaseConfig, Term};
 use cmset_controller::platform::metrics::Metrics;
 use cmset_controller::serving::cert_keeper;
@@ -104,9 +105,19 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     // So does a Prometheus setting that cannot work.
     let prometheus = cli.prometheus()?.map(Arc::new);
     let endpoints = bind(cli.metrics_address).await?;
-    let client = kube::Client::try_default()
-        .await
-        .map_err(|e| cmset_controller::platform::redact::api_error(&e).to_string())?;
+    let protocols = match cli.api_http2 {
+        true => api_client::Protocols::Http2OrHttp1,
+        false => api_client::Protocols::Http1,
+    };
+    let config = kube::Config::infer().await.map_err(|e| e.to_string())?;
+    let connect = |config: kube::Config| {
+        api_client::build(config, protocols)
+            .map_err(|e| cmset_controller::platform::redact::api_error(&e).to_string())
+    };
+    let client = connect(config.clone())?;
+    // The Lease is renewed over a connection of its own: over HTTP/2 every watch shares the main one,
+    // and a renewal must not wait behind a large list's bytes.
+    let lease_client = connect(config)?;
     let metrics = Arc::new(Metrics::default());
     let mut registry = Registry::default();
     metrics.register(&mut registry);
@@ -223,7 +234,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
 
     let elector = cli.leader_election.then(|| {
         Arc::new(Elector::new(
-            client.clone(),
+            lease_client.clone(),
             LeaseConfig::with_duration(
                 cli.lease_namespace(),
                 cli.lease_name.clone(),

@@ -52,6 +52,12 @@ pub struct Cli {
     #[arg(long, env = "CMSET_WORKLOAD_DEBOUNCE_MS", default_value_t = 500)]
     pub workload_debounce_ms: u64,
 
+    /// Offer HTTP/2 to the API server, so that every watch and request shares one connection (the
+    /// server or a proxy in between may still answer HTTP/1.1). `false`: HTTP/1.1, a connection per
+    /// watch.
+    #[arg(long, env = "CMSET_API_HTTP2", default_value_t = true, action = clap::ArgAction::Set)]
+    pub api_http2: bool,
+
     /// Address of the /metrics, /healthz and /readyz endpoints.
     #[arg(long, env = "CMSET_METRICS_ADDRESS", default_value = "0.0.0.0:8080")]
     pub metrics_address: SocketAddr,
