@@ -467,6 +467,8 @@ pub struct RolloutStatus {
 pub enum RolloutPhase {
     #[default]
     Progressing,
+    /// The set's checks (`spec.checks`) run against the revision; wave 0 opens when every one passed.
+    Checking,
     Paused,
     AwaitingPromotion,
     Waiting,
@@ -478,6 +480,7 @@ impl RolloutPhase {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Progressing => "Progressing",
+            Self::Checking => "Checking",
             Self::Paused => "Paused",
             Self::AwaitingPromotion => "AwaitingPromotion",
             Self::Waiting => "Waiting",
@@ -490,14 +493,17 @@ impl RolloutPhase {
     pub fn is_under_way(self) -> bool {
         matches!(
             self,
-            Self::Progressing | Self::Paused | Self::AwaitingPromotion | Self::Waiting
+            Self::Progressing | Self::Checking | Self::Paused | Self::AwaitingPromotion | Self::Waiting
         )
     }
 
     /// Held: nothing more moves to the revision and no next wave opens. (Only `Paused` and
     /// `AwaitingPromotion` also stop the rollout's clocks.)
     pub fn is_held(self) -> bool {
-        matches!(self, Self::Paused | Self::AwaitingPromotion | Self::Waiting)
+        matches!(
+            self,
+            Self::Checking | Self::Paused | Self::AwaitingPromotion | Self::Waiting
+        )
     }
 }
 

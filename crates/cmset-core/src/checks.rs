@@ -431,6 +431,28 @@ pub fn plan_checks(
     }
 }
 
+/// Whether a workload may move to a revision whose recorded verdicts are `recorded`: every check
+/// passed. The workload controller asks this before the set's status records a rollout, as a workload
+/// otherwise moves as soon as its revision exists.
+pub fn allows_move(checks: &[Check], recorded: &BTreeMap<String, Verdict>) -> bool {
+    plan_checks(checks, recorded, &BTreeMap::new()).gate == Gate::Open
+}
+
+/// The rollout's message while checking: each check and how it stands, in the set's order.
+pub fn summary(plan: &CheckPlan) -> String {
+    let parts: Vec<String> = plan
+        .checks
+        .iter()
+        .map(|(name, _, state)| match state {
+            CheckState::Due => format!("{name} starting"),
+            CheckState::Running | CheckState::Finished(_) => format!("{name} running"),
+            CheckState::Passed => format!("{name} passed"),
+            CheckState::Failed(message) => format!("{name} failed: {message}"),
+        })
+        .collect();
+    format!("checks: {}", parts.join("; "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -685,6 +707,13 @@ mod tests {
         assert_eq!(
             plan_checks(&checks, &failed, &no_jobs).gate,
             Gate::Failed("bad".into())
+        );
+
+        assert!(allows_move(&checks, &all));
+        assert!(!allows_move(&checks, &none));
+        assert_eq!(
+            summary(&plan_checks(&checks, &none, &jobs)),
+            "checks: nginx running; b running"
         );
 
         let annotations = BTreeMap::from([(RESULTS_ANNOTATION.to_string(), results_value(&all))]);

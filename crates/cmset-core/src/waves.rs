@@ -922,6 +922,9 @@ fn decide_entry(
                 }
                 (Some(_), RolloutPhase::Progressing) => None,
                 (Some(_), RolloutPhase::Paused) => Some("held: the rollout is paused".to_string()),
+                (Some(_), RolloutPhase::Checking) => {
+                    Some(format!("waiting for the checks of {} to pass", input.current))
+                }
                 (Some(w), RolloutPhase::AwaitingPromotion) if w > rollout.wave => Some(format!(
                     "waiting for wave {} to be promoted (kubectl cmset promote)",
                     rollout.wave

@@ -187,6 +187,7 @@ pub struct StatusReport {
 #[serde(rename_all = "camelCase")]
 pub enum Phase {
     Progressing,
+    Checking,
     Paused,
     AwaitingPromotion,
     Waiting,
@@ -198,6 +199,7 @@ impl Phase {
     fn of(phase: RolloutPhase) -> Self {
         match phase {
             RolloutPhase::Progressing => Self::Progressing,
+            RolloutPhase::Checking => Self::Checking,
             RolloutPhase::Paused => Self::Paused,
             RolloutPhase::AwaitingPromotion => Self::AwaitingPromotion,
             RolloutPhase::Waiting => Self::Waiting,
@@ -1149,6 +1151,16 @@ fn rollout_lines(r: &RolloutReport, id: &str) -> Vec<(String, Option<Role>)> {
                     ),
                     None,
                 ));
+            }
+        }
+        Phase::Checking => {
+            lines.push((
+                format!("{revision}: checking before wave {} moves", r.wave),
+                Some(Role::Attention),
+            ));
+            // The controller's message lists each check: running, passed, or failed and why.
+            if let Some(m) = r.message.as_deref().filter(|m| !m.is_empty()) {
+                lines.push((m.to_string(), None));
             }
         }
         Phase::Waiting => {
