@@ -26,6 +26,12 @@ becomes. The referenced objects are read with one GET each, only for pods that r
 (every cmset revision is one) is remembered for a minute by name, so the pods of one revision cost one GET. Secret
 values are never logged: only the object's name.
 
+Check pods (cmset's `spec.checks`): a pod labelled cmset.dev/check-of is a check Job's pod, and is run to its end
+instead of being kept Running: Succeeded, every container terminated with exit code 0; or, when it reads a ConfigMap or
+Secret holding CMSET_FAKE_NODE_FAIL (the same rule as above), Failed, its first container terminated with exit code 1,
+reason Error and a termination message naming the object (never a value), "CMSET_FAKE_NODE_FAIL: ConfigMap ns/name
+holds key CMSET_FAKE_NODE_FAIL", which is what cmset reports of a failed check. Other containers end with exit code 0.
+
 It relists and rewatches when a watch ends or expires, exits 0 on SIGTERM/SIGINT and exits 2 when the API server
 has been unreachable for --give-up-after seconds.
 """
@@ -56,6 +62,9 @@ NOT_READY_TAINT_KEYS = {
 POD_CONDITIONS = ("PodScheduled", "Initialized", "ContainersReady", "Ready")
 # A ConfigMap or Secret holding this key makes the pods that read it never ready (see the module's doc).
 FAIL_KEY = "CMSET_FAKE_NODE_FAIL"
+# A pod with this label is a cmset check and runs to its end (see the module's doc).
+CHECK_LABEL = "cmset.dev/check-of"
+NEVER_READY = " (cmset fake node: never ready)"
 # How long the verdict on an immutable ConfigMap/Secret is reused without reading it again. Its content cannot
 # change; only deleting it and creating another under the same name could, hence the limit.
 IMMUTABLE_CACHE_SECONDS = 60
@@ -312,7 +321,9 @@ class FakeNode:
         if phase in ("Succeeded", "Failed") or self.is_running_ready(pod) or self.is_marked_failing(pod):
             return
         bad = self.bad_reference(pod)
-        if bad is None:
+        if CHECK_LABEL in (meta.get("labels") or {}):
+            self.mark_finished(pod, failing=bad)
+        elif bad is None:
             self.mark_running(pod)
         else:
             self.mark_running(pod, failing=bad)
@@ -377,7 +388,7 @@ class FakeNode:
         ns = pod["metadata"]["namespace"]
         for kind, name in self.config_references(pod):
             if self.holds_fail_key(kind, ns, name):
-                return "%s %s/%s holds key %s (cmset fake node: never ready)" % (kind, ns, name, FAIL_KEY)
+                return "%s %s/%s holds key %s%s" % (kind, ns, name, FAIL_KEY, NEVER_READY)
         return None
 
     @staticmethod
@@ -471,6 +482,38 @@ class FakeNode:
             if e.status == 404:
                 return
             raise
+
+    def mark_finished(self, pod, failing=None):
+        """A check pod run to its end: Succeeded, or with `failing` (why) Failed with exit code 1 and that message."""
+        meta, spec = pod["metadata"], pod["spec"]
+        ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
+        ts = now_rfc3339()
+        statuses = []
+        for i, c in enumerate(spec.get("containers", [])):
+            terminated = {"exitCode": 0, "reason": "Completed", "startedAt": ts, "finishedAt": ts,
+                          "containerID": "fake://%s-%s" % (uid[:8], c["name"])}
+            if failing is not None and i == 0:
+                terminated.update(exitCode=1, reason="Error", message="%s: %s" % (FAIL_KEY, failing.replace(NEVER_READY, "")))
+            statuses.append({"name": c["name"], "ready": False, "started": False, "restartCount": 0,
+                             "image": c.get("image", ""), "imageID": "fake://" + c.get("image", ""),
+                             "containerID": terminated["containerID"], "state": {"terminated": terminated}})
+        ok = failing is None
+        conditions = [
+            {"type": t, "status": "True" if t in ("PodScheduled", "Initialized") else "False",
+             "reason": None if t in ("PodScheduled", "Initialized") else "PodCompleted",
+             "lastProbeTime": None, "lastTransitionTime": ts}
+            for t in POD_CONDITIONS
+        ]
+        status = {"phase": "Succeeded" if ok else "Failed", "conditions": conditions,
+                  "containerStatuses": statuses, "hostIP": self.ip,
+                  "startTime": (pod.get("status") or {}).get("startTime") or ts}
+        try:
+            self.call("PATCH", "/api/v1/namespaces/%s/pods/%s/status" % (ns, name), body={"status": status},
+                      content_type="application/merge-patch+json")
+            LOG.info("check %s/%s %s", ns, name, "succeeded" if ok else "failed: " + failing)
+        except ApiError as e:
+            if e.status != 404:
+                raise
 
     def force_delete(self, ns, name, uid):
         last = self.deleting.get(uid)
