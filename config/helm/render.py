@@ -110,6 +110,7 @@ def renders(helm_bin):
         ("ClusterRole", "cmset-edit"): "aggregate_roles.yaml",
         ("ClusterRole", "cmset-view"): "aggregate_roles.yaml",
         ("ClusterRole", "cmset-break-glass"): "break_glass_role.yaml",
+        ("ClusterRole", "cmset-checks"): "checks_role.yaml",
     }
     routes = {k: f"rbac/{v}" for k, v in rbac.items()}
     routes.update({
