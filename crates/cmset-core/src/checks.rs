@@ -15,8 +15,9 @@ use k8s_openapi::api::batch::v1::{Job, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, Pod, PodSecurityContext, PodSpec, ResourceRequirements, SeccompProfile, SecurityContext,
 };
+use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicySpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -431,6 +432,34 @@ pub fn plan_checks(
     }
 }
 
+/// Name of the NetworkPolicy cmset creates in each namespace where checks run.
+pub const NETWORK_POLICY_NAME: &str = "cmset-checks-deny-all";
+
+/// The NetworkPolicy that cuts every check pod of `namespace` off the network, both ways (DNS
+/// included): a checker reads files and needs none. It selects [`CHECK_LABEL`] and allows nothing.
+pub fn deny_all_policy(namespace: &str) -> NetworkPolicy {
+    NetworkPolicy {
+        metadata: ObjectMeta {
+            name: Some(NETWORK_POLICY_NAME.into()),
+            namespace: Some(namespace.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector {
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: CHECK_LABEL.into(),
+                    operator: "Exists".into(),
+                    values: None,
+                }]),
+                match_labels: None,
+            }),
+            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+            ingress: None,
+            egress: None,
+        }),
+    }
+}
+
 /// Whether a workload may move to a revision whose recorded verdicts are `recorded`: every check
 /// passed. The workload controller asks this before the set's status records a rollout, as a workload
 /// otherwise moves as soon as its revision exists.
@@ -621,6 +650,16 @@ mod tests {
             }),
             ..Job::default()
         }
+    }
+
+    #[test]
+    fn the_network_policy_selects_check_pods_and_allows_nothing() {
+        let policy = serde_json::to_value(deny_all_policy("shop")).unwrap();
+        assert_eq!(
+            policy["spec"],
+            json!({"podSelector": {"matchExpressions": [{"key": CHECK_LABEL, "operator": "Exists"}]},
+                   "policyTypes": ["Ingress", "Egress"]})
+        );
     }
 
     #[test]
