@@ -94,12 +94,15 @@ pub fn target_seeing(
     };
     let target = SetTarget::observed_seeing(set, identity, observed.revisions, &workload.uid, history)
         .ok_or_else(undecided)?;
+    // A revision the set's checks have not passed is held like a change window holds one: nothing
+    // moves to it (an opting-in workload still starts), and a rollback is never held.
+    let checks_held = crate::check_gate::held(set.checks(), &target.current, observed.revisions);
     let gate = waves::gate(
         set,
         &target.current,
         workload,
         observed.lowest_wave,
-        observed.window_held,
+        observed.window_held || checks_held,
     );
     Ok(target.gated(gate))
 }

@@ -8,6 +8,7 @@ pub mod admission;
 pub mod analysis;
 pub mod break_glass;
 pub mod budget;
+pub mod check_gate;
 pub mod checks;
 pub mod conditions;
 pub mod content_check;

@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, 
 use serde_json::Value;
 
 use crate::break_glass::Override;
+use crate::check_gate;
 use crate::conditions::{self, Desired, READY, STALLED, VALID, WINDOWS_KNOWN};
 use crate::content_check::{self, Refusal, SchemaTexts};
 use crate::decide::{self, Identity, Observed};
@@ -58,6 +59,9 @@ pub struct SetInput<'a> {
     /// The schemas `spec.validation` reads from ConfigMaps (see [`content_check::schema_refs`]), as
     /// read for this plan; empty when it reads none.
     pub schemas: &'a SchemaTexts,
+    /// The check Jobs of the current revision that exist, by check hash, and how each stands: the I/O
+    /// layer reads them once a first plan names the revision being checked ([`SetPlan::checks`]).
+    pub check_jobs: &'a BTreeMap<String, crate::checks::JobOutcome>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,6 +112,9 @@ pub struct SetPlan {
     /// The analysis runs due to be measured now, as the planner computed them (see
     /// [`crate::waves::WaveOutcome::analysis_due`]): measure them and plan again with what they showed.
     pub analysis_due: Vec<cmset_api::AnalysisRunStatus>,
+    /// The checks of the current revision while they gate its rollout: the Jobs to start and the
+    /// verdicts to record (see [`crate::check_gate`]).
+    pub checks: Option<crate::check_gate::CheckRun>,
 }
 
 impl SetPlan {
@@ -174,6 +181,30 @@ fn plan_set_without_reconciling(input: &SetInput<'_>) -> SetPlan {
     let history = revision_history(&owned, &current, &pruning.prune, &usage, &uid);
     let entries = workload_entries(input, &current);
     let waves = plan_rollout(input, &previous, &current.name, &history, entries.members);
+    // The checks read the current revision's verdicts (a revision about to be created has none).
+    let checks = match owned.iter().find(|r| r.name == current.name) {
+        _ if set.checks().is_empty() => None,
+        Some(revision) => check_gate::run(
+            set.name(),
+            set.checks(),
+            &current.name,
+            std::slice::from_ref(revision),
+            previous.rollout.as_ref(),
+            input.check_jobs,
+        ),
+        None => check_gate::run(
+            set.name(),
+            set.checks(),
+            &current.name,
+            &[],
+            previous.rollout.as_ref(),
+            input.check_jobs,
+        ),
+    };
+    let waves = match &checks {
+        Some(run) => check_gate::apply(waves, run, previous.rollout.as_ref(), &input.now),
+        None => waves,
+    };
     let history = mark_failed(history, &previous, waves.rollout.as_ref());
     let mut status = set_status(input, &previous, &current, history, waves.entries, waves.rollout);
     let refused = break_glass_report(input, &previous, &mut status);
@@ -202,13 +233,15 @@ fn plan_set_without_reconciling(input: &SetInput<'_>) -> SetPlan {
         events: merge_normal_events(events),
         recheck_in: waves.recheck_in,
         analysis_due: waves.analysis_due,
+        checks,
     }
 }
 
 /// Reasons of the events that tell a rollout's phase changes: each stands alone, so that whoever
 /// watches a set's rollout (a person, an alert, a notification) can select it by reason.
-pub const ROLLOUT_REASONS: [&str; 8] = [
+pub const ROLLOUT_REASONS: [&str; 9] = [
     "RolloutStarted",
+    "RolloutChecking",
     "WaveStarted",
     "RolloutPaused",
     "RolloutResumed",
@@ -500,6 +533,10 @@ fn metadata_patches(
             if content.is_none() {
                 annotations.remove(labels::CONTENT_HASH);
             }
+            // The verdicts of its checks are recorded on it after it is made, and stay.
+            if let Some(verdicts) = r.annotations.get(crate::checks::RESULTS_ANNOTATION) {
+                annotations.insert(crate::checks::RESULTS_ANNOTATION.to_string(), verdicts.clone());
+            }
             let owners = history_owners(
                 history,
                 set.kind().revision_kind(),
@@ -786,6 +823,16 @@ fn wave_event(event: WaveEvent) -> PlannedEvent {
         WaveEvent::WindowOverridden(message) => PlannedEvent {
             kind: EventKind::Warning,
             reason: "WindowOverridden",
+            message,
+        },
+        WaveEvent::Checking(message) => PlannedEvent {
+            kind: EventKind::Normal,
+            reason: "RolloutChecking",
+            message,
+        },
+        WaveEvent::CheckFailed(message) => PlannedEvent {
+            kind: EventKind::Warning,
+            reason: "CheckFailed",
             message,
         },
     }

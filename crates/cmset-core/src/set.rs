@@ -242,6 +242,14 @@ impl<'a> SetRef<'a> {
         }
     }
 
+    /// The application's own checks, run against each new revision before wave 0 (`spec.checks`).
+    pub fn checks(self) -> &'a [cmset_api::Check] {
+        match self {
+            Self::ConfigMap(s) => &s.spec.checks,
+            Self::Secret(s) => &s.spec.checks,
+        }
+    }
+
     /// What its keys' values must be (`spec.validation`).
     pub fn validation(self) -> &'a cmset_api::ValidationSpec {
         match self {

@@ -169,6 +169,11 @@ pub enum WaveEvent {
     Complete(String),
     /// Failed, with the message that names the workload and why.
     Failed(String),
+    /// The set's checks run against the revision; nothing moves until they pass (see
+    /// [`crate::check_gate`]).
+    Checking(String),
+    /// A check failed against the revision (the rollout fails with it).
+    CheckFailed(String),
 }
 
 /// Why a workload of the wave in progress fails the rollout, if it does.
@@ -827,7 +832,7 @@ fn wave_deadline_passed(in_wave: &[&Member<'_>], rollout: &RolloutStatus, deadli
     latest.is_some_and(|since| time_left(since, deadline, now).is_none())
 }
 
-fn whole_second_after(now: &Time) -> Time {
+pub(crate) fn whole_second_after(now: &Time) -> Time {
     let second = now.0.as_second() + i64::from(now.0.subsec_nanosecond() > 0);
     Time(k8s_openapi::jiff::Timestamp::from_second(second).unwrap_or(now.0))
 }

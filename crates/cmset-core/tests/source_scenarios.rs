@@ -72,6 +72,7 @@ fn plan(
         analysis: None,
         windows: &Default::default(),
         schemas: &Default::default(),
+        check_jobs: &Default::default(),
     })
 }
 

@@ -74,6 +74,7 @@ fn plan_with(
         analysis: None,
         windows: &Default::default(),
         schemas,
+        check_jobs: &Default::default(),
     })
 }
 

@@ -150,6 +150,7 @@ impl World {
             }),
             windows: &windows,
             schemas: &Default::default(),
+            check_jobs: &Default::default(),
         })
     }
 

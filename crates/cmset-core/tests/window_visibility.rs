@@ -168,6 +168,7 @@ fn plan(
         analysis: None,
         windows: &windows,
         schemas: &Default::default(),
+        check_jobs: &Default::default(),
     })
 }
 

@@ -978,7 +978,8 @@ mod tests {
                 "trigger.mine",
                 "- on: Deployed",
                 "`[0].on` must be one of RolloutStarted, WaveStarted, RolloutPaused, AwaitingPromotion, \
-                 RolloutWaiting, AnalysisFailed, RolloutFailed, RolledBack, RolloutCompleted, ValidationFailed",
+                 RolloutWaiting, AnalysisFailed, CheckFailed, RolloutFailed, RolledBack, RolloutCompleted, \
+                 ValidationFailed",
             ),
             (
                 "trigger.mine",
@@ -1093,6 +1094,7 @@ mod tests {
                 "on-awaiting-promotion",
                 "on-rollout-waiting",
                 "on-analysis-failed",
+                "on-check-failed",
                 "on-rollout-failed",
                 "on-rolled-back",
                 "on-rollout-completed",

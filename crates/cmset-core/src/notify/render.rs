@@ -540,6 +540,7 @@ pub fn built_in(name: &str) -> Option<Template> {
              {% if run.workload %} ({{ run.workloadKind }} {{ run.workload }}){% endif %}\
              {% if run.message %}: {{ run.message }}{% endif %}{% if not loop.last %};{% endif %}{% endfor %}",
         ),
+        Event::CheckFailed => ("Check failed", "{{ message }}. See: {{ next }}"),
         Event::RolloutFailed => (
             "Rollout failed",
             // The status's message already starts with what the first words say: said once.

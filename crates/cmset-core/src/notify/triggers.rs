@@ -26,6 +26,7 @@ pub enum Event {
     AwaitingPromotion,
     RolloutWaiting,
     AnalysisFailed,
+    CheckFailed,
     RolloutFailed,
     RolledBack,
     RolloutCompleted,
@@ -33,13 +34,14 @@ pub enum Event {
 }
 
 impl Event {
-    pub const ALL: [Event; 10] = [
+    pub const ALL: [Event; 11] = [
         Self::RolloutStarted,
         Self::WaveStarted,
         Self::RolloutPaused,
         Self::AwaitingPromotion,
         Self::RolloutWaiting,
         Self::AnalysisFailed,
+        Self::CheckFailed,
         Self::RolloutFailed,
         Self::RolledBack,
         Self::RolloutCompleted,
@@ -55,6 +57,7 @@ impl Event {
             Self::AwaitingPromotion => "AwaitingPromotion",
             Self::RolloutWaiting => "RolloutWaiting",
             Self::AnalysisFailed => "AnalysisFailed",
+            Self::CheckFailed => "CheckFailed",
             Self::RolloutFailed => "RolloutFailed",
             Self::RolledBack => "RolledBack",
             Self::RolloutCompleted => "RolloutCompleted",
@@ -75,6 +78,7 @@ impl Event {
             Self::AwaitingPromotion => "on-awaiting-promotion",
             Self::RolloutWaiting => "on-rollout-waiting",
             Self::AnalysisFailed => "on-analysis-failed",
+            Self::CheckFailed => "on-check-failed",
             Self::RolloutFailed => "on-rollout-failed",
             Self::RolledBack => "on-rolled-back",
             Self::RolloutCompleted => "on-rollout-completed",
@@ -214,6 +218,10 @@ fn rollout_events(status: &ConfigMapSetStatus) -> Vec<(Event, String)> {
         .any(|a| a.verdict == AnalysisVerdict::Failed)
     {
         out.push((Event::AnalysisFailed, of_rollout.clone()));
+    }
+    let by_check = rollout.reason.as_deref() == Some(crate::check_gate::CHECK_FAILED);
+    if rollout.phase == RolloutPhase::Failed && by_check {
+        out.push((Event::CheckFailed, of_rollout.clone()));
     }
     if rollout.phase == RolloutPhase::Failed {
         out.push((Event::RolloutFailed, of_rollout.clone()));

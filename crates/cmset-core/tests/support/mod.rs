@@ -34,6 +34,7 @@ pub fn plan_seeing(
         analysis: None,
         windows: &Default::default(),
         schemas: &Default::default(),
+        check_jobs: &Default::default(),
     })
 }
 
