@@ -4,6 +4,7 @@
 //! ([`crate::engine::rollout_budget`]): the index feeds it on every replica.
 
 pub mod analysis_io;
+pub mod checks_io;
 pub mod context;
 pub mod decisions;
 pub mod measurer;

@@ -431,6 +431,7 @@ fn settle(world: &mut World, set: &ConfigMapSet) -> ConfigMapSet {
         analysis: None,
         windows: &Default::default(),
         schemas: &Default::default(),
+        check_jobs: &Default::default(),
     };
     let plan = plan_set(&input);
     if let Some(cm) = plan.create.as_ref().and_then(NewRevision::config_map) {
@@ -1363,6 +1364,7 @@ async fn a_status_already_written_is_not_written_again_while_the_store_lags() {
         budget_waiting: &Default::default(),
         analysis: None,
         windows: &Default::default(),
+        check_jobs: &Default::default(),
         schemas: &Default::default(),
     };
     let status = plan_set(&input).status;
@@ -3011,4 +3013,147 @@ async fn change_windows_that_may_not_be_listed_hold_every_move_and_the_set_says_
             .any(|c| c["type"] == "ChangeWindowsKnown"),
         "known again, the condition is gone: {status}"
     );
+}
+
+// ------------------------------------------------------------------------------------- checks --
+
+/// `nginx_set` with one check, `lint`, whose pod reads the set as a volume.
+fn checked_set(version: &str) -> ConfigMapSet {
+    let mut set = nginx_set(version);
+    set.spec.checks = vec![
+        serde_json::from_value(
+            json!({"name": "lint", "jobTemplate": {"spec": {"template": {"spec": {
+            "containers": [{"name": "lint", "image": "busybox",
+                "volumeMounts": [{"name": "conf", "mountPath": "/etc/app"}]}],
+            "volumes": [{"name": "conf", "configMap": {"name": "nginx-config"}}]}}}}}),
+        )
+        .unwrap(),
+    ];
+    set
+}
+
+/// `ok_responder`'s answers, and for check Jobs: `job` to a GET (404 without one), and the created
+/// object to a create of a Job or a NetworkPolicy.
+fn checks_responder(set: ConfigMapSet, job: Option<Value>) -> Responder {
+    let ok = ok_responder(set);
+    Arc::new(move |s: &Seen| match (s.method.as_str(), s.path.as_str()) {
+        ("GET", p) if p.contains("/jobs/") => match &job {
+            Some(job) => (200, job.clone()),
+            None => (
+                404,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}),
+            ),
+        },
+        ("POST", p) if p.ends_with("/jobs") || p.ends_with("/networkpolicies") => (201, s.body.clone()),
+        _ => ok(s),
+    })
+}
+
+async fn reconcile_checked(world: &World, set: &ConfigMapSet, job: Option<Value>) -> Vec<Seen> {
+    let owned = set.clone();
+    let (result, seen) = scenario(world, checks_responder(set.clone(), job), |ctx| {
+        set_controller::reconcile(Arc::new(owned), ctx)
+    })
+    .await;
+    result.expect("reconcile succeeds");
+    seen
+}
+
+#[tokio::test]
+async fn a_checked_revision_starts_its_job_once_it_exists_and_records_the_verdict_when_it_ends() {
+    let mut world = World::new();
+    let set = checked_set("1");
+    world.add_set(&set);
+    let check_hash = cmset_core::checks::check_hash(&set.spec.checks[0]);
+    let job_name = cmset_core::checks::job_name("nginx-config", "d2c65kk9hm", &check_hash);
+    let job_path = format!("/apis/batch/v1/namespaces/team/jobs/{job_name}");
+
+    // The revision, and a status saying it is being checked; no Job before its revision exists.
+    let seen = reconcile_checked(&world, &set, None).await;
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(
+        lines,
+        vec![
+            "POST /api/v1/namespaces/team/configmaps",
+            "PATCH /apis/cmset.dev/v1alpha1/namespaces/team/configmapsets/nginx-config/status",
+            "POST /apis/events.k8s.io/v1/namespaces/team/events",
+            "POST /apis/events.k8s.io/v1/namespaces/team/events",
+        ]
+    );
+    let rollout = &seen[1].body["status"]["rollout"];
+    assert_eq!(rollout["phase"], "Checking");
+    assert_eq!(rollout["message"], "checks: lint starting");
+    // The revision's story, and the rollout's phase, which stands alone for whoever selects by reason.
+    let mut reasons = vec![seen[2].body["reason"].clone(), seen[3].body["reason"].clone()];
+    reasons.sort_by_key(|r| r.to_string());
+    assert_eq!(reasons, vec![json!("RevisionCreated"), json!("RolloutChecking")]);
+
+    // The revision exists: its Job is looked for by name, then the namespace's deny-all policy and
+    // the Job are created. The status is as it was: nothing else is written.
+    let set = settle(&mut world, &set);
+    let seen = reconcile_checked(&world, &set, None).await;
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(
+        lines,
+        vec![
+            format!("GET {job_path}"),
+            "POST /apis/networking.k8s.io/v1/namespaces/team/networkpolicies".to_string(),
+            "POST /apis/batch/v1/namespaces/team/jobs".to_string(),
+        ]
+    );
+    assert_eq!(seen[1].body["metadata"]["name"], "cmset-checks-deny-all");
+    let job = &seen[2].body;
+    assert_eq!(job["metadata"]["name"], job_name.as_str());
+    let pod = &job["spec"]["template"]["spec"];
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(pod["volumes"][0]["configMap"]["name"], V1);
+    assert_eq!(pod["containers"][0]["volumeMounts"][0]["readOnly"], true);
+
+    // The Job completed: its verdict is recorded on the revision, by a patch of its metadata.
+    let completed = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": job_name, "namespace": NS},
+        "status": {
+            "startTime": "2027-01-15T08:00:00Z", "completionTime": "2027-01-15T08:00:03Z",
+            "conditions": [{"type": "Complete", "status": "True"}],
+        },
+    });
+    let seen = reconcile_checked(&world, &set, Some(completed)).await;
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(
+        lines,
+        vec![
+            format!("GET {job_path}"),
+            // The rollout's message: the check is running no more than it was starting.
+            "PATCH /apis/cmset.dev/v1alpha1/namespaces/team/configmapsets/nginx-config/status".to_string(),
+            format!("PATCH /api/v1/namespaces/team/configmaps/{V1}"),
+        ]
+    );
+    let recorded = &seen[2];
+    let results = format!(r#"{{"{check_hash}":{{"name":"lint","passed":true}}}}"#);
+    assert_eq!(
+        recorded.body,
+        json!({"metadata": {"annotations": {"cmset.dev/check-results": results}}})
+    );
+
+    // Recorded, the verdict opens the rollout; no Job is read again.
+    let mut revision = new_revision(&set, V1, 1);
+    revision
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert("cmset.dev/check-results".into(), results);
+    world.add_revision(&revision);
+    let seen = reconcile_checked(&world, &set, None).await;
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(
+        lines,
+        vec![
+            "PATCH /apis/cmset.dev/v1alpha1/namespaces/team/configmapsets/nginx-config/status",
+            "POST /apis/events.k8s.io/v1/namespaces/team/events",
+        ],
+        "no Job is read, and the verdicts stay on the revision"
+    );
+    assert_eq!(seen[0].body["status"]["rollout"]["phase"], "Complete");
+    assert_eq!(seen[1].body["reason"], "RolloutComplete");
 }

@@ -42,6 +42,15 @@ pub enum Error {
 
     #[error("workload kind {0} is not served by the API server (any more)")]
     KindNotServed(String),
+
+    /// A check Job could not be read or started. A 403 means the ClusterRole `cmset-checks` is not
+    /// bound in the namespace (see docs/checks.md).
+    #[error("running check {check} in namespace {namespace}: {}{}", redact::api_error(.source), forbidden_hint(.source, .namespace))]
+    Check {
+        namespace: String,
+        check: String,
+        source: kube::Error,
+    },
 }
 
 /// The category and the redacted text: the derived form would print the kube error's own Debug
@@ -68,6 +77,7 @@ impl Error {
             Self::WriteStatus { .. } => "WriteStatus",
             Self::PatchWorkload { .. } => "PatchWorkload",
             Self::KindNotServed(_) => "KindNotServed",
+            Self::Check { .. } => "Check",
         }
     }
 
@@ -116,7 +126,8 @@ impl Error {
             | Self::DeleteRevision { source, .. }
             | Self::ListPods { source, .. }
             | Self::WriteStatus { source, .. }
-            | Self::PatchWorkload { source, .. } => source,
+            | Self::PatchWorkload { source, .. }
+            | Self::Check { source, .. } => source,
             Self::MissingNamespace(_) | Self::KindNotServed(_) => return None,
         };
         Some(source)
@@ -130,6 +141,18 @@ pub fn describe<K: kube::Resource<DynamicType = ()>>(obj: &ObjectRef<K>) -> Stri
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The HTTP status code of an API error, if it is one.
+/// What a check refused with 403 lacks: the ClusterRole `cmset-checks` bound in its namespace.
+fn forbidden_hint(source: &kube::Error, namespace: &str) -> String {
+    if api_code(source) != Some(403) {
+        return String::new();
+    }
+    format!(
+        "; checks need the ClusterRole cmset-checks bound in namespace {namespace} (kubectl -n {namespace} \
+         create rolebinding cmset-checks --clusterrole=cmset-checks --serviceaccount=<operator's namespace>:<its \
+         service account>)"
+    )
+}
+
 pub fn api_code(err: &kube::Error) -> Option<u16> {
     match err {
         kube::Error::Api(status) => Some(status.code),

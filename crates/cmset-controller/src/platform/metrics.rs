@@ -157,6 +157,16 @@ pub struct ValidationLabels {
     pub stage: &'static str,
 }
 
+/// A check of `spec.checks` that finished, and how.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CheckLabels {
+    #[prometheus(flatten)]
+    pub set: SetLabels,
+    pub check: String,
+    /// `passed` or `failed`.
+    pub result: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VerdictLabels {
     #[prometheus(flatten)]
@@ -195,6 +205,8 @@ pub struct Metrics {
     pub revisions_created: Counter,
     pub revisions_pruned: Counter,
     pub validation_failures: Family<ValidationLabels, Counter>,
+    /// How long each finished check Job ran, from its start to its end as the Job records them.
+    pub check_duration: Family<CheckLabels, Histogram>,
     pub workloads_updated: Family<KindLabel, Counter>,
     pub workloads_rolled_back: Family<KindLabel, Counter>,
     pub rollouts: Family<RolloutLabel, Counter>,
@@ -246,6 +258,10 @@ impl Default for Metrics {
             revisions_created: Counter::default(),
             revisions_pruned: Counter::default(),
             validation_failures: Family::default(),
+            // 0.5 s to about 17 min: a check's deadline is at most 10 min.
+            check_duration: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.5, 2.0, 12))
+            }),
             workloads_updated: Family::default(),
             workloads_rolled_back: Family::default(),
             rollouts: Family::default(),
@@ -330,6 +346,11 @@ impl Metrics {
             "validation_failures",
             "Contents of a set refused for failing its spec.validation, by stage: admission (an apply refused) or controller (no revision made)",
             self.validation_failures.clone(),
+        );
+        r.register(
+            "check_duration_seconds",
+            "Time a check Job of spec.checks ran, by set, check and result (passed or failed)",
+            self.check_duration.clone(),
         );
         r.register(
             "workloads_updated",

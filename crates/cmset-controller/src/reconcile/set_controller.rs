@@ -38,7 +38,10 @@ use crate::engine::wire::WirePod;
 use crate::platform::error::{Error, Result, api_code};
 use crate::platform::metrics::{RolloutGauges, SetLabels, ValidationLabels};
 use crate::reconcile::analysis_io::{self, Prepared};
+use crate::reconcile::checks_io;
 use crate::reconcile::context::Context;
+use cmset_core::check_gate::CheckRun;
+use cmset_core::checks::JobOutcome;
 use cmset_core::waves::WaveAnalysis;
 
 pub const NAME: &str = "set";
@@ -129,6 +132,9 @@ struct Observation {
     history_listed: bool,
     /// Where each of its workloads waiting for the rollout budget stands, by UID.
     budget_waiting: BTreeMap<String, String>,
+    /// How the check Jobs of the revision being checked stand, by check hash, once read (see
+    /// [`checks_io::jobs`]).
+    check_jobs: BTreeMap<String, JobOutcome>,
 }
 
 /// What a set's plan reads, from the index: its revisions by label, and the workloads and history
@@ -167,6 +173,7 @@ fn observe(ctx: &Context, id: &SetId) -> Observation {
         pod_refs: None,
         history_listed,
         budget_waiting,
+        check_jobs: BTreeMap::new(),
     }
 }
 
@@ -354,6 +361,17 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
             &seen,
         );
     }
+    // A revision being checked: its check Jobs are read by name and the set is planned again with how
+    // they stand. A revision still to be created has none.
+    let mut check_jobs = BTreeMap::new();
+    if let Some(run) = plan.checks.clone().filter(|_| plan.create.is_none()) {
+        check_jobs = checks_io::jobs(ctx, set, &namespace, &run).await?;
+        seen.check_jobs = checks_io::outcomes(&check_jobs);
+        plan = plan_seen(
+            &input(ctx, set, &held, &schemas, &seen, &windows, prepared.as_ref()),
+            &seen,
+        );
+    }
     // The measurements taken since of the analysis runs the plan finds due are recorded, and the set
     // is planned again with what they showed; the runs still due are handed to the measurer (the
     // planner rendered their queries), whose answers reconcile the set again. Nothing here waits
@@ -375,7 +393,18 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     let analysis = prepared.as_ref();
     observe_rollout(ctx, set, &plan.status);
     retain_analysis(ctx, set, &plan.status);
+    // Checks start once their revision exists (the next reconcile, when this plan creates it), and each
+    // finished one's verdict is recorded on the revision, whose watch event plans the set again. After
+    // the plan's own writes, so that a check that cannot start (no RBAC in the namespace) keeps none
+    // of them back.
+    let checks = plan
+        .checks
+        .clone()
+        .filter(|_| plan.create.is_none() && !plan.needs_content);
     if plan.is_quiet(set) {
+        if let Some(run) = &checks {
+            carry_out_checks(ctx, object, &namespace, run, &check_jobs).await?;
+        }
         debug!("nothing to do");
         ctx.forget_deferred(&id);
         return Ok(Action::requeue(plan.recheck_in.unwrap_or(RESYNC).min(RESYNC)));
@@ -468,9 +497,41 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
         }
     }
     publish(ctx, object, &plan.events);
+    if let Some(run) = &checks {
+        carry_out_checks(ctx, object, &namespace, run, &check_jobs).await?;
+    }
     Ok(Action::requeue(
         wait.or(plan.recheck_in).unwrap_or(RESYNC).min(RESYNC),
     ))
+}
+
+/// Starts the checks due and records the verdicts of those that ended (see [`checks_io`]). A check that
+/// cannot be read or started (most often: the ClusterRole `cmset-checks` is not bound in the
+/// namespace) fails the reconcile, which retries with backoff, and is told in a Warning on the set,
+/// where whoever applied it looks.
+async fn carry_out_checks<S: SetObject>(
+    ctx: &Context,
+    object: &S,
+    namespace: &str,
+    run: &CheckRun,
+    jobs: &BTreeMap<String, k8s_openapi::api::batch::v1::Job>,
+) -> Result<()> {
+    match checks_io::carry_out(ctx, object.as_set(), namespace, run, jobs).await {
+        Ok(_) => Ok(()),
+        Err(error @ Error::Check { .. }) => {
+            let warning = PlannedEvent {
+                kind: EventKind::Warning,
+                reason: "CheckNotStarted",
+                message: cmset_core::message::join_capped(
+                    &[error.to_string()],
+                    cmset_core::plan::EVENT_MESSAGE_MAX_LEN,
+                ),
+            };
+            publish(ctx, object, &[warning]);
+            Err(error)
+        }
+        Err(error) => Err(error),
+    }
 }
 
 /// The labels of `set`'s series.
@@ -581,6 +642,7 @@ fn input<'a>(
         }),
         windows,
         schemas,
+        check_jobs: &seen.check_jobs,
     }
 }
 
