@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use cmset_api::{Check, RolloutPhase, RolloutStatus};
+use cmset_api::{Check, RolloutPhase, RolloutStatus, WorkloadState};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::checks::{self, CheckPlan, Gate, JobOutcome};
@@ -103,7 +103,22 @@ pub fn apply(
         ..RolloutStatus::default()
     };
     match &run.plan.gate {
-        Gate::Open => outcome,
+        // A set with checks always keeps a record of its rollout, even one the waves do not track: the
+        // record of its last check (or failure) is then replaced, never dropped.
+        Gate::Open => {
+            if outcome.rollout.is_none() {
+                let settled = outcome
+                    .entries
+                    .iter()
+                    .all(|e| matches!(e.state, WorkloadState::Current | WorkloadState::Pinned));
+                let mut rollout = fresh();
+                if settled {
+                    rollout.phase = RolloutPhase::Complete;
+                }
+                outcome.rollout = Some(rollout);
+            }
+            outcome
+        }
         Gate::Checking => {
             let mut rollout = outcome.rollout.take().unwrap_or_else(fresh);
             let summary = checks::summary(&run.plan);
@@ -349,5 +364,23 @@ mod tests {
         let run = run("web", &[a], "web-abc", &revisions, None, &BTreeMap::new()).expect("checks run");
         assert_eq!(run.plan.gate, Gate::Open);
         assert_eq!(apply(started("web-abc"), &run, None, &now()), started("web-abc"));
+        // Untracked by the waves, the rollout still has a record: the last one is replaced, not dropped.
+        // Complete when no workload waits to move, else under way until the waves find it complete.
+        let rollout = apply(WaveOutcome::default(), &run, None, &now())
+            .rollout
+            .expect("a record");
+        assert_eq!(
+            (rollout.revision.as_str(), rollout.phase),
+            ("web-abc", RolloutPhase::Complete)
+        );
+        let moving = WaveOutcome {
+            entries: vec![cmset_api::WorkloadStatus {
+                state: WorkloadState::Pending,
+                ..cmset_api::WorkloadStatus::default()
+            }],
+            ..WaveOutcome::default()
+        };
+        let rollout = apply(moving, &run, None, &now()).rollout.expect("a record");
+        assert_eq!(rollout.phase, RolloutPhase::Progressing);
     }
 }

@@ -66,7 +66,11 @@ pub fn build(config: Config, protocols: Protocols) -> Result<Client, kube::Error
 
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
-        .option_layer(config.default_retry.then(|| tower::retry::RetryLayer::new(RetryPolicy::server_retry())))
+        .option_layer(
+            config
+                .default_retry
+                .then(|| tower::retry::RetryLayer::new(RetryPolicy::server_retry())),
+        )
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
         .map_err(BoxError::from)
@@ -88,18 +92,22 @@ mod tests {
     async fn negotiated(protocols: Protocols) -> Option<Vec<u8>> {
         let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("a certificate");
         let key = rustls_pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
-        let mut server = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .expect("TLS versions")
-            .with_no_client_auth()
-            .with_single_cert(vec![cert.cert.der().clone()], key)
-            .expect("a server config");
+        let mut server =
+            rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .expect("TLS versions")
+                .with_no_client_auth()
+                .with_single_cert(vec![cert.cert.der().clone()], key)
+                .expect("a server config");
         server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
         let port = listener.local_addr().expect("an address").port();
         let accepted = tokio::spawn(async move {
             let (tcp, _) = listener.accept().await.expect("a connection");
-            let tls = TlsAcceptor::from(Arc::new(server)).accept(tcp).await.expect("a handshake");
+            let tls = TlsAcceptor::from(Arc::new(server))
+                .accept(tcp)
+                .await
+                .expect("a handshake");
             tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec)
         });
 
@@ -114,7 +122,10 @@ mod tests {
 
     #[tokio::test]
     async fn the_client_takes_http2_when_the_server_offers_it() {
-        assert_eq!(negotiated(Protocols::Http2OrHttp1).await.as_deref(), Some(&b"h2"[..]));
+        assert_eq!(
+            negotiated(Protocols::Http2OrHttp1).await.as_deref(),
+            Some(&b"h2"[..])
+        );
     }
 
     #[tokio::test]

@@ -40,7 +40,6 @@ use crate::platform::metrics::{RolloutGauges, SetLabels, ValidationLabels};
 use crate::reconcile::analysis_io::{self, Prepared};
 use crate::reconcile::checks_io;
 use crate::reconcile::context::Context;
-use cmset_core::check_gate::CheckRun;
 use cmset_core::checks::JobOutcome;
 use cmset_core::waves::WaveAnalysis;
 
@@ -365,7 +364,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     // they stand. A revision still to be created has none.
     let mut check_jobs = BTreeMap::new();
     if let Some(run) = plan.checks.clone().filter(|_| plan.create.is_none()) {
-        check_jobs = checks_io::jobs(ctx, set, &namespace, &run).await?;
+        check_jobs = told(ctx, object, checks_io::jobs(ctx, set, &namespace, &run).await)?;
         seen.check_jobs = checks_io::outcomes(&check_jobs);
         plan = plan_seen(
             &input(ctx, set, &held, &schemas, &seen, &windows, prepared.as_ref()),
@@ -403,7 +402,11 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
         .filter(|_| plan.create.is_none() && !plan.needs_content);
     if plan.is_quiet(set) {
         if let Some(run) = &checks {
-            carry_out_checks(ctx, object, &namespace, run, &check_jobs).await?;
+            told(
+                ctx,
+                object,
+                checks_io::carry_out(ctx, set, &namespace, run, &check_jobs).await,
+            )?;
         }
         debug!("nothing to do");
         ctx.forget_deferred(&id);
@@ -498,40 +501,38 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     }
     publish(ctx, object, &plan.events);
     if let Some(run) = &checks {
-        carry_out_checks(ctx, object, &namespace, run, &check_jobs).await?;
+        told(
+            ctx,
+            object,
+            checks_io::carry_out(ctx, set, &namespace, run, &check_jobs).await,
+        )?;
     }
-    Ok(Action::requeue(
-        wait.or(plan.recheck_in).unwrap_or(RESYNC).min(RESYNC),
-    ))
+    // A revision just made with checks to run: its Jobs start at the next reconcile, soon.
+    let checks_to_start = plan.create.is_some() && plan.checks.is_some();
+    let again = wait.or(plan.recheck_in).unwrap_or(RESYNC).min(RESYNC);
+    Ok(Action::requeue(if checks_to_start {
+        again.min(SOON)
+    } else {
+        again
+    }))
 }
 
-/// Starts the checks due and records the verdicts of those that ended (see [`checks_io`]). A check that
-/// cannot be read or started (most often: the ClusterRole `cmset-checks` is not bound in the
-/// namespace) fails the reconcile, which retries with backoff, and is told in a Warning on the set,
-/// where whoever applied it looks.
-async fn carry_out_checks<S: SetObject>(
-    ctx: &Context,
-    object: &S,
-    namespace: &str,
-    run: &CheckRun,
-    jobs: &BTreeMap<String, k8s_openapi::api::batch::v1::Job>,
-) -> Result<()> {
-    match checks_io::carry_out(ctx, object.as_set(), namespace, run, jobs).await {
-        Ok(_) => Ok(()),
-        Err(error @ Error::Check { .. }) => {
-            let warning = PlannedEvent {
-                kind: EventKind::Warning,
-                reason: "CheckNotStarted",
-                message: cmset_core::message::join_capped(
-                    &[error.to_string()],
-                    cmset_core::plan::EVENT_MESSAGE_MAX_LEN,
-                ),
-            };
-            publish(ctx, object, &[warning]);
-            Err(error)
-        }
-        Err(error) => Err(error),
+/// `result` of reading or starting the set's checks, a failure also told in a Warning on the set, where
+/// whoever applied it looks: a check that cannot be read or started (most often, the ClusterRole
+/// `cmset-checks` is not bound in the namespace) fails the reconcile, which retries with backoff.
+fn told<S: SetObject, T>(ctx: &Context, object: &S, result: Result<T>) -> Result<T> {
+    if let Err(error @ Error::Check { .. }) = &result {
+        let warning = PlannedEvent {
+            kind: EventKind::Warning,
+            reason: "CheckNotStarted",
+            message: cmset_core::message::join_capped(
+                &[error.to_string()],
+                cmset_core::plan::EVENT_MESSAGE_MAX_LEN,
+            ),
+        };
+        publish(ctx, object, &[warning]);
     }
+    result
 }
 
 /// The labels of `set`'s series.
