@@ -52,7 +52,10 @@ say "cargo build --release (static, $TRIPLE, target dir target/static)"
 # getrandom_backend: getrandom 0.3 (via ahash) finds glibc's getrandom() with dlsym, which finds nothing in
 # a static executable, and then silently falls back to reading /dev/urandom. Calling getrandom() directly
 # keeps the binary independent of /dev (config/image/check.sh runs it without one).
+# Symbols stripped: 8.7 of the binary's 40.9 MB. A panic still names its file and line; only backtrace
+# frames lose their names. The release builds the bench and `make profile` use keep theirs.
 RUSTFLAGS='-C target-feature=+crt-static --cfg getrandom_backend="linux_getrandom"' \
+  CARGO_PROFILE_RELEASE_STRIP=symbols \
   "$CARGO" build --release --locked --target "$TRIPLE" --target-dir "$STATIC_TARGET_DIR" -p cmset-controller
 BIN=$STATIC_TARGET_DIR/$TRIPLE/release/cmset-controller
 
