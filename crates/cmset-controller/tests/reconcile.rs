@@ -3109,6 +3109,27 @@ async fn a_checked_revision_starts_its_job_once_it_exists_and_records_the_verdic
     assert_eq!(pod["volumes"][0]["configMap"]["name"], V1);
     assert_eq!(pod["containers"][0]["volumeMounts"][0]["readOnly"], true);
 
+    // A replica that starts now (a restart, a new leader) finds the running Job by its name and
+    // creates none; only the rollout's message changes, from starting to running.
+    let running = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": job_name, "namespace": NS},
+        "status": {"startTime": "2027-01-15T08:00:00Z", "active": 1},
+    });
+    let seen = reconcile_checked(&world, &set, Some(running)).await;
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(
+        lines,
+        vec![
+            format!("GET {job_path}"),
+            "PATCH /apis/cmset.dev/v1alpha1/namespaces/team/configmapsets/nginx-config/status".to_string(),
+        ]
+    );
+    assert_eq!(
+        seen[1].body["status"]["rollout"]["message"],
+        "checks: lint running"
+    );
+
     // The Job completed: its verdict is recorded on the revision, by a patch of its metadata.
     let completed = json!({
         "apiVersion": "batch/v1", "kind": "Job",
