@@ -46,10 +46,24 @@ duration=$((seconds + 40))
 echo "profile: bench churn stage, $sets sets at $rate/s for $duration s; output in $out" >&2
 bash e2e/bench/run.sh --configurations webhook --sets "$sets" --rate "$rate" --duration "$duration" \
   --skip-burst --skip-failover --skip-restart --skip-leak --skip-memory --skip-scales --skip-noop \
-  --skip-large-set --skip-fanout \
+  --skip-large-set --skip-fanout --skip-readers-churn \
   --out "$out/bench" >"$out/bench.log" 2>&1 &
 bench=$!
-trap 'kill $bench 2>/dev/null || true' EXIT
+# This run's cmset-bench (run.sh's child), found by its output directory.
+bench_process() {
+  pgrep -f -- "--out $out/bench" | while read -r p; do
+    [[ $(basename "$(readlink "/proc/$p/exe" 2>/dev/null)") == cmset-bench ]] && echo "$p"
+  done | head -1
+}
+# On an early exit the bench is interrupted as by Ctrl-C, so that it stops its replicas and deletes
+# its namespaces and registrations; killing run.sh alone would leave them running.
+stop_bench() {
+  local p
+  p=$(bench_process)
+  if [[ -n $p ]]; then kill -INT "$p" 2>/dev/null || true; fi
+  wait $bench 2>/dev/null || true
+}
+trap stop_bench EXIT
 
 # The replicas of this run: the operator processes whose metrics address answers, by role.
 role_of() { # pid -> leader | standby
@@ -70,12 +84,12 @@ until grep -q "floor before churn" "$out/bench.log"; do sleep 1; done
 sleep 10
 # The bench's own replicas: children of this run's cmset-bench (other operators may run beside it,
 # e.g. an e2e suite's).
-bench_pid=$(pgrep -f -- "--out $out/bench" | while read -r p; do
-  [[ $(basename "$(readlink "/proc/$p/exe")") == cmset-bench ]] && echo "$p"
-done | head -1)
+# A replica is a child with a metrics address: the binary may have any name
+# (CMSET_BENCH_OPERATOR_BIN).
+bench_pid=$(bench_process)
 declare -A pids=()
 for pid in $(pgrep -P "$bench_pid"); do
-  [[ $(basename "$(readlink "/proc/$pid/exe")") == cmset-controller ]] || continue
+  tr '\0' '\n' <"/proc/$pid/cmdline" | grep -qx -- --metrics-address || continue
   pids[$(role_of "$pid")]=$pid
 done
 if [[ -z ${pids[leader]:-} || -z ${pids[standby]:-} ]]; then

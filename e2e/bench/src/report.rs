@@ -1427,6 +1427,26 @@ fn rows(r: &ConfigResults) -> Vec<Row> {
             format!("{} ({} → {} sets)", parts.join(", "), small.sets, large.sets),
             String::new(),
         );
+        // The heap the program holds, without the free pages glibc keeps or returns between
+        // readings, which move RSS by megabytes either way.
+        let heap: Vec<String> = large
+            .initial
+            .replicas
+            .iter()
+            .map(|x| {
+                let before = small.initial.replicas.iter().find(|y| y.role == x.role);
+                let heap_kib = |m: Option<crate::operator::Memory>| m.and_then(|m| m.heap_in_use_kib);
+                let per_set = heap_kib(x.memory)
+                    .zip(heap_kib(before.and_then(|y| y.memory)))
+                    .map(|(l, s)| (l as f64 - s as f64) / (large.sets - small.sets) as f64);
+                format!("{} {}", x.role, opt(per_set))
+            })
+            .collect();
+        row(
+            "heap in use per added set, smallest to largest scale (KiB)",
+            format!("{} ({} → {} sets)", heap.join(", "), small.sets, large.sets),
+            String::new(),
+        );
     }
     if let Some(s) = r.scales.iter().max_by_key(|s| s.sets) {
         let parts: Vec<String> = s
