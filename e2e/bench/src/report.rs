@@ -1409,42 +1409,34 @@ fn rows(r: &ConfigResults) -> Vec<Row> {
     if let (Some(small), Some(large)) = (smallest, r.scales.iter().max_by_key(|s| s.sets))
         && large.sets > small.sets
     {
-        let parts: Vec<String> = large
-            .initial
-            .replicas
-            .iter()
-            .map(|x| {
-                let before = small.initial.replicas.iter().find(|y| y.role == x.role);
-                let per_set = x
-                    .memory
-                    .zip(before.and_then(|y| y.memory))
-                    .map(|(l, s)| (l.rss_kib as f64 - s.rss_kib as f64) / (large.sets - small.sets) as f64);
-                format!("{} {}", x.role, opt(per_set))
-            })
-            .collect();
+        use crate::operator::Memory;
+        // Each replica's growth of one reading from the smallest scale to the largest, per set.
+        let per_added_set = |kib: fn(Memory) -> Option<u64>| -> String {
+            let parts: Vec<String> = large
+                .initial
+                .replicas
+                .iter()
+                .map(|x| {
+                    let before = small.initial.replicas.iter().find(|y| y.role == x.role);
+                    let reading = |m: Option<Memory>| m.and_then(kib);
+                    let per_set = reading(x.memory)
+                        .zip(reading(before.and_then(|y| y.memory)))
+                        .map(|(l, s)| (l as f64 - s as f64) / (large.sets - small.sets) as f64);
+                    format!("{} {}", x.role, opt(per_set))
+                })
+                .collect();
+            format!("{} ({} → {} sets)", parts.join(", "), small.sets, large.sets)
+        };
         row(
             "RSS per added set, smallest to largest scale (KiB)",
-            format!("{} ({} → {} sets)", parts.join(", "), small.sets, large.sets),
+            per_added_set(|m| Some(m.rss_kib)),
             String::new(),
         );
         // The heap the program holds, without the free pages glibc keeps or returns between
         // readings, which move RSS by megabytes either way.
-        let heap: Vec<String> = large
-            .initial
-            .replicas
-            .iter()
-            .map(|x| {
-                let before = small.initial.replicas.iter().find(|y| y.role == x.role);
-                let heap_kib = |m: Option<crate::operator::Memory>| m.and_then(|m| m.heap_in_use_kib);
-                let per_set = heap_kib(x.memory)
-                    .zip(heap_kib(before.and_then(|y| y.memory)))
-                    .map(|(l, s)| (l as f64 - s as f64) / (large.sets - small.sets) as f64);
-                format!("{} {}", x.role, opt(per_set))
-            })
-            .collect();
         row(
             "heap in use per added set, smallest to largest scale (KiB)",
-            format!("{} ({} → {} sets)", heap.join(", "), small.sets, large.sets),
+            per_added_set(|m| m.heap_in_use_kib),
             String::new(),
         );
     }
@@ -2217,6 +2209,47 @@ mod tests {
         );
         assert!(t.contains("Scale, no-webhook"), "{t}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn memory_per_added_set_from_the_smallest_to_the_largest_scale() {
+        let at = |sets: usize, rss_kib: u64, heap_kib: Option<u64>| Scale {
+            sets,
+            initial: Convergence {
+                replicas: vec![ReplicaMemory {
+                    role: "leader".into(),
+                    memory: Some(Memory {
+                        rss_kib,
+                        heap_in_use_kib: heap_kib,
+                        ..Memory::default()
+                    }),
+                }],
+                ..Convergence::default()
+            },
+            ..Scale::default()
+        };
+        let mut c = ConfigResults {
+            name: "webhook".into(),
+            ..ConfigResults::default()
+        };
+        c.scales = vec![at(2000, 59_388, Some(35_079)), at(100, 27_196, Some(2_738))];
+        let t = |c: &ConfigResults| {
+            rows(c)
+                .into_iter()
+                .filter(|(name, ..)| name.contains("per added set"))
+                .map(|(name, value, _)| format!("{name}: {value}"))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            t(&c),
+            [
+                "RSS per added set, smallest to largest scale (KiB): leader 16.9 (100 → 2000 sets)",
+                "heap in use per added set, smallest to largest scale (KiB): leader 17.0 (100 → 2000 sets)",
+            ]
+        );
+        // A replica that did not report its heap (an operator without the gauge) shows none.
+        c.scales[1] = at(100, 27_196, None);
+        assert!(t(&c)[1].ends_with("leader - (100 → 2000 sets)"), "{:?}", t(&c));
     }
 
     #[test]
