@@ -3111,11 +3111,15 @@ async fn a_checked_revision_starts_its_job_once_it_exists_and_records_the_verdic
 
     // A replica that starts now (a restart, a new leader) finds the running Job by its name and
     // creates none; only the rollout's message changes, from starting to running.
-    let running = json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": job_name, "namespace": NS},
-        "status": {"startTime": "2027-01-15T08:00:00Z", "active": 1},
-    });
+    // The check's Job as the API server answers a GET of it, in the state `status` says.
+    let job_in = |status: Value| {
+        json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": job_name, "namespace": NS},
+            "status": status,
+        })
+    };
+    let running = job_in(json!({"startTime": "2027-01-15T08:00:00Z", "active": 1}));
     let seen = reconcile_checked(&world, &set, Some(running)).await;
     let lines: Vec<String> = seen.iter().map(Seen::line).collect();
     assert_eq!(
@@ -3131,14 +3135,10 @@ async fn a_checked_revision_starts_its_job_once_it_exists_and_records_the_verdic
     );
 
     // The Job completed: its verdict is recorded on the revision, by a patch of its metadata.
-    let completed = json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": job_name, "namespace": NS},
-        "status": {
-            "startTime": "2027-01-15T08:00:00Z", "completionTime": "2027-01-15T08:00:03Z",
-            "conditions": [{"type": "Complete", "status": "True"}],
-        },
-    });
+    let completed = job_in(json!({
+        "startTime": "2027-01-15T08:00:00Z", "completionTime": "2027-01-15T08:00:03Z",
+        "conditions": [{"type": "Complete", "status": "True"}],
+    }));
     let seen = reconcile_checked(&world, &set, Some(completed)).await;
     let lines: Vec<String> = seen.iter().map(Seen::line).collect();
     assert_eq!(
