@@ -187,14 +187,31 @@ async fn a_held_deployment_whose_name_no_set_takes_runs_as_written_after_the_hol
 }
 
 #[tokio::test]
-async fn running_deployments_and_ones_whose_configmaps_exist_are_never_held() {
+async fn ones_whose_configmaps_exist_run_at_once_and_running_deployments_are_never_held() {
     let ns = TestNamespace::new("adm-nohold").await;
     let _operator = Operator::start(&ns.name).await;
-    // A plain ConfigMap that exists: nothing to wait for.
+    // A plain ConfigMap that exists: nothing to wait for. Admission does not ask (anything can call
+    // it, and the answer would say which objects exist), so it may hold the Deployment; the
+    // controller, which may ask, lets it go at once.
     ns.kubectl(&["create", "configmap", "plain", "--from-literal=a=b"]);
+    let started = std::time::Instant::now();
     ns.apply(&DeploymentYaml::new("web", &[Reads::EnvFrom("plain")]).yaml());
-    assert!(!paused(&ns.deployment("web").await), "its ConfigMap exists");
+    eventually("the Deployment to run", || async {
+        let d = ns.deployment("web").await;
+        (!paused(&d) && !held(&d)).then_some(())
+    })
+    .await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "released at once, not after the hold's 30 s: {:?}",
+        started.elapsed()
+    );
     rollout_status(&ns, "deployment/web").await;
+    assert_eq!(
+        replica_set_names_ever(&ns).await,
+        vec![BTreeSet::from(["plain".to_string()])],
+        "one ReplicaSet, as written"
+    );
     // An update of a running Deployment is never paused, whatever it names.
     ns.apply(&DeploymentYaml::new("web", &[Reads::EnvFromOptional("missing")]).yaml());
     let updated = ns.deployment("web").await;

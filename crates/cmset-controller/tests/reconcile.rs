@@ -3178,3 +3178,67 @@ async fn a_checked_revision_starts_its_job_once_it_exists_and_records_the_verdic
     assert_eq!(seen[0].body["status"]["rollout"]["phase"], "Complete");
     assert_eq!(seen[1].body["reason"], "RolloutComplete");
 }
+
+/// `web` reading the plain ConfigMap `name`, held by admission at the fixed clock's instant.
+fn held_web(name: &str) -> Deployment {
+    let mut d = web(name, true);
+    d.metadata.annotations = Some(BTreeMap::from([(
+        cmset_core::hold::HELD_SINCE.to_string(),
+        "2027-01-15T08:00:00Z".to_string(),
+    )]));
+    d.spec.as_mut().unwrap().paused = Some(true);
+    d
+}
+
+/// Admission holds a new workload for any name no set claims without asking whether it exists (the
+/// answer would tell any caller of the webhook). Stored, the workload controller asks, in the
+/// workload's own namespace and for metadata only, and releases it at once when the name exists.
+#[tokio::test]
+async fn a_held_workload_whose_names_exist_is_released_at_once_and_one_whose_names_do_not_waits() {
+    let mut world = World::new();
+    let set = settle(&mut world, &nginx_set("1"));
+    let exists = |present: bool| -> Responder {
+        let ok = ok_responder(set.clone());
+        Arc::new(move |s: &Seen| match (s.method.as_str(), present) {
+            ("GET", true) => (
+                200,
+                json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                       "metadata": {"name": "plain", "namespace": NS}}),
+            ),
+            ("GET", false) => (
+                404,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}),
+            ),
+            _ => ok(s),
+        })
+    };
+    let held = held_web("plain");
+    world.add_deployment(&held);
+    let (result, seen) = scenario(&world, exists(true), |ctx| {
+        workload_controller::reconcile(WorkloadKind::Deployment, Arc::new(dynamic(&held)), ctx)
+    })
+    .await;
+    result.unwrap();
+    assert_eq!(
+        lines(&seen),
+        vec![
+            "GET /api/v1/namespaces/team/configmaps/plain",
+            "PATCH /apis/apps/v1/namespaces/team/deployments/web",
+        ]
+    );
+    assert_eq!(
+        seen[1].body,
+        json!([
+            {"op": "test", "path": "/metadata/uid", "value": "uid-web"},
+            {"op": "test", "path": "/metadata/annotations/cmset.dev~1held-since", "value": "2027-01-15T08:00:00Z"},
+            {"op": "add", "path": "/spec/paused", "value": false},
+            {"op": "remove", "path": "/metadata/annotations/cmset.dev~1held-since"}
+        ])
+    );
+    let (result, seen) = scenario(&world, exists(false), |ctx| {
+        workload_controller::reconcile(WorkloadKind::Deployment, Arc::new(dynamic(&held)), ctx)
+    })
+    .await;
+    assert!(result.is_ok());
+    assert_eq!(lines(&seen), vec!["GET /api/v1/namespaces/team/configmaps/plain"]);
+}

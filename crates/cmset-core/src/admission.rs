@@ -25,8 +25,9 @@ use crate::rollout::{SetTarget, WorkloadPlan, plan_workload};
 pub struct Circumstances {
     /// The object is being created (not updated).
     pub creating: bool,
-    /// Names it references that no set claims and no object of that kind has (see
-    /// [`unclaimed_names`]): most likely a set applied right after it.
+    /// Names it references that no set claims (see [`unclaimed_names`]): perhaps a set applied right
+    /// after it. Whether they exist is not asked at admission (the answer would tell any caller which
+    /// objects exist); the workload controller releases the hold at once when they do.
     pub missing: BTreeSet<(Referenced, String)>,
     /// Now, RFC 3339: when a hold would begin.
     pub now: String,
@@ -76,7 +77,8 @@ pub fn started_by_cron_job(kind: WorkloadKind, object: &Value) -> bool {
 
 /// The names of objects of the `kinds` given that `workload` references and that no set of the
 /// namespace claims (by `claimed`: its bare name or a name of its revisions' form, among sets of the
-/// matching kind): the webhook looks them up, at most `limit` of them.
+/// matching kind), at most `limit` of them: admission holds a new workload that names one, and the
+/// workload controller looks them up once it is stored.
 pub fn unclaimed_names(
     workload: &WorkloadView,
     kinds: &[Referenced],

@@ -9,6 +9,7 @@
 //! keys, positions, JSON pointers and rule names.
 
 pub mod formats;
+pub mod patterns;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -19,6 +20,9 @@ use serde_json::Value;
 use crate::message::join_capped;
 use crate::set::Content;
 use crate::validate::Problem;
+
+/// What a key not judged in time is refused with.
+const OVER_BUDGET: &str = "was not judged: over the time budget";
 
 /// Most problems one refusal lists; the rest are counted.
 pub const MAX_REPORTED: usize = 20;
@@ -84,6 +88,8 @@ pub enum ProblemKind {
     /// The schema could not be had: its ConfigMap or key is missing, or it is not a schema. Admission
     /// lets this pass (the ConfigMap may come in the same apply); the controller reports it.
     SchemaUnavailable,
+    /// The judging ran out of its time budget before this key was judged.
+    OverBudget,
 }
 
 /// One thing wrong with one key's value.
@@ -141,6 +147,18 @@ pub fn check(
     schemas: &SchemaTexts,
     secret: bool,
 ) -> Result<(), Refusal> {
+    check_within(validation, content, schemas, secret, &|| false)
+}
+
+/// [`check`], stopping when `out_of_time` says so (asked before each key and each document): the
+/// content is then refused, naming the key that was not judged. The caller owns the clock.
+pub fn check_within(
+    validation: &ValidationSpec,
+    content: &Content<'_>,
+    schemas: &SchemaTexts,
+    secret: bool,
+    out_of_time: &dyn Fn() -> bool,
+) -> Result<(), Refusal> {
     if validation.is_empty() {
         return Ok(());
     }
@@ -154,6 +172,10 @@ pub fn check(
     let mut compiled: BTreeMap<&str, Result<jsonschema::Validator, ContentProblemText>> = BTreeMap::new();
     for (key, value) in values(content) {
         for rule in rules.iter().filter(|r| r.matches(key)) {
+            if out_of_time() {
+                found.push(key, ProblemKind::OverBudget, OVER_BUDGET.to_string());
+                return found.into_result();
+            }
             let format = rule.format(key);
             let Some(text) = value.text() else {
                 found.push(
@@ -185,6 +207,10 @@ pub fn check(
             };
             let several = documents.len() > 1;
             for (index, document) in documents.iter().enumerate() {
+                if index > 0 && out_of_time() {
+                    found.push(key, ProblemKind::OverBudget, OVER_BUDGET.to_string());
+                    return found.into_result();
+                }
                 for error in validator.iter_errors(document) {
                     let place = match (several, error.instance_path().as_str()) {
                         (true, "") => format!("document {}", index + 1),
@@ -312,12 +338,20 @@ fn schema_document(text: &str) -> Result<Value, String> {
 }
 
 /// A validator of `schema`, or why it is not a schema. Its draft is the one `$schema` names (2020-12
-/// when none); no `$ref` outside it resolves.
+/// when none); no `$ref` outside it resolves. Its patterns run on a linear-time engine, so no document
+/// can make one match take long; a pattern that needs backtracking is refused first, by name and place
+/// (see [`patterns`]).
 pub fn compile(schema: &Value) -> Result<jsonschema::Validator, String> {
     if !schema.is_object() && !schema.is_boolean() {
         return Err("a JSON Schema is an object (or true or false)".into());
     }
+    patterns::check(schema)?;
     jsonschema::options()
+        .with_pattern_options(
+            jsonschema::PatternOptions::regex()
+                .size_limit(patterns::SIZE_LIMIT)
+                .dfa_size_limit(patterns::SIZE_LIMIT),
+        )
         .build(schema)
         .map_err(|e| format!("is not a valid JSON Schema: {e}"))
 }

@@ -159,7 +159,9 @@ async fn reconcile_inner(this: &Workload<'_>, ctx: &Context) -> Result<Action> {
                 }
             };
             return match held.as_ref().map(|h| h.left(ctx)) {
-                Some(None) => release(this, &namespace, &view.uid, held.as_ref(), ctx).await,
+                Some(None) => {
+                    release(this, &namespace, &view.uid, held.as_ref(), ctx, Release::TimedOut).await
+                }
                 Some(Some(left)) => Ok(Action::requeue(wait.min(left))),
                 None => Ok(Action::requeue(wait)),
             };
@@ -183,8 +185,21 @@ async fn reconcile_inner(this: &Workload<'_>, ctx: &Context) -> Result<Action> {
             }
         }
         return match held.as_ref().map(|h| h.left(ctx)) {
-            // Held for a name no set ever took: let it go once the hold is over.
-            Some(None) => release(this, &namespace, &view.uid, held.as_ref(), ctx).await,
+            // Held for a name no set ever took: let it go once the hold is over, or at once when
+            // every such name is an object that exists (admission holds without asking; see
+            // `serving::webhook`).
+            Some(None) => release(this, &namespace, &view.uid, held.as_ref(), ctx, Release::TimedOut).await,
+            Some(Some(_)) if unclaimed_names_exist(ctx, &namespace, &view).await => {
+                release(
+                    this,
+                    &namespace,
+                    &view.uid,
+                    held.as_ref(),
+                    ctx,
+                    Release::NamesExist,
+                )
+                .await
+            }
             Some(Some(left)) => Ok(Action::requeue(left)),
             None => Ok(Action::await_change()),
         };
@@ -314,13 +329,65 @@ impl Hold {
     }
 }
 
-/// Releases a held workload whose sets did not turn up in time, so that it runs as written.
+/// Why a held workload is released as written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Release {
+    /// No set took the names it reads within the hold's time.
+    TimedOut,
+    /// The names no set claims are plain ConfigMaps or Secrets that exist: nothing to wait for.
+    NamesExist,
+}
+
+/// Whether every name `view` reads that no set claims is an object that exists in `namespace` (its
+/// metadata only: a Secret's values are never read). A lookup that fails counts as present: a hold
+/// never outlasts its reason on a guess.
+async fn unclaimed_names_exist(
+    ctx: &Context,
+    namespace: &str,
+    view: &cmset_core::observe::WorkloadView,
+) -> bool {
+    use cmset_core::refs::Referenced;
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let kinds: &[Referenced] = if ctx.stores.secret_sets.is_some() {
+        &[Referenced::ConfigMap, Referenced::Secret]
+    } else {
+        &[Referenced::ConfigMap]
+    };
+    let claimed = |of: Referenced, name: &str| ctx.index.claims(namespace, of, name);
+    for (of, name) in cmset_core::admission::unclaimed_names(view, kinds, UNCLAIMED_LOOKUPS, claimed) {
+        let found = match of {
+            Referenced::ConfigMap => Api::<ConfigMap>::namespaced(ctx.client.clone(), namespace)
+                .get_metadata_opt(&name)
+                .await
+                .map(|o| o.is_some()),
+            Referenced::Secret => Api::<Secret>::namespaced(ctx.client.clone(), namespace)
+                .get_metadata_opt(&name)
+                .await
+                .map(|o| o.is_some()),
+        };
+        match found {
+            Ok(true) => {}
+            Ok(false) => return false,
+            Err(e) => {
+                warn!(%namespace, %of, error = %crate::platform::redact::api_error(&e), "could not look a held workload's name up; taking it as present");
+            }
+        }
+    }
+    true
+}
+
+/// Names looked up per held workload, at most (admission holds for the first it meets).
+const UNCLAIMED_LOOKUPS: usize = 8;
+
+/// Releases a held workload so that it runs as written: its sets did not turn up in time, or the
+/// names it was held for exist.
 async fn release(
     this: &Workload<'_>,
     namespace: &str,
     uid: &str,
     hold: Option<&Hold>,
     ctx: &Context,
+    why: Release,
 ) -> Result<Action> {
     let Some(hold) = hold else {
         return Ok(Action::await_change());
@@ -335,6 +402,11 @@ async fn release(
         hold::release_operations(kind, &hold.since),
     );
     patch_workload(this, ctx, namespace, &name, patch, &what).await?;
+    if why == Release::NamesExist {
+        // The usual case for a workload that also reads plain ConfigMaps: no news.
+        debug!(workload = %what, "the names it was held for exist; unpaused it as written");
+        return Ok(Action::await_change());
+    }
     warn!(workload = %what, "no revision for the sets it reads appeared in time; unpaused it as written");
     let event = Event {
         type_: EventType::Warning,

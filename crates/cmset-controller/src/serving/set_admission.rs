@@ -1,111 +1,109 @@
 //! The validating admission webhook for ConfigMapSets and SecretSets (`POST /validate-set`): a set whose
 //! change windows do not parse ([`crate::serving::window_admission`]), whose `spec.validation` is not
-//! valid, or whose content fails it, is refused at `kubectl apply`, naming the key with the line and
-//! column (a parse error) or the JSON pointer and rule (a schema error), every problem up to a bound
+//! valid, or whose inline content fails it, is refused at `kubectl apply`, naming the key with the line
+//! and column (a parse error) or the JSON pointer and rule (a schema error), every problem up to a bound
 //! ([`cmset_core::content_check`]).
 //!
-//! The content is the set's inline `template.data` and `binaryData`, or the source it names (a
-//! ConfigMap, or a SecretSet's Secret, read with one GET; a source that does not exist yet is not
-//! judged). Schemas kept in ConfigMaps are read with one GET each; one that is missing lets the set in
-//! with a warning, since it may come in the same apply (the controller reports it meanwhile). A set
-//! without `spec.validation` costs no request. An update that changes neither the content, the source
-//! nor `spec.validation` (an annotation, `kubectl cmset pause`) is not judged again, so a set whose
-//! content slipped in while cmset was down can still be paused or fixed.
+//! It judges only what it is sent. Anything that reaches its port can post a review, so it reads
+//! nothing on the strength of one: a set in source mode (`configMapName`, `secretName`) and a schema
+//! kept in a ConfigMap (`schemaFrom`) are judged by the controller, which reads them in the stored
+//! set's own namespace and reports them (`Valid=False`, a Warning, `on-validation-failed`). Here a key
+//! whose schema is in a ConfigMap is only parsed. The answer thus depends on the body alone: a forged
+//! review learns nothing about another namespace's objects.
+//!
+//! The judging runs off the async runtime, a few at a time, within [`JUDGING_BUDGET`]: a costly schema
+//! or document is refused saying so, and never holds up the watches or other admissions. A set
+//! without `spec.validation` is not judged at all. An update that changes neither the content nor
+//! `spec.validation` (an annotation, `kubectl cmset pause`) is not judged again, so a set whose content
+//! slipped in while cmset was down can still be paused or fixed.
 //!
 //! It fails open like the other webhooks; the controller checks again before it makes any revision.
 
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use cmset_api::ValidationSpec;
-use cmset_core::content_check::{self, Refusal, SchemaText, SchemaTexts};
+use cmset_core::content_check::{self, Refusal, SchemaTexts};
 use cmset_core::set::Content;
 use cmset_core::validate::summary;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::{Api, Client};
 use serde_json::{Value, json};
-use tracing::info;
+use tokio::sync::Semaphore;
+use tracing::{info, warn};
 
 use crate::platform::metrics::{Metrics, SetLabels, ValidationLabels};
 use crate::serving::window_admission;
 
-/// Where the content of the set under review is.
-pub enum Source {
-    /// In the set: its `template`.
-    Inline,
-    /// A source ConfigMap or Secret, as read now (`None`: it does not exist, or could not be read).
-    ConfigMap(Option<ConfigMap>),
-    Secret(Option<Secret>),
+/// How long one admission may spend judging content, the wait for a judge included: well inside the
+/// registration's 5 s timeout.
+pub const JUDGING_BUDGET: Duration = Duration::from_secs(2);
+/// Contents judged at once (each on a blocking thread); more wait, within their budget.
+pub const JUDGES: usize = 2;
+
+/// Judges sets' content off the async runtime, [`JUDGES`] at a time.
+#[derive(Clone)]
+pub struct Judges {
+    permits: Arc<Semaphore>,
 }
 
-/// What admission reads for `review` before it can judge it: the source and the schemas. `None` when
-/// nothing needs reading or judging (no validation, a deletion, an update that changes none of it).
-pub async fn gather(client: &Client, metrics: &Metrics, review: &Value) -> Option<(Source, SchemaTexts)> {
-    let request = &review["request"];
-    let spec = request.pointer("/object/spec")?;
-    let validation = validation_of(spec)?;
-    if !content_may_change(request) {
-        return None;
+impl Default for Judges {
+    fn default() -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(JUDGES)),
+        }
     }
-    let namespace = request["namespace"].as_str().unwrap_or_default();
-    let kind = request
-        .pointer("/kind/kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let requested = |resource: &'static str| {
-        metrics
-            .admission_requests
-            .get_or_create(&crate::platform::metrics::RequestLabels {
-                verb: "get",
-                resource,
-            })
-            .inc();
-    };
-    let source = match (kind, source_name(kind, spec)) {
-        ("SecretSet", Some(name)) => {
-            requested("secrets");
-            Source::Secret(
-                Api::<Secret>::namespaced(client.clone(), namespace)
-                    .get_opt(name)
-                    .await
-                    .ok()
-                    .flatten(),
-            )
+}
+
+impl Judges {
+    /// The response to `review`, judged on a blocking thread within [`JUDGING_BUDGET`].
+    pub async fn review(&self, review: Value, metrics: Arc<Metrics>) -> Value {
+        if !needs_judging(&review) {
+            return review_set(&review, &metrics, &|| false);
         }
-        (_, Some(name)) => {
-            requested("configmaps");
-            Source::ConfigMap(
-                Api::<ConfigMap>::namespaced(client.clone(), namespace)
-                    .get_opt(name)
-                    .await
-                    .ok()
-                    .flatten(),
-            )
-        }
-        (_, None) => Source::Inline,
-    };
-    let mut schemas = SchemaTexts::new();
-    for reference in content_check::schema_refs(&validation) {
-        requested("configmaps");
-        let found = Api::<ConfigMap>::namespaced(client.clone(), namespace)
-            .get_opt(&reference.name)
-            .await;
-        let text = match found {
-            Ok(Some(cm)) => match cm.data.as_ref().and_then(|d| d.get(&reference.key)) {
-                Some(text) => SchemaText::Found(text.clone()),
-                None => SchemaText::Missing(format!("the ConfigMap has no data key {:?}", reference.key)),
-            },
-            Ok(None) => SchemaText::Missing("the ConfigMap does not exist".into()),
-            Err(e) => SchemaText::Missing(format!("could not be read: {e}")),
+        let deadline = Instant::now() + JUDGING_BUDGET;
+        let waited = tokio::time::timeout_at(deadline.into(), self.permits.clone().acquire_owned()).await;
+        let Ok(Ok(permit)) = waited else {
+            return over_budget(&review, "waiting for a turn");
         };
-        schemas.insert(reference.clone(), text);
+        let (review, answer) = match tokio::task::spawn_blocking(move || {
+            // The permit goes with the work: a judge that runs past its budget still counts until it
+            // ends, so no more than JUDGES threads ever judge at once.
+            let _permit = permit;
+            let answer = review_set(&review, &metrics, &|| Instant::now() >= deadline);
+            (review, answer)
+        })
+        .await
+        {
+            Ok(done) => done,
+            Err(e) => {
+                warn!(error = %e, "admission: judging a set's content failed");
+                return json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                              "response": {"allowed": true}});
+            }
+        };
+        if Instant::now() > deadline && answer.pointer("/response/allowed") == Some(&Value::Bool(true)) {
+            // Judged, but late: the API server has given up on this answer already.
+            return over_budget(&review, "judging");
+        }
+        answer
     }
-    Some((source, schemas))
 }
 
-/// The AdmissionReview response to `review` of a set, given what [`gather`] read (`None`: judge only
-/// the spec).
-pub fn review_set(review: &Value, gathered: Option<&(Source, SchemaTexts)>, metrics: &Metrics) -> Value {
+/// The refusal of a review whose judging ran out of [`JUDGING_BUDGET`] (`while`: what it was doing).
+fn over_budget(review: &Value, while_: &str) -> Value {
     let request = &review["request"];
     let uid = request["uid"].as_str().unwrap_or_default();
+    let (kind, name) = kind_and_name(request);
+    let message = format!(
+        "{kind} {name:?}: spec.validation could not be judged within {}s ({while_}); make the schema or \
+         the content smaller, or try again",
+        JUDGING_BUDGET.as_secs()
+    );
+    info!(%kind, %name, "admission: refused a set over its judging budget");
+    answer(uid, Some(message), Vec::new())
+}
+
+fn kind_and_name(request: &Value) -> (&str, &str) {
     let kind = request
         .pointer("/kind/kind")
         .and_then(Value::as_str)
@@ -115,6 +113,22 @@ pub fn review_set(review: &Value, gathered: Option<&(Source, SchemaTexts)>, metr
         .or_else(|| request.get("name"))
         .and_then(Value::as_str)
         .unwrap_or_default();
+    (kind, name)
+}
+
+/// Whether `review` has inline content to judge against a validation it declares: a creation, or an
+/// update that changes the content or the validation.
+fn needs_judging(review: &Value) -> bool {
+    let request = &review["request"];
+    request.pointer("/object/spec").and_then(validation_of).is_some() && content_may_change(request)
+}
+
+/// The AdmissionReview response to `review` of a set. `out_of_time` says when the judging of content
+/// must stop (it is then refused, saying so).
+pub fn review_set(review: &Value, metrics: &Metrics, out_of_time: &dyn Fn() -> bool) -> Value {
+    let request = &review["request"];
+    let uid = request["uid"].as_str().unwrap_or_default();
+    let (kind, name) = kind_and_name(request);
     let Some(spec) = request.pointer("/object/spec") else {
         // A deletion carries no object: nothing to check.
         return answer(uid, None, Vec::new());
@@ -129,18 +143,17 @@ pub fn review_set(review: &Value, gathered: Option<&(Source, SchemaTexts)>, metr
         info!(%kind, %name, %message, "admission: refused a set");
         return answer(uid, Some(message), Vec::new());
     }
-    let (Some(validation), Some((source, schemas))) = (validation, gathered) else {
+    let Some(validation) = validation.filter(|_| content_may_change(request)) else {
         return answer(uid, None, Vec::new());
     };
-    let refusal = match judge(kind, spec, &validation, source, schemas) {
+    if source_name(kind, spec).is_some() {
+        // Its content is in an object this webhook does not read: the controller judges it.
+        return answer(uid, None, Vec::new());
+    }
+    let refusal = match judge(kind, spec, &inline_only(&validation), out_of_time) {
         Ok(()) => return answer(uid, None, Vec::new()),
         Err(refusal) => refusal,
     };
-    if refusal.only_unavailable_schemas() {
-        // The ConfigMap may come in the same apply: admitted, and said.
-        let warnings = refusal.problems.iter().map(|p| p.to_string()).collect();
-        return answer(uid, None, warnings);
-    }
     let namespace = request["namespace"].as_str().unwrap_or_default();
     metrics
         .validation_failures
@@ -166,39 +179,42 @@ pub fn review_set(review: &Value, gathered: Option<&(Source, SchemaTexts)>, metr
     answer(uid, Some(message), Vec::new())
 }
 
-/// Whether the set's content passes, read from where it is.
+/// `validation` with the schemas kept in ConfigMaps left out: those keys are parsed here, and matched
+/// against their schema by the controller.
+fn inline_only(validation: &ValidationSpec) -> ValidationSpec {
+    let mut inline = validation.clone();
+    for rule in inline.keys.values_mut() {
+        rule.schema_from = None;
+    }
+    inline
+}
+
+/// Whether the set's inline content passes.
 fn judge(
     kind: &str,
     spec: &Value,
     validation: &ValidationSpec,
-    source: &Source,
-    schemas: &SchemaTexts,
+    out_of_time: &dyn Fn() -> bool,
 ) -> Result<(), Refusal> {
-    match source {
-        Source::Inline => {
-            let data = serde_json::from_value(spec.pointer("/template/data").cloned().unwrap_or(Value::Null))
-                .unwrap_or(None);
-            let binary_data: Option<std::collections::BTreeMap<String, ByteString>> = serde_json::from_value(
-                spec.pointer("/template/binaryData")
-                    .cloned()
-                    .unwrap_or(Value::Null),
-            )
-            .unwrap_or(None);
-            let content = Content::ConfigMap {
-                data: data.as_ref(),
-                binary_data: binary_data.as_ref(),
-            };
-            content_check::check(validation, &content, schemas, kind == "SecretSet")
-        }
-        Source::ConfigMap(Some(cm)) => {
-            content_check::check(validation, &Content::of_config_map(cm), schemas, false)
-        }
-        Source::Secret(Some(secret)) => {
-            content_check::check(validation, &Content::of_secret(secret), schemas, true)
-        }
-        // Not there yet: the controller waits for it, and judges it then.
-        Source::ConfigMap(None) | Source::Secret(None) => Ok(()),
-    }
+    let data = serde_json::from_value(spec.pointer("/template/data").cloned().unwrap_or(Value::Null))
+        .unwrap_or(None);
+    let binary_data: Option<std::collections::BTreeMap<String, ByteString>> = serde_json::from_value(
+        spec.pointer("/template/binaryData")
+            .cloned()
+            .unwrap_or(Value::Null),
+    )
+    .unwrap_or(None);
+    let content = Content::ConfigMap {
+        data: data.as_ref(),
+        binary_data: binary_data.as_ref(),
+    };
+    content_check::check_within(
+        validation,
+        &content,
+        &SchemaTexts::new(),
+        kind == "SecretSet",
+        out_of_time,
+    )
 }
 
 /// The set's `spec.validation`, when it says anything (one that does not decode is the schema's to refuse).
@@ -243,8 +259,6 @@ fn answer(uid: &str, refusal: Option<String>, warnings: Vec<String>) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
 
     fn review(kind: &str, spec: Value, old: Option<Value>) -> Value {
@@ -272,8 +286,8 @@ mod tests {
             .unwrap_or_default()
     }
 
-    fn inline() -> (Source, SchemaTexts) {
-        (Source::Inline, SchemaTexts::new())
+    fn judged(review: &Value, metrics: &Metrics) -> Value {
+        review_set(review, metrics, &|| false)
     }
 
     #[test]
@@ -284,7 +298,7 @@ mod tests {
             validated(json!({"app.json": "{\n\"port\": 80,\n}"})),
             None,
         );
-        let response = review_set(&review, Some(&inline()), &metrics);
+        let response = judged(&review, &metrics);
         assert_eq!(response["response"]["allowed"], false);
         assert_eq!(response["response"]["status"]["code"], 422);
         assert_eq!(
@@ -301,18 +315,16 @@ mod tests {
         };
         assert_eq!(metrics.validation_failures.get_or_create(&labels).get(), 1);
 
-        let schema_error = review_set(
+        let schema_error = judged(
             &review_of(validated(json!({"app.json": r#"{"port": "x"}"#}))),
-            Some(&inline()),
             &metrics,
         );
         assert!(
             message(&schema_error).ends_with(r#"at /port: "x" is not of type "integer" (rule "type")"#),
             "{schema_error}"
         );
-        let good = review_set(
+        let good = judged(
             &review_of(validated(json!({"app.json": r#"{"port": 1}"#}))),
-            Some(&inline()),
             &metrics,
         );
         assert_eq!(good["response"], json!({"uid": "u-1", "allowed": true}));
@@ -325,7 +337,7 @@ mod tests {
     #[test]
     fn a_bad_validation_spec_is_refused_naming_the_field() {
         let spec = json!({"validation": {"keys": {"config": {"schema": {"type": 5}}}}});
-        let response = review_set(&review_of(spec), None, &Metrics::default());
+        let response = judged(&review_of(spec), &Metrics::default());
         assert_eq!(response["response"]["allowed"], false);
         let message = message(&response);
         assert!(
@@ -339,58 +351,78 @@ mod tests {
     }
 
     #[test]
-    fn a_secret_source_is_judged_without_quoting_it() {
-        let spec = json!({"secretName": "db",
-                          "validation": {"keys": {"config.json": {"schema": {"properties": {"password": {"minLength": 20}}}}}}});
-        let secret = Secret {
-            data: Some(BTreeMap::from([(
-                "config.json".to_string(),
-                ByteString(br#"{"password": "tooShortSecret"}"#.to_vec()),
-            )])),
-            ..Secret::default()
-        };
-        let gathered = (Source::Secret(Some(secret)), SchemaTexts::new());
-        let response = review_set(
-            &review("SecretSet", spec.clone(), None),
-            Some(&gathered),
-            &Metrics::default(),
-        );
-        assert_eq!(response["response"]["allowed"], false);
-        assert!(message(&response).ends_with(r#"key "config.json": at /password: fails rule "minLength""#));
-        assert!(!response.to_string().contains("tooShortSecret"));
-        // Not there yet: admitted, the controller waits for it.
-        let missing = (Source::Secret(None), SchemaTexts::new());
-        let response = review_set(
-            &review("SecretSet", spec, None),
-            Some(&missing),
-            &Metrics::default(),
-        );
-        assert_eq!(response["response"]["allowed"], true);
+    fn a_source_is_not_read_here_so_any_source_gets_the_same_answer() {
+        // Source mode: the content is in another object, which this webhook never reads. Whatever
+        // the review names (another namespace, a Secret that exists or not), the answer is the same.
+        let metrics = Metrics::default();
+        let answers: Vec<Value> = ["db", "kube-system-token", "cmset-webhook-tls"]
+            .into_iter()
+            .flat_map(|source| {
+                let spec = json!({"secretName": source,
+                    "validation": {"keys": {"tls.key": {"format": "properties",
+                        "schema": {"properties": {"k": {"pattern": "^a"}}}}}}});
+                let configmap = json!({"configMapName": source,
+                    "validation": {"keys": {"a.json": {"schema": {"type": "object"}}}}});
+                [
+                    judged(&review("SecretSet", spec, None), &metrics),
+                    judged(&review("ConfigMapSet", configmap, None), &metrics),
+                ]
+            })
+            .collect();
+        for answer in &answers {
+            assert_eq!(
+                answer["response"],
+                json!({"uid": "u-1", "allowed": true}),
+                "{answer}"
+            );
+        }
     }
 
     #[test]
-    fn a_missing_schema_configmap_admits_with_a_warning() {
-        let reference = cmset_api::ConfigMapKeyRef {
-            name: "schemas".into(),
-            key: "app".into(),
+    fn a_key_whose_schema_is_in_a_configmap_is_parsed_here_and_matched_by_the_controller() {
+        let spec = |text: &str| {
+            json!({"template": {"data": {"app.json": text}},
+                   "validation": {"keys": {"app.json": {"schemaFrom": {"configMapKeyRef": {"name": "schemas", "key": "app"}}}}}})
         };
-        let spec = json!({"template": {"data": {"app.json": "{}"}},
-                          "validation": {"keys": {"app.json": {"schemaFrom": {"configMapKeyRef": {"name": "schemas", "key": "app"}}}}}});
-        let gathered = (
-            Source::Inline,
-            SchemaTexts::from([(
-                reference,
-                SchemaText::Missing("the ConfigMap does not exist".into()),
-            )]),
-        );
-        let response = review_set(&review_of(spec), Some(&gathered), &Metrics::default());
-        assert_eq!(response["response"]["allowed"], true);
+        let good = judged(&review_of(spec(r#"{"port": "any"}"#)), &Metrics::default());
         assert_eq!(
-            response["response"]["warnings"],
-            json!([
-                r#"key "app.json": schema from ConfigMap "schemas" key "app": the ConfigMap does not exist"#
-            ])
+            good["response"],
+            json!({"uid": "u-1", "allowed": true}),
+            "no warning either"
         );
+        let bad = judged(&review_of(spec("{")), &Metrics::default());
+        assert_eq!(bad["response"]["allowed"], false);
+        assert!(
+            message(&bad).contains(r#"key "app.json": is not valid JSON"#),
+            "{bad}"
+        );
+    }
+
+    #[test]
+    fn content_judged_past_its_budget_is_refused_saying_so() {
+        let review = review_of(validated(json!({"a.json": "{}", "b.json": "{}"})));
+        let response = review_set(&review, &Metrics::default(), &|| true);
+        assert_eq!(response["response"]["allowed"], false);
+        assert_eq!(
+            message(&response),
+            r#"ConfigMapSet "app": content fails spec.validation: key "a.json": was not judged: over the time budget"#
+        );
+    }
+
+    #[tokio::test]
+    async fn judges_answer_off_the_runtime_and_sets_without_validation_cost_nothing() {
+        let judges = Judges::default();
+        let metrics = Arc::new(Metrics::default());
+        let plain = review_of(json!({"template": {"data": {"a": "1"}}}));
+        assert!(!needs_judging(&plain));
+        assert_eq!(
+            judges.review(plain, metrics.clone()).await["response"]["allowed"],
+            true
+        );
+        let bad = review_of(validated(json!({"app.json": "{"})));
+        assert!(needs_judging(&bad));
+        assert_eq!(judges.review(bad, metrics).await["response"]["allowed"], false);
+        assert_eq!(judges.permits.available_permits(), JUDGES, "every judge is back");
     }
 
     #[test]
@@ -415,7 +447,7 @@ mod tests {
     fn windows_are_still_checked_and_a_set_without_validation_needs_nothing_read() {
         let spec =
             json!({"rollout": {"windows": [{"kind": "Deny", "schedule": "0 25 * * *", "duration": "1h"}]}});
-        let response = review_set(&review_of(spec), None, &Metrics::default());
+        let response = judged(&review_of(spec), &Metrics::default());
         assert!(
             message(&response).contains("spec.rollout.windows[0].schedule"),
             "{response}"

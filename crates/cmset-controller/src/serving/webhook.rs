@@ -9,8 +9,9 @@
 //! [`crate::engine::runtime::Scope`]) and with the decision the workload controller makes
 //! ([`crate::reconcile::decisions`]), so admission and the controller cannot disagree. In steady state an
 //! admission sends no request to the API server: a set created moments before is awaited on the index.
-//! The one lookup left is for a workload that can be held (a Deployment, a Rollout, a CronJob) being
-//! created that names something no set claims (does that ConfigMap exist?). It fails open: if anything
+//! It reads nothing on the strength of a review: its answer depends only on the body and on the index
+//! (revisions and decisions cmset publishes anyway), so a forged review learns nothing about another
+//! namespace's objects. It fails open: if anything
 //! goes wrong (the index still filling, say) the object is admitted unchanged and the workload
 //! controller converges it afterwards.
 
@@ -30,14 +31,13 @@ use cmset_core::kinds::Kinds;
 use cmset_core::observe::{WorkloadKind, WorkloadView};
 use cmset_core::refs::Referenced;
 use cmset_core::rollout::SetTarget;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::{Api, Client};
+use kube::Client;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{Value, json};
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::engine::runtime::{Scope, Scopes};
 use crate::platform::metrics::Metrics;
@@ -119,17 +119,11 @@ struct Handler {
     secret_sets: bool,
     /// What break-glass records are proved with.
     proof_keys: ProofKeys,
+    /// Who judges sets' content, off the async runtime.
+    judges: crate::serving::set_admission::Judges,
 }
 
 impl Handler {
-    /// Counts one request the handler sends to the API server.
-    fn requested(&self, verb: &'static str, resource: &'static str) {
-        self.metrics
-            .admission_requests
-            .get_or_create(&crate::platform::metrics::RequestLabels { verb, resource })
-            .inc();
-    }
-
     fn count(&self, result: &'static str) {
         self.metrics
             .admissions
@@ -154,9 +148,8 @@ fn review_response(uid: &str, patch: Option<&json_patch::Patch>) -> Value {
 /// not made yet; or changed together with another set it reads): the index tells it of every change,
 /// and the leader makes a revision within milliseconds. Well inside the webhook's 5 s timeout.
 const DECISION_WAIT: Duration = Duration::from_secs(2);
-/// Referenced names looked up as ConfigMaps or Secrets per admission, at most.
-const LOOKUPS: usize = 8;
-const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+/// Unclaimed names gathered per admission, at most (one is enough to hold).
+const UNCLAIMED: usize = 8;
 
 async fn mutate(State(handler): State<Handler>, axum::Json(review): axum::Json<Value>) -> axum::Json<Value> {
     let started = std::time::Instant::now();
@@ -202,7 +195,7 @@ async fn answer(handler: &Handler, review: &Value) -> Value {
     )
     .await;
     let missing = if creating && cmset_core::hold::can_hold(kind) {
-        missing_names(handler, scope, namespace, &workload).await
+        unclaimed(handler, scope, namespace, &workload)
     } else {
         BTreeSet::new()
     };
@@ -271,12 +264,12 @@ async fn decide(
     }
 }
 
-/// Names the workload references that no set claims and that do not exist: a new workload naming one
-/// is held, when its kind can be (see [`admission::Circumstances`]). The index knows every set; whether
-/// a plain ConfigMap or Secret exists is asked of the API server (metadata only: a Secret's values are
-/// never read here), only for such a workload being created that names something no set claims. A failed lookup counts as
-/// present: never hold on a guess.
-async fn missing_names(
+/// Names the workload references that no set claims: a new workload naming one is held (see
+/// [`admission::Circumstances`]), in case its set is on the way. Whether such a name is a plain ConfigMap
+/// or Secret that exists is not asked here: anything can post a review, and the answer would tell it
+/// which objects exist in any namespace. The workload controller asks, once the workload is stored,
+/// and releases the hold at once when they all exist.
+fn unclaimed(
     handler: &Handler,
     scope: &Scope,
     namespace: &str,
@@ -288,45 +281,9 @@ async fn missing_names(
         &[Referenced::ConfigMap]
     };
     let claimed = |of: Referenced, name: &str| scope.index.claims(namespace, of, name);
-    let mut missing = BTreeSet::new();
-    for (of, name) in admission::unclaimed_names(workload, kinds, LOOKUPS, claimed) {
-        let found = match of {
-            Referenced::ConfigMap => exists::<ConfigMap>(handler, "configmaps", namespace, &name).await,
-            Referenced::Secret => exists::<Secret>(handler, "secrets", namespace, &name).await,
-        };
-        match found {
-            Ok(Ok(false)) => {
-                missing.insert((of, name));
-            }
-            Ok(Ok(true)) => {}
-            Ok(Err(e)) => {
-                warn!(%namespace, %of, error = %crate::platform::redact::api_error(&e), "admission: could not look a name up; taking it as present")
-            }
-            Err(_) => warn!(%namespace, %of, "admission: looking a name up timed out; taking it as present"),
-        }
-    }
-    missing
-}
-
-/// Whether an object of kind `K` (the resource `plural`) named `name` exists, within [`LOOKUP_TIMEOUT`].
-/// Only its metadata is read.
-async fn exists<K>(
-    handler: &Handler,
-    plural: &'static str,
-    namespace: &str,
-    name: &str,
-) -> Result<kube::Result<bool>, tokio::time::error::Elapsed>
-where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    handler.requested("get", plural);
-    let api: Api<K> = Api::namespaced(handler.client.clone(), namespace);
-    tokio::time::timeout(LOOKUP_TIMEOUT, api.get_metadata_opt(name))
-        .await
-        .map(|r| r.map(|o| o.is_some()))
+    admission::unclaimed_names(workload, kinds, UNCLAIMED, claimed)
+        .into_iter()
+        .collect()
 }
 
 /// `/override-window`: see [`crate::serving::override_admission`].
@@ -344,13 +301,7 @@ async fn validate_set(
     State(handler): State<Handler>,
     axum::Json(review): axum::Json<Value>,
 ) -> axum::Json<Value> {
-    use crate::serving::set_admission;
-    let gathered = set_admission::gather(&handler.client, &handler.metrics, &review).await;
-    axum::Json(set_admission::review_set(
-        &review,
-        gathered.as_ref(),
-        &handler.metrics,
-    ))
+    axum::Json(handler.judges.review(review, handler.metrics.clone()).await)
 }
 
 pub fn router(
@@ -378,6 +329,7 @@ pub fn router(
             metrics,
             secret_sets,
             proof_keys,
+            judges: Default::default(),
         })
 }
 

@@ -433,3 +433,59 @@ fn no_secret_set_message_quotes_a_value() {
     let quoted = check_data(&validation, &pairs).unwrap_err();
     assert!(quoted.summary().contains("hunter2"), "{quoted}");
 }
+
+#[test]
+fn judging_stops_when_out_of_time_naming_the_key_not_judged() {
+    let validation = spec(&[("*.json", rule(None, Some(json!({"type": "object"}))))]);
+    let data = data(&[("a.json", "{}"), ("b.json", "{}")]);
+    let content = Content::ConfigMap {
+        data: Some(&data),
+        binary_data: None,
+    };
+    let asked = std::cell::Cell::new(0);
+    // In time for the first key, out of it for the second.
+    let out_of_time = || {
+        asked.set(asked.get() + 1);
+        asked.get() > 1
+    };
+    let refusal = check_within(&validation, &content, &SchemaTexts::new(), false, &out_of_time).unwrap_err();
+    assert_eq!(
+        refusal.problems,
+        vec![ContentProblem {
+            key: "b.json".into(),
+            kind: ProblemKind::OverBudget,
+            message: "was not judged: over the time budget".into(),
+        }]
+    );
+    assert!(!refusal.only_unavailable_schemas());
+}
+
+#[test]
+fn a_backtracking_pattern_is_refused_in_the_spec_and_a_catastrophic_one_runs_in_linear_time() {
+    let backreference = spec(&[(
+        "app.json",
+        rule(
+            None,
+            Some(json!({"properties": {"id": {"pattern": "^(a+)\\1$"}}})),
+        ),
+    )]);
+    let problems = spec_problems(&backreference);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(
+        problems[0].to_string(),
+        r#"spec.validation.keys["app.json"].schema: pattern at /properties/id/pattern uses a backreference (\1 to \9), which needs a backtracking engine; cmset matches patterns in linear time, so rewrite it without"#
+    );
+    // Exponential on a backtracking engine: here judged at once, and the verdict is a plain mismatch.
+    let nested = spec(&[(
+        "app.json",
+        rule(None, Some(json!({"properties": {"id": {"pattern": "^(a+)+$"}}}))),
+    )]);
+    let long = format!(r#"{{"id": "{}!"}}"#, "a".repeat(50_000));
+    let refusal = check_data(&nested, &[("app.json", &long)]).unwrap_err();
+    assert_eq!(refusal.problems.len(), 1);
+    assert_eq!(refusal.problems[0].kind, ProblemKind::Schema);
+    assert!(
+        refusal.problems[0].message.ends_with(r#"(rule "pattern")"#),
+        "{refusal}"
+    );
+}
