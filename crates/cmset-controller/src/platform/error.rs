@@ -82,9 +82,15 @@ impl Error {
     }
 
     /// Conflicts and failed `test` guards mean the object moved on underneath: retry soon from a fresh
-    /// read instead of treating it as a failure.
+    /// read instead of treating it as a failure. A guard is a JSON patch's `test` (422); a status is
+    /// written by server-side apply, which has no guard, so a 422 there is a refusal of what was sent
+    /// and is reported as the failure it is.
     pub fn is_conflict(&self) -> bool {
-        matches!(self.api_status(), Some(status) if status.code == 409 || status.code == 422)
+        match self.api_status() {
+            Some(status) if status.code == 409 => true,
+            Some(status) if status.code == 422 => !matches!(self, Self::WriteStatus { .. }),
+            _ => false,
+        }
     }
 
     /// A write was not sent (or was cut off) because this replica's term as leader ended: the
@@ -157,5 +163,36 @@ pub fn api_code(err: &kube::Error) -> Option<u16> {
     match err {
         kube::Error::Api(status) => Some(status.code),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(code: u16) -> kube::Error {
+        kube::Error::Api(Box::new(kube::core::Status {
+            code,
+            ..kube::core::Status::default()
+        }))
+    }
+
+    #[test]
+    fn a_refused_status_apply_is_a_failure_and_a_failed_patch_guard_a_conflict() {
+        let status = |code| Error::WriteStatus {
+            name: "app".into(),
+            source: answered(code),
+        };
+        let workload = |code| Error::PatchWorkload {
+            workload: "web".into(),
+            source: answered(code),
+        };
+        assert!(status(409).is_conflict(), "the set moved on since the plan");
+        assert!(
+            !status(422).is_conflict(),
+            "the API server refused what was applied: reported, not retried quietly"
+        );
+        assert!(workload(422).is_conflict(), "a JSON patch's test failed");
+        assert!(!workload(500).is_conflict());
     }
 }
