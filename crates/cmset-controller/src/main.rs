@@ -210,7 +210,11 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 scope.index.use_proof_keys(cert.proof_keys());
             }
             let proof_keys = cert.proof_keys();
-            let bound = webhook::bind(address, cert).await?;
+            let client_ca = match &cli.webhook_client_ca {
+                Some(path) => Some(webhook::client_verifier(path)?),
+                None => None,
+            };
+            let bound = webhook::bind(address, cert, client_ca).await?;
             Some(tokio::spawn(webhook::serve(
                 bound,
                 scopes.clone(),

@@ -69,9 +69,11 @@ pub struct Limits {
 
 impl Limits {
     /// Admission: AdmissionReviews of an update carry the object twice, each up to etcd's 1.5 MiB.
+    /// Anything that reaches the port can send bodies this large, so the bodies held at once (body
+    /// size times requests in flight, 48 MiB) stay under a quarter of the install's memory limit.
     pub const WEBHOOK: Limits = Limits {
         connections: 256,
-        in_flight: 16,
+        in_flight: 8,
         body_bytes: 6 * 1024 * 1024,
         header_bytes: 64 * 1024,
         handshake: Duration::from_secs(10),
@@ -906,5 +908,18 @@ mod tests {
         assert!(ended.unwrap_err().is_cancelled(), "closed for the newcomer");
         drop(slot); // what the aborted task does last: nothing more changes
         assert_eq!(*slots.summary.borrow(), Summary { open: 1, idle: 0 });
+    }
+
+    #[test]
+    fn the_webhooks_bodies_in_flight_stay_under_a_quarter_of_the_installs_memory_limit() {
+        let values: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(include_str!("../../../../config/helm/cmset/values.yaml")).unwrap();
+        let limit = values["resources"]["limits"]["memory"].as_str().unwrap();
+        let mebibytes: usize = limit.strip_suffix("Mi").unwrap().parse().unwrap();
+        let held = Limits::WEBHOOK.body_bytes * Limits::WEBHOOK.in_flight;
+        assert!(
+            held * 4 < mebibytes * 1024 * 1024,
+            "{held} bytes of bodies against a {limit} limit"
+        );
     }
 }

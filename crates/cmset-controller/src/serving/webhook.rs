@@ -32,7 +32,8 @@ use cmset_core::observe::{WorkloadKind, WorkloadView};
 use cmset_core::refs::Referenced;
 use cmset_core::rollout::SetTarget;
 use kube::Client;
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -56,6 +57,8 @@ pub enum WebhookError {
     Pem(#[from] rustls_pki_types::pem::Error),
     #[error("configuring TLS: {0}")]
     Tls(#[from] rustls::Error),
+    #[error("the webhook's client CA (--webhook-client-ca): {0}")]
+    ClientCa(String),
     #[error("listening on {address}: {source}")]
     Listen {
         address: SocketAddr,
@@ -340,13 +343,47 @@ pub struct Bound {
     address: SocketAddr,
 }
 
+/// A verifier that admits only clients presenting a certificate signed by a CA of the PEM file at
+/// `path` (`--webhook-client-ca`).
+pub fn client_verifier(path: &std::path::Path) -> Result<Arc<dyn ClientCertVerifier>, WebhookError> {
+    let pem = std::fs::read(path).map_err(|source| WebhookError::Certificate {
+        dir: path.to_path_buf(),
+        source,
+    })?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        roots.add(cert?)?;
+    }
+    if roots.is_empty() {
+        return Err(WebhookError::ClientCa(format!(
+            "{} holds no certificate",
+            path.display()
+        )));
+    }
+    WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        Arc::new(rustls::crypto::ring::default_provider()),
+    )
+    .build()
+    .map_err(|e| WebhookError::ClientCa(e.to_string()))
+}
+
 /// Binds the address, so that a taken port stops the operator at startup instead of leaving it running
-/// without its webhook. Handshakes use whatever `cert` holds at the time.
-pub async fn bind(address: SocketAddr, cert: Arc<ServingCert>) -> Result<Bound, WebhookError> {
-    let tls = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_cert_resolver(cert);
+/// without its webhook. Handshakes use whatever `cert` holds at the time; with `client_ca`, a client
+/// without a certificate it verifies is refused in the handshake.
+pub async fn bind(
+    address: SocketAddr,
+    cert: Arc<ServingCert>,
+    client_ca: Option<Arc<dyn ClientCertVerifier>>,
+) -> Result<Bound, WebhookError> {
+    let builder =
+        rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()?;
+    let tls = match client_ca {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
+        None => builder.with_no_client_auth(),
+    }
+    .with_cert_resolver(cert);
     let listener = tokio::net::TcpListener::bind(address)
         .await
         .map_err(|source| WebhookError::Listen { address, source })?;
@@ -404,5 +441,101 @@ mod tests {
             .decode(r["response"]["patch"].as_str().unwrap())
             .unwrap();
         assert_eq!(serde_json::from_slice::<Value>(&decoded).unwrap(), wire);
+    }
+
+    /// A client CA and a certificate it signed for `name` (PEMs: CA, cert, key).
+    fn client_pki(name: &str) -> (String, String, String) {
+        use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::default();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca, ca_key);
+        let mut params = CertificateParams::new(vec![name.to_string()]).unwrap();
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        (ca_cert.pem(), cert.pem(), key.serialize_pem())
+    }
+
+    /// Whether a TLS handshake with the webhook at `address` (serving a certificate of `server_ca`)
+    /// succeeds, presenting `client` (cert, key PEMs) if given.
+    async fn handshake(address: SocketAddr, server_ca: &str, client: Option<(&str, &str)>) -> bool {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(server_ca.as_bytes()) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let builder =
+            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots);
+        let config = match client {
+            Some((cert, key)) => builder
+                .with_client_auth_cert(
+                    CertificateDer::pem_slice_iter(cert.as_bytes())
+                        .collect::<Result<Vec<_>, _>>()
+                        .unwrap(),
+                    PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+                )
+                .unwrap(),
+            None => builder.with_no_client_auth(),
+        };
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+        let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+        let Ok(mut tls) = connector.connect(name, tcp).await else {
+            return false;
+        };
+        // TLS 1.3 reports a refused client certificate only on the first read after the handshake.
+        let _ = tls.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        let mut answer = [0u8; 16];
+        matches!(tls.read(&mut answer).await, Ok(n) if n > 0)
+    }
+
+    #[tokio::test]
+    async fn with_a_client_ca_only_clients_with_a_certificate_it_signed_complete_a_handshake() {
+        let policy = crate::serving::webhook_certs::Policy {
+            validity: Duration::from_secs(86_400),
+            names: vec![],
+        };
+        let pair = crate::serving::webhook_certs::issue(&policy, jiff::Timestamp::now(), None).unwrap();
+        let cert = Arc::new(ServingCert::default());
+        cert.install(pair.cert.as_bytes(), pair.key.as_bytes()).unwrap();
+        let (api_ca, api_cert, api_key) = client_pki("kube-apiserver");
+        let (_, stranger_cert, stranger_key) = client_pki("kube-apiserver");
+        let ca_file = std::env::temp_dir().join(format!("cmset-client-ca-{}.pem", std::process::id()));
+        std::fs::write(&ca_file, &api_ca).unwrap();
+        let verifier = client_verifier(&ca_file).unwrap();
+        std::fs::remove_file(&ca_file).unwrap();
+        let bound = bind("127.0.0.1:0".parse().unwrap(), cert, Some(verifier))
+            .await
+            .unwrap();
+        let address = bound.address;
+        let acceptor = bound.acceptor.clone();
+        tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            while let Ok((tcp, _)) = bound.listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    if let Ok(mut tls) = acceptor.accept(tcp).await {
+                        let _ = tls.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await;
+                        let _ = tls.shutdown().await;
+                    }
+                });
+            }
+        });
+        assert!(
+            handshake(address, &pair.ca, Some((&api_cert, &api_key))).await,
+            "the API server's"
+        );
+        assert!(!handshake(address, &pair.ca, None).await, "no certificate");
+        assert!(
+            !handshake(address, &pair.ca, Some((&stranger_cert, &stranger_key))).await,
+            "another CA's"
+        );
+        let missing = client_verifier(std::path::Path::new("/nonexistent/ca.pem"));
+        assert!(missing.is_err());
     }
 }

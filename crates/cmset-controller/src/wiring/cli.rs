@@ -85,6 +85,13 @@ pub struct Cli {
     #[arg(long, env = "CMSET_WEBHOOK_ADDRESS")]
     pub webhook_address: Option<SocketAddr>,
 
+    /// Require a client certificate signed by a CA in this PEM file from whoever calls the webhook:
+    /// the API server, when its AdmissionConfiguration gives it one (docs/install.md shows how). Off
+    /// by default: the webhook then answers any client that reaches its port, and grants nothing on
+    /// the strength of a review either way.
+    #[arg(long, env = "CMSET_WEBHOOK_CLIENT_CA")]
+    pub webhook_client_ca: Option<std::path::PathBuf>,
+
     /// Keep the webhook's CA and serving certificate in this Secret of the operator's namespace:
     /// issued by the first replica that finds it missing, renewed with a third of its lifetime left, the
     /// CA kept in the caBundle of `--webhook-configuration`. Without it, the certificate is read from
