@@ -432,6 +432,7 @@ fn settle(world: &mut World, set: &ConfigMapSet) -> ConfigMapSet {
         windows: &Default::default(),
         schemas: &Default::default(),
         check_jobs: &Default::default(),
+        content_budget: Default::default(),
     };
     let plan = plan_set(&input);
     if let Some(cm) = plan.create.as_ref().and_then(NewRevision::config_map) {
@@ -1365,6 +1366,7 @@ async fn a_status_already_written_is_not_written_again_while_the_store_lags() {
         analysis: None,
         windows: &Default::default(),
         check_jobs: &Default::default(),
+        content_budget: Default::default(),
         schemas: &Default::default(),
     };
     let status = plan_set(&input).status;

@@ -150,6 +150,27 @@ pub fn check(
     check_within(validation, content, schemas, secret, &|| false)
 }
 
+/// How long judging may go on: asked before each key and each document, it answers whether the time
+/// is up. The caller owns the clock; [`Budget::UNLIMITED`] never says stop.
+#[derive(Clone, Copy)]
+pub struct Budget<'a>(pub &'a dyn Fn() -> bool);
+
+impl Budget<'_> {
+    pub const UNLIMITED: Budget<'static> = Budget(&|| false);
+}
+
+impl fmt::Debug for Budget<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Budget")
+    }
+}
+
+impl Default for Budget<'_> {
+    fn default() -> Self {
+        Budget::UNLIMITED
+    }
+}
+
 /// [`check`], stopping when `out_of_time` says so (asked before each key and each document): the
 /// content is then refused, naming the key that was not judged. The caller owns the clock.
 pub fn check_within(

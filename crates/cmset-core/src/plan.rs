@@ -62,6 +62,9 @@ pub struct SetInput<'a> {
     /// The check Jobs of the current revision that exist, by check hash, and how each stands: the I/O
     /// layer reads them once a first plan names the revision being checked ([`SetPlan::checks`]).
     pub check_jobs: &'a BTreeMap<String, crate::checks::JobOutcome>,
+    /// How long judging the content against `spec.validation` may take (see
+    /// [`content_check::Budget`]): over it, no revision is made and the set says why.
+    pub content_budget: content_check::Budget<'a>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -365,7 +368,14 @@ fn current_revision(
         // The schemas the content must pass are read with it.
         return Err(NoRevision::ContentUnread);
     }
-    if let Err(refusal) = content_check::check(validation, &content, input.schemas, set.is_secret()) {
+    let judged = content_check::check_within(
+        validation,
+        &content,
+        input.schemas,
+        set.is_secret(),
+        input.content_budget.0,
+    );
+    if let Err(refusal) = judged {
         return Err(NoRevision::Invalid { name, refusal });
     }
     if input.revisions.iter().any(|r| r.name == name) {

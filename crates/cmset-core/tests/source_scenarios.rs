@@ -73,6 +73,7 @@ fn plan(
         windows: &Default::default(),
         schemas: &Default::default(),
         check_jobs: &Default::default(),
+        content_budget: Default::default(),
     })
 }
 

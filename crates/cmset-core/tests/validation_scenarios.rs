@@ -75,6 +75,7 @@ fn plan_with(
         windows: &Default::default(),
         schemas,
         check_jobs: &Default::default(),
+        content_budget: Default::default(),
     })
 }
 
@@ -360,5 +361,44 @@ fn a_status_without_a_previous_revision_is_kept_as_it_was() {
             observed_generation: Some(2),
             ..ConfigMapSetStatus::default()
         }
+    );
+}
+
+/// Judging content has a budget the I/O layer sets (the controller's clock): over it, no revision is
+/// made and the set says which key was not judged, as for content that fails.
+#[test]
+fn content_judged_past_its_budget_makes_no_revision_and_says_so() {
+    let validation = ValidationSpec {
+        keys: BTreeMap::from([(
+            "app.json".to_string(),
+            KeyValidation {
+                format: None,
+                schema: Some(serde_json::json!({"type": "object"})),
+                schema_from: None,
+            },
+        )]),
+    };
+    let set = set_with("{}", validation);
+    let plan = plan_set(&SetInput {
+        set: (&set).into(),
+        source: SourceState::Inline,
+        revisions: &[],
+        workloads: &[],
+        history: &[],
+        pod_refs: None,
+        now: Time(Timestamp::from_second(1_800_000_000).unwrap()),
+        budget_waiting: &Default::default(),
+        analysis: None,
+        windows: &Default::default(),
+        schemas: &SchemaTexts::new(),
+        check_jobs: &Default::default(),
+        content_budget: cmset_core::content_check::Budget(&|| true),
+    });
+    assert!(plan.create.is_none(), "no revision");
+    let (status, reason, message) = condition(&plan, "Valid").unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "ValidationFailed"));
+    assert!(
+        message.ends_with(r#"key "app.json": was not judged: over the time budget"#),
+        "{message}"
     );
 }

@@ -151,6 +151,7 @@ impl World {
             windows: &windows,
             schemas: &Default::default(),
             check_jobs: &Default::default(),
+            content_budget: Default::default(),
         })
     }
 

@@ -169,6 +169,7 @@ fn plan(
         windows: &windows,
         schemas: &Default::default(),
         check_jobs: &Default::default(),
+        content_budget: Default::default(),
     })
 }
 

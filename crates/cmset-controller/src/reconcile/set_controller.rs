@@ -338,8 +338,19 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     let mut prepared = analysis_io::prepare(ctx, set);
     let mut held = hold_source(ctx, set, &namespace, false).await?;
     let mut schemas = SchemaTexts::new();
+    let judging = JudgingClock::new();
+    let mut content_read = false;
     let mut plan = plan_seen(
-        &input(ctx, set, &held, &schemas, &seen, &windows, prepared.as_ref()),
+        &input(
+            ctx,
+            set,
+            &held,
+            &schemas,
+            &seen,
+            &windows,
+            prepared.as_ref(),
+            &judging,
+        ),
         &seen,
     );
     if plan.needs_content {
@@ -347,17 +358,38 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
         // pass.
         held = hold_source(ctx, set, &namespace, true).await?;
         schemas = read_schemas(ctx, set, &namespace).await?;
-        plan = plan_seen(
-            &input(ctx, set, &held, &schemas, &seen, &windows, prepared.as_ref()),
+        content_read = true;
+        plan = plan_judging(
+            &input(
+                ctx,
+                set,
+                &held,
+                &schemas,
+                &seen,
+                &windows,
+                prepared.as_ref(),
+                &judging,
+            ),
             &seen,
+            content_read,
         );
     }
     if plan.needs_pods && seen.history_listed {
         // Old revisions would be pruned: the Pods say whether one still runs any of them.
         seen.pod_refs = Some(pod_refs(ctx, &namespace, S::KIND.revision_kind()).await?);
-        plan = plan_seen(
-            &input(ctx, set, &held, &schemas, &seen, &windows, prepared.as_ref()),
+        plan = plan_judging(
+            &input(
+                ctx,
+                set,
+                &held,
+                &schemas,
+                &seen,
+                &windows,
+                prepared.as_ref(),
+                &judging,
+            ),
             &seen,
+            content_read,
         );
     }
     // A revision being checked: its check Jobs are read by name and the set is planned again with how
@@ -366,9 +398,19 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     if let Some(run) = plan.checks.clone().filter(|_| plan.create.is_none()) {
         check_jobs = told(ctx, object, checks_io::jobs(ctx, set, &namespace, &run).await)?;
         seen.check_jobs = checks_io::outcomes(&check_jobs);
-        plan = plan_seen(
-            &input(ctx, set, &held, &schemas, &seen, &windows, prepared.as_ref()),
+        plan = plan_judging(
+            &input(
+                ctx,
+                set,
+                &held,
+                &schemas,
+                &seen,
+                &windows,
+                prepared.as_ref(),
+                &judging,
+            ),
             &seen,
+            content_read,
         );
     }
     // The measurements taken since of the analysis runs the plan finds due are recorded, and the set
@@ -381,9 +423,19 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     };
     if measured.is_some() {
         prepared = measured;
-        plan = plan_seen(
-            &input(ctx, set, &held, &schemas, &seen, &windows, prepared.as_ref()),
+        plan = plan_judging(
+            &input(
+                ctx,
+                set,
+                &held,
+                &schemas,
+                &seen,
+                &windows,
+                prepared.as_ref(),
+                &judging,
+            ),
             &seen,
+            content_read,
         );
     }
     if let Some(prepared) = &prepared {
@@ -435,9 +487,12 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
             Created::Adopted => return Ok(Action::requeue(SOON)),
             Created::Collision(taken) => {
                 // Record the bumped collision count first: the next reconcile picks the next name.
-                let input = input(ctx, set, &held, &schemas, &seen, &windows, analysis);
                 let previous = set.status().cloned().unwrap_or_default();
-                plan = plan_collision(&input, &previous, &taken);
+                plan = plan_collision(
+                    &input(ctx, set, &held, &schemas, &seen, &windows, analysis, &judging),
+                    &previous,
+                    &taken,
+                );
                 if write_status::<S>(ctx, object, &id, &plan.status).await? == StatusWrite::StoreBehind {
                     return Ok(Action::requeue(OWN_WRITE_RECHECK));
                 }
@@ -601,6 +656,19 @@ fn count_rollout(ctx: &Context, set: SetRef<'_>, plan: &SetPlan) {
     }
 }
 
+/// [`plan_seen`]; once content was read (the plan may judge it against `spec.validation`, which can
+/// take up to [`CONTENT_BUDGET`]), on this worker thread handed over for blocking, so the runtime's
+/// other tasks (the watches, admission) move on meanwhile.
+fn plan_judging(input: &SetInput<'_>, seen: &Observation, content_read: bool) -> SetPlan {
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if content_read && multi_thread {
+        tokio::task::block_in_place(|| plan_seen(input, seen))
+    } else {
+        plan_seen(input, seen)
+    }
+}
+
 /// Plans `input`, made of `seen`. Until the history kinds have listed, the plan cannot tell a revision
 /// that only history names from an unused one: none is pruned (no Pods are listed, so none can be),
 /// and a revision the status says is in use stays so, rather than flapping while the lists come in.
@@ -619,6 +687,8 @@ fn plan_seen(input: &SetInput<'_>, seen: &Observation) -> SetPlan {
     plan
 }
 
+// Each argument is one observation the plan reads, gathered by a different step of the reconcile.
+#[allow(clippy::too_many_arguments)]
 fn input<'a>(
     ctx: &Context,
     set: SetRef<'a>,
@@ -627,7 +697,10 @@ fn input<'a>(
     seen: &'a Observation,
     windows: &'a WindowState,
     analysis: Option<&'a Prepared>,
+    judging: &'a JudgingClock,
 ) -> SetInput<'a> {
+    // The input is made for one plan, right before it: the content's budget starts now.
+    judging.restart();
     SetInput {
         set,
         source: held.state(),
@@ -644,6 +717,38 @@ fn input<'a>(
         windows,
         schemas,
         check_jobs: &seen.check_jobs,
+        content_budget: judging.budget(),
+    }
+}
+
+/// How long one plan may spend judging a set's content against `spec.validation`: a costly schema
+/// or document makes the set `Valid=False` saying so, instead of holding a reconcile thread.
+const CONTENT_BUDGET: Duration = Duration::from_secs(5);
+
+/// The clock of [`CONTENT_BUDGET`], restarted for each plan.
+struct JudgingClock {
+    started: Arc<std::sync::Mutex<Instant>>,
+    over: Box<dyn Fn() -> bool + Send + Sync>,
+}
+
+impl JudgingClock {
+    fn new() -> Self {
+        let started = Arc::new(std::sync::Mutex::new(Instant::now()));
+        let seen = started.clone();
+        Self {
+            started,
+            over: Box::new(move || seen.lock().map(|t| t.elapsed() > CONTENT_BUDGET).unwrap_or(false)),
+        }
+    }
+
+    fn restart(&self) {
+        if let Ok(mut started) = self.started.lock() {
+            *started = Instant::now();
+        }
+    }
+
+    fn budget(&self) -> content_check::Budget<'_> {
+        content_check::Budget(&*self.over)
     }
 }
 

@@ -35,6 +35,7 @@ pub fn plan_seeing(
         windows: &Default::default(),
         schemas: &Default::default(),
         check_jobs: &Default::default(),
+        content_budget: Default::default(),
     })
 }
 
