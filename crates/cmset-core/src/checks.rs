@@ -25,6 +25,9 @@ use crate::hash::{HASH_LEN, short_hash};
 use crate::naming::{MAX_LABEL_VALUE_LEN, revision_name, set_label_value};
 use crate::refs::{Referenced, apply_changes, find_refs_to, plan_rewrite_to};
 
+pub mod restricted;
+pub use restricted::Refusal;
+
 /// Label on every check Job and its pod: the deny-all NetworkPolicy selects it, and the engine's
 /// watch of check Jobs filters on it. Its value is the set's label value, so a Job maps to its set.
 pub const CHECK_LABEL: &str = "cmset.dev/check-of";
@@ -96,8 +99,9 @@ pub enum TemplateError {
     NotAJobTemplate(String),
     /// The template has no pod template spec.
     NoPodSpec,
-    /// A `hostPath` volume: not allowed under the restricted profile, and cmset does not drop volumes.
-    HostPath(String),
+    /// A field the restricted Pod Security profile refuses, or a service-account identity: cmset refuses
+    /// it rather than run the check as something other than what it asked for.
+    Refused(Refusal),
     /// The pod template names neither the set nor anything cmset can point at the revision.
     NoReference,
 }
@@ -107,10 +111,7 @@ impl std::fmt::Display for TemplateError {
         match self {
             Self::NotAJobTemplate(e) => write!(f, "jobTemplate is not a Job template: {e}"),
             Self::NoPodSpec => f.write_str("jobTemplate has no spec.template.spec"),
-            Self::HostPath(v) => write!(
-                f,
-                "jobTemplate volume {v:?} is a hostPath, which checks may not use"
-            ),
+            Self::Refused(refusal) => refusal.fmt(f),
             Self::NoReference => f.write_str(
                 "jobTemplate's pod does not read the set (no volume, envFrom or valueFrom names it)",
             ),
@@ -198,8 +199,8 @@ pub fn build_job(check: &Check, target: CheckTarget<'_>) -> Result<Job, Template
 }
 
 fn lock_down(pod: &mut PodSpec, revision: &str) -> Result<(), TemplateError> {
-    if let Some(volume) = pod.volumes.iter().flatten().find(|v| v.host_path.is_some()) {
-        return Err(TemplateError::HostPath(volume.name.clone()));
+    if let Some(refusal) = restricted::refusals(pod).into_iter().next() {
+        return Err(TemplateError::Refused(refusal));
     }
     // Volumes that now read the revision: their mounts are made read-only.
     let revision_volumes: Vec<String> = pod
@@ -232,8 +233,15 @@ fn lock_down(pod: &mut PodSpec, revision: &str) -> Result<(), TemplateError> {
         sc.run_as_non_root = Some(true);
         sc.allow_privilege_escalation = Some(false);
         sc.privileged = Some(false);
+        // The one capability restricted lets a container add is kept when asked for (nothing else is
+        // left: anything else was refused above).
+        let add = sc
+            .capabilities
+            .as_ref()
+            .and_then(|c| c.add.clone())
+            .filter(|add| !add.is_empty());
         sc.capabilities = Some(Capabilities {
-            add: None,
+            add,
             drop: Some(vec!["ALL".into()]),
         });
         sc.seccomp_profile = Some(runtime_default());
@@ -496,11 +504,9 @@ mod tests {
                 "containers": [{"name": "t", "image": "nginx:1.27", "command": ["nginx", "-t"],
                     "volumeMounts": [{"name": "conf", "mountPath": "/etc/nginx"},
                                      {"name": "scratch", "mountPath": "/tmp"}],
-                    "securityContext": {"privileged": true, "capabilities": {"add": ["NET_ADMIN"]}}}],
+                    "securityContext": {"capabilities": {"drop": ["CHOWN"]}}}],
                 "volumes": [{"name": "conf", "configMap": {"name": "web"}},
-                            {"name": "scratch", "emptyDir": {}}],
-                "hostNetwork": true,
-                "automountServiceAccountToken": true
+                            {"name": "scratch", "emptyDir": {}}]
             }}, "activeDeadlineSeconds": 9999, "backoffLimit": 7}}),
         }
     }
@@ -622,9 +628,19 @@ mod tests {
         let mut host = nginx_check();
         host.job_template["spec"]["template"]["spec"]["volumes"][1] =
             json!({"name": "h", "hostPath": {"path": "/"}});
+        let refused = build_job(&host, target(Referenced::ConfigMap)).unwrap_err();
         assert_eq!(
-            build_job(&host, target(Referenced::ConfigMap)),
-            Err(TemplateError::HostPath("h".into()))
+            refused.to_string(),
+            r#"spec.template.spec.volumes[1].hostPath: "h" is not allowed (restricted profile)"#
+        );
+        let mut root = nginx_check();
+        root.job_template["spec"]["template"]["spec"]["containers"][0]["securityContext"] =
+            json!({"runAsUser": 0});
+        assert_eq!(
+            build_job(&root, target(Referenced::ConfigMap))
+                .unwrap_err()
+                .to_string(),
+            "spec.template.spec.containers[0].securityContext.runAsUser: 0 is not allowed (restricted profile)"
         );
         let other = CheckTarget {
             set_name: "api",
