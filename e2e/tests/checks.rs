@@ -83,7 +83,11 @@ async fn passed(ns: &TestNamespace, revision: &str, uid: &str) -> Option<bool> {
 }
 
 async fn rollout_of(ns: &TestNamespace, revision: &str) -> Option<cmset_api::RolloutStatus> {
-    ns.set(SET).await.status?.rollout.filter(|r| r.revision == revision)
+    ns.set(SET)
+        .await
+        .status?
+        .rollout
+        .filter(|r| r.revision == revision)
 }
 
 async fn web_runs(ns: &TestNamespace, revision: &str) -> bool {
@@ -294,15 +298,32 @@ spec:
         .expect("the tenant creates the Job");
     eventually("the tenant's Job complete", || async {
         let job = ns.api::<Job>().get(&job_name).await.ok()?;
-        let done = job.status?.conditions?.iter().any(|c| c.type_ == "Complete" && c.status == "True");
+        let done = job
+            .status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Complete" && c.status == "True");
         done.then_some(())
     })
     .await;
-    let tenant_uid = ns.api::<Job>().get(&job_name).await.expect("the Job").metadata.uid.expect("a uid");
+    let tenant_uid = ns
+        .api::<Job>()
+        .get(&job_name)
+        .await
+        .expect("the Job")
+        .metadata
+        .uid
+        .expect("a uid");
     bind_checks_role(&ns);
-    let rollout = eventually_within(Duration::from_secs(180), "the check failed: not cmset's Job", || async {
-        rollout_of(&ns, &first).await.filter(|r| r.phase.as_str() == "Failed")
-    })
+    let rollout = eventually_within(
+        Duration::from_secs(180),
+        "the check failed: not cmset's Job",
+        || async {
+            rollout_of(&ns, &first)
+                .await
+                .filter(|r| r.phase.as_str() == "Failed")
+        },
+    )
     .await;
     assert_eq!(
         rollout.message.as_deref(),
@@ -360,7 +381,9 @@ spec:
     // (a) A verdict written by the tenant on the revision, as soon as it exists.
     ns.apply(&failing("a"));
     let third = eventually("a third revision", || async {
-        current(&ns).await.filter(|c| *c != first && *c != second.revision)
+        current(&ns)
+            .await
+            .filter(|c| *c != first && *c != second.revision)
     })
     .await;
     let forged = format!(r#"cmset.dev/check-results={{"{hash}":{{"name":"lint","passed":true}}}}"#);
@@ -368,7 +391,9 @@ spec:
         .try_kubectl(&["annotate", "--overwrite", "configmap", &third, &forged], None)
         .expect("the tenant annotates the revision");
     let rollout = eventually("the third revision failed by its check", || async {
-        rollout_of(&ns, &third).await.filter(|r| r.phase.as_str() == "Failed")
+        rollout_of(&ns, &third)
+            .await
+            .filter(|r| r.phase.as_str() == "Failed")
     })
     .await;
     assert!(
