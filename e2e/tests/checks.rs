@@ -3,6 +3,8 @@
 //! keeps every workload on the last good revision, fails the rollout with the check's message and says
 //! so in a Warning; a revert to a revision that passed runs no check again; and the Job runs locked
 //! down (no token, the restricted profile, a deadline, no retry, the deny-all NetworkPolicy's label).
+//! A tenant with `edit` and `cmset-edit` cannot make a failing check pass: not by writing a verdict on
+//! the revision, not by creating the check's Job first, not by opening the deny-all NetworkPolicy.
 //!
 //! The simulated node runs a check pod to its end: it fails when the pod reads a ConfigMap holding the
 //! key `CMSET_FAKE_NODE_FAIL` (see e2e/cluster/fake-node.py).
@@ -10,6 +12,7 @@
 use std::time::Duration;
 
 use cmset_e2e::fixtures::{Reads, deployment_yaml, template_names};
+use cmset_e2e::tenant::Tenant;
 use cmset_e2e::{Operator, TestNamespace, eventually, eventually_within, stays, warning_event};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -70,6 +73,23 @@ async fn current(ns: &TestNamespace) -> Option<String> {
     ns.set(SET).await.status?.current_revision
 }
 
+/// The verdict cmset recorded in the set's status for the check of revision `revision` (of uid `uid`).
+async fn passed(ns: &TestNamespace, revision: &str, uid: &str) -> Option<bool> {
+    let records = ns.set(SET).await.status?.checks?;
+    records
+        .iter()
+        .find(|r| r.revision == revision && r.revision_uid == uid)?
+        .passed
+}
+
+async fn rollout_of(ns: &TestNamespace, revision: &str) -> Option<cmset_api::RolloutStatus> {
+    ns.set(SET)
+        .await
+        .status?
+        .rollout
+        .filter(|r| r.revision == revision)
+}
+
 async fn web_runs(ns: &TestNamespace, revision: &str) -> bool {
     template_names(&ns.deployment("web").await).contains(revision)
 }
@@ -88,12 +108,8 @@ async fn a_check_gates_every_new_revision_and_a_failed_one_keeps_the_workloads_w
             .await
             .into_iter()
             .find(|r| r.metadata.name.as_deref() == Some(&current))?;
-        let results = revision
-            .metadata
-            .annotations?
-            .get("cmset.dev/check-results")?
-            .clone();
-        (results.contains(r#""passed":true"#) && web_runs(&ns, &current).await).then_some(current)
+        let uid = revision.metadata.uid?;
+        (passed(&ns, &current, &uid).await? && web_runs(&ns, &current).await).then_some(current)
     })
     .await;
 
@@ -184,7 +200,7 @@ async fn a_check_gates_every_new_revision_and_a_failed_one_keeps_the_workloads_w
         "{history:?}"
     );
 
-    // Back to the content that passed: its verdict is on the revision, so no Job runs again.
+    // Back to the content that passed: its verdict is in the set's status, so no Job runs again.
     ns.apply(&set_yaml(&[("app.conf", "v2")]));
     eventually("the rollout of the second revision complete again", || async {
         let rollout = ns.set(SET).await.status?.rollout?;
@@ -230,4 +246,170 @@ async fn without_the_checks_role_nothing_moves_and_the_operator_says_what_to_bin
         web_runs(&ns, &rollout.revision).await.then_some(())
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_tenant_cannot_make_a_failing_check_pass() {
+    let ns = TestNamespace::new("checkstenant").await;
+    let tenant = Tenant::bind(&ns, "mallory");
+    // What the tenant may do: everything in the namespace but the set's status, which only cmset writes.
+    for (verb, resource) in [
+        ("patch", "configmaps"),
+        ("create", "jobs"),
+        ("create", "networkpolicies"),
+        ("patch", "configmapsets"),
+    ] {
+        assert!(tenant.can(verb, resource), "the tenant may {verb} {resource}");
+    }
+    assert!(!tenant.can("patch", "configmapsets/status"));
+    let _operator = Operator::start(&ns.name).await;
+    let failing = |n: &str| set_yaml(&[("app.conf", n), ("CMSET_FAKE_NODE_FAIL", "x")]);
+
+    // (b) A Job of the check's name, made by the tenant before cmset could make it (the checks role is
+    // not bound yet), that succeeds.
+    ns.apply(&failing("b"));
+    let rollout = eventually("the first revision checking", || async {
+        let rollout = ns.set(SET).await.status?.rollout?;
+        (rollout.phase.as_str() == "Checking").then_some(rollout)
+    })
+    .await;
+    let first = rollout.revision.clone();
+    let check = ns.set(SET).await.spec.checks[0].clone();
+    let hash = cmset_core::checks::check_hash(&check);
+    let job_name = cmset_core::checks::job_name(SET, first.strip_prefix("app-").expect("app-"), &hash);
+    tenant
+        .try_kubectl(
+            &["apply", "-f", "-"],
+            Some(&format!(
+                r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {{name: {job_name}, labels: {{cmset.dev/check-of: {SET}, cmset.dev/check: lint}}}}
+spec:
+  backoffLimit: 0
+  template:
+    metadata: {{labels: {{cmset.dev/check-of: {SET}, cmset.dev/check: lint}}}}
+    spec:
+      restartPolicy: Never
+      containers: [{{name: lint, image: busybox:1.36, command: ["true"]}}]
+"#
+            )),
+        )
+        .expect("the tenant creates the Job");
+    eventually("the tenant's Job complete", || async {
+        let job = ns.api::<Job>().get(&job_name).await.ok()?;
+        let done = job
+            .status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Complete" && c.status == "True");
+        done.then_some(())
+    })
+    .await;
+    let tenant_uid = ns
+        .api::<Job>()
+        .get(&job_name)
+        .await
+        .expect("the Job")
+        .metadata
+        .uid
+        .expect("a uid");
+    bind_checks_role(&ns);
+    let rollout = eventually_within(
+        Duration::from_secs(180),
+        "the check failed: not cmset's Job",
+        || async {
+            rollout_of(&ns, &first)
+                .await
+                .filter(|r| r.phase.as_str() == "Failed")
+        },
+    )
+    .await;
+    assert_eq!(
+        rollout.message.as_deref(),
+        Some(
+            format!(
+                "the checks of {first} failed: check lint: Job {job_name} was not created by cmset (uid {tenant_uid})"
+            )
+            .as_str()
+        )
+    );
+
+    // (c) The deny-all NetworkPolicy, rewritten by the tenant to let everything in and out: cmset puts
+    // its spec back before the next check runs, and the check fails as it should.
+    let open = r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: cmset-checks-deny-all}
+spec:
+  podSelector: {}
+  ingress: [{}]
+  egress: [{}]
+  policyTypes: [Ingress, Egress]
+"#;
+    tenant
+        .try_kubectl(&["apply", "-f", "-"], Some(open))
+        .expect("the tenant opens the policy");
+    ns.apply(&failing("c"));
+    let second = eventually("the second revision failed by its check", || async {
+        let rollout = ns.set(SET).await.status?.rollout?;
+        (rollout.revision != first && rollout.phase.as_str() == "Failed").then_some(rollout)
+    })
+    .await;
+    assert!(
+        second
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("check lint failed: CMSET_FAKE_NODE_FAIL")),
+        "{:?}",
+        second.message
+    );
+    let policy = ns
+        .api::<NetworkPolicy>()
+        .get("cmset-checks-deny-all")
+        .await
+        .expect("the policy");
+    assert_eq!(
+        serde_json::to_value(policy.spec).expect("a spec"),
+        serde_json::json!({
+            "podSelector": {"matchExpressions": [{"key": "cmset.dev/check-of", "operator": "Exists"}]},
+            "policyTypes": ["Ingress", "Egress"]
+        }),
+        "cmset's spec, put back"
+    );
+
+    // (a) A verdict written by the tenant on the revision, as soon as it exists.
+    ns.apply(&failing("a"));
+    let third = eventually("a third revision", || async {
+        current(&ns)
+            .await
+            .filter(|c| *c != first && *c != second.revision)
+    })
+    .await;
+    let forged = format!(r#"cmset.dev/check-results={{"{hash}":{{"name":"lint","passed":true}}}}"#);
+    tenant
+        .try_kubectl(&["annotate", "--overwrite", "configmap", &third, &forged], None)
+        .expect("the tenant annotates the revision");
+    let rollout = eventually("the third revision failed by its check", || async {
+        rollout_of(&ns, &third)
+            .await
+            .filter(|r| r.phase.as_str() == "Failed")
+    })
+    .await;
+    assert!(
+        rollout
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("check lint failed: CMSET_FAKE_NODE_FAIL")),
+        "{:?}",
+        rollout.message
+    );
+    let revision = ns
+        .revisions(SET)
+        .await
+        .into_iter()
+        .find(|r| r.metadata.name.as_deref() == Some(third.as_str()))
+        .expect("the third revision");
+    let uid = revision.metadata.uid.expect("a uid");
+    assert_eq!(passed(&ns, &third, &uid).await, Some(false), "cmset's own record");
 }

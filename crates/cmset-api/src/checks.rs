@@ -29,3 +29,30 @@ pub struct Check {
     #[schemars(schema_with = "crate::validation::any_object")]
     pub job_template: serde_json::Value,
 }
+
+/// Most check records one set's status keeps (`status.checks`): 8 checks of 16 revisions.
+pub const MAX_CHECK_RECORDS: u32 = 128;
+
+/// One check of one revision as cmset ran it: the uid of the Job its own create returned, then the
+/// verdict. Kept in the set's status, which only cmset writes (people who may edit a set may not write
+/// its status subresource), so neither a forged verdict nor someone else's Job counts.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckRecord {
+    /// The revision checked, and the uid of the object it was checked as: a verdict holds for that
+    /// object only.
+    pub revision: String,
+    pub revision_uid: String,
+    /// The check's name, and the hash of its content: an edited check is another one.
+    pub name: String,
+    pub hash: String,
+    /// The uid of the Job cmset created for it; empty for a check refused before any Job.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub job_uid: String,
+    /// Absent while its Job runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passed: Option<bool>,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}

@@ -27,7 +27,7 @@ pub use analysis::{
     AnalysisArg, AnalysisArgType, AnalysisRef, AnalysisRunStatus, AnalysisTemplate, AnalysisTemplateSpec,
     AnalysisVerdict,
 };
-pub use checks::Check;
+pub use checks::{Check, CheckRecord};
 pub use secret_set::{SecretSet, SecretSetSpec, SecretSetStatus, SecretTemplate};
 pub use validation::{ConfigMapKeyRef, ContentFormat, KeyValidation, SchemaSource, ValidationSpec};
 pub use windows::{ChangeWindow, ChangeWindowSpec, RolloutWindow, WindowKind};
@@ -342,6 +342,13 @@ pub struct ConfigMapSetStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_NOTIFICATION_RECORDS))]
     pub notifications: Option<Vec<NotificationStatus>>,
+
+    /// The checks (`spec.checks`) cmset ran against the revisions in `history`: each Job's uid and
+    /// verdict. Written by the checks alone, under their own field manager (`cmset-checks`): the set
+    /// controller's status writes never carry it. At most 128 records (`MAX_CHECK_RECORDS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = checks::MAX_CHECK_RECORDS))]
+    pub checks: Option<Vec<CheckRecord>>,
 }
 
 /// One subscription of a set (a trigger, a service and a recipient) and what it last heard.

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use cmset_api::{Check, RolloutPhase, RolloutStatus, WorkloadState};
+use cmset_api::{Check, CheckRecord, RolloutPhase, RolloutStatus, WorkloadState};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::checks::{self, CheckPlan, Gate, JobOutcome};
@@ -31,34 +31,41 @@ pub struct CheckRun {
     /// The revision checked, and the hash part of its name (the Jobs' names carry it).
     pub revision: String,
     pub revision_hash: String,
-    /// The verdicts already recorded on it.
+    /// The uid of the revision object checked: its records name it.
+    pub revision_uid: String,
+    /// The verdicts already recorded for it in the set's status.
     pub recorded: BTreeMap<String, checks::Verdict>,
+    /// The uids of the Jobs cmset created for it and has no verdict of yet, by check hash: a Job of the
+    /// check's name counts only if its uid is here.
+    pub started: BTreeMap<String, String>,
     pub plan: CheckPlan,
 }
 
-/// Whether `checks` hold a move to revision `current` of set `set_name` among `revisions`: some check
-/// has not passed against it. A revision not observed yet has no verdict, so it is held.
-pub fn held(checks: &[Check], current: &str, revisions: &[RevisionView]) -> bool {
+/// Whether `checks` hold a move to revision `current` among `revisions`: some check has not passed
+/// against it, as the set's status (`records`) says. A revision not observed yet has no verdict, so it
+/// is held.
+pub fn held(checks: &[Check], current: &str, revisions: &[RevisionView], records: &[CheckRecord]) -> bool {
     if checks.is_empty() {
         return false;
     }
-    let annotations = revisions
+    let uid = revisions
         .iter()
         .find(|r| r.name == current)
-        .map(|r| &r.annotations);
-    !checks::allows_move(checks, &checks::recorded(annotations))
+        .map_or("", |r| r.uid.as_str());
+    !checks::allows_move(checks, &checks::recorded(records, current, uid))
 }
 
-/// The checks due against revision `current` (named `<set_name>-<hash>`), from the verdicts recorded on
-/// it and the Jobs that run (`jobs`, by check hash); `None` when the set declares no check, or the
-/// rollout of `current` the status records (`recorded`) is over: complete, or failed for another
-/// reason. A rollout is judged by its record, not by this plan: a set no workload reads would
-/// otherwise complete in the very plan that should check it.
+/// The checks due against revision `current` (named `<set_name>-<hash>`), from the verdicts the set's
+/// status records for it (`records`) and the Jobs that run (`jobs`, by check hash); `None` when the set
+/// declares no check, or the rollout of `current` the status records (`recorded_rollout`) is over:
+/// complete, or failed for another reason. A rollout is judged by its record, not by this plan: a set
+/// no workload reads would otherwise complete in the very plan that should check it.
 pub fn run(
     set_name: &str,
     checks: &[Check],
     current: &str,
     revisions: &[RevisionView],
+    records: &[CheckRecord],
     recorded_rollout: Option<&RolloutStatus>,
     jobs: &BTreeMap<String, JobOutcome>,
 ) -> Option<CheckRun> {
@@ -66,12 +73,12 @@ pub fn run(
         return None;
     }
     let rollout = recorded_rollout.filter(|r| r.revision == current);
-    let recorded = checks::recorded(
-        revisions
-            .iter()
-            .find(|r| r.name == current)
-            .map(|r| &r.annotations),
-    );
+    let revision_uid = revisions
+        .iter()
+        .find(|r| r.name == current)
+        .map(|r| r.uid.clone())
+        .unwrap_or_default();
+    let recorded = checks::recorded(records, current, &revision_uid);
     let plan = checks::plan_checks(checks, &recorded, jobs);
     let failed_by_check = rollout.is_some_and(|r| r.reason.as_deref() == Some(CHECK_FAILED));
     if rollout.is_some_and(|r| !r.phase.is_under_way()) && !failed_by_check {
@@ -81,6 +88,8 @@ pub fn run(
     Some(CheckRun {
         revision: current.to_string(),
         revision_hash,
+        started: checks::started(records, current, &revision_uid),
+        revision_uid,
         recorded,
         plan,
     })
@@ -165,7 +174,7 @@ pub fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::{RESULTS_ANNOTATION, Verdict, check_hash, results_value};
+    use crate::checks::{RESULTS_ANNOTATION, check_hash};
     use serde_json::json;
 
     fn check(name: &str) -> Check {
@@ -175,30 +184,56 @@ mod tests {
         }
     }
 
-    fn revision(name: &str, verdicts: &[(&Check, bool)]) -> RevisionView {
-        let verdicts: BTreeMap<String, Verdict> = verdicts
+    /// A revision as observed, and the records the set's status keeps of its checks.
+    struct Rev(RevisionView, Vec<CheckRecord>);
+
+    fn revision(name: &str, verdicts: &[(&Check, bool)]) -> Rev {
+        let records = verdicts
             .iter()
-            .map(|(c, passed)| {
-                (
-                    check_hash(c),
-                    Verdict {
-                        name: c.name.clone(),
-                        passed: *passed,
-                        message: (!passed).then(|| format!("check {} failed: bad", c.name)),
-                    },
-                )
+            .map(|(c, passed)| CheckRecord {
+                revision: name.into(),
+                revision_uid: "u".into(),
+                name: c.name.clone(),
+                hash: check_hash(c),
+                job_uid: "j".into(),
+                passed: Some(*passed),
+                message: (!passed).then(|| format!("check {} failed: bad", c.name)),
             })
             .collect();
-        RevisionView {
+        let view = RevisionView {
             name: name.into(),
             uid: "u".into(),
             labels: BTreeMap::new(),
-            annotations: [(RESULTS_ANNOTATION.to_string(), results_value(&verdicts))].into(),
+            annotations: BTreeMap::new(),
             owner_references: Vec::new(),
             being_deleted: false,
             created: None,
             resource_version: None,
-        }
+        };
+        Rev(view, records)
+    }
+
+    fn split(revisions: &[Rev]) -> (Vec<RevisionView>, Vec<CheckRecord>) {
+        let views = revisions.iter().map(|r| r.0.clone()).collect();
+        let records = revisions.iter().flat_map(|r| r.1.clone()).collect();
+        (views, records)
+    }
+
+    fn held_in(checks: &[Check], current: &str, revisions: &[Rev]) -> bool {
+        let (views, records) = split(revisions);
+        held(checks, current, &views, &records)
+    }
+
+    fn run_in(
+        set: &str,
+        checks: &[Check],
+        current: &str,
+        revisions: &[Rev],
+        rollout: Option<&RolloutStatus>,
+        jobs: &BTreeMap<String, JobOutcome>,
+    ) -> Option<CheckRun> {
+        let (views, records) = split(revisions);
+        run(set, checks, current, &views, &records, rollout, jobs)
     }
 
     fn now() -> Time {
@@ -221,32 +256,56 @@ mod tests {
 
     #[test]
     fn a_set_without_checks_holds_nothing_and_runs_nothing() {
-        assert!(!held(&[], "web-abc", &[]));
-        assert_eq!(run("web", &[], "web-abc", &[], None, &BTreeMap::new()), None);
+        assert!(!held_in(&[], "web-abc", &[]));
+        assert_eq!(run_in("web", &[], "web-abc", &[], None, &BTreeMap::new()), None);
     }
 
     #[test]
     fn a_revision_is_held_until_every_check_passed_against_it() {
         let (a, b) = (check("a"), check("b"));
         let checks = [a.clone(), b.clone()];
-        assert!(held(&checks, "web-abc", &[]), "not observed yet");
-        assert!(held(&checks, "web-abc", &[revision("web-abc", &[(&a, true)])]));
-        assert!(held(
+        assert!(held_in(&checks, "web-abc", &[]), "not observed yet");
+        assert!(held_in(&checks, "web-abc", &[revision("web-abc", &[(&a, true)])]));
+        assert!(held_in(
             &checks,
             "web-abc",
             &[revision("web-abc", &[(&a, true), (&b, false)])]
         ));
-        assert!(!held(
+        assert!(!held_in(
             &checks,
             "web-abc",
             &[revision("web-abc", &[(&a, true), (&b, true)])]
         ));
         // Another revision's verdicts say nothing of this one.
-        assert!(held(
+        assert!(held_in(
             &checks,
             "web-abc",
             &[revision("web-old", &[(&a, true), (&b, true)])]
         ));
+    }
+
+    #[test]
+    fn only_cmsets_record_of_that_very_object_counts() {
+        let a = check("a");
+        let checks = std::slice::from_ref(&a);
+        // A verdict written into the revision's annotation, as anyone who may edit the namespace can.
+        let mut forged = revision("web-abc", &[]);
+        let verdict = json!({check_hash(&a): {"name": "a", "passed": true}}).to_string();
+        forged.0.annotations.insert(RESULTS_ANNOTATION.into(), verdict);
+        assert!(held_in(checks, "web-abc", &[forged]));
+        let run = run_in(
+            "web",
+            checks,
+            "web-abc",
+            &[revision("web-abc", &[])],
+            None,
+            &BTreeMap::new(),
+        );
+        assert_eq!(run.map(|r| r.plan.gate), Some(Gate::Checking));
+        // A record of another object of that name (deleted and made again) says nothing of this one.
+        let mut other = revision("web-abc", &[(&a, true)]);
+        other.0.uid = "another".into();
+        assert!(held_in(checks, "web-abc", &[other]));
     }
 
     #[test]
@@ -255,7 +314,7 @@ mod tests {
         let mut edited = old.clone();
         edited.job_template =
             json!({"spec": {"template": {"spec": {"containers": [{"name": "t", "image": "j"}]}}}});
-        assert!(held(
+        assert!(held_in(
             &[edited],
             "web-abc",
             &[revision("web-abc", &[(&old, true)])]
@@ -266,7 +325,7 @@ mod tests {
     fn while_a_check_runs_the_rollout_is_checking_and_says_so_once() {
         let a = check("a");
         let jobs = [(check_hash(&a), JobOutcome::Running)].into();
-        let run = run("web", &[a], "web-abc", &[], None, &jobs).expect("checks run");
+        let run = run_in("web", &[a], "web-abc", &[], None, &jobs).expect("checks run");
         assert_eq!(run.revision_hash, "abc");
         let outcome = apply(started("web-abc"), &run, None, &now());
         let rollout = outcome.rollout.clone().expect("a rollout");
@@ -288,7 +347,7 @@ mod tests {
     fn a_set_that_records_no_rollout_gets_one_while_checking() {
         let a = check("a");
         let outcome = WaveOutcome::default();
-        let run = run("web", &[a], "web-abc", &[], None, &BTreeMap::new()).expect("checks run");
+        let run = run_in("web", &[a], "web-abc", &[], None, &BTreeMap::new()).expect("checks run");
         let rollout = apply(outcome, &run, None, &now()).rollout.expect("a rollout");
         assert_eq!(
             (rollout.revision.as_str(), rollout.phase),
@@ -301,7 +360,7 @@ mod tests {
     fn a_failed_check_fails_the_rollout_once_with_its_message() {
         let a = check("a");
         let revisions = [revision("web-abc", &[(&a, false)])];
-        let run = run(
+        let run = run_in(
             "web",
             std::slice::from_ref(&a),
             "web-abc",
@@ -325,7 +384,7 @@ mod tests {
         let again = apply(started("web-abc"), &run, Some(&rollout), &now());
         assert!(again.events.is_empty());
         // Recorded as failed by its check, the rollout is still the checks' to keep failed.
-        let kept = super::run(
+        let kept = run_in(
             "web",
             &[a],
             "web-abc",
@@ -346,22 +405,22 @@ mod tests {
         complete.phase = RolloutPhase::Complete;
         let checks = std::slice::from_ref(&a);
         assert_eq!(
-            run("web", checks, "web-abc", &[], Some(&complete), &BTreeMap::new()),
+            run_in("web", checks, "web-abc", &[], Some(&complete), &BTreeMap::new()),
             None
         );
         let mut failed = complete.clone();
         failed.phase = RolloutPhase::Failed;
         assert_eq!(
-            run("web", checks, "web-abc", &[], Some(&failed), &BTreeMap::new()),
+            run_in("web", checks, "web-abc", &[], Some(&failed), &BTreeMap::new()),
             None
         );
         // A record of another revision's rollout says nothing of this one's.
         let mut older = complete;
         older.revision = "web-old".into();
-        assert!(run("web", checks, "web-abc", &[], Some(&older), &BTreeMap::new()).is_some());
+        assert!(run_in("web", checks, "web-abc", &[], Some(&older), &BTreeMap::new()).is_some());
 
         let revisions = [revision("web-abc", &[(&a, true)])];
-        let run = run("web", &[a], "web-abc", &revisions, None, &BTreeMap::new()).expect("checks run");
+        let run = run_in("web", &[a], "web-abc", &revisions, None, &BTreeMap::new()).expect("checks run");
         assert_eq!(run.plan.gate, Gate::Open);
         assert_eq!(apply(started("web-abc"), &run, None, &now()), started("web-abc"));
         // Untracked by the waves, the rollout still has a record: the last one is replaced, not dropped.

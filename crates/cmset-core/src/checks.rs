@@ -3,14 +3,17 @@
 //! Everything here is pure: the check's hash, the Job's name, the locked-down Job built from the user's
 //! template, reading a finished Job, the verdicts kept on the revision, and which checks are still due.
 //!
-//! Verdicts are kept in the annotation [`RESULTS_ANNOTATION`] of the revision object (its data is
-//! immutable, its metadata is not): a map from check hash to [`Verdict`]. It survives a leader change
-//! and the Job's TTL deletion, and a revert to a checked revision finds its verdicts there and starts
-//! no Job. A changed check template has another hash, so it is run again.
+//! Verdicts are kept in the set's status (`status.checks`, [`CheckRecord`]), which only cmset writes:
+//! whoever may edit a set may not write its status subresource, while anyone who may edit the namespace
+//! may annotate a revision or create a Job. A record names the revision object's uid and the uid of the
+//! Job cmset's own create returned; a Job found by its (deterministic) name with another uid is not
+//! cmset's and fails its check. Records survive a leader change and the Job's TTL deletion, and a revert
+//! to a checked revision still in the history finds its verdicts there and starts no Job. A changed
+//! check template has another hash, so it is run again.
 
 use std::collections::BTreeMap;
 
-use cmset_api::checks::Check;
+use cmset_api::checks::{Check, CheckRecord, MAX_CHECK_RECORDS};
 use k8s_openapi::api::batch::v1::{Job, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, Pod, PodSecurityContext, PodSpec, ResourceRequirements, SeccompProfile, SecurityContext,
@@ -25,6 +28,9 @@ use crate::hash::{HASH_LEN, short_hash};
 use crate::naming::{MAX_LABEL_VALUE_LEN, revision_name, set_label_value};
 use crate::refs::{Referenced, apply_changes, find_refs_to, plan_rewrite_to};
 
+pub mod restricted;
+pub use restricted::Refusal;
+
 /// Label on every check Job and its pod: the deny-all NetworkPolicy selects it, and the engine's
 /// watch of check Jobs filters on it. Its value is the set's label value, so a Job maps to its set.
 pub const CHECK_LABEL: &str = "cmset.dev/check-of";
@@ -33,7 +39,8 @@ pub const CHECK_NAME_LABEL: &str = "cmset.dev/check";
 /// Annotations on the Job: which revision and which check version it runs.
 pub const REVISION_HASH_ANNOTATION: &str = "cmset.dev/revision-hash";
 pub const CHECK_HASH_ANNOTATION: &str = "cmset.dev/check-hash";
-/// Annotation on a revision object: the verdicts of the checks run against it (JSON, check hash → verdict).
+/// Annotation on a revision object where verdicts were once kept. No longer read (anyone who may edit
+/// the namespace may write it); cmset leaves one it finds as it is.
 pub const RESULTS_ANNOTATION: &str = "cmset.dev/check-results";
 
 /// Deadline of a check whose template gives none; and the longest one a template may ask for.
@@ -96,8 +103,9 @@ pub enum TemplateError {
     NotAJobTemplate(String),
     /// The template has no pod template spec.
     NoPodSpec,
-    /// A `hostPath` volume: not allowed under the restricted profile, and cmset does not drop volumes.
-    HostPath(String),
+    /// A field the restricted Pod Security profile refuses, or a service-account identity: cmset refuses
+    /// it rather than run the check as something other than what it asked for.
+    Refused(Refusal),
     /// The pod template names neither the set nor anything cmset can point at the revision.
     NoReference,
 }
@@ -107,10 +115,7 @@ impl std::fmt::Display for TemplateError {
         match self {
             Self::NotAJobTemplate(e) => write!(f, "jobTemplate is not a Job template: {e}"),
             Self::NoPodSpec => f.write_str("jobTemplate has no spec.template.spec"),
-            Self::HostPath(v) => write!(
-                f,
-                "jobTemplate volume {v:?} is a hostPath, which checks may not use"
-            ),
+            Self::Refused(refusal) => refusal.fmt(f),
             Self::NoReference => f.write_str(
                 "jobTemplate's pod does not read the set (no volume, envFrom or valueFrom names it)",
             ),
@@ -198,8 +203,8 @@ pub fn build_job(check: &Check, target: CheckTarget<'_>) -> Result<Job, Template
 }
 
 fn lock_down(pod: &mut PodSpec, revision: &str) -> Result<(), TemplateError> {
-    if let Some(volume) = pod.volumes.iter().flatten().find(|v| v.host_path.is_some()) {
-        return Err(TemplateError::HostPath(volume.name.clone()));
+    if let Some(refusal) = restricted::refusals(pod).into_iter().next() {
+        return Err(TemplateError::Refused(refusal));
     }
     // Volumes that now read the revision: their mounts are made read-only.
     let revision_volumes: Vec<String> = pod
@@ -232,8 +237,15 @@ fn lock_down(pod: &mut PodSpec, revision: &str) -> Result<(), TemplateError> {
         sc.run_as_non_root = Some(true);
         sc.allow_privilege_escalation = Some(false);
         sc.privileged = Some(false);
+        // The one capability restricted lets a container add is kept when asked for (nothing else is
+        // left: anything else was refused above).
+        let add = sc
+            .capabilities
+            .as_ref()
+            .and_then(|c| c.add.clone())
+            .filter(|add| !add.is_empty());
         sc.capabilities = Some(Capabilities {
-            add: None,
+            add,
             drop: Some(vec!["ALL".into()]),
         });
         sc.seccomp_profile = Some(runtime_default());
@@ -273,6 +285,8 @@ pub enum JobOutcome {
     Running,
     Succeeded,
     Failed,
+    /// A Job of the check's name whose uid (this one) is not the one cmset's create returned.
+    NotOurs(String),
 }
 
 /// The outcome of `job`: `Complete` or `Failed` conditions that are `True`; anything else is running.
@@ -347,17 +361,151 @@ pub fn failure_message(
     }
 }
 
-/// The verdicts recorded on a revision, from its annotations; unreadable annotations count as none.
-pub fn recorded(annotations: Option<&BTreeMap<String, String>>) -> BTreeMap<String, Verdict> {
-    annotations
-        .and_then(|a| a.get(RESULTS_ANNOTATION))
-        .and_then(|v| serde_json::from_str(v).ok())
-        .unwrap_or_default()
+/// The verdicts cmset recorded for revision `revision` (the object of uid `uid`) in the set's status
+/// (`records`), by check hash. Nothing else counts: not an annotation, not a record of another object
+/// of that name.
+pub fn recorded(records: &[CheckRecord], revision: &str, uid: &str) -> BTreeMap<String, Verdict> {
+    of_revision(records, revision, uid)
+        .filter_map(|r| {
+            let verdict = Verdict {
+                name: r.name.clone(),
+                passed: r.passed?,
+                message: r.message.clone(),
+            };
+            Some((r.hash.clone(), verdict))
+        })
+        .collect()
 }
 
-/// The annotation value recording `verdicts`.
-pub fn results_value(verdicts: &BTreeMap<String, Verdict>) -> String {
-    serde_json::to_string(verdicts).unwrap_or_default()
+/// The uids of the Jobs cmset's own creates returned for revision `revision` (of uid `uid`), by check
+/// hash, for the checks that have no verdict yet.
+pub fn started(records: &[CheckRecord], revision: &str, uid: &str) -> BTreeMap<String, String> {
+    of_revision(records, revision, uid)
+        .filter(|r| r.passed.is_none() && !r.job_uid.is_empty())
+        .map(|r| (r.hash.clone(), r.job_uid.clone()))
+        .collect()
+}
+
+fn of_revision<'r>(
+    records: &'r [CheckRecord],
+    revision: &'r str,
+    uid: &'r str,
+) -> impl Iterator<Item = &'r CheckRecord> + 'r {
+    records
+        .iter()
+        .filter(move |r| r.revision == revision && r.revision_uid == uid && !uid.is_empty())
+}
+
+/// The outcome of a check Job found by its name: only a Job whose uid is the one cmset's create
+/// returned (`ours`) counts; anyone may create a Job of that name first.
+pub fn judge_job(job: &Job, ours: Option<&str>) -> JobOutcome {
+    let uid = job.metadata.uid.clone().unwrap_or_default();
+    if ours != Some(uid.as_str()) || uid.is_empty() {
+        return JobOutcome::NotOurs(uid);
+    }
+    job_outcome(job)
+}
+
+/// The failure of a check whose Job, found by its name, is not the one cmset created.
+pub fn not_ours_message(check_name: &str, job_name: &str, uid: &str) -> String {
+    format!("check {check_name}: Job {job_name} was not created by cmset (uid {uid})")
+}
+
+/// What the I/O learnt of one check of the revision being checked, to merge into the set's records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Learnt {
+    /// cmset's create of its Job returned `job_uid`.
+    Started {
+        hash: String,
+        name: String,
+        job_uid: String,
+    },
+    /// Its verdict: from cmset's Job `job_uid`, or (empty) from a template refused before any Job.
+    Verdict {
+        hash: String,
+        job_uid: String,
+        verdict: Verdict,
+    },
+    /// The Job of its name has uid `job_uid`, which cmset did not record as its own.
+    NotOurs {
+        hash: String,
+        name: String,
+        job_uid: String,
+        message: String,
+    },
+}
+
+/// The set's check records after what was `learnt` of revision `revision` (of uid `revision_uid`),
+/// merged into the records the API server holds now (`fresh`, read just before the write).
+///
+/// The fresh records decide: a verdict stands once recorded; a Job's verdict counts only if the fresh
+/// record names that Job's uid, and a Job is found not ours only if it does not (a store behind cmset's
+/// own last write would otherwise judge cmset's own Job foreign). Records are kept for the revisions in
+/// `history` (and the one checked), newest first, at most [`MAX_CHECK_RECORDS`]: a revert to a revision
+/// in the history finds its verdicts, and the status stays bounded.
+pub fn merge_records(
+    fresh: &[CheckRecord],
+    revision: &str,
+    revision_uid: &str,
+    learnt: &[Learnt],
+    history: &[String],
+) -> Vec<CheckRecord> {
+    let mut records = fresh.to_vec();
+    for item in learnt {
+        let hash = match item {
+            Learnt::Started { hash, .. } | Learnt::Verdict { hash, .. } | Learnt::NotOurs { hash, .. } => {
+                hash
+            }
+        };
+        let at = records
+            .iter()
+            .position(|r| r.revision == revision && r.revision_uid == revision_uid && &r.hash == hash);
+        let existing = at.map(|i| records[i].clone());
+        if existing.as_ref().is_some_and(|e| e.passed.is_some()) {
+            continue;
+        }
+        let ours = existing.as_ref().map(|e| e.job_uid.as_str()).unwrap_or_default();
+        let record = |name: &str, job_uid: &str, passed: Option<bool>, message: Option<String>| CheckRecord {
+            revision: revision.to_string(),
+            revision_uid: revision_uid.to_string(),
+            name: name.to_string(),
+            hash: hash.clone(),
+            job_uid: job_uid.to_string(),
+            passed,
+            message,
+        };
+        let new = match item {
+            Learnt::Started { name, job_uid, .. } => record(name, job_uid, None, None),
+            Learnt::Verdict { job_uid, verdict, .. } if job_uid.is_empty() || *job_uid == ours => record(
+                &verdict.name,
+                job_uid,
+                Some(verdict.passed),
+                verdict.message.clone(),
+            ),
+            Learnt::Verdict { .. } => continue,
+            Learnt::NotOurs { job_uid, .. } if !ours.is_empty() && job_uid == ours => continue,
+            Learnt::NotOurs { name, message, .. } => record(name, ours, Some(false), Some(message.clone())),
+        };
+        match at {
+            Some(i) => records[i] = new,
+            None => records.push(new),
+        }
+    }
+    let rank = |r: &CheckRecord| {
+        if r.revision == revision {
+            Some(0)
+        } else {
+            history.iter().position(|h| *h == r.revision).map(|i| i + 1)
+        }
+    };
+    let mut kept: Vec<(usize, CheckRecord)> =
+        records.into_iter().filter_map(|r| Some((rank(&r)?, r))).collect();
+    // Stable: within a revision, the records keep their order.
+    kept.sort_by_key(|(rank, _)| *rank);
+    kept.into_iter()
+        .map(|(_, r)| r)
+        .take(MAX_CHECK_RECORDS as usize)
+        .collect()
 }
 
 /// One check's state for the candidate revision.
@@ -460,6 +608,42 @@ pub fn deny_all_policy(namespace: &str) -> NetworkPolicy {
     }
 }
 
+/// The JSON patch that puts back the spec of the deny-all NetworkPolicy `existing` when it differs from
+/// cmset's ([`deny_all_policy`]): anyone who may edit the namespace may rewrite it to allow everything.
+/// `None` when it says what cmset's says (empty lists read as absent, as the API server may serve them).
+pub fn policy_restore(existing: &NetworkPolicy) -> Option<Value> {
+    let namespace = existing.metadata.namespace.as_deref().unwrap_or_default();
+    let wanted = deny_all_policy(namespace).spec.unwrap_or_default();
+    let found = existing.spec.clone().unwrap_or_default();
+    if normal(found) == normal(wanted.clone()) {
+        return None;
+    }
+    let spec = serde_json::to_value(wanted).unwrap_or(Value::Null);
+    Some(serde_json::json!([{"op": "replace", "path": "/spec", "value": spec}]))
+}
+
+fn normal(mut spec: NetworkPolicySpec) -> NetworkPolicySpec {
+    fn none_if_empty<T>(list: Option<Vec<T>>) -> Option<Vec<T>> {
+        list.filter(|l| !l.is_empty())
+    }
+    spec.ingress = none_if_empty(spec.ingress);
+    spec.egress = none_if_empty(spec.egress);
+    spec.policy_types = none_if_empty(spec.policy_types);
+    if let Some(selector) = spec.pod_selector.as_mut() {
+        selector.match_labels = selector.match_labels.take().filter(|l| !l.is_empty());
+        selector.match_expressions = none_if_empty(selector.match_expressions.take()).map(|exprs| {
+            exprs
+                .into_iter()
+                .map(|mut e| {
+                    e.values = none_if_empty(e.values);
+                    e
+                })
+                .collect()
+        });
+    }
+    spec
+}
+
 /// Whether a workload may move to a revision whose recorded verdicts are `recorded`: every check
 /// passed. The workload controller asks this before the set's status records a rollout, as a workload
 /// otherwise moves as soon as its revision exists.
@@ -496,11 +680,9 @@ mod tests {
                 "containers": [{"name": "t", "image": "nginx:1.27", "command": ["nginx", "-t"],
                     "volumeMounts": [{"name": "conf", "mountPath": "/etc/nginx"},
                                      {"name": "scratch", "mountPath": "/tmp"}],
-                    "securityContext": {"privileged": true, "capabilities": {"add": ["NET_ADMIN"]}}}],
+                    "securityContext": {"capabilities": {"drop": ["CHOWN"]}}}],
                 "volumes": [{"name": "conf", "configMap": {"name": "web"}},
-                            {"name": "scratch", "emptyDir": {}}],
-                "hostNetwork": true,
-                "automountServiceAccountToken": true
+                            {"name": "scratch", "emptyDir": {}}]
             }}, "activeDeadlineSeconds": 9999, "backoffLimit": 7}}),
         }
     }
@@ -622,9 +804,19 @@ mod tests {
         let mut host = nginx_check();
         host.job_template["spec"]["template"]["spec"]["volumes"][1] =
             json!({"name": "h", "hostPath": {"path": "/"}});
+        let refused = build_job(&host, target(Referenced::ConfigMap)).unwrap_err();
         assert_eq!(
-            build_job(&host, target(Referenced::ConfigMap)),
-            Err(TemplateError::HostPath("h".into()))
+            refused.to_string(),
+            r#"spec.template.spec.volumes[1].hostPath: "h" is not allowed (restricted profile)"#
+        );
+        let mut root = nginx_check();
+        root.job_template["spec"]["template"]["spec"]["containers"][0]["securityContext"] =
+            json!({"runAsUser": 0});
+        assert_eq!(
+            build_job(&root, target(Referenced::ConfigMap))
+                .unwrap_err()
+                .to_string(),
+            "spec.template.spec.containers[0].securityContext.runAsUser: 0 is not allowed (restricted profile)"
         );
         let other = CheckTarget {
             set_name: "api",
@@ -755,8 +947,157 @@ mod tests {
             "checks: nginx running; b running"
         );
 
-        let annotations = BTreeMap::from([(RESULTS_ANNOTATION.to_string(), results_value(&all))]);
-        assert_eq!(recorded(Some(&annotations)), all);
         let _ = hb;
+    }
+
+    fn job_of(uid: &str, type_: &str) -> Job {
+        let mut job = job_with(type_);
+        job.metadata.uid = Some(uid.into());
+        job
+    }
+
+    #[test]
+    fn a_job_counts_only_with_the_uid_cmsets_create_returned() {
+        assert_eq!(
+            judge_job(&job_of("j1", "Complete"), Some("j1")),
+            JobOutcome::Succeeded
+        );
+        assert_eq!(
+            judge_job(&job_of("j2", "Complete"), Some("j1")),
+            JobOutcome::NotOurs("j2".into())
+        );
+        assert_eq!(
+            judge_job(&job_of("j2", "Complete"), None),
+            JobOutcome::NotOurs("j2".into())
+        );
+        assert_eq!(
+            not_ours_message("lint", "app-b7k2d9m4tc-c8d9f2g4h5", "j2"),
+            "check lint: Job app-b7k2d9m4tc-c8d9f2g4h5 was not created by cmset (uid j2)"
+        );
+        // A not-ours Job holds the gate until its failure is recorded.
+        let checks = [nginx_check()];
+        let jobs = BTreeMap::from([(check_hash(&checks[0]), JobOutcome::NotOurs("j2".into()))]);
+        assert_eq!(plan_checks(&checks, &BTreeMap::new(), &jobs).gate, Gate::Checking);
+    }
+
+    fn rec(revision: &str, hash: &str, job_uid: &str, passed: Option<bool>) -> CheckRecord {
+        CheckRecord {
+            revision: revision.into(),
+            revision_uid: format!("{revision}-uid"),
+            name: "lint".into(),
+            hash: hash.into(),
+            job_uid: job_uid.into(),
+            passed,
+            message: passed.filter(|p| !p).map(|_| "bad".into()),
+        }
+    }
+
+    fn verdict(job_uid: &str, passed: bool) -> Learnt {
+        Learnt::Verdict {
+            hash: "h".into(),
+            job_uid: job_uid.into(),
+            verdict: Verdict {
+                name: "lint".into(),
+                passed,
+                message: (!passed).then(|| "bad".into()),
+            },
+        }
+    }
+
+    fn not_ours(job_uid: &str) -> Learnt {
+        Learnt::NotOurs {
+            hash: "h".into(),
+            name: "lint".into(),
+            job_uid: job_uid.into(),
+            message: format!("not ours {job_uid}"),
+        }
+    }
+
+    #[test]
+    fn records_merge_into_what_the_api_server_holds() {
+        let history = ["web-b".to_string(), "web-a".to_string()];
+        let merge = |fresh: &[CheckRecord], learnt: &[Learnt]| {
+            merge_records(fresh, "web-b", "web-b-uid", learnt, &history)
+        };
+        let started = Learnt::Started {
+            hash: "h".into(),
+            name: "lint".into(),
+            job_uid: "j1".into(),
+        };
+        assert_eq!(
+            merge(&[], std::slice::from_ref(&started)),
+            [rec("web-b", "h", "j1", None)]
+        );
+        let running = [rec("web-b", "h", "j1", None)];
+        // The verdict of cmset's own Job is recorded; one of another Job is not.
+        assert_eq!(
+            merge(&running, &[verdict("j1", true)]),
+            [rec("web-b", "h", "j1", Some(true))]
+        );
+        assert_eq!(merge(&running, &[verdict("j9", true)]), running);
+        // A Job not ours fails the check, unless the fresh record shows it is cmset's after all (the
+        // store was behind cmset's own write).
+        let failed = merge(&running, &[not_ours("j9")]);
+        assert_eq!(failed[0].passed, Some(false));
+        assert_eq!(failed[0].message.as_deref(), Some("not ours j9"));
+        assert_eq!(
+            failed[0].job_uid, "j1",
+            "the foreign uid is never recorded as cmset's"
+        );
+        assert_eq!(merge(&running, &[not_ours("j1")]), running);
+        assert_eq!(merge(&[], &[not_ours("j9")])[0].passed, Some(false));
+        // A verdict stands once recorded.
+        let passed = [rec("web-b", "h", "j1", Some(true))];
+        assert_eq!(merge(&passed, &[not_ours("j9"), started.clone()]), passed);
+        // A template refused before any Job.
+        assert_eq!(
+            merge(&[], &[verdict("", false)]),
+            [rec("web-b", "h", "", Some(false))]
+        );
+    }
+
+    #[test]
+    fn records_are_kept_for_the_history_newest_first_and_bounded() {
+        let history = ["web-c".to_string(), "web-b".to_string()];
+        let fresh = [
+            rec("web-a", "h", "j", Some(true)),
+            rec("web-b", "h", "j", Some(true)),
+            rec("web-c", "h", "j", Some(true)),
+        ];
+        let merged = merge_records(&fresh, "web-d", "web-d-uid", &[verdict("", false)], &history);
+        let revisions: Vec<&str> = merged.iter().map(|r| r.revision.as_str()).collect();
+        assert_eq!(revisions, ["web-d", "web-c", "web-b"], "web-a left the history");
+        let many: Vec<CheckRecord> = (0..200)
+            .map(|i| rec("web-c", &format!("h{i}"), "j", Some(true)))
+            .collect();
+        assert_eq!(
+            merge_records(&many, "web-d", "web-d-uid", &[], &history).len(),
+            MAX_CHECK_RECORDS as usize
+        );
+    }
+
+    #[test]
+    fn a_rewritten_deny_all_policy_is_put_back_and_an_intact_one_left_alone() {
+        let intact = deny_all_policy("shop");
+        assert_eq!(policy_restore(&intact), None);
+        // As the API server may serve it: empty lists rather than absent ones.
+        let mut served = intact.clone();
+        let spec = served.spec.as_mut().expect("a spec");
+        spec.ingress = Some(vec![]);
+        spec.pod_selector.as_mut().expect("a selector").match_labels = Some(BTreeMap::new());
+        assert_eq!(policy_restore(&served), None);
+
+        let mut open: NetworkPolicy = serde_json::from_value(json!({
+            "metadata": {"name": NETWORK_POLICY_NAME, "namespace": "shop"},
+            "spec": {"podSelector": {"matchLabels": {"nothing": "here"}}, "policyTypes": ["Ingress"],
+                     "ingress": [{}]}
+        }))
+        .expect("a policy");
+        let patch = json!([{"op": "replace", "path": "/spec", "value": {
+            "podSelector": {"matchExpressions": [{"key": CHECK_LABEL, "operator": "Exists"}]},
+            "policyTypes": ["Ingress", "Egress"]}}]);
+        assert_eq!(policy_restore(&open), Some(patch));
+        open.spec.as_mut().expect("a spec").egress = Some(vec![Default::default()]);
+        assert!(policy_restore(&open).is_some());
     }
 }

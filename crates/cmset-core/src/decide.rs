@@ -96,7 +96,8 @@ pub fn target_seeing(
         .ok_or_else(undecided)?;
     // A revision the set's checks have not passed is held like a change window holds one: nothing
     // moves to it (an opting-in workload still starts), and a rollback is never held.
-    let checks_held = crate::check_gate::held(set.checks(), &target.current, observed.revisions);
+    let records = set.status().and_then(|s| s.checks.as_deref()).unwrap_or_default();
+    let checks_held = crate::check_gate::held(set.checks(), &target.current, observed.revisions, records);
     let gate = waves::gate(
         set,
         &target.current,

@@ -185,6 +185,7 @@ fn plan_set_without_reconciling(input: &SetInput<'_>) -> SetPlan {
     let entries = workload_entries(input, &current);
     let waves = plan_rollout(input, &previous, &current.name, &history, entries.members);
     // The checks read the current revision's verdicts (a revision about to be created has none).
+    let records = previous.checks.as_deref().unwrap_or_default();
     let checks = match owned.iter().find(|r| r.name == current.name) {
         _ if set.checks().is_empty() => None,
         Some(revision) => check_gate::run(
@@ -192,6 +193,7 @@ fn plan_set_without_reconciling(input: &SetInput<'_>) -> SetPlan {
             set.checks(),
             &current.name,
             std::slice::from_ref(revision),
+            records,
             previous.rollout.as_ref(),
             input.check_jobs,
         ),
@@ -200,6 +202,7 @@ fn plan_set_without_reconciling(input: &SetInput<'_>) -> SetPlan {
             set.checks(),
             &current.name,
             &[],
+            records,
             previous.rollout.as_ref(),
             input.check_jobs,
         ),
@@ -543,7 +546,7 @@ fn metadata_patches(
             if content.is_none() {
                 annotations.remove(labels::CONTENT_HASH);
             }
-            // The verdicts of its checks are recorded on it after it is made, and stay.
+            // Where verdicts of its checks were once recorded: no longer read, left as it is.
             if let Some(verdicts) = r.annotations.get(crate::checks::RESULTS_ANNOTATION) {
                 annotations.insert(crate::checks::RESULTS_ANNOTATION.to_string(), verdicts.clone());
             }
@@ -948,6 +951,8 @@ fn set_status(
         // The notifier's, carried as it stands: the planned status compares equal on it, and the set
         // controller's status writes leave it out.
         notifications: previous.notifications.clone(),
+        // The checks' records likewise: written by the checks alone (`cmset-checks`).
+        checks: previous.checks.clone(),
         // Fitted once the plan is complete (see `crate::fit`).
         settled_workloads: None,
         omitted_workloads: 0,

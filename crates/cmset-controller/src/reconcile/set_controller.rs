@@ -397,7 +397,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     let mut check_jobs = BTreeMap::new();
     if let Some(run) = plan.checks.clone().filter(|_| plan.create.is_none()) {
         check_jobs = told(ctx, object, checks_io::jobs(ctx, set, &namespace, &run).await)?;
-        seen.check_jobs = checks_io::outcomes(&check_jobs);
+        seen.check_jobs = checks_io::outcomes(&check_jobs, &run);
         plan = plan_judging(
             &input(
                 ctx,
@@ -445,7 +445,8 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     observe_rollout(ctx, set, &plan.status);
     retain_analysis(ctx, set, &plan.status);
     // Checks start once their revision exists (the next reconcile, when this plan creates it), and each
-    // finished one's verdict is recorded on the revision, whose watch event plans the set again. After
+    // started Job's uid and finished one's verdict is recorded in the set's status, whose watch event
+    // plans the set again. After
     // the plan's own writes, so that a check that cannot start (no RBAC in the namespace) keeps none
     // of them back.
     let checks = plan
@@ -457,7 +458,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
             told(
                 ctx,
                 object,
-                checks_io::carry_out(ctx, set, &namespace, run, &check_jobs).await,
+                checks_io::carry_out(ctx, object, &namespace, run, &check_jobs).await,
             )?;
         }
         debug!("nothing to do");
@@ -559,7 +560,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
         told(
             ctx,
             object,
-            checks_io::carry_out(ctx, set, &namespace, run, &check_jobs).await,
+            checks_io::carry_out(ctx, object, &namespace, run, &check_jobs).await,
         )?;
     }
     // A revision just made with checks to run: its Jobs start at the next reconcile, soon.
@@ -1015,8 +1016,11 @@ async fn write_status<S: SetObject>(
     });
     // The notifier's records are its own to write (another field manager): a write of the set
     // controller never carries them, so it can neither own nor turn back a record.
+    // The checks' records likewise (`cmset-checks`): a plan made from a store behind the last record
+    // would otherwise drop it.
     if let Some(status) = body["status"].as_object_mut() {
         status.remove("notifications");
+        status.remove("checks");
     }
     if let Some(version) = &object.meta().resource_version {
         body["metadata"] = json!({ "resourceVersion": version });
