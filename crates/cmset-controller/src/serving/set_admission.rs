@@ -19,7 +19,8 @@
 //!
 //! It fails open like the other webhooks; the controller checks again before it makes any revision.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cmset_api::ValidationSpec;
@@ -28,7 +29,7 @@ use cmset_core::set::Content;
 use cmset_core::validate::summary;
 use k8s_openapi::ByteString;
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{info, warn};
 
 use crate::platform::metrics::{Metrics, SetLabels, ValidationLabels};
@@ -37,19 +38,44 @@ use crate::serving::window_admission;
 /// How long one admission may spend judging content, the wait for a judge included: well inside the
 /// registration's 5 s timeout.
 pub const JUDGING_BUDGET: Duration = Duration::from_secs(2);
-/// Contents judged at once (each on a blocking thread); more wait, within their budget.
+/// Contents judged at once (each on a blocking thread); more wait, within their budget. One namespace
+/// takes one of them at a time, so a namespace applying costly sets leaves the other to everyone else.
 pub const JUDGES: usize = 2;
 
-/// Judges sets' content off the async runtime, [`JUDGES`] at a time.
+/// Judges sets' content off the async runtime, [`JUDGES`] at a time and one per namespace.
 #[derive(Clone)]
 pub struct Judges {
     permits: Arc<Semaphore>,
+    /// A turn per namespace being judged or waiting; gone when nobody holds or waits for it (the
+    /// namespace of a review is whatever its sender wrote, so nothing stays behind).
+    turns: Arc<Mutex<HashMap<String, Arc<Semaphore>>>>,
 }
 
 impl Default for Judges {
     fn default() -> Self {
         Self {
             permits: Arc::new(Semaphore::new(JUDGES)),
+            turns: Arc::default(),
+        }
+    }
+}
+
+/// A namespace's turn at judging, given back (and forgotten when nobody waits) when dropped.
+struct Turn {
+    turns: Arc<Mutex<HashMap<String, Arc<Semaphore>>>>,
+    namespace: String,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.permit.take();
+        let mut turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
+        if turns
+            .get(&self.namespace)
+            .is_some_and(|turn| Arc::strong_count(turn) == 1)
+        {
+            turns.remove(&self.namespace);
         }
     }
 }
@@ -61,14 +87,36 @@ impl Judges {
             return review_set(&review, &metrics, &|| false);
         }
         let deadline = Instant::now() + JUDGING_BUDGET;
-        let waited = tokio::time::timeout_at(deadline.into(), self.permits.clone().acquire_owned()).await;
+        let namespace = review
+            .pointer("/request/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let semaphore = {
+            let mut turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
+            turns
+                .entry(namespace.clone())
+                .or_insert_with(|| Arc::new(Semaphore::new(1)))
+                .clone()
+        };
+        let mut turn = Turn {
+            turns: self.turns.clone(),
+            namespace,
+            permit: None,
+        };
+        let waited = tokio::time::timeout_at(deadline.into(), async {
+            turn.permit = Some(semaphore.acquire_owned().await?);
+            self.permits.clone().acquire_owned().await
+        })
+        .await;
         let Ok(Ok(permit)) = waited else {
             return over_budget(&review, "waiting for a turn");
         };
+        let uid = review["request"]["uid"].clone();
         let (review, answer) = match tokio::task::spawn_blocking(move || {
-            // The permit goes with the work: a judge that runs past its budget still counts until it
+            // The permits go with the work: a judge that runs past its budget still counts until it
             // ends, so no more than JUDGES threads ever judge at once.
-            let _permit = permit;
+            let _permits = (permit, turn);
             let answer = review_set(&review, &metrics, &|| Instant::now() >= deadline);
             (review, answer)
         })
@@ -77,8 +125,9 @@ impl Judges {
             Ok(done) => done,
             Err(e) => {
                 warn!(error = %e, "admission: judging a set's content failed");
+                // Fails open, as the webhook does: the controller judges the set again.
                 return json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                              "response": {"allowed": true}});
+                              "response": {"uid": uid, "allowed": true}});
             }
         };
         if Instant::now() > deadline && answer.pointer("/response/allowed") == Some(&Value::Bool(true)) {
@@ -423,6 +472,10 @@ mod tests {
         assert!(needs_judging(&bad));
         assert_eq!(judges.review(bad, metrics).await["response"]["allowed"], false);
         assert_eq!(judges.permits.available_permits(), JUDGES, "every judge is back");
+        assert!(
+            judges.turns.lock().unwrap().is_empty(),
+            "no namespace's turn stays behind"
+        );
     }
 
     #[test]
