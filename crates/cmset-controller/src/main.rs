@@ -205,11 +205,6 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 shutdown.clone(),
             )
             .await?;
-            // The controllers check break-glass proofs with the keys the webhook makes them with.
-            for scope in &scopes.scopes {
-                scope.index.use_proof_keys(cert.proof_keys());
-            }
-            let proof_keys = cert.proof_keys();
             let bound = webhook::bind(address, cert).await?;
             Some(tokio::spawn(webhook::serve(
                 bound,
@@ -217,7 +212,6 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 client.clone(),
                 metrics.clone(),
                 cli.secret_sets,
-                proof_keys,
                 Stop {
                     draining: ready.draining(),
                     stopped: serving.clone(),
