@@ -30,6 +30,7 @@ pub const NOT_RECORDED: &str = "not recorded";
     singular = "windowoverride",
     shortname = "wo",
     namespaced,
+    derive = "PartialEq",
     doc = "A WindowOverride lets one rollout of one ConfigMapSet or SecretSet through the change windows (break glass). Creating one needs ClusterRole cmset-break-glass; cmset's admission webhook records who created it.",
     printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.set.kind"}"#,
     printcolumn = r#"{"name":"Set","type":"string","jsonPath":".spec.set.name"}"#,

@@ -123,10 +123,26 @@ pub fn granted_message(grant: &OverrideView) -> String {
 
 /// The name of the WindowOverride a set's `True` condition says it used, if its message is one.
 pub fn used_override(message: &str) -> Option<&str> {
-    message
+    granted_record(message).map(|(name, _)| name)
+}
+
+/// The WindowOverride and who created it ("not recorded" included), from a set's `True` condition's
+/// message ([`granted_message`]).
+pub fn granted_record(message: &str) -> Option<(&str, &str)> {
+    let (name, rest) = message
         .strip_prefix("WindowOverride ")?
-        .split_once(" lets the rollout ")
-        .map(|(name, _)| name)
+        .split_once(" lets the rollout ")?;
+    let by = rest.rsplit_once("(requested by ")?.1.strip_suffix(')')?;
+    Some((name, by))
+}
+
+/// Who let the set's current rollout through, and by which WindowOverride, as the controller recorded
+/// it in the set's status (condition [`CONDITION`], `True`).
+pub fn granted(set: SetRef<'_>) -> Option<(&str, &str)> {
+    let condition = set.status()?.condition(CONDITION)?;
+    (condition.status == "True")
+        .then(|| granted_record(&condition.message))
+        .flatten()
 }
 
 /// Why the old annotation lets nothing through, and what to do instead. Repeats nothing the set's
@@ -300,6 +316,12 @@ mod tests {
              windows (requested by ana@example.com)"
         );
         assert_eq!(used_override(&message), Some("app-break"));
+        assert_eq!(granted_record(&message), Some(("app-break", "ana@example.com")));
+        let unrecorded = granted_message(&OverrideView {
+            requested_by: None,
+            ..grant
+        });
+        assert_eq!(granted_record(&unrecorded), Some(("app-break", "not recorded")));
         assert_eq!(used_override("something else"), None);
     }
 }
