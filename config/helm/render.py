@@ -23,7 +23,8 @@ CHART = ROOT / "config/helm/cmset"
 CI = CHART / "ci"
 NAMESPACE = "cmset-system"
 RELEASE = "cmset"
-CRDS = ["configmapsets.cmset.dev", "secretsets.cmset.dev", "analysistemplates.cmset.dev", "changewindows.cmset.dev"]
+CRDS = ["configmapsets.cmset.dev", "secretsets.cmset.dev", "analysistemplates.cmset.dev", "changewindows.cmset.dev",
+        "windowoverrides.cmset.dev"]
 HELM_LABELS = re.compile(r"^\s+(helm\.sh/chart|app\.kubernetes\.io/(managed-by|instance|version)): .*\n", re.M)
 
 # For kubectl: the release namespace as an object, no hook, CRDs from crds/ (as ../../crds).
