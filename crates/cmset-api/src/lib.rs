@@ -29,9 +29,9 @@ pub use analysis::{
     AnalysisVerdict,
 };
 pub use checks::Check;
+pub use overrides::{OverriddenKind, OverriddenRollout, OverriddenSet, WindowOverride, WindowOverrideSpec};
 pub use secret_set::{SecretSet, SecretSetSpec, SecretSetStatus, SecretTemplate};
 pub use validation::{ConfigMapKeyRef, ContentFormat, KeyValidation, SchemaSource, ValidationSpec};
-pub use overrides::{OverriddenKind, OverriddenRollout, OverriddenSet, WindowOverride, WindowOverrideSpec};
 pub use windows::{ChangeWindow, ChangeWindowSpec, RolloutWindow, WindowKind};
 
 /// API group of every cmset resource.

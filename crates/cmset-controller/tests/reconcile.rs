@@ -2907,24 +2907,28 @@ async fn a_window_override_of_the_held_rollout_lets_it_through_once_naming_who()
 
     // An override for a set of the same name deleted and created again (another uid) counts for
     // nothing: the Deployment stays.
-    world.index.handle_override(&watcher::Event::Apply(window_override(
-        "stale",
-        &held,
-        "an-earlier-set-uid",
-        Some("bo"),
-    )));
+    world
+        .index
+        .handle_override(&watcher::Event::Apply(window_override(
+            "stale",
+            &held,
+            "an-earlier-set-uid",
+            Some("bo"),
+        )));
     let (result, seen) = reconcile_deployment(&world, &held, &deployment).await;
     result.unwrap();
     assert_no_requests(&seen);
     while receivers.sets.try_recv().is_ok() {}
 
     // The WindowOverride appears (its watch's event): the set is woken at once.
-    world.index.handle_override(&watcher::Event::Apply(window_override(
-        "nginx-config-break",
-        &held,
-        "set-uid",
-        Some("ana@example.com"),
-    )));
+    world
+        .index
+        .handle_override(&watcher::Event::Apply(window_override(
+            "nginx-config-break",
+            &held,
+            "set-uid",
+            Some("ana@example.com"),
+        )));
     let woken = tokio::time::timeout(std::time::Duration::from_secs(5), receivers.sets.next())
         .await
         .expect("the set is woken")
@@ -2964,7 +2968,9 @@ async fn a_window_override_of_the_held_rollout_lets_it_through_once_naming_who()
         ("True", "Granted")
     );
     assert!(
-        condition.message.starts_with("WindowOverride nginx-config-break lets the rollout "),
+        condition
+            .message
+            .starts_with("WindowOverride nginx-config-break lets the rollout "),
         "{}",
         condition.message
     );
@@ -2998,10 +3004,7 @@ async fn the_old_override_annotation_moves_nothing_and_is_warned_about_once() {
             labels::WINDOW_OVERRIDE_BY.to_string(),
             "platform-admin 2027-01-15T07:59:00Z".to_string(),
         ),
-        (
-            labels::WINDOW_OVERRIDE_PROOF.to_string(),
-            "cHJvb2Y=".to_string(),
-        ),
+        (labels::WINDOW_OVERRIDE_PROOF.to_string(), "cHJvb2Y=".to_string()),
     ]));
     world.add_set(&held);
     let (result, seen) = reconcile_set(&world, &held).await;

@@ -58,7 +58,11 @@ impl OverrideView {
 
     /// Whether it names `rollout`: the same revision, started at the same instant.
     pub fn names(&self, rollout: &RolloutStatus) -> bool {
-        self.revision == rollout.revision && rollout.started_at.as_ref().is_some_and(|t| t.0 == self.started_at)
+        self.revision == rollout.revision
+            && rollout
+                .started_at
+                .as_ref()
+                .is_some_and(|t| t.0 == self.started_at)
     }
 
     /// Who created it, or "not recorded".
@@ -161,9 +165,7 @@ pub fn override_value(rollout: &RolloutStatus) -> Option<String> {
 mod tests {
     use std::collections::BTreeMap;
 
-    use cmset_api::{
-        ConfigMapSet, OverriddenRollout, OverriddenSet, SecretSet, WindowOverrideSpec, labels,
-    };
+    use cmset_api::{ConfigMapSet, OverriddenRollout, OverriddenSet, SecretSet, WindowOverrideSpec, labels};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
     use super::*;
@@ -253,10 +255,18 @@ mod tests {
         let others = [
             (
                 "a set deleted and created again (another uid)",
-                view("a", OverriddenKind::ConfigMapSet, "app", "6f1c0000-0000-0000-0000-000000000002"),
+                view(
+                    "a",
+                    OverriddenKind::ConfigMapSet,
+                    "app",
+                    "6f1c0000-0000-0000-0000-000000000002",
+                ),
             ),
             ("another kind", view("b", OverriddenKind::SecretSet, "app", UID)),
-            ("another name", view("c", OverriddenKind::ConfigMapSet, "app2", UID)),
+            (
+                "another name",
+                view("c", OverriddenKind::ConfigMapSet, "app2", UID),
+            ),
             ("no uid", view("d", OverriddenKind::ConfigMapSet, "app", "")),
         ];
         for (what, other) in others {
@@ -296,8 +306,10 @@ mod tests {
     #[test]
     fn an_unrecorded_override_still_counts_and_says_so() {
         let set = set(UID, &[]);
-        let unrecorded = OverrideView::of(&object("x", OverriddenKind::ConfigMapSet, "app", UID, None)).unwrap();
-        let blank = OverrideView::of(&object("y", OverriddenKind::ConfigMapSet, "app", UID, Some(""))).unwrap();
+        let unrecorded =
+            OverrideView::of(&object("x", OverriddenKind::ConfigMapSet, "app", UID, None)).unwrap();
+        let blank =
+            OverrideView::of(&object("y", OverriddenKind::ConfigMapSet, "app", UID, Some(""))).unwrap();
         assert_eq!(unrecorded.by(), "not recorded");
         assert_eq!(blank.by(), "not recorded");
         let judged = judge((&set).into(), &[blank, unrecorded]);

@@ -500,7 +500,10 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
         window_hold.is_none() && !matches!(rollout.phase, RolloutPhase::Failed | RolloutPhase::Paused);
     if was_waiting && released {
         let why = if let Some(grant) = grant.as_ref().filter(|_| input.windows.held.is_some()) {
-            events.push(WaveEvent::WindowOverridden(overridden_message(input.current, grant)));
+            events.push(WaveEvent::WindowOverridden(overridden_message(
+                input.current,
+                grant,
+            )));
             "overridden"
         } else {
             "the change windows allow moves again"
@@ -1013,7 +1016,10 @@ fn plan_immediate(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
             rollout.message = None;
             if was_waiting {
                 let why = if let Some(grant) = &grant {
-                    events.push(WaveEvent::WindowOverridden(overridden_message(input.current, grant)));
+                    events.push(WaveEvent::WindowOverridden(overridden_message(
+                        input.current,
+                        grant,
+                    )));
                     "overridden"
                 } else {
                     "the change windows allow moves again"

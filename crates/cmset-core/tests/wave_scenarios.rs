@@ -2455,7 +2455,11 @@ fn the_old_annotation_lets_nothing_through_and_is_reported_once() {
         "{}",
         ignored[0].2
     );
-    assert_eq!(world.told("platform-admin"), 0, "no event repeats the claimed name");
+    assert_eq!(
+        world.told("platform-admin"),
+        0,
+        "no event repeats the claimed name"
+    );
     let condition = |world: &World| {
         let status = world.set.status.clone().unwrap();
         status

@@ -208,7 +208,9 @@ impl Cluster {
             Err(kube::Error::Api(status)) if status.code == 403 => {
                 Err("you may not list WindowOverrides (windowoverrides.cmset.dev) here".to_string())
             }
-            Err(e) => Err(format!("listing WindowOverrides (windowoverrides.cmset.dev): {e}")),
+            Err(e) => Err(format!(
+                "listing WindowOverrides (windowoverrides.cmset.dev): {e}"
+            )),
         }
     }
 

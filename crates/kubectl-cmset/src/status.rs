@@ -2543,7 +2543,10 @@ Rollout:      revision 4 (app-dddddddddd): wave 1 waiting: held by a change wind
         conditions.push(granted(None));
         let report = rollout_report_of(&set, &rollout_workloads(NEW, OLD, OLD));
         let text = render_text(&report, Palette::PLAIN);
-        assert!(text.contains("by WindowOverride app-break (requested by not recorded)"), "{text}");
+        assert!(
+            text.contains("by WindowOverride app-break (requested by not recorded)"),
+            "{text}"
+        );
 
         let mut set = mid_rollout();
         set.spec.rollout.as_mut().unwrap().strategy = Strategy::Immediate;

@@ -15,13 +15,13 @@
 
 use cmset_api::overrides::NOT_RECORDED;
 use cmset_api::{
-    OverriddenKind, OverriddenRollout, OverriddenSet, Promotion, RolloutPhase, WindowOverride, WindowOverrideSpec,
-    labels,
+    OverriddenKind, OverriddenRollout, OverriddenSet, Promotion, RolloutPhase, WindowOverride,
+    WindowOverrideSpec, labels,
 };
 use cmset_core::set::{SetKind, SetRef, rollout_id};
-use sha2::{Digest, Sha256};
 use serde::Serialize;
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 /// What the user asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -274,7 +274,10 @@ pub fn recorded(mut steer: Steer, stored: &WindowOverride, existed: bool) -> Ste
             steer.value.as_deref().unwrap_or_default(),
             by.as_deref().unwrap_or(NOT_RECORDED)
         ),
-        (false, Some(user)) => format!("{} (WindowOverride {name}, recorded by cmset for {user})", steer.message),
+        (false, Some(user)) => format!(
+            "{} (WindowOverride {name}, recorded by cmset for {user})",
+            steer.message
+        ),
         (false, None) => format!(
             "{} (WindowOverride {name}; who created it is not recorded: cmset's admission webhook did not \
              answer)",
@@ -511,17 +514,31 @@ mod tests {
     #[test]
     fn override_names_are_stable_per_rollout_and_valid() {
         let name = override_name("app", OverriddenKind::ConfigMapSet, "set-uid", VALUE);
-        assert_eq!(name, override_name("app", OverriddenKind::ConfigMapSet, "set-uid", VALUE));
-        assert!(name.starts_with("app-") && name.len() == "app-".len() + 10, "{name}");
+        assert_eq!(
+            name,
+            override_name("app", OverriddenKind::ConfigMapSet, "set-uid", VALUE)
+        );
+        assert!(
+            name.starts_with("app-") && name.len() == "app-".len() + 10,
+            "{name}"
+        );
         for other in [
             override_name("app", OverriddenKind::SecretSet, "set-uid", VALUE),
             override_name("app", OverriddenKind::ConfigMapSet, "another-uid", VALUE),
-            override_name("app", OverriddenKind::ConfigMapSet, "set-uid", "app-2222222222@2026-11-25T17:00:00Z"),
+            override_name(
+                "app",
+                OverriddenKind::ConfigMapSet,
+                "set-uid",
+                "app-2222222222@2026-11-25T17:00:00Z",
+            ),
         ] {
             assert_ne!(name, other);
         }
         let long = "a".repeat(253);
-        assert_eq!(override_name(&long, OverriddenKind::ConfigMapSet, "u", VALUE).len(), 253);
+        assert_eq!(
+            override_name(&long, OverriddenKind::ConfigMapSet, "u", VALUE).len(),
+            253
+        );
     }
 
     fn stored(by: Option<&str>) -> WindowOverride {
@@ -549,7 +566,11 @@ mod tests {
         // The webhook did not answer: the override counts, and says who is not recorded.
         let unrecorded = recorded(asked.clone(), &stored(None), false);
         assert_eq!(unrecorded.by.as_deref(), Some("not recorded"));
-        assert!(unrecorded.message.contains("is not recorded"), "{}", unrecorded.message);
+        assert!(
+            unrecorded.message.contains("is not recorded"),
+            "{}",
+            unrecorded.message
+        );
         // Asked twice for the same rollout: the first override is found, and told.
         let again = recorded(asked, &stored(Some("bo")), true);
         assert_eq!(

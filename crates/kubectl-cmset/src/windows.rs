@@ -443,9 +443,11 @@ pub fn render_text(report: &WindowsReport, palette: Palette) -> String {
                     Cell::new(o.name.as_str()),
                     Cell::new(o.rollout.as_str()),
                     Cell::new(o.requested_by.as_str()),
-                    Cell::new(o.created.as_ref().map_or("-".to_string(), |t| {
-                        format!("{} ({})", t.0, relative(t.0, now))
-                    })),
+                    Cell::new(
+                        o.created
+                            .as_ref()
+                            .map_or("-".to_string(), |t| format!("{} ({})", t.0, relative(t.0, now))),
+                    ),
                     Cell::styled(o.state.clone(), role),
                 ]
             })
@@ -745,7 +747,8 @@ mod tests {
         let text = render_text(&report, Palette::PLAIN);
         assert!(text.contains("WINDOW OVERRIDE"), "{text}");
         assert!(
-            text.lines().any(|l| l.starts_with("app-break ") && l.contains(" ana ") && l.ends_with("used")),
+            text.lines()
+                .any(|l| l.starts_with("app-break ") && l.contains(" ana ") && l.ends_with("used")),
             "{text}"
         );
         // A rollout that is over is let through by nothing.

@@ -635,7 +635,10 @@ fn no_aggregated_role_breaks_the_glass() {
             })
         })
         .collect();
-    assert!(aggregated.iter().any(|d| d.name() == "cmset-edit"), "cmset-edit is checked");
+    assert!(
+        aggregated.iter().any(|d| d.name() == "cmset-edit"),
+        "cmset-edit is checked"
+    );
     for role in aggregated {
         assert!(
             !breaks_glass(&role.value),

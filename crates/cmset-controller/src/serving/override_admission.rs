@@ -41,7 +41,9 @@ fn record_patch(request: &Value) -> Option<Vec<Value>> {
     if !is_override || !request.pointer("/object/spec").is_some_and(Value::is_object) {
         return None;
     }
-    let written = request.pointer("/object/spec/requestedBy").and_then(Value::as_str);
+    let written = request
+        .pointer("/object/spec/requestedBy")
+        .and_then(Value::as_str);
     let wanted = match request["operation"].as_str()? {
         "CREATE" => {
             let user = request.pointer("/userInfo/username").and_then(Value::as_str)?;
@@ -51,7 +53,9 @@ fn record_patch(request: &Value) -> Option<Vec<Value>> {
             Some(user)
         }
         // The record is written once: an update keeps the one the object had (none, if it had none).
-        "UPDATE" => request.pointer("/oldObject/spec/requestedBy").and_then(Value::as_str),
+        "UPDATE" => request
+            .pointer("/oldObject/spec/requestedBy")
+            .and_then(Value::as_str),
         _ => return None,
     };
     match (written, wanted) {
@@ -91,7 +95,10 @@ mod tests {
     fn answer(review: &Value) -> (Value, Value) {
         let response = review_override(review)["response"].clone();
         assert_eq!(response["uid"], "req-1");
-        assert_eq!(response["allowed"], true, "the record webhook never refuses: {response}");
+        assert_eq!(
+            response["allowed"], true,
+            "the record webhook never refuses: {response}"
+        );
         let patch = response["patch"]
             .as_str()
             .map(|p| {
@@ -104,7 +111,12 @@ mod tests {
 
     #[test]
     fn a_create_is_recorded_under_the_authenticated_user_whatever_the_body_claims() {
-        let (response, patch) = answer(&review("CREATE", "ana@example.com", wo(Some("system:admin")), None));
+        let (response, patch) = answer(&review(
+            "CREATE",
+            "ana@example.com",
+            wo(Some("system:admin")),
+            None,
+        ));
         assert_eq!(response["patchType"], "JSONPatch");
         assert_eq!(
             patch,
@@ -116,7 +128,12 @@ mod tests {
             json!([{"op": "add", "path": "/spec/requestedBy", "value": "ana@example.com"}])
         );
         // Already right: nothing to change.
-        let (response, patch) = answer(&review("CREATE", "ana@example.com", wo(Some("ana@example.com")), None));
+        let (response, patch) = answer(&review(
+            "CREATE",
+            "ana@example.com",
+            wo(Some("ana@example.com")),
+            None,
+        ));
         assert_eq!((response.get("patch"), patch), (None, Value::Null));
     }
 
@@ -133,7 +150,12 @@ mod tests {
             json!([{"op": "add", "path": "/spec/requestedBy", "value": "ana@example.com"}])
         );
         // Not recorded at creation (the webhook was down): it stays not recorded.
-        let (_, patch) = answer(&review("UPDATE", "mallory", wo(Some("ana@example.com")), Some(wo(None))));
+        let (_, patch) = answer(&review(
+            "UPDATE",
+            "mallory",
+            wo(Some("ana@example.com")),
+            Some(wo(None)),
+        ));
         assert_eq!(patch, json!([{"op": "remove", "path": "/spec/requestedBy"}]));
         let (response, patch) = answer(&review("UPDATE", "bo", wo(Some("ana")), Some(wo(Some("ana")))));
         assert_eq!((response.get("patch"), patch), (None, Value::Null));

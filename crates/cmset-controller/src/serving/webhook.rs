@@ -338,12 +338,7 @@ async fn validate_set(
     ))
 }
 
-pub fn router(
-    scopes: Scopes,
-    client: Client,
-    metrics: Arc<Metrics>,
-    secret_sets: bool,
-) -> Router {
+pub fn router(scopes: Scopes, client: Client, metrics: Arc<Metrics>, secret_sets: bool) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
         .route("/override-window", post(override_window))

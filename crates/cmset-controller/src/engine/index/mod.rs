@@ -241,7 +241,12 @@ impl Index {
                 watcher::Event::InitDone => {
                     let seen = state.relist.done(OVERRIDES);
                     state.relist.available(OVERRIDES);
-                    let gone: Vec<Key> = state.overrides.keys().filter(|k| !seen.contains(*k)).cloned().collect();
+                    let gone: Vec<Key> = state
+                        .overrides
+                        .keys()
+                        .filter(|k| !seen.contains(*k))
+                        .cloned()
+                        .collect();
                     for key in gone {
                         state.overrides.remove(&key, &mut out);
                     }

@@ -33,7 +33,10 @@ impl Overrides {
             out.sets.insert(old);
         }
         self.names.insert(key, id.clone());
-        self.by_set.entry(id.clone()).or_default().insert(view.name.clone(), view);
+        self.by_set
+            .entry(id.clone())
+            .or_default()
+            .insert(view.name.clone(), view);
         out.sets.insert(id);
     }
 
