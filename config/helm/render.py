@@ -200,6 +200,10 @@ def renders(helm_bin):
     for values in sorted(CI.glob("*-values.yaml")):
         variant = values.name[: -len("-values.yaml")]
         out[f"config/helm/cmset/tests/golden/{variant}.yaml"] = helm(helm_bin, variant)
+    # The defaults on a server that serves ValidatingAdmissionPolicy (1.30+): the break-glass policy is
+    # rendered too, and validated offline with the others (the local 1.20 server cannot run it).
+    out["config/helm/cmset/tests/golden/admission-policy.yaml"] = helm(
+        helm_bin, "default", ["--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"])
     return out
 
 
