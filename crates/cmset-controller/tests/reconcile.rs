@@ -2986,6 +2986,41 @@ async fn a_window_override_of_the_held_rollout_lets_it_through_once_naming_who()
         "{note}"
     );
     assert!(!note.contains("bo)"), "{note}");
+
+    // Once: the set changes again while its status still names the overridden rollout (the set
+    // controller has not written the new one yet). The Deployment, on V2 now, does not move to V3.
+    let mut moved = held.clone();
+    moved.status = Some(status);
+    world.add_set(&moved);
+    let on_v2 = web(V2, true);
+    world.add_deployment(&on_v2);
+    let mut changed = nginx_set("3");
+    changed.spec.rollout = held.spec.rollout.clone();
+    changed.metadata.generation = Some(3);
+    changed.status = moved.status.clone();
+    let v3 = cmset_core::revision::next_revision_name(
+        (&changed).into(),
+        &Content::of_template(&changed.spec.template),
+    );
+    world.add_set(&changed);
+    world.add_revision(&new_revision(&changed, &v3, 3));
+    let (result, seen) = reconcile_deployment(&world, &changed, &on_v2).await;
+    result.unwrap();
+    assert_no_requests(&seen);
+    // The set's next rollout is held as any other.
+    let (result, seen) = reconcile_set(&world, &changed).await;
+    result.unwrap();
+    let next = written_status(&seen);
+    let rollout = next.rollout.unwrap();
+    assert_eq!(
+        (rollout.revision.as_str(), rollout.phase),
+        (v3.as_str(), cmset_api::RolloutPhase::Waiting)
+    );
+    assert!(
+        !next.conditions.iter().any(|c| c.type_ == "WindowOverride"),
+        "no override for this rollout: {:?}",
+        next.conditions
+    );
 }
 
 #[tokio::test]

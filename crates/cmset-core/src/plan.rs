@@ -666,6 +666,9 @@ fn workload_entries<'a>(input: &SetInput<'a>, current: &CurrentRevision) -> Entr
             .iter()
             .any(|n| refers_to_set(set.name(), n))
     };
+    let (window_held, window_override) = input
+        .windows
+        .gate_inputs(set.status().and_then(|s| s.rollout.as_ref()));
     let observed = Observed {
         set,
         identity_generation: set.generation(),
@@ -678,9 +681,8 @@ fn workload_entries<'a>(input: &SetInput<'a>, current: &CurrentRevision) -> Entr
             .filter_map(|w| w.wave.number())
             .min()
             .unwrap_or(0),
-        window_held: input
-            .windows
-            .holds(set, set.status().and_then(|s| s.rollout.as_ref())),
+        window_held,
+        window_override: window_override.as_deref(),
     };
     let previous = previous_by_uid(set);
     let mut members: Vec<Member<'a>> = input

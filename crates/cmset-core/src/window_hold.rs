@@ -65,6 +65,15 @@ impl WindowState {
         Self { break_glass, ..self }
     }
 
+    /// What a reader's gate needs of the windows: whether they hold moves now, before any override,
+    /// and the revision of `rollout` (the status's record) when a WindowOverride lets that rollout
+    /// through. Only a move to that very revision is let through: the status may still name the
+    /// overridden rollout while the set already has a newer revision, which is held as usual.
+    pub fn gate_inputs(&self, rollout: Option<&RolloutStatus>) -> (bool, Option<String>) {
+        let overridden = rollout.filter(|r| self.override_for(r).is_some());
+        (self.held.is_some(), overridden.map(|r| r.revision.clone()))
+    }
+
     /// The WindowOverride that lets `rollout` through, if one does.
     pub fn override_for(&self, rollout: &RolloutStatus) -> Option<&OverrideView> {
         self.break_glass.for_rollout(rollout)

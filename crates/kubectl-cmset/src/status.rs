@@ -362,6 +362,7 @@ impl Known {
             window_held: set.status().and_then(|s| s.rollout.as_ref()).is_some_and(|r| {
                 r.phase == cmset_api::RolloutPhase::Waiting && cmset_core::break_glass::granted(set).is_none()
             }),
+            window_override: None,
         }
     }
 
