@@ -19,6 +19,7 @@ use cmset_api::{
     WindowOverrideSpec, labels,
 };
 use cmset_core::set::{SetKind, SetRef, rollout_id};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::Serialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -215,6 +216,14 @@ fn override_window(set: SetRef<'_>, id: &str) -> Result<Steer, String> {
         },
     );
     object.metadata.namespace = Some(set.namespace().to_string());
+    // Owned by the set: deleted with it (the uid binds it anyway; this only tidies up).
+    object.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: format!("{}/{}", cmset_api::GROUP, cmset_api::VERSION),
+        kind: kind.as_str().to_string(),
+        name: set.name().to_string(),
+        uid: object.spec.set.uid.clone(),
+        ..OwnerReference::default()
+    }]);
     let what = match rollout.phase {
         RolloutPhase::Waiting => {
             let held = rollout
@@ -503,7 +512,9 @@ mod tests {
                 object,
                 json!({"apiVersion": "cmset.dev/v1alpha1", "kind": "WindowOverride",
                        "metadata": {"name": override_name("app", OverriddenKind::ConfigMapSet, "set-uid", VALUE),
-                                    "namespace": "team"},
+                                    "namespace": "team",
+                                    "ownerReferences": [{"apiVersion": "cmset.dev/v1alpha1", "kind": "ConfigMapSet",
+                                                         "name": "app", "uid": "set-uid"}]},
                        "spec": {"set": {"kind": "ConfigMapSet", "name": "app", "uid": "set-uid"},
                                 "rollout": {"revision": "app-2222222222", "startedAt": STARTED}}}),
                 "the record is the webhook's: the plugin names no one"
