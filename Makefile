@@ -8,7 +8,7 @@ SHELL := bash
 CLUSTER_DIR ?= $(CURDIR)/.cluster
 CLUSTER := e2e/cluster/cluster.sh
 # Every CRD, by name; each is generated into crds/<name>.yaml.
-CRDS := configmapsets.cmset.dev secretsets.cmset.dev analysistemplates.cmset.dev changewindows.cmset.dev
+CRDS := configmapsets.cmset.dev secretsets.cmset.dev analysistemplates.cmset.dev changewindows.cmset.dev windowoverrides.cmset.dev
 CARGO ?= cargo
 CRDGEN = $(CARGO) run -q --locked -p cmset-api --bin crdgen --
 # kubectl 1.32 validates client-side against the server's OpenAPI; a 1.20 server does not know

@@ -196,11 +196,9 @@ def rule_tuples(rules):
 
 # Cluster-scoped resources the operator reads: no Role in a watched namespace can grant them, so in
 # config/namespaced a cluster admin grants them once, through config/namespaced/cluster-admin.
-CLUSTER_SCOPED = {("cmset.dev", "analysistemplates"), ("cmset.dev", "changewindows"),
-                  ("authorization.k8s.io", "subjectaccessreviews")}
-# Needed only by the webhook (break glass asks the API server about a user): an installation without
-# the webhook (config/namespaced) need not grant it.
-WEBHOOK_ONLY = {("authorization.k8s.io", "subjectaccessreviews")}
+CLUSTER_SCOPED = {("cmset.dev", "analysistemplates"), ("cmset.dev", "changewindows")}
+# Needed only by the webhook: an installation without it (config/namespaced) need not grant these.
+WEBHOOK_ONLY = set()
 
 
 def webhook_only(atom):
@@ -215,6 +213,12 @@ def on_secrets(atom):
     """Whether an RBAC atom grants anything on Secrets, wildcards included."""
     group, resource = atom[0], atom[1]
     return group in ("", "*") and (resource in ("secrets", "*") or resource.startswith("secrets/"))
+
+
+def breaks_glass(atom):
+    """Whether an RBAC atom lets its holder create a WindowOverride (break glass), wildcards included."""
+    group, resource, verb = atom[0], atom[1], atom[2]
+    return group in ("cmset.dev", "*") and resource in ("windowoverrides", "*") and verb in ("create", "*")
 
 
 def on_secret_sets(atom):
@@ -441,6 +445,12 @@ def check_aggregates(chk, builds, cluster_role_atoms):
             atoms = rule_tuples(role.get("rules", []))
             chk.rule(name, not any(on_secrets(a) for a in atoms),
                      f"{ident(role)}, aggregated into {sorted(aggregates)}, grants rights on Secrets")
+            # Break glass is ClusterRole cmset-break-glass's alone: no role aggregated into admin, edit or
+            # view (cmset-edit included) may let a tenant create a WindowOverride.
+            glass = sorted(a for a in atoms if breaks_glass(a))
+            chk.rule(name, not glass,
+                     f"{ident(role)}, aggregated into {sorted(aggregates)}, lets tenants break the glass "
+                     f"(create windowoverrides.cmset.dev, only ClusterRole cmset-break-glass may grant it): {glass}")
             if "view" in aggregates:
                 writes = sorted(a for a in atoms if a[2] not in ("get", "list", "watch"))
                 chk.rule(name, not writes, f"{ident(role)}, aggregated into view, grants more than reading: {writes}")
@@ -492,11 +502,12 @@ def check_webhook(chk, where, by_kind, ns, labels, c, ports, granted):
         chk.rule(where, hook.get("failurePolicy") == "Ignore", f"webhook {name}: failurePolicy must be Ignore (fail open)")
         chk.rule(where, hook.get("timeoutSeconds", 10) <= 10, f"webhook {name}: timeoutSeconds above 10")
         if name == "window-overrides.cmset.dev":
-            # Break glass: sent updates of sets only (never workloads, never a create).
+            # Break glass: sent the creates and updates of WindowOverrides only (it records who created
+            # one; never workloads, never sets).
             sent = {(g, r, op) for rule in hook.get("rules", []) for g in rule.get("apiGroups", [])
                     for r in rule.get("resources", []) for op in rule.get("operations", [])}
-            chk.rule(where, sent == {("cmset.dev", "configmapsets", "UPDATE"), ("cmset.dev", "secretsets", "UPDATE")},
-                     f"webhook {name}: must be sent updates of ConfigMapSets and SecretSets only, not {sorted(sent)}")
+            chk.rule(where, sent == {("cmset.dev", "windowoverrides", "CREATE"), ("cmset.dev", "windowoverrides", "UPDATE")},
+                     f"webhook {name}: must be sent creates and updates of WindowOverrides only, not {sorted(sent)}")
         else:
             chk.rule(where, hook.get("objectSelector", {}).get("matchLabels") == {"cmset.dev/enabled": "true"},
                      f"webhook {name}: must only be sent opted-in workloads")
@@ -641,6 +652,9 @@ def self_test(chk, crds):
         ("view patches a set", role("view", [{"apiGroups": ["cmset.dev"], "resources": ["secretsets"], "verbs": ["patch"]}])),
         ("edit patches a set's status", role("edit", [{"apiGroups": ["cmset.dev"], "resources": ["configmapsets/status"], "verbs": ["patch"]}])),
         ("edit updates every cmset.dev subresource", role("edit", [{"apiGroups": ["cmset.dev"], "resources": ["*"], "verbs": ["update"]}])),
+        ("edit creates WindowOverrides", role("edit", [{"apiGroups": ["cmset.dev"], "resources": ["windowoverrides"], "verbs": ["create"]}])),
+        ("admin may do anything to WindowOverrides", role("admin", [{"apiGroups": ["cmset.dev"], "resources": ["windowoverrides"], "verbs": ["*"]}])),
+        ("admin may create anything of cmset.dev", role("admin", [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["create"]}])),
     ]
     for label, obj in bad_roles:
         scratch = Checker(chk.k8s_version)

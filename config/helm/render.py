@@ -23,7 +23,8 @@ CHART = ROOT / "config/helm/cmset"
 CI = CHART / "ci"
 NAMESPACE = "cmset-system"
 RELEASE = "cmset"
-CRDS = ["configmapsets.cmset.dev", "secretsets.cmset.dev", "analysistemplates.cmset.dev", "changewindows.cmset.dev"]
+CRDS = ["configmapsets.cmset.dev", "secretsets.cmset.dev", "analysistemplates.cmset.dev", "changewindows.cmset.dev",
+        "windowoverrides.cmset.dev"]
 HELM_LABELS = re.compile(r"^\s+(helm\.sh/chart|app\.kubernetes\.io/(managed-by|instance|version)): .*\n", re.M)
 
 # For kubectl: the release namespace as an object, no hook, CRDs from crds/ (as ../../crds).
@@ -199,6 +200,10 @@ def renders(helm_bin):
     for values in sorted(CI.glob("*-values.yaml")):
         variant = values.name[: -len("-values.yaml")]
         out[f"config/helm/cmset/tests/golden/{variant}.yaml"] = helm(helm_bin, variant)
+    # The defaults on a server that serves ValidatingAdmissionPolicy (1.30+): the break-glass policy is
+    # rendered too, and validated offline with the others (the local 1.20 server cannot run it).
+    out["config/helm/cmset/tests/golden/admission-policy.yaml"] = helm(
+        helm_bin, "default", ["--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"])
     return out
 
 

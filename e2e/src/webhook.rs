@@ -8,7 +8,7 @@ use std::time::Duration;
 /// The label on every test namespace that its webhook registration selects.
 pub const NAMESPACE_LABEL: &str = "cmset-e2e";
 
-/// One MutatingWebhookConfiguration (workloads, and the break-glass webhook for the namespace's sets)
+/// One MutatingWebhookConfiguration (workloads, and the break-glass record of the namespace's WindowOverrides)
 /// and, for a test that asks, the ValidatingWebhookConfiguration of the same name that sends
 /// AnalysisTemplates to the operator, deleted when dropped.
 pub struct Registration {
@@ -66,16 +66,16 @@ webhooks:
     failurePolicy: Ignore
     reinvocationPolicy: IfNeeded
     timeoutSeconds: 5
-  # Break glass, as the default install registers it: this namespace's set updates that touch
-  # cmset.dev/window-override are let through for users allowed to, and recorded.
+  # Break glass, as the default install registers it: this namespace's WindowOverrides get the record of
+  # who created them.
   - name: window-overrides.cmset.dev
     clientConfig:
       url: https://127.0.0.1:{port}/override-window
     rules:
       - apiGroups: ["cmset.dev"]
         apiVersions: ["v1alpha1"]
-        operations: ["UPDATE"]
-        resources: ["configmapsets", "secretsets"]
+        operations: ["CREATE", "UPDATE"]
+        resources: ["windowoverrides"]
         scope: Namespaced
     namespaceSelector:
       matchLabels: {{{NAMESPACE_LABEL}: {namespace}}}

@@ -318,11 +318,16 @@ async fn a_cluster_deny_beats_a_set_allow_and_the_override_moves_one_set_only() 
     assert!(ok, "{out}");
     wait_reads(&ns, "reads-alpha", &a2).await;
     wait_phase(&ns, "alpha", &a2, RolloutPhase::Complete).await;
-    let set = ns.api::<ConfigMapSet>().get("alpha").await.unwrap();
-    let annotations = set.metadata.annotations.unwrap_or_default();
+    // The WindowOverride the plugin created, with who created it (the webhook's record).
+    let overrides = ns
+        .api::<cmset_e2e::cmset_api::WindowOverride>()
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert_eq!(overrides.items.len(), 1, "{overrides:?}");
     assert!(
-        annotations.contains_key("cmset.dev/window-override-by"),
-        "who and when: {annotations:?}"
+        overrides.items[0].spec.requested_by.is_some(),
+        "who: {overrides:?}"
     );
     assert!(
         event_reasons(&ns, "alpha")

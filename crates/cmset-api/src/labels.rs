@@ -37,16 +37,14 @@ pub const PAUSED: &str = "cmset.dev/paused";
 /// that rollout after which the next wave may open (see `cmset_core::set::Promoted`). `kubectl cmset
 /// promote` writes it.
 pub const PROMOTED: &str = "cmset.dev/promoted";
-/// On a set: `<revision>@<startedAt>`, a rollout the change windows may not hold (`kubectl cmset
-/// promote --override-window`). It names one rollout, so it lets nothing else through.
+/// On a set, in earlier versions: `<revision>@<startedAt>`, a rollout the change windows may not hold.
+/// Ignored now (break glass is a `WindowOverride`, which the API server authorizes): a set carrying it
+/// gets a Warning Event saying so, and nothing goes through by it.
 pub const WINDOW_OVERRIDE: &str = "cmset.dev/window-override";
-/// Beside [`WINDOW_OVERRIDE`]: who asked for it and when, `<user> <RFC 3339 time>`, for people and the
-/// set's Event. Written by cmset's admission webhook (the user as the API server authenticated them),
-/// never taken from the client.
+/// Beside [`WINDOW_OVERRIDE`], in earlier versions: the webhook's record of who asked. Ignored now.
 pub const WINDOW_OVERRIDE_BY: &str = "cmset.dev/window-override-by";
-/// Beside [`WINDOW_OVERRIDE`]: the webhook's proof that an authorized user asked for this override of
-/// this set (see `cmset_core::break_glass`). An override without a proof that verifies lets nothing
-/// through.
+/// Beside [`WINDOW_OVERRIDE`], in earlier versions: the webhook's HMAC proof. Ignored now; cmset issues
+/// and checks no proofs.
 pub const WINDOW_OVERRIDE_PROOF: &str = "cmset.dev/window-override-proof";
 /// Label on a workload cmset moved to a new revision while a cluster-wide rollout budget is set: the
 /// generation the move gave it, as a decimal string. The workload holds a budget slot while it rolls out

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 pub mod analysis;
 pub mod checks;
 pub mod labels;
+pub mod overrides;
 pub mod secret_set;
 pub mod validation;
 pub mod windows;
@@ -28,6 +29,7 @@ pub use analysis::{
     AnalysisVerdict,
 };
 pub use checks::{Check, CheckRecord};
+pub use overrides::{OverriddenKind, OverriddenRollout, OverriddenSet, WindowOverride, WindowOverrideSpec};
 pub use secret_set::{SecretSet, SecretSetSpec, SecretSetStatus, SecretTemplate};
 pub use validation::{ConfigMapKeyRef, ContentFormat, KeyValidation, SchemaSource, ValidationSpec};
 pub use windows::{ChangeWindow, ChangeWindowSpec, RolloutWindow, WindowKind};
@@ -622,6 +624,7 @@ pub fn crd_yamls() -> Vec<(&'static str, String)> {
         (SecretSet::crd_name(), to_yaml(&secret_set::crd())),
         (AnalysisTemplate::crd_name(), to_yaml(&AnalysisTemplate::crd())),
         (ChangeWindow::crd_name(), to_yaml(&ChangeWindow::crd())),
+        (WindowOverride::crd_name(), to_yaml(&WindowOverride::crd())),
     ]
 }
 

@@ -205,11 +205,6 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 shutdown.clone(),
             )
             .await?;
-            // The controllers check break-glass proofs with the keys the webhook makes them with.
-            for scope in &scopes.scopes {
-                scope.index.use_proof_keys(cert.proof_keys());
-            }
-            let proof_keys = cert.proof_keys();
             let client_ca = match &cli.webhook_client_ca {
                 Some(path) => Some(webhook::client_verifier(path)?),
                 None => None,
@@ -218,10 +213,8 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             Some(tokio::spawn(webhook::serve(
                 bound,
                 scopes.clone(),
-                client.clone(),
                 metrics.clone(),
                 cli.secret_sets,
-                proof_keys,
                 Stop {
                     draining: ready.draining(),
                     stopped: serving.clone(),

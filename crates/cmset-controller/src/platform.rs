@@ -1,6 +1,6 @@
 //! What the rest stands on, importing none of the other rooms: the API client, leader election,
 //! per-object backoff, errors, redaction of what the API server sends, metrics, giving freed heap back,
-//! log spans not worth their cost, the crash switch of the tests, and the keys of break-glass proofs.
+//! log spans not worth their cost, and the crash switch of the tests.
 
 pub mod api_client;
 pub mod backoff;
@@ -9,6 +9,5 @@ pub mod error;
 pub mod heap;
 pub mod leader;
 pub mod metrics;
-pub mod proof_keys;
 pub mod quiet_spans;
 pub mod redact;

@@ -2851,84 +2851,244 @@ fn written_status(seen: &[Seen]) -> cmset_api::ConfigMapSetStatus {
     serde_json::from_value(patch.body["status"].clone()).unwrap()
 }
 
-#[tokio::test]
-async fn an_override_without_the_webhooks_proof_holds_and_is_refused_once() {
-    let mut world = World::new();
+/// A set held by a Deny window open all day (the clock says 08:00 UTC), its Deployment `web` on the old
+/// revision: the set as stored, with its status, and the Deployment.
+async fn held_by_a_window(world: &mut World) -> (ConfigMapSet, Deployment) {
     let deployment = web(V1, true);
     world.add_deployment(&deployment);
-    // A Deny window open all day (the clock says 08:00 UTC).
     let rollout: cmset_api::RolloutSpec = serde_json::from_value(
         json!({"windows": [{"kind": "Deny", "schedule": "0 0 * * *", "duration": "24h"}]}),
     )
     .unwrap();
     let mut set = nginx_set("1");
     set.spec.rollout = Some(rollout.clone());
-    let settled = settle(&mut world, &set);
-    let mut changed = changed_with_revision(&mut world, &settled, "2", V2);
+    let settled = settle(world, &set);
+    let mut changed = changed_with_revision(world, &settled, "2", V2);
     changed.spec.rollout = Some(rollout);
     world.add_set(&changed);
-    let (result, seen) = reconcile_set(&world, &changed).await;
+    let (result, seen) = reconcile_set(world, &changed).await;
     result.unwrap();
     let waiting = written_status(&seen);
-    let under_way = waiting.rollout.clone().unwrap();
-    assert_eq!(under_way.phase, cmset_api::RolloutPhase::Waiting);
-
-    // A tenant's override of that very rollout, claiming an admin's name; no proof (the webhook
-    // refused it, or was down).
+    assert_eq!(
+        waiting.rollout.as_ref().map(|r| r.phase),
+        Some(cmset_api::RolloutPhase::Waiting)
+    );
     changed.status = Some(waiting);
-    changed.metadata.annotations = Some(BTreeMap::from([
-        (
-            labels::WINDOW_OVERRIDE.to_string(),
-            cmset_core::window_hold::override_value(&under_way).unwrap(),
-        ),
-        (
-            labels::WINDOW_OVERRIDE_BY.to_string(),
-            "platform-admin 2027-01-15T07:59:00Z".to_string(),
-        ),
-    ]));
     world.add_set(&changed);
-    let (result, seen) = reconcile_set(&world, &changed).await;
+    (changed, deployment)
+}
+
+/// A WindowOverride of `set`'s rollout under way, for the set of uid `uid`, recorded for `by`.
+fn window_override(name: &str, set: &ConfigMapSet, uid: &str, by: Option<&str>) -> cmset_api::WindowOverride {
+    let rollout = set.status.as_ref().unwrap().rollout.clone().unwrap();
+    let mut object = cmset_api::WindowOverride::new(
+        name,
+        cmset_api::WindowOverrideSpec {
+            set: cmset_api::OverriddenSet {
+                kind: cmset_api::OverriddenKind::ConfigMapSet,
+                name: "nginx-config".into(),
+                uid: uid.into(),
+            },
+            rollout: cmset_api::OverriddenRollout {
+                revision: rollout.revision,
+                started_at: rollout.started_at.unwrap(),
+            },
+            reason: None,
+            requested_by: by.map(str::to_string),
+        },
+    );
+    object.metadata.namespace = Some(NS.into());
+    object
+}
+
+#[tokio::test]
+async fn a_window_override_of_the_held_rollout_lets_it_through_once_naming_who() {
+    let (mut world, mut receivers) = World::leading();
+    let (held, deployment) = held_by_a_window(&mut world).await;
+    while receivers.sets.try_recv().is_ok() {}
+
+    // An override for a set of the same name deleted and created again (another uid) counts for
+    // nothing: the Deployment stays.
+    world
+        .index
+        .handle_override(&watcher::Event::Apply(window_override(
+            "stale",
+            &held,
+            "an-earlier-set-uid",
+            Some("bo"),
+        )));
+    let (result, seen) = reconcile_deployment(&world, &held, &deployment).await;
+    result.unwrap();
+    assert_no_requests(&seen);
+    while receivers.sets.try_recv().is_ok() {}
+
+    // The WindowOverride appears (its watch's event): the set is woken at once.
+    world
+        .index
+        .handle_override(&watcher::Event::Apply(window_override(
+            "nginx-config-break",
+            &held,
+            "set-uid",
+            Some("ana@example.com"),
+        )));
+    let woken = tokio::time::timeout(std::time::Duration::from_secs(5), receivers.sets.next())
+        .await
+        .expect("the set is woken")
+        .unwrap();
+    assert_eq!(woken.name, "nginx-config");
+
+    // The Deployment moves: one guarded patch.
+    let (result, seen) = reconcile_deployment(&world, &held, &deployment).await;
     result.unwrap();
     assert_eq!(
-        seen.iter().map(Seen::line).collect::<Vec<_>>(),
+        lines(&seen),
+        vec!["PATCH /apis/apps/v1/namespaces/team/deployments/web"]
+    );
+    // The set: its status, and the Warning that names the override and who created it.
+    let (result, seen) = reconcile_set(&world, &held).await;
+    result.unwrap();
+    assert_eq!(
+        lines(&seen),
         vec![
             "PATCH /apis/cmset.dev/v1alpha1/namespaces/team/configmapsets/nginx-config/status",
             "POST /apis/events.k8s.io/v1/namespaces/team/events",
+            "POST /apis/events.k8s.io/v1/namespaces/team/events",
         ]
     );
-    let refused = written_status(&seen);
+    let status = written_status(&seen);
     assert_eq!(
-        refused.rollout.as_ref().map(|r| r.phase),
-        Some(cmset_api::RolloutPhase::Waiting),
-        "still held"
+        status.rollout.as_ref().map(|r| r.phase),
+        Some(cmset_api::RolloutPhase::Progressing)
     );
-    let condition = refused
+    let condition = status
         .conditions
         .iter()
         .find(|c| c.type_ == "WindowOverride")
         .expect("the WindowOverride condition");
     assert_eq!(
         (condition.status.as_str(), condition.reason.as_str()),
-        ("False", "NotVerified")
+        ("True", "Granted")
+    );
+    assert!(
+        condition
+            .message
+            .starts_with("WindowOverride nginx-config-break lets the rollout "),
+        "{}",
+        condition.message
+    );
+    let overridden = seen
+        .iter()
+        .map(|s| &s.body)
+        .find(|e| e["reason"] == "WindowOverridden")
+        .expect("the WindowOverridden event");
+    assert_eq!(overridden["type"], "Warning");
+    let note = overridden["note"].as_str().unwrap();
+    assert!(
+        note.contains("WindowOverride nginx-config-break (requested by ana@example.com)"),
+        "{note}"
+    );
+    assert!(!note.contains("bo)"), "{note}");
+
+    // Once: the set changes again while its status still names the overridden rollout (the set
+    // controller has not written the new one yet). The Deployment, on V2 now, does not move to V3.
+    let mut moved = held.clone();
+    moved.status = Some(status);
+    world.add_set(&moved);
+    let on_v2 = web(V2, true);
+    world.add_deployment(&on_v2);
+    let mut changed = nginx_set("3");
+    changed.spec.rollout = held.spec.rollout.clone();
+    changed.metadata.generation = Some(3);
+    changed.status = moved.status.clone();
+    let v3 = cmset_core::revision::next_revision_name(
+        (&changed).into(),
+        &Content::of_template(&changed.spec.template),
+    );
+    world.add_set(&changed);
+    world.add_revision(&new_revision(&changed, &v3, 3));
+    let (result, seen) = reconcile_deployment(&world, &changed, &on_v2).await;
+    result.unwrap();
+    assert_no_requests(&seen);
+    // The set's next rollout is held as any other.
+    let (result, seen) = reconcile_set(&world, &changed).await;
+    result.unwrap();
+    let next = written_status(&seen);
+    let rollout = next.rollout.unwrap();
+    assert_eq!(
+        (rollout.revision.as_str(), rollout.phase),
+        (v3.as_str(), cmset_api::RolloutPhase::Waiting)
+    );
+    assert!(
+        !next.conditions.iter().any(|c| c.type_ == "WindowOverride"),
+        "no override for this rollout: {:?}",
+        next.conditions
+    );
+}
+
+#[tokio::test]
+async fn the_old_override_annotation_moves_nothing_and_is_warned_about_once() {
+    let (mut world, _receivers) = World::leading();
+    let (mut held, deployment) = held_by_a_window(&mut world).await;
+    let under_way = held.status.as_ref().unwrap().rollout.clone().unwrap();
+    // What earlier versions honoured: the override of that very rollout, a record claiming an admin's
+    // name, and a proof.
+    held.metadata.annotations = Some(BTreeMap::from([
+        (
+            labels::WINDOW_OVERRIDE.to_string(),
+            cmset_core::break_glass::override_value(&under_way).unwrap(),
+        ),
+        (
+            labels::WINDOW_OVERRIDE_BY.to_string(),
+            "platform-admin 2027-01-15T07:59:00Z".to_string(),
+        ),
+        (labels::WINDOW_OVERRIDE_PROOF.to_string(), "cHJvb2Y=".to_string()),
+    ]));
+    world.add_set(&held);
+    let (result, seen) = reconcile_set(&world, &held).await;
+    result.unwrap();
+    assert_eq!(
+        lines(&seen),
+        vec![
+            "PATCH /apis/cmset.dev/v1alpha1/namespaces/team/configmapsets/nginx-config/status",
+            "POST /apis/events.k8s.io/v1/namespaces/team/events",
+        ]
+    );
+    let ignored = written_status(&seen);
+    assert_eq!(
+        ignored.rollout.as_ref().map(|r| r.phase),
+        Some(cmset_api::RolloutPhase::Waiting),
+        "still held"
+    );
+    let condition = ignored
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "WindowOverride")
+        .expect("the WindowOverride condition");
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("False", "AnnotationIgnored")
     );
     let event = &seen[1].body;
     assert_eq!(
         (&event["type"], &event["reason"]),
-        (&json!("Warning"), &json!("WindowOverrideRefused"))
+        (&json!("Warning"), &json!("WindowOverrideIgnored"))
     );
     let note = event["note"].as_str().unwrap();
-    assert!(note.contains("ClusterRole cmset-break-glass"), "{note}");
+    assert!(
+        note.contains("WindowOverride") && note.contains("kubectl cmset promote --override-window"),
+        "{note}"
+    );
     assert!(!note.contains("platform-admin") && !condition.message.contains("platform-admin"));
 
     // The Deployment stays on the old revision.
-    let (result, seen) = reconcile_deployment(&world, &changed, &deployment).await;
+    let (result, seen) = reconcile_deployment(&world, &held, &deployment).await;
     result.unwrap();
     assert_no_requests(&seen);
 
     // Once that is written, reconciling again says nothing twice.
-    changed.status = Some(refused);
-    world.add_set(&changed);
-    let (result, seen) = reconcile_set(&world, &changed).await;
+    held.status = Some(ignored);
+    world.add_set(&held);
+    let (result, seen) = reconcile_set(&world, &held).await;
     result.unwrap();
     assert_no_requests(&seen);
 }

@@ -299,6 +299,7 @@ mod tests {
                 revisions: &[],
                 lowest_wave: workload.wave.number().unwrap_or(0),
                 window_held: false,
+                window_override: None,
             })
             .collect();
         let decided = targets(&observed, &workload);

@@ -1,342 +1,220 @@
-//! Break glass: the proof that lets one rollout through the change windows.
+//! Break glass: which `WindowOverride` lets a set's rollout through the change windows.
 //!
-//! `cmset.dev/window-override: <revision>@<startedAt>` names the rollout; it counts only beside a
-//! record that cmset's admission webhook wrote after the API server said the user may `override`
-//! `changewindows.cmset.dev` (ClusterRole `cmset-break-glass`): `cmset.dev/window-override-by:
-//! <user> <time>`, the user as the API server authenticated them, and `cmset.dev/window-override-proof`,
-//! an HMAC-SHA256 over the set (kind, uid, namespace, name), the override, the user and the time, keyed
-//! from key material only cmset's replicas hold (see [`ProofKey::derive`]). A tenant can write the
-//! annotations but not the proof; a proof copied to another set, another rollout, another name or
-//! another time does not verify. An override without a proof that verifies (written by hand, or while
-//! the webhook was down: it fails open) is [`Override::Refused`]: it lets nothing through, and the
-//! controller reports it without quoting the names it claims.
+//! A `WindowOverride` (`windowoverrides.cmset.dev`, see `cmset_api::overrides`) names a set by kind,
+//! name and uid, and one rollout by revision and start. The API server decides who may create one
+//! (ClusterRole `cmset-break-glass`): cmset trusts the object's existence, never a claim in a request
+//! body. It counts only for the set it names (the same uid: a set deleted and created again under the
+//! same name is another set) and only for the rollout it names, so it lets that rollout through once
+//! and a later rollout is held again.
 //!
-//! Pure: the keys and the time are passed in.
+//! The annotation `cmset.dev/window-override` that earlier versions honoured (with a record and an HMAC
+//! proof the webhook wrote) lets nothing through any more: the controller says so on the set.
+//!
+//! Pure: the overrides are passed in, read from the index.
 
-use base64::Engine;
-use hmac::{Hmac, KeyInit, Mac};
-use sha2::{Digest, Sha256};
+use cmset_api::overrides::NOT_RECORDED;
+use cmset_api::{OverriddenKind, RolloutStatus, WindowOverride};
+use k8s_openapi::jiff::Timestamp;
 
-use crate::set::{SetKind, SetRef};
+use crate::set::{SetKind, SetRef, rollout_id};
 
-/// A key proofs are made and checked with (32 bytes).
-#[derive(Clone, PartialEq, Eq)]
-pub struct ProofKey([u8; 32]);
-
-impl std::fmt::Debug for ProofKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ProofKey(<redacted>)")
-    }
-}
-
-impl ProofKey {
-    /// The key derived from `secret` (the webhook's serving private key, which every replica holds and
-    /// no tenant can read). Derived, so the private key itself is never used for anything else.
-    pub fn derive(secret: &[u8]) -> Self {
-        let mut hasher = Sha256::new();
-        hasher.update(b"cmset.dev/window-override-proof/v1\0");
-        hasher.update(secret);
-        Self(hasher.finalize().into())
-    }
-}
-
-/// What a proof vouches for: an override of one set, asked for by one user at one time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Claim<'a> {
-    pub kind: SetKind,
-    pub uid: &'a str,
-    pub namespace: &'a str,
-    pub name: &'a str,
-    /// The override annotation's value: `<revision>@<startedAt>`.
-    pub value: &'a str,
-    /// The user as the API server authenticated them.
-    pub user: &'a str,
-    /// When, RFC 3339.
-    pub at: &'a str,
-}
-
-impl Claim<'_> {
-    /// The bytes the MAC covers: every field length-prefixed, so no two claims share an encoding.
-    fn message(&self) -> Vec<u8> {
-        let kind = match self.kind {
-            SetKind::ConfigMapSet => "ConfigMapSet",
-            SetKind::SecretSet => "SecretSet",
-        };
-        let mut out = Vec::new();
-        for field in [
-            kind,
-            self.uid,
-            self.namespace,
-            self.name,
-            self.value,
-            self.user,
-            self.at,
-        ] {
-            out.extend_from_slice(&(field.len() as u64).to_be_bytes());
-            out.extend_from_slice(field.as_bytes());
-        }
-        out
-    }
-
-    /// The record annotation's value: `<user> <time>`.
-    pub fn record(&self) -> String {
-        format!("{} {}", self.user, self.at)
-    }
-}
-
-/// The proof of `claim` under `key` (base64 of its HMAC-SHA256).
-pub fn prove(key: &ProofKey, claim: &Claim<'_>) -> String {
-    base64::engine::general_purpose::STANDARD.encode(hmac_sha256(&key.0, &claim.message()))
-}
-
-/// Whether `proof` is the proof of `claim` under one of `keys` (the current key and, across a key
-/// rotation, the previous one). Compared in constant time (`verify_slice`).
-pub fn verifies(keys: &[ProofKey], claim: &Claim<'_>, proof: &str) -> bool {
-    let Ok(given) = base64::engine::general_purpose::STANDARD.decode(proof) else {
-        return false;
-    };
-    let message = claim.message();
-    keys.iter()
-        .any(|key| mac(&key.0, &message).verify_slice(&given).is_ok())
-}
-
-/// The user and time of a record annotation (`<user> <time>`; a user name may contain spaces, the
-/// time never does).
-pub fn parse_record(record: &str) -> Option<(&str, &str)> {
-    record
-        .rsplit_once(' ')
-        .filter(|(user, at)| !user.is_empty() && !at.is_empty())
-}
-
-/// What the controller makes of a set's override annotation.
+/// A `WindowOverride` as the controller reads it: what it names, and its record.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Override {
-    /// Recorded by the webhook for a user allowed to override: `value` names the rollout let through.
-    Verified { value: String, user: String, at: String },
-    /// Present, but not recorded by the webhook (or the record was changed since): lets nothing through.
-    Refused,
+pub struct OverrideView {
+    /// The WindowOverride's name (in the set's namespace).
+    pub name: String,
+    pub set_kind: SetKind,
+    pub set_name: String,
+    pub set_uid: String,
+    pub revision: String,
+    pub started_at: Timestamp,
+    /// Who created it, as cmset's admission webhook recorded it; `None`: not recorded.
+    pub requested_by: Option<String>,
 }
 
-/// The override of `set`, if it carries one, judged against `keys`.
-pub fn judge(set: SetRef<'_>, keys: &[ProofKey]) -> Option<Override> {
-    let value = set.window_override()?;
-    let annotations = set.metadata().annotations.as_ref();
-    let get = |key: &str| annotations.and_then(|a| a.get(key)).map(String::as_str);
-    let verified = (|| {
-        let (user, at) = parse_record(get(cmset_api::labels::WINDOW_OVERRIDE_BY)?)?;
-        let proof = get(cmset_api::labels::WINDOW_OVERRIDE_PROOF)?;
-        let uid = set.uid();
-        let claim = Claim {
-            kind: set.kind(),
-            uid: &uid,
-            namespace: set.namespace(),
-            name: set.name(),
-            value,
-            user,
-            at,
-        };
-        verifies(keys, &claim, proof).then(|| Override::Verified {
-            value: value.to_string(),
-            user: user.to_string(),
-            at: at.to_string(),
+impl OverrideView {
+    /// The view of `object` (`None` without a name).
+    pub fn of(object: &WindowOverride) -> Option<Self> {
+        let spec = &object.spec;
+        Some(Self {
+            name: object.metadata.name.clone()?,
+            set_kind: match spec.set.kind {
+                OverriddenKind::ConfigMapSet => SetKind::ConfigMapSet,
+                OverriddenKind::SecretSet => SetKind::SecretSet,
+            },
+            set_name: spec.set.name.clone(),
+            set_uid: spec.set.uid.clone(),
+            revision: spec.rollout.revision.clone(),
+            started_at: spec.rollout.started_at.0,
+            requested_by: spec.requested_by.clone().filter(|by| !by.is_empty()),
         })
-    })();
-    Some(verified.unwrap_or(Override::Refused))
+    }
+
+    /// Whether it is for `set`: the same kind, name and uid (a set without a uid matches nothing).
+    pub fn is_for(&self, set: SetRef<'_>) -> bool {
+        let uid = set.uid();
+        !uid.is_empty() && self.set_uid == uid && self.set_kind == set.kind() && self.set_name == set.name()
+    }
+
+    /// Whether it names `rollout`: the same revision, started at the same instant.
+    pub fn names(&self, rollout: &RolloutStatus) -> bool {
+        self.revision == rollout.revision
+            && rollout
+                .started_at
+                .as_ref()
+                .is_some_and(|t| t.0 == self.started_at)
+    }
+
+    /// Who created it, or "not recorded".
+    pub fn by(&self) -> &str {
+        self.requested_by.as_deref().unwrap_or(NOT_RECORDED)
+    }
+
+    /// The rollout it names, as people read it: `<revision>@<startedAt>`.
+    pub fn rollout(&self) -> String {
+        format!("{}@{}", self.revision, self.started_at)
+    }
 }
 
-/// Condition type on a set saying whether its override counts: `True` (reason `Verified`) when the
-/// webhook's proof verifies, `False` (reason `NotVerified`) when not.
+/// What the controller makes of a set's break glass.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BreakGlass {
+    /// The WindowOverrides for this very set (kind, name and uid), by name.
+    pub grants: Vec<OverrideView>,
+    /// The set carries the annotation `cmset.dev/window-override`, which lets nothing through now.
+    pub legacy_annotation: bool,
+}
+
+impl BreakGlass {
+    /// The override that lets `rollout` through, if one does (the first by name when several do).
+    pub fn for_rollout(&self, rollout: &RolloutStatus) -> Option<&OverrideView> {
+        self.grants.iter().find(|g| g.names(rollout))
+    }
+}
+
+/// The break glass of `set`: of `overrides` (the WindowOverrides of its namespace that name its kind
+/// and name), those for this very set; and whether it carries the old annotation.
+pub fn judge(set: SetRef<'_>, overrides: &[OverrideView]) -> BreakGlass {
+    let mut grants: Vec<OverrideView> = overrides.iter().filter(|o| o.is_for(set)).cloned().collect();
+    grants.sort_by(|a, b| a.name.cmp(&b.name));
+    BreakGlass {
+        grants,
+        legacy_annotation: set.window_override().is_some(),
+    }
+}
+
+/// Condition type on a set saying what its break glass does: `True` (reason [`GRANTED`]) when a
+/// WindowOverride lets the current rollout through, `False` (reason [`ANNOTATION_IGNORED`]) when the
+/// set carries only the old annotation. Absent otherwise.
 pub const CONDITION: &str = "WindowOverride";
+/// Reason of the `True` condition.
+pub const GRANTED: &str = "Granted";
+/// Reason of the `False` condition, and of the Warning Event that tells it once.
+pub const ANNOTATION_IGNORED: &str = "AnnotationIgnored";
+/// The Warning Event's reason.
+pub const IGNORED_EVENT: &str = "WindowOverrideIgnored";
 
-/// The message of the `True` condition: it names the override and the record the controller verified,
-/// so that a reader (the plugin) can tell whether the annotations it sees are the ones verified.
-pub fn verified_message(value: &str, user: &str, at: &str) -> String {
-    format!("The override {value} was recorded by cmset's admission webhook for {user} at {at}")
+/// The message of the `True` condition: it names the WindowOverride, so a reader (the plugin) can tell
+/// which override was used.
+pub fn granted_message(grant: &OverrideView) -> String {
+    format!(
+        "WindowOverride {} lets the rollout {} through the change windows (requested by {})",
+        grant.name,
+        grant.rollout(),
+        grant.by()
+    )
 }
 
-/// The record (`<user> <time>`) of the set's override as the controller last verified it, if the set's
-/// annotations are still the ones it verified (read from the status, which only cmset writes).
-pub fn confirmed_record(set: SetRef<'_>) -> Option<String> {
-    let value = set.window_override()?;
-    let record = set.window_override_by()?;
-    let (user, at) = parse_record(record)?;
-    let expected = verified_message(value, user, at);
-    set.status()?
-        .conditions
-        .iter()
-        .any(|c| c.type_ == CONDITION && c.status == "True" && c.message == expected)
-        .then(|| record.to_string())
+/// The name of the WindowOverride a set's `True` condition says it used, if its message is one.
+pub fn used_override(message: &str) -> Option<&str> {
+    granted_record(message).map(|(name, _)| name)
 }
 
-type HmacSha256 = Hmac<Sha256>;
-
-/// HMAC-SHA256 (RFC 2104) of `message` under `key`.
-fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
-    mac(key, message).finalize().into_bytes().into()
+/// The WindowOverride and who created it ("not recorded" included), from a set's `True` condition's
+/// message ([`granted_message`]).
+pub fn granted_record(message: &str) -> Option<(&str, &str)> {
+    let (name, rest) = message
+        .strip_prefix("WindowOverride ")?
+        .split_once(" lets the rollout ")?;
+    let by = rest.rsplit_once("(requested by ")?.1.strip_suffix(')')?;
+    Some((name, by))
 }
 
-fn mac(key: &[u8], message: &[u8]) -> HmacSha256 {
-    // HMAC takes a key of any length: this cannot fail.
-    let mut mac = HmacSha256::new_from_slice(key).expect("HMAC accepts any key length");
-    mac.update(message);
-    mac
+/// Who let the set's current rollout through, and by which WindowOverride, as the controller recorded
+/// it in the set's status (condition [`CONDITION`], `True`).
+pub fn granted(set: SetRef<'_>) -> Option<(&str, &str)> {
+    let condition = set.status()?.condition(CONDITION)?;
+    (condition.status == "True")
+        .then(|| granted_record(&condition.message))
+        .flatten()
+}
+
+/// Why the old annotation lets nothing through, and what to do instead. Repeats nothing the set's
+/// writer wrote.
+pub const ANNOTATION_IGNORED_MESSAGE: &str = "The annotation cmset.dev/window-override is ignored: it lets \
+     nothing through the change windows. Break glass is a WindowOverride now: someone with ClusterRole \
+     cmset-break-glass runs kubectl cmset promote --override-window; remove the annotation";
+
+/// The rollout the old annotation would name: `<revision>@<startedAt>` (kept for people reading old sets).
+pub fn override_value(rollout: &RolloutStatus) -> Option<String> {
+    let started = rollout.started_at.as_ref()?;
+    Some(format!("{}@{}", rollout.revision, rollout_id(started)))
 }
 
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 
-    use cmset_api::{ConfigMapSet, labels};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use cmset_api::{ConfigMapSet, OverriddenRollout, OverriddenSet, SecretSet, WindowOverrideSpec, labels};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
     use super::*;
 
-    fn hex(bytes: &[u8]) -> String {
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const UID: &str = "6f1c0000-0000-0000-0000-000000000001";
+
+    fn at(text: &str) -> Timestamp {
+        text.parse().unwrap()
     }
 
-    #[test]
-    fn hmac_matches_rfc_4231() {
-        // Test cases 1, 2 and 6 (a key longer than a block).
-        assert_eq!(
-            hex(&hmac_sha256(&[0x0b; 20], b"Hi There")),
-            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"
-        );
-        assert_eq!(
-            hex(&hmac_sha256(b"Jefe", b"what do ya want for nothing?")),
-            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
-        );
-        assert_eq!(
-            hex(&hmac_sha256(
-                &[0xaa; 131],
-                b"Test Using Larger Than Block-Size Key - Hash Key First"
-            )),
-            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
-        );
-    }
-
-    fn claim() -> Claim<'static> {
-        Claim {
-            kind: SetKind::ConfigMapSet,
-            uid: "6f1c0000-0000-0000-0000-000000000001",
-            namespace: "team",
-            name: "app",
-            value: "app-7c9f5d6b8d@20261127T172000Z",
-            user: "ana@example.com",
-            at: "2026-11-27T17:21:00Z",
+    fn rollout(revision: &str, started: &str) -> RolloutStatus {
+        RolloutStatus {
+            revision: revision.into(),
+            started_at: Some(Time(at(started))),
+            ..RolloutStatus::default()
         }
     }
 
-    fn key() -> ProofKey {
-        ProofKey::derive(b"-----BEGIN PRIVATE KEY-----\nserving key\n-----END PRIVATE KEY-----\n")
-    }
-
-    #[test]
-    fn a_proof_verifies_for_its_claim_only() {
-        let proof = prove(&key(), &claim());
-        assert!(verifies(&[key()], &claim(), &proof));
-        let others: [(&str, Claim<'static>); 8] = [
-            (
-                "another set (uid)",
-                Claim {
-                    uid: "6f1c0000-0000-0000-0000-000000000002",
-                    ..claim()
+    fn object(name: &str, kind: OverriddenKind, set: &str, uid: &str, by: Option<&str>) -> WindowOverride {
+        let mut o = WindowOverride::new(
+            name,
+            WindowOverrideSpec {
+                set: OverriddenSet {
+                    kind,
+                    name: set.into(),
+                    uid: uid.into(),
                 },
-            ),
-            (
-                "another namespace",
-                Claim {
-                    namespace: "other",
-                    ..claim()
+                rollout: OverriddenRollout {
+                    revision: "app-7c9f5d6b8d".into(),
+                    started_at: Time(at("2026-11-27T17:20:00Z")),
                 },
-            ),
-            (
-                "another name",
-                Claim {
-                    name: "app2",
-                    ..claim()
-                },
-            ),
-            (
-                "another kind",
-                Claim {
-                    kind: SetKind::SecretSet,
-                    ..claim()
-                },
-            ),
-            (
-                "another rollout",
-                Claim {
-                    value: "app-7c9f5d6b8d@20261127T180000Z",
-                    ..claim()
-                },
-            ),
-            (
-                "another revision",
-                Claim {
-                    value: "app-5b8d7c9f6d@20261127T172000Z",
-                    ..claim()
-                },
-            ),
-            (
-                "another user",
-                Claim {
-                    user: "mallory",
-                    ..claim()
-                },
-            ),
-            (
-                "a changed time",
-                Claim {
-                    at: "2026-11-27T17:21:01Z",
-                    ..claim()
-                },
-            ),
-        ];
-        for (what, other) in others {
-            assert!(!verifies(&[key()], &other, &proof), "{what}");
-        }
-    }
-
-    #[test]
-    fn a_proof_fails_under_another_key_garbage_or_nothing() {
-        let proof = prove(&key(), &claim());
-        assert!(!verifies(&[ProofKey::derive(b"another key")], &claim(), &proof));
-        assert!(!verifies(&[], &claim(), &proof));
-        for bad in ["", "not base64!", "AAAA", &proof[..proof.len() - 4]] {
-            assert!(!verifies(&[key()], &claim(), bad), "{bad:?}");
-        }
-        // Across a rotation, the previous key still verifies what it signed.
-        assert!(verifies(&[ProofKey::derive(b"new"), key()], &claim(), &proof));
-    }
-
-    #[test]
-    fn fields_cannot_be_shifted_into_one_another() {
-        let shifted = Claim {
-            namespace: "tea",
-            name: "mapp",
-            ..claim()
-        };
-        assert_ne!(prove(&key(), &claim()), prove(&key(), &shifted));
-    }
-
-    #[test]
-    fn records_split_at_the_last_space() {
-        assert_eq!(
-            parse_record("Ana Lopez 2026-11-27T17:21:00Z"),
-            Some(("Ana Lopez", "2026-11-27T17:21:00Z"))
+                reason: None,
+                requested_by: by.map(str::to_string),
+            },
         );
-        assert_eq!(parse_record("nobody"), None);
-        assert_eq!(parse_record(" 2026-11-27T17:21:00Z"), None);
-        assert_eq!(claim().record(), "ana@example.com 2026-11-27T17:21:00Z");
+        o.metadata.namespace = Some("team".into());
+        o
     }
 
-    fn set(annotations: &[(&str, &str)]) -> ConfigMapSet {
+    fn view(name: &str, kind: OverriddenKind, set: &str, uid: &str) -> OverrideView {
+        OverrideView::of(&object(name, kind, set, uid, Some("ana@example.com"))).unwrap()
+    }
+
+    fn set(uid: &str, annotations: &[(&str, &str)]) -> ConfigMapSet {
         let mut set = ConfigMapSet::new("app", Default::default());
         set.metadata = ObjectMeta {
             name: Some("app".into()),
             namespace: Some("team".into()),
-            uid: Some(claim().uid.into()),
+            uid: Some(uid.into()),
             annotations: Some(
                 annotations
                     .iter()
@@ -349,64 +227,113 @@ mod tests {
     }
 
     #[test]
-    fn judge_honours_only_a_record_the_webhook_proved() {
-        let c = claim();
-        let proof = prove(&key(), &c);
-        let record = c.record();
-        let proved = set(&[
-            (labels::WINDOW_OVERRIDE, c.value),
-            (labels::WINDOW_OVERRIDE_BY, &record),
-            (labels::WINDOW_OVERRIDE_PROOF, &proof),
-        ]);
-        assert_eq!(
-            judge((&proved).into(), &[key()]),
-            Some(Override::Verified {
-                value: c.value.into(),
-                user: c.user.into(),
-                at: c.at.into()
-            })
-        );
-        let cases = [
-            (
-                "no proof",
-                vec![
-                    (labels::WINDOW_OVERRIDE, c.value),
-                    (labels::WINDOW_OVERRIDE_BY, record.as_str()),
-                ],
-            ),
-            (
-                "no record",
-                vec![
-                    (labels::WINDOW_OVERRIDE, c.value),
-                    (labels::WINDOW_OVERRIDE_PROOF, proof.as_str()),
-                ],
-            ),
-            (
-                "a hand-written name",
-                vec![
-                    (labels::WINDOW_OVERRIDE, c.value),
-                    (labels::WINDOW_OVERRIDE_BY, "root 2026-11-27T17:21:00Z"),
-                    (labels::WINDOW_OVERRIDE_PROOF, proof.as_str()),
-                ],
-            ),
-            (
-                "the proof moved to another rollout",
-                vec![
-                    (labels::WINDOW_OVERRIDE, "app-7c9f5d6b8d@20261128T090000Z"),
-                    (labels::WINDOW_OVERRIDE_BY, record.as_str()),
-                    (labels::WINDOW_OVERRIDE_PROOF, proof.as_str()),
-                ],
-            ),
-        ];
-        for (what, annotations) in cases {
-            assert_eq!(
-                judge((&set(&annotations)).into(), &[key()]),
-                Some(Override::Refused),
-                "{what}"
-            );
+    fn an_override_lets_through_its_set_and_its_rollout_only() {
+        let set = set(UID, &[]);
+        let good = view("app-break", OverriddenKind::ConfigMapSet, "app", UID);
+        let judged = judge((&set).into(), std::slice::from_ref(&good));
+        assert_eq!(judged.grants, vec![good.clone()]);
+        assert!(!judged.legacy_annotation);
+        let named = rollout("app-7c9f5d6b8d", "2026-11-27T17:20:00Z");
+        assert_eq!(judged.for_rollout(&named), Some(&good));
+        assert_eq!(good.by(), "ana@example.com");
+        // Once: a later rollout (the same revision started again, or another revision) is held again.
+        for later in [
+            rollout("app-7c9f5d6b8d", "2026-11-27T18:00:00Z"),
+            rollout("app-5b8d7c9f6d", "2026-11-27T17:20:00Z"),
+            RolloutStatus {
+                started_at: None,
+                ..named.clone()
+            },
+        ] {
+            assert_eq!(judged.for_rollout(&later), None, "{later:?}");
         }
-        // Without keys (no webhook on this replica), nothing verifies.
-        assert_eq!(judge((&proved).into(), &[]), Some(Override::Refused));
-        assert_eq!(judge((&set(&[])).into(), &[key()]), None);
+    }
+
+    #[test]
+    fn an_override_for_another_set_counts_for_nothing() {
+        let set = set(UID, &[]);
+        let others = [
+            (
+                "a set deleted and created again (another uid)",
+                view(
+                    "a",
+                    OverriddenKind::ConfigMapSet,
+                    "app",
+                    "6f1c0000-0000-0000-0000-000000000002",
+                ),
+            ),
+            ("another kind", view("b", OverriddenKind::SecretSet, "app", UID)),
+            (
+                "another name",
+                view("c", OverriddenKind::ConfigMapSet, "app2", UID),
+            ),
+            ("no uid", view("d", OverriddenKind::ConfigMapSet, "app", "")),
+        ];
+        for (what, other) in others {
+            assert_eq!(judge((&set).into(), &[other]), BreakGlass::default(), "{what}");
+        }
+        // A set without a uid (not stored yet) matches nothing, not even an override without one.
+        let unstored = self::set("", &[]);
+        let blank = view("e", OverriddenKind::ConfigMapSet, "app", "");
+        assert!(judge((&unstored).into(), &[blank]).grants.is_empty());
+        // Kinds are told apart: a SecretSet of the same name and uid is not the ConfigMapSet.
+        let mut secret_set = SecretSet::new("app", Default::default());
+        secret_set.metadata = set.metadata.clone();
+        let for_cms = view("f", OverriddenKind::ConfigMapSet, "app", UID);
+        assert!(judge((&secret_set).into(), &[for_cms]).grants.is_empty());
+    }
+
+    #[test]
+    fn the_old_annotation_lets_nothing_through_and_is_reported() {
+        let named = rollout("app-7c9f5d6b8d", "2026-11-27T17:20:00Z");
+        let value = override_value(&named).unwrap();
+        let annotated = set(
+            UID,
+            &[
+                (labels::WINDOW_OVERRIDE, &value),
+                (labels::WINDOW_OVERRIDE_BY, "root 2026-11-27T17:21:00Z"),
+                (labels::WINDOW_OVERRIDE_PROOF, "c2lnbmVk"),
+            ],
+        );
+        let judged = judge((&annotated).into(), &[]);
+        assert!(judged.legacy_annotation);
+        assert_eq!(judged.for_rollout(&named), None);
+        assert!(ANNOTATION_IGNORED_MESSAGE.contains("WindowOverride"));
+        assert!(ANNOTATION_IGNORED_MESSAGE.contains("kubectl cmset promote --override-window"));
+        assert!(!ANNOTATION_IGNORED_MESSAGE.contains("root"));
+    }
+
+    #[test]
+    fn an_unrecorded_override_still_counts_and_says_so() {
+        let set = set(UID, &[]);
+        let unrecorded =
+            OverrideView::of(&object("x", OverriddenKind::ConfigMapSet, "app", UID, None)).unwrap();
+        let blank =
+            OverrideView::of(&object("y", OverriddenKind::ConfigMapSet, "app", UID, Some(""))).unwrap();
+        assert_eq!(unrecorded.by(), "not recorded");
+        assert_eq!(blank.by(), "not recorded");
+        let judged = judge((&set).into(), &[blank, unrecorded]);
+        let named = rollout("app-7c9f5d6b8d", "2026-11-27T17:20:00Z");
+        // Several for one rollout: the first by name.
+        assert_eq!(judged.for_rollout(&named).map(|g| g.name.as_str()), Some("x"));
+    }
+
+    #[test]
+    fn the_granted_message_names_the_override() {
+        let grant = view("app-break", OverriddenKind::ConfigMapSet, "app", UID);
+        let message = granted_message(&grant);
+        assert_eq!(
+            message,
+            "WindowOverride app-break lets the rollout app-7c9f5d6b8d@2026-11-27T17:20:00Z through the change \
+             windows (requested by ana@example.com)"
+        );
+        assert_eq!(used_override(&message), Some("app-break"));
+        assert_eq!(granted_record(&message), Some(("app-break", "ana@example.com")));
+        let unrecorded = granted_message(&OverrideView {
+            requested_by: None,
+            ..grant
+        });
+        assert_eq!(granted_record(&unrecorded), Some(("app-break", "not recorded")));
+        assert_eq!(used_override("something else"), None);
     }
 }

@@ -46,10 +46,14 @@ pub struct Observed<'a> {
     pub revisions: &'a [RevisionView],
     /// The lowest wave among the workloads that read the set (0 without waves).
     pub lowest_wave: i32,
-    /// The change windows hold the set's moves now (see [`crate::window_hold::WindowState::holds`]).
+    /// The change windows hold the set's moves now, before any override (see
+    /// [`crate::window_hold::WindowState::gate_inputs`]).
     /// Admission of a new workload passes false (its first start names the current revision), but for
     /// a Job a CronJob starts (see [`crate::admission::windows_apply`]).
     pub window_held: bool,
+    /// The revision whose rollout a WindowOverride lets through the windows (see
+    /// [`crate::window_hold::WindowState::gate_inputs`]): `window_held` does not hold a move to it.
+    pub window_override: Option<&'a str>,
 }
 
 /// Why a decision cannot be made yet.
@@ -94,6 +98,9 @@ pub fn target_seeing(
     };
     let target = SetTarget::observed_seeing(set, identity, observed.revisions, &workload.uid, history)
         .ok_or_else(undecided)?;
+    // A WindowOverride lets through the rollout of the revision it names, not a newer one the status
+    // does not record yet.
+    let window_held = observed.window_held && observed.window_override != Some(target.current.as_str());
     // A revision the set's checks have not passed is held like a change window holds one: nothing
     // moves to it (an opting-in workload still starts), and a rollback is never held.
     let records = set.status().and_then(|s| s.checks.as_deref()).unwrap_or_default();
@@ -103,7 +110,7 @@ pub fn target_seeing(
         &target.current,
         workload,
         observed.lowest_wave,
-        observed.window_held || checks_held,
+        window_held || checks_held,
     );
     Ok(target.gated(gate))
 }

@@ -10,7 +10,6 @@ use cmset_api::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use serde_json::Value;
 
-use crate::break_glass::Override;
 use crate::check_gate;
 use crate::conditions::{self, Desired, READY, STALLED, VALID, WINDOWS_KNOWN};
 use crate::content_check::{self, Refusal, SchemaTexts};
@@ -213,7 +212,7 @@ fn plan_set_without_reconciling(input: &SetInput<'_>) -> SetPlan {
     };
     let history = mark_failed(history, &previous, waves.rollout.as_ref());
     let mut status = set_status(input, &previous, &current, history, waves.entries, waves.rollout);
-    let refused = break_glass_report(input, &previous, &mut status);
+    let ignored = break_glass_report(input, &previous, &mut status);
     // After the Ready condition has counted every workload.
     let status = fit::fit_workloads(status, fit::WORKLOADS_BUDGET);
     let status = ConfigMapSetStatus {
@@ -227,7 +226,7 @@ fn plan_set_without_reconciling(input: &SetInput<'_>) -> SetPlan {
         .chain(pruning.events)
         .chain(entries.pin_events)
         .chain(waves.events.into_iter().map(wave_event))
-        .chain(refused)
+        .chain(ignored)
         .collect();
     SetPlan {
         create: current.create,
@@ -680,6 +679,9 @@ fn workload_entries<'a>(input: &SetInput<'a>, current: &CurrentRevision) -> Entr
             .iter()
             .any(|n| refers_to_set(set.name(), n))
     };
+    let (window_held, window_override) = input
+        .windows
+        .gate_inputs(set.status().and_then(|s| s.rollout.as_ref()));
     let observed = Observed {
         set,
         identity_generation: set.generation(),
@@ -692,9 +694,8 @@ fn workload_entries<'a>(input: &SetInput<'a>, current: &CurrentRevision) -> Entr
             .filter_map(|w| w.wave.number())
             .min()
             .unwrap_or(0),
-        window_held: input
-            .windows
-            .holds(set, set.status().and_then(|s| s.rollout.as_ref())),
+        window_held,
+        window_override: window_override.as_deref(),
     };
     let previous = previous_by_uid(set);
     let mut members: Vec<Member<'a>> = input
@@ -743,10 +744,6 @@ fn plan_rollout(
 ) -> WaveOutcome {
     let previous_entries = previous_by_uid(input.set);
     let revisions: BTreeSet<String> = history.iter().map(|h| h.name.clone()).collect();
-    let verified = match &input.windows.break_glass {
-        Some(Override::Verified { value, user, .. }) => Some((value.as_str(), user.as_str())),
-        _ => None,
-    };
     let wave_input = WaveInput {
         spec: input.set.rollout(),
         current,
@@ -762,9 +759,6 @@ fn plan_rollout(
         analysis: input.analysis,
         immediate: input.set.immediate(),
         windows: input.windows,
-        // Only an override the webhook proved counts, and its user is the one the API server named.
-        window_override: verified.map(|(value, _)| value),
-        window_override_by: verified.map(|(_, user)| user),
     };
     plan_waves(&wave_input, members)
 }
@@ -851,54 +845,54 @@ fn wave_event(event: WaveEvent) -> PlannedEvent {
     }
 }
 
-/// Condition type saying whether the set's break-glass override counts (see [`crate::break_glass`]).
+/// Condition type saying what the set's break glass does (see [`crate::break_glass`]).
 pub const WINDOW_OVERRIDE: &str = crate::break_glass::CONDITION;
 
-/// The set's override, said in its status (condition [`WINDOW_OVERRIDE`]: `True` when the webhook proved
-/// it, `False` when not), and a Warning the first time one is refused. Neither repeats a name the
-/// client wrote: a verified record's user is the API server's.
+/// The set's break glass, said in its status (condition [`WINDOW_OVERRIDE`]): `True` naming the
+/// WindowOverride that lets the current rollout through, and who created it as the webhook recorded
+/// it; `False` when the set carries only the old annotation, with a Warning the first time. Neither
+/// repeats a name the set's writer wrote.
 fn break_glass_report(
     input: &SetInput<'_>,
     previous: &ConfigMapSetStatus,
     status: &mut ConfigMapSetStatus,
 ) -> Option<PlannedEvent> {
+    use crate::break_glass::{ANNOTATION_IGNORED, ANNOTATION_IGNORED_MESSAGE, GRANTED, IGNORED_EVENT};
     let generation = input.set.generation();
-    let desired = match &input.windows.break_glass {
+    let grant = status
+        .rollout
+        .as_ref()
+        .and_then(|rollout| input.windows.override_for(rollout));
+    let desired = match grant {
+        Some(grant) => Desired {
+            type_: WINDOW_OVERRIDE,
+            status: true,
+            reason: GRANTED,
+            message: crate::break_glass::granted_message(grant),
+        },
+        None if input.windows.break_glass.legacy_annotation => Desired {
+            type_: WINDOW_OVERRIDE,
+            status: false,
+            reason: ANNOTATION_IGNORED,
+            message: ANNOTATION_IGNORED_MESSAGE.to_string(),
+        },
         None => {
             status.conditions = conditions::remove(&status.conditions, WINDOW_OVERRIDE);
             return None;
         }
-        Some(Override::Verified { value, user, at }) => Desired {
-            type_: WINDOW_OVERRIDE,
-            status: true,
-            reason: "Verified",
-            message: crate::break_glass::verified_message(value, user, at),
-        },
-        Some(Override::Refused) => Desired {
-            type_: WINDOW_OVERRIDE,
-            status: false,
-            reason: "NotVerified",
-            message: OVERRIDE_REFUSED.to_string(),
-        },
     };
-    let refused = !desired.status;
-    let was_refused = previous
+    let ignored = !desired.status;
+    let was_ignored = previous
         .conditions
         .iter()
         .any(|c| c.type_ == WINDOW_OVERRIDE && c.status == "False");
     status.conditions = conditions::set(&status.conditions, desired, generation, &input.now);
-    (refused && !was_refused).then(|| PlannedEvent {
+    (ignored && !was_ignored).then(|| PlannedEvent {
         kind: EventKind::Warning,
-        reason: "WindowOverrideRefused",
-        message: format!("{OVERRIDE_REFUSED} (set {})", input.set.name()),
+        reason: IGNORED_EVENT,
+        message: format!("{ANNOTATION_IGNORED_MESSAGE} (set {})", input.set.name()),
     })
 }
-
-/// Why an override does not count. States no name: the record's may be anyone's invention.
-const OVERRIDE_REFUSED: &str = "The annotation cmset.dev/window-override lets nothing through: it was not recorded by \
-     cmset's admission webhook for a user allowed to override change windows (ClusterRole cmset-break-glass), \
-     or its record was changed since. The change windows hold the rollout as before; someone with that right \
-     can run kubectl cmset promote --override-window";
 
 fn capitalized(message: &str) -> String {
     let mut chars = message.chars();

@@ -192,15 +192,6 @@ impl<'a> SetRef<'a> {
             .map(String::as_str)
     }
 
-    /// Who asked for the window override and when (annotation `cmset.dev/window-override-by`).
-    pub fn window_override_by(self) -> Option<&'a str> {
-        self.metadata()
-            .annotations
-            .as_ref()?
-            .get(cmset_api::labels::WINDOW_OVERRIDE_BY)
-            .map(String::as_str)
-    }
-
     /// Whether each next wave waits to be promoted (`spec.rollout.promotion: Manual`).
     pub fn manual_promotion(self) -> bool {
         self.rollout()

@@ -53,7 +53,7 @@ use crate::kinds::WorkloadKind;
 use crate::observe::WorkloadView;
 use crate::refs::Referenced;
 use crate::set::{Promoted, SetRef, rollout_id};
-use crate::window_hold::{WindowState, override_value};
+use crate::window_hold::WindowState;
 
 /// One workload that reads the set, with the status entry the reference rules gave it (`Current`,
 /// `Pending` or `Pinned`).
@@ -112,9 +112,16 @@ pub struct WaveInput<'a> {
     pub immediate: bool,
     /// What the change windows say of the set now.
     pub windows: &'a WindowState,
-    /// The rollout the windows may not hold (annotation `cmset.dev/window-override`), and who asked.
-    pub window_override: Option<&'a str>,
-    pub window_override_by: Option<&'a str>,
+}
+
+/// The `WindowOverridden` Event: which WindowOverride let the rollout through, and who created it as
+/// cmset's webhook recorded it ("not recorded" when it did not answer).
+fn overridden_message(current: &str, grant: &crate::break_glass::OverrideView) -> String {
+    format!(
+        "The rollout of {current} goes through the change windows: overridden by WindowOverride {} (requested by {})",
+        grant.name,
+        grant.by()
+    )
 }
 
 /// What the planner knows of a set's metric analysis (see [`crate::analysis`]).
@@ -301,9 +308,8 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
     }
     let mut held = None;
     // The windows hold this rollout unless a person let this very rollout through.
-    let overridden = input
-        .window_override
-        .is_some_and(|v| override_value(&rollout).as_deref() == Some(v));
+    let grant = input.windows.override_for(&rollout).cloned();
+    let overridden = grant.is_some();
     let window_hold = input.windows.held.as_ref().filter(|_| !overridden);
 
     let mut events = Vec::new();
@@ -493,14 +499,10 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
     let released =
         window_hold.is_none() && !matches!(rollout.phase, RolloutPhase::Failed | RolloutPhase::Paused);
     if was_waiting && released {
-        let why = if overridden && input.windows.held.is_some() {
-            let by = input
-                .window_override_by
-                .map(|by| format!(" (by {by})"))
-                .unwrap_or_default();
-            events.push(WaveEvent::WindowOverridden(format!(
-                "The rollout of {} goes through the change windows: overridden{by}",
-                input.current
+        let why = if let Some(grant) = grant.as_ref().filter(|_| input.windows.held.is_some()) {
+            events.push(WaveEvent::WindowOverridden(overridden_message(
+                input.current,
+                grant,
             )));
             "overridden"
         } else {
@@ -978,9 +980,8 @@ fn plan_immediate(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
             ..WaveOutcome::default()
         };
     };
-    let overridden = input
-        .window_override
-        .is_some_and(|v| override_value(&rollout).as_deref() == Some(v));
+    let grant = input.windows.override_for(&rollout).cloned();
+    let overridden = grant.is_some();
     let mut events = Vec::new();
     match hold.filter(|_| !overridden) {
         Some(hold) => {
@@ -1014,14 +1015,10 @@ fn plan_immediate(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
             rollout.next_window = None;
             rollout.message = None;
             if was_waiting {
-                let why = if overridden {
-                    let by = input
-                        .window_override_by
-                        .map(|by| format!(" (by {by})"))
-                        .unwrap_or_default();
-                    events.push(WaveEvent::WindowOverridden(format!(
-                        "The rollout of {} goes through the change windows: overridden{by}",
-                        input.current
+                let why = if let Some(grant) = &grant {
+                    events.push(WaveEvent::WindowOverridden(overridden_message(
+                        input.current,
+                        grant,
                     )));
                     "overridden"
                 } else {

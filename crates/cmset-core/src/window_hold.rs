@@ -1,6 +1,6 @@
 //! Whether the change windows hold a set's rollout at an instant: the set's own windows
 //! (`spec.rollout.windows`) and the cluster's that select it (`ChangeWindow`), evaluated together (see
-//! [`crate::windows`]), less a break-glass override of the rollout that the webhook proved
+//! [`crate::windows`]), less a break-glass `WindowOverride` of that very rollout
 //! ([`crate::break_glass`]).
 //!
 //! A window holds only moves to a new revision and the opening of waves. Rollbacks, a new workload's
@@ -21,8 +21,8 @@ use cmset_api::{ChangeWindow, RolloutStatus, Strategy};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::break_glass::Override;
-use crate::set::{SetRef, rollout_id};
+use crate::break_glass::{BreakGlass, OverrideView};
+use crate::set::SetRef;
 use crate::validate::Problem;
 use crate::windows::{self, Verdict, Window, WindowSource};
 
@@ -46,35 +46,37 @@ pub struct WindowState {
     pub changes_at: Option<Timestamp>,
     /// The set's windows could not be read: the set is invalid, and its own windows are left out.
     pub invalid: bool,
-    /// The set's break-glass override, as the controller judged its proof (see [`crate::break_glass`]);
-    /// only a verified one lets its rollout through.
-    pub break_glass: Option<Override>,
+    /// The set's break glass: its WindowOverrides (see [`crate::break_glass`]); only one naming the
+    /// rollout lets it through.
+    pub break_glass: BreakGlass,
     /// The cluster's windows are unknown now, and why: every move is held (see [`verdict`]).
     pub cluster_unknown: Option<WindowsUnknown>,
 }
 
 impl WindowState {
     /// Whether the windows hold the moves of `rollout` (the status's record of the current revision's
-    /// rollout, if any): held now, and not overridden (verified) for that very rollout.
+    /// rollout, if any): held now, and no WindowOverride lets that very rollout through.
     pub fn holds(&self, _set: SetRef<'_>, rollout: Option<&RolloutStatus>) -> bool {
         self.held.is_some() && rollout.is_none_or(|r| self.override_for(r).is_none())
     }
 
-    /// With the set's override as judged: `judge(set, keys)`.
-    pub fn with_break_glass(self, break_glass: Option<Override>) -> Self {
+    /// With the set's break glass as judged: `break_glass::judge(set, overrides)`.
+    pub fn with_break_glass(self, break_glass: BreakGlass) -> Self {
         Self { break_glass, ..self }
     }
 
-    /// The verified override's value and user, when it names `rollout`.
-    pub fn override_for(&self, rollout: &RolloutStatus) -> Option<(&str, &str)> {
-        match &self.break_glass {
-            Some(Override::Verified { value, user, .. })
-                if override_value(rollout).as_deref() == Some(value.as_str()) =>
-            {
-                Some((value, user))
-            }
-            _ => None,
-        }
+    /// What a reader's gate needs of the windows: whether they hold moves now, before any override,
+    /// and the revision of `rollout` (the status's record) when a WindowOverride lets that rollout
+    /// through. Only a move to that very revision is let through: the status may still name the
+    /// overridden rollout while the set already has a newer revision, which is held as usual.
+    pub fn gate_inputs(&self, rollout: Option<&RolloutStatus>) -> (bool, Option<String>) {
+        let overridden = rollout.filter(|r| self.override_for(r).is_some());
+        (self.held.is_some(), overridden.map(|r| r.revision.clone()))
+    }
+
+    /// The WindowOverride that lets `rollout` through, if one does.
+    pub fn override_for(&self, rollout: &RolloutStatus) -> Option<&OverrideView> {
+        self.break_glass.for_rollout(rollout)
     }
 }
 
@@ -94,14 +96,14 @@ pub fn window_state(set: SetRef<'_>, cluster: &[Window], now: Timestamp) -> Wind
             held: None,
             changes_at: until,
             invalid,
-            break_glass: None,
+            break_glass: BreakGlass::default(),
             cluster_unknown: None,
         },
         Verdict::Held { reason, by, opens_at } => WindowState {
             held: Some(WindowHold { reason, by, opens_at }),
             changes_at: opens_at,
             invalid,
-            break_glass: None,
+            break_glass: BreakGlass::default(),
             cluster_unknown: None,
         },
     }
@@ -191,25 +193,9 @@ pub fn verdict(set: SetRef<'_>, cluster: &ClusterView, now: Timestamp) -> Window
             changes_at: None,
             invalid: window_state(set, &[], now).invalid,
             cluster_unknown: Some(unknown.clone()),
-            break_glass: None,
+            break_glass: BreakGlass::default(),
         },
     }
-}
-
-/// Whether the set's override annotation names `rollout`: `<revision>@<startedAt>`. It names one
-/// rollout, so a later rollout (another revision, or the same one started again) is held as usual.
-/// Whether the override counts is another matter: only a verified one does ([`WindowState::override_for`]).
-pub fn overridden(set: SetRef<'_>, rollout: &RolloutStatus) -> bool {
-    let (Some(value), Some(started)) = (set.window_override(), rollout.started_at.as_ref()) else {
-        return false;
-    };
-    value.split_once('@') == Some((rollout.revision.as_str(), rollout_id(started).as_str()))
-}
-
-/// The override annotation's value for `rollout`.
-pub fn override_value(rollout: &RolloutStatus) -> Option<String> {
-    let started = rollout.started_at.as_ref()?;
-    Some(format!("{}@{}", rollout.revision, rollout_id(started)))
 }
 
 /// A `ChangeWindow`, parsed: which sets it selects and its windows.

@@ -250,6 +250,7 @@ proptest! {
             revisions: &after,
             lowest_wave: 0,
             window_held: false,
+            window_override: None,
         };
         for w in &workloads {
             let target = decide::target_seeing(&observed, w, &history);

@@ -137,7 +137,7 @@ impl Case {
             }),
             changes_at: Some(at(opens).0),
             invalid: false,
-            break_glass: None,
+            break_glass: Default::default(),
             cluster_unknown: None,
         };
         self.plan_windowed(now, false, &windows)
@@ -161,8 +161,6 @@ impl Case {
             analysis: None,
             immediate: false,
             windows,
-            window_override: None,
-            window_override_by: None,
         };
         let members = self
             .entries
@@ -393,7 +391,7 @@ proptest! {
                     }),
                     changes_at: Some(at(now + 3_600).0),
                     invalid: false,
-                    break_glass: None,
+                    break_glass: Default::default(),
                     cluster_unknown: None,
                 }
             } else {
@@ -415,8 +413,6 @@ proptest! {
                 analysis: None,
                 immediate: false,
                 windows: &windows,
-                window_override: None,
-                window_override_by: None,
             };
             let members = entries
                 .iter()

@@ -608,6 +608,7 @@ fn observed<'a>(set: &'a ConfigMapSet, identity: &'a str, revisions: &'a [Revisi
         revisions,
         lowest_wave: 0,
         window_held: false,
+        window_override: None,
     }
 }
 

@@ -620,6 +620,7 @@ proptest! {
             revisions: &[],
             lowest_wave: 0,
             window_held: false,
+            window_override: None,
         };
         let decided = decide::target(&observed, &view).expect("a settled status decides");
         prop_assert_eq!(&decided.current, &target.current);

@@ -11,7 +11,7 @@ use cmset_api::{
     WindowKind, WorkloadState, WorkloadStatus, labels,
 };
 use cmset_core::analysis::{self, Analysis, QueryOutcome};
-use cmset_core::break_glass::{Claim, ProofKey, judge, prove};
+use cmset_core::break_glass::{OverrideView, judge};
 use cmset_core::health::{Health, Wave};
 use cmset_core::observe::{RevisionView, WorkloadKind, WorkloadView};
 use cmset_core::plan::{EventKind, SetInput, SetPlan, plan_set};
@@ -19,7 +19,7 @@ use cmset_core::revision::inline_identity;
 use cmset_core::rollout::{SetTarget, plan_workload};
 use cmset_core::set::{SetRef, SourceState, rollout_id};
 use cmset_core::waves::{Gate, WaveAnalysis, gate, transitions};
-use cmset_core::window_hold::{cluster_windows_for, override_value, window_state};
+use cmset_core::window_hold::{cluster_windows_for, window_state};
 use cmset_core::windows::{Window, WindowSource};
 use k8s_openapi::api::core::v1::{ConfigMapEnvSource, Container, EnvFromSource, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -89,6 +89,8 @@ struct World {
     sent: Vec<String>,
     /// The cluster's windows that apply to the set.
     cluster: Vec<Window>,
+    /// The WindowOverrides of the set's namespace.
+    overrides: Vec<OverrideView>,
 }
 
 impl World {
@@ -121,6 +123,7 @@ impl World {
             measured: None,
             sent: Vec::new(),
             cluster: Vec::new(),
+            overrides: Vec::new(),
         }
     }
 
@@ -134,7 +137,7 @@ impl World {
             .unwrap_or_default();
         let runs = self.measured.clone().unwrap_or(recorded);
         let windows = window_state((&self.set).into(), &self.cluster, at(self.now).0)
-            .with_break_glass(judge((&self.set).into(), &[webhook_key()]));
+            .with_break_glass(judge((&self.set).into(), &self.overrides));
         plan_set(&SetInput {
             set: (&self.set).into(),
             source: SourceState::Inline,
@@ -198,7 +201,7 @@ impl World {
                 continue;
             };
             let windows = window_state(set, &self.cluster, at(self.now).0)
-                .with_break_glass(judge(set, &[webhook_key()]));
+                .with_break_glass(judge(set, &self.overrides));
             let held = windows.holds(set, set.status().and_then(|s| s.rollout.as_ref()));
             let gate = gate(set, &target.current, workload, lowest, held);
             let plan = plan_workload(workload, &[target.gated(gate)]);
@@ -296,11 +299,6 @@ impl World {
     }
 }
 
-/// The key of cmset's admission webhook in these scenarios.
-fn webhook_key() -> ProofKey {
-    ProofKey::derive(b"the webhook's serving key")
-}
-
 fn rollout(stabilization: i32, deadline: i32, auto_rollback: bool) -> RolloutSpec {
     RolloutSpec {
         stabilization_seconds: stabilization,
@@ -320,23 +318,19 @@ impl World {
         };
     }
 
-    /// What cmset's admission webhook writes when `user` (allowed to) overrides the windows for the
-    /// rollout under way at `time`: the override, the record and its proof.
-    fn break_glass(&mut self, user: &str, time: &str) {
-        let value = override_value(&self.rollout()).unwrap();
-        let claim = Claim {
-            kind: cmset_core::set::SetKind::ConfigMapSet,
-            uid: "set-uid",
-            namespace: "team",
-            name: "app",
-            value: &value,
-            user,
-            at: time,
-        };
-        let (record, proof) = (claim.record(), prove(&webhook_key(), &claim));
-        self.annotate(labels::WINDOW_OVERRIDE, Some(&value));
-        self.annotate(labels::WINDOW_OVERRIDE_BY, Some(&record));
-        self.annotate(labels::WINDOW_OVERRIDE_PROOF, Some(&proof));
+    /// `user` (allowed to) creates a WindowOverride for the rollout under way, and cmset's webhook
+    /// records them.
+    fn break_glass(&mut self, user: &str) {
+        let rollout = self.rollout();
+        self.overrides.push(OverrideView {
+            name: format!("app-{}", self.overrides.len()),
+            set_kind: cmset_core::set::SetKind::ConfigMapSet,
+            set_name: "app".into(),
+            set_uid: "set-uid".into(),
+            revision: rollout.revision.clone(),
+            started_at: rollout.started_at.unwrap().0,
+            requested_by: Some(user.into()),
+        });
     }
 
     /// Prometheus answers `outcome` to every run a plan lists as due now, as the I/O layer asks them
@@ -1868,7 +1862,7 @@ fn an_override_lets_a_held_immediate_rotation_through() {
     world.now += 10;
     world.settle();
     assert_eq!(world.reads("first"), old);
-    world.break_glass("ana", "2027-01-15T08:07:00Z");
+    world.break_glass("ana");
     world.now += 60;
     world.settle();
     let new = world.current();
@@ -2391,7 +2385,7 @@ fn the_override_lets_the_current_rollout_through_and_no_later_one() {
     world.change_content("v2");
     world.settle();
     assert_eq!(world.rollout().phase, RolloutPhase::Waiting);
-    world.break_glass("alice", "2027-01-15T08:06:00Z");
+    world.break_glass("alice");
     world.now += 60;
     world.settle();
     let new = world.current();
@@ -2404,7 +2398,7 @@ fn the_override_lets_the_current_rollout_through_and_no_later_one() {
             .count(),
         1
     );
-    assert_eq!(world.told("(by alice)"), 1, "{:?}", world.events);
+    assert_eq!(world.told("(requested by alice)"), 1, "{:?}", world.events);
     world.heal_all();
     world.heal_all();
     assert_eq!(world.reads("second"), new);
@@ -2420,20 +2414,21 @@ fn the_override_lets_the_current_rollout_through_and_no_later_one() {
 }
 
 #[test]
-fn an_override_the_webhook_did_not_prove_lets_nothing_through_and_is_refused_once() {
+fn the_old_annotation_lets_nothing_through_and_is_reported_once() {
     let (mut world, old) = two_waves(Some(rollout(0, 600, false)));
     world.set_windows(vec![window(WindowKind::Deny, None, "0 8 * * *", "4h")]);
     world.change_content("v2");
     world.settle();
     assert_eq!(world.rollout().phase, RolloutPhase::Waiting);
-    // What a tenant writes by hand (or anyone while the webhook is down): the value is right, the
-    // record names someone, and there is no proof.
-    let value = override_value(&world.rollout()).unwrap();
+    // What a tenant writes by hand, as earlier versions read it: the value is right, the record names
+    // someone, and a proof is there. None of it counts any more.
+    let value = cmset_core::break_glass::override_value(&world.rollout()).unwrap();
     world.annotate(labels::WINDOW_OVERRIDE, Some(&value));
     world.annotate(
         labels::WINDOW_OVERRIDE_BY,
         Some("platform-admin 2027-01-15T08:06:00Z"),
     );
+    world.annotate(labels::WINDOW_OVERRIDE_PROOF, Some("cHJvb2Y="));
     for _ in 0..3 {
         world.now += 60;
         world.settle();
@@ -2448,13 +2443,19 @@ fn an_override_the_webhook_did_not_prove_lets_nothing_through_and_is_refused_onc
             .count(),
         0
     );
-    let refusals: Vec<_> = world
+    let ignored: Vec<_> = world
         .events
         .iter()
-        .filter(|(_, reason, _)| *reason == "WindowOverrideRefused")
+        .filter(|(_, reason, _)| *reason == "WindowOverrideIgnored")
         .collect();
-    assert_eq!(refusals.len(), 1, "{:?}", world.events);
-    assert_eq!(refusals[0].0, EventKind::Warning);
+    assert_eq!(ignored.len(), 1, "{:?}", world.events);
+    assert_eq!(ignored[0].0, EventKind::Warning);
+    assert!(ignored[0].2.contains("WindowOverride"), "{}", ignored[0].2);
+    assert!(
+        ignored[0].2.contains("kubectl cmset promote --override-window"),
+        "{}",
+        ignored[0].2
+    );
     assert_eq!(
         world.told("platform-admin"),
         0,
@@ -2470,26 +2471,55 @@ fn an_override_the_webhook_did_not_prove_lets_nothing_through_and_is_refused_onc
     let refused = condition(&world).unwrap();
     assert_eq!(
         (refused.status.as_str(), refused.reason.as_str()),
-        ("False", "NotVerified")
+        ("False", "AnnotationIgnored")
     );
     assert!(!refused.message.contains("platform-admin"), "{}", refused.message);
 
-    // The right person breaks the glass: the webhook's record replaces the hand-written one.
-    world.break_glass("ana", "2027-01-15T08:09:00Z");
+    // An override for another set of the same name (deleted and created again) counts for nothing.
+    let rollout = world.rollout();
+    world.overrides.push(OverrideView {
+        name: "stale".into(),
+        set_kind: cmset_core::set::SetKind::ConfigMapSet,
+        set_name: "app".into(),
+        set_uid: "an-earlier-set-uid".into(),
+        revision: rollout.revision.clone(),
+        started_at: rollout.started_at.unwrap().0,
+        requested_by: Some("bo".into()),
+    });
+    world.now += 60;
+    world.settle();
+    assert_eq!(world.reads("first"), old, "still held");
+
+    // The right person breaks the glass with a WindowOverride.
+    world.break_glass("ana");
     world.now += 60;
     world.settle();
     assert_eq!(world.reads("first"), world.current(), "overridden: wave 0 moves");
-    let verified = condition(&world).unwrap();
+    let granted = condition(&world).unwrap();
     assert_eq!(
-        (verified.status.as_str(), verified.reason.as_str()),
-        ("True", "Verified")
+        (granted.status.as_str(), granted.reason.as_str()),
+        ("True", "Granted")
     );
     assert!(
-        verified.message.contains("for ana at 2027-01-15T08:09:00Z"),
+        granted.message.contains("WindowOverride app-1 ") && granted.message.contains("(requested by ana)"),
         "{}",
-        verified.message
+        granted.message
     );
-    assert_eq!(world.told("(by ana)"), 1, "{:?}", world.events);
+    assert_eq!(world.told("(requested by ana)"), 1, "{:?}", world.events);
+}
+
+#[test]
+fn an_override_not_recorded_still_lets_its_rollout_through_and_says_so() {
+    let (mut world, _old) = two_waves(Some(rollout(0, 600, false)));
+    world.set_windows(vec![window(WindowKind::Deny, None, "0 8 * * *", "4h")]);
+    world.change_content("v2");
+    world.settle();
+    world.break_glass("nobody");
+    world.overrides[0].requested_by = None;
+    world.now += 60;
+    world.settle();
+    assert_eq!(world.reads("first"), world.current());
+    assert_eq!(world.told("(requested by not recorded)"), 1, "{:?}", world.events);
 }
 
 #[test]

@@ -227,12 +227,14 @@ restart and applies to that wave of that rollout only: a later rollout of the sa
 own.
 
 With --override-window (break glass): let the set's current rollout through the change windows, and
-do nothing else (no wave is promoted). Writes the annotation cmset.dev/window-override:
-<revision>@<startedAt>, naming that rollout only, on the set's metadata, not its spec. Only users the
-API server allows to `override` changewindows.cmset.dev (ClusterRole cmset-break-glass) may: cmset's
-admission webhook refuses everyone else, and records who did (cmset.dev/window-override-by: the user
-as the API server authenticated them, and the time), which this command prints. An override stored
-while the webhook is down lets nothing through. Refused when no rollout is under way (complete,
+do nothing else (no wave is promoted). Creates a WindowOverride (windowoverrides.cmset.dev) in the
+set's namespace naming the set (kind, name and uid) and that rollout (revision and startedAt) only:
+a later rollout, or a set created again under the same name, is held as usual. Only users the API
+server allows to create WindowOverrides may (ClusterRole cmset-break-glass; edit, admin and
+cmset-edit do not grant it). cmset's admission webhook records who did (spec.requestedBy: the user
+as the API server authenticated them), which this command prints; created while the webhook does not
+answer, the override counts all the same and its record says \"not recorded\". Asked again for the
+same rollout, it finds the override already there. Refused when no rollout is under way (complete,
 failed or none). A set whose strategy is Immediate has a rollout under way only while a window holds
 it. Pauses and manual promotions still hold the rollout.")]
     Promote {
@@ -257,6 +259,11 @@ and how far away; \"never within 10 years\" for a schedule that never fires). A 
 verdict now: moves allowed, or held by which window and when moves resume, or an override in force
 (kubectl cmset promote --override-window). A set whose strategy is Immediate is held too, unless a
 ChangeWindow exempts the strategy (spec.exemptStrategies); such a ChangeWindow is not listed for it.
+
+The set's WindowOverrides (break glass) follow: WINDOW OVERRIDE (its name), ROLLOUT
+(<revision>@<startedAt>), REQUESTED BY (as cmset's webhook recorded it, or \"not recorded\"), CREATED
+and STATE: used (the controller let the rollout through by it), unused (it names the rollout under
+way), expired (an earlier rollout) or void (an earlier set of the same name).
 
 When the ChangeWindows cannot be listed (their API is not installed, or you may not list them), a
 line says so and the set's own windows are shown.")]

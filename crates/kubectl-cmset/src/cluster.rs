@@ -1,6 +1,7 @@
 //! Every call to the API server, and nothing else: connect, read the set, list its revisions, read two
 //! revision Secrets for a diff, list the workloads of a namespace, list the cluster's ChangeWindows.
-//! The plugin only reads, but for the annotations of pause, resume and promote.
+//! The plugin only reads, but for the annotations of pause, resume and promote, and the WindowOverride
+//! of `promote --override-window`.
 //!
 //! Workloads are listed for every built-in kind of cmset's table ([`WorkloadKind::BUILT_IN`]), through
 //! the dynamic API and the kind's own entry (group, versions preferred first, plural, where its pod
@@ -14,14 +15,14 @@
 
 use std::path::Path;
 
-use cmset_api::{ChangeWindow, ConfigMapSet, SecretSet, labels};
+use cmset_api::{ChangeWindow, ConfigMapSet, SecretSet, WindowOverride, labels};
 use cmset_core::naming::set_label_value;
 use cmset_core::observe::{RefNames, WorkloadKind};
 use cmset_core::set::SetKind;
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PodSpec, Secret};
-use kube::api::{ApiResource, DynamicObject, ListParams, PartialObjectMeta, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, ListParams, PartialObjectMeta, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::Status;
 use kube::{Api, Client, Config, ResourceExt};
@@ -32,6 +33,12 @@ use tokio::task::JoinSet;
 use crate::address::{Address, Lookup, Set, SetId, pick};
 use crate::error::Error;
 use crate::status::Workload;
+
+/// A WindowOverride created, or found already there.
+pub enum Created {
+    New(WindowOverride),
+    Exists(WindowOverride),
+}
 
 /// A client and the namespace commands act in.
 pub struct Cluster {
@@ -161,6 +168,50 @@ impl Cluster {
                 .map(|o| o.metadata.annotations.unwrap_or_default()),
         };
         result.map_err(|e| Error::kube(format!("annotating {}", set.id()), e))
+    }
+
+    /// Creates `wanted` (break glass). The API server decides whether the user may: only ClusterRole
+    /// cmset-break-glass grants it, and a refusal says so. One of that name already there (the same
+    /// rollout let through before: its name is derived from it) is read and returned as `Exists`.
+    pub async fn create_window_override(&self, wanted: &WindowOverride) -> Result<Created, Error> {
+        let api = self.api::<WindowOverride>();
+        let name = wanted.name_any();
+        match api.create(&PostParams::default(), wanted).await {
+            Ok(stored) => Ok(Created::New(stored)),
+            Err(kube::Error::Api(status)) if status.code == 409 => api
+                .get(&name)
+                .await
+                .map(Created::Exists)
+                .map_err(|e| Error::kube(format!("reading WindowOverride {name}"), e)),
+            Err(kube::Error::Api(status)) if status.code == 403 => Err(Error::Usage(format!(
+                "you may not create WindowOverrides (windowoverrides.cmset.dev) in namespace {:?}: letting a \
+                 rollout through the change windows needs ClusterRole cmset-break-glass, bound to you \
+                 cluster-wide or in that namespace (edit, admin and cmset-edit do not grant it)",
+                self.namespace
+            ))),
+            Err(kube::Error::Api(status)) if not_found(&status) => Err(Error::Usage(
+                "the WindowOverride API (windowoverrides.cmset.dev) is not installed in this cluster: \
+                 upgrade cmset's CRDs"
+                    .to_string(),
+            )),
+            Err(e) => Err(Error::kube(format!("creating WindowOverride {name}"), e)),
+        }
+    }
+
+    /// The namespace's WindowOverrides (none when their API is not installed), or, when they cannot be
+    /// listed, a line saying why.
+    pub async fn window_overrides(&self) -> Result<Vec<WindowOverride>, String> {
+        match self.api::<WindowOverride>().list(&ListParams::default()).await {
+            Ok(list) => Ok(list.items),
+            // Not installed: there are none.
+            Err(kube::Error::Api(status)) if not_found(&status) => Ok(Vec::new()),
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                Err("you may not list WindowOverrides (windowoverrides.cmset.dev) here".to_string())
+            }
+            Err(e) => Err(format!(
+                "listing WindowOverrides (windowoverrides.cmset.dev): {e}"
+            )),
+        }
     }
 
     async fn lookup<K>(&self, name: &str) -> Result<Lookup<K>, kube::Error>

@@ -154,11 +154,14 @@ async fn run_on(
         let id = format!("{}/{}", address::resource(id.kind), id.name);
         let mut steer = steer::steer(action, view, &id).map_err(Error::Usage)?;
         if let Some(patch) = &steer.patch {
-            let stored = cluster.patch_set_metadata(&set, patch).await?;
-            if steer.annotation == cmset_api::labels::WINDOW_OVERRIDE {
-                // Who broke the glass is what cmset's webhook recorded, not what this client says.
-                steer = steer::recorded(steer, &stored);
-            }
+            cluster.patch_set_metadata(&set, patch).await?;
+        }
+        if let Some(wanted) = steer.create.take() {
+            // Who broke the glass is what cmset's webhook recorded, not what this client says.
+            steer = match cluster.create_window_override(&wanted).await? {
+                cluster::Created::New(stored) => steer::recorded(steer, &stored, false),
+                cluster::Created::Exists(stored) => steer::recorded(steer, &stored, true),
+            };
         }
         return Ok(Outcome::print(match output::structured(&steer, g.output)? {
             Some(text) => text,
@@ -169,7 +172,9 @@ async fn run_on(
         // The cluster's windows are optional: when they cannot be listed the report says why.
         let change_windows = cluster.change_windows().await;
         let change_windows = change_windows.as_deref().map_err(String::as_str);
-        let report = windows::windows_report(view, change_windows, now);
+        let overrides = cluster.window_overrides().await;
+        let overrides = overrides.as_deref().map_err(String::as_str);
+        let report = windows::windows_report_with_overrides(view, change_windows, overrides, now);
         return Ok(Outcome::print(match output::structured(&report, g.output)? {
             Some(text) => text,
             None => windows::render_text(&report, palette),

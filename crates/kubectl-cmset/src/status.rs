@@ -33,7 +33,6 @@ use cmset_core::revision::inline_identity;
 use cmset_core::rollout::workload_status;
 use cmset_core::set::{SetKind, SetRef};
 use cmset_core::waves::gated_state;
-use cmset_core::window_hold::overridden;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -262,14 +261,17 @@ pub struct RolloutReport {
     /// Seconds from when the plugin ran until `nextWindow`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_window_seconds: Option<i64>,
-    /// The rollout is let through the change windows (`kubectl cmset promote --override-window`): who
-    /// and when, as cmset's webhook recorded it and the controller verified it (`<user> <time>`).
+    /// The WindowOverride that lets the rollout through the change windows (`kubectl cmset promote
+    /// --override-window`), as the controller recorded it in the set's status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_override: Option<String>,
+    /// Who created that WindowOverride, as cmset's webhook recorded it, or "not recorded".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_override_by: Option<String>,
-    /// The set carries an override (`cmset.dev/window-override`) that cmset did not verify: not
-    /// recorded by its admission webhook for a user allowed to break the glass. It lets nothing through.
+    /// The set carries the annotation `cmset.dev/window-override` of earlier versions: it is ignored and
+    /// lets nothing through.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub window_override_refused: bool,
+    pub window_override_ignored: bool,
     /// Each query of the rollout's metric analysis: its last value, its condition and its verdict
     /// (`status.rollout.analysis`, as the operator recorded it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -356,12 +358,11 @@ impl Known {
             revisions: &self.views,
             lowest_wave: self.lowest_wave,
             // The windows as the controller last judged them (the plugin does not evaluate them here),
-            // less an override it verified since.
+            // less a WindowOverride it let the rollout through by since.
             window_held: set.status().and_then(|s| s.rollout.as_ref()).is_some_and(|r| {
-                r.phase == cmset_api::RolloutPhase::Waiting
-                    && !(cmset_core::window_hold::overridden(set, r)
-                        && cmset_core::break_glass::confirmed_record(set).is_some())
+                r.phase == cmset_api::RolloutPhase::Waiting && cmset_core::break_glass::granted(set).is_none()
             }),
+            window_override: None,
         }
     }
 
@@ -755,6 +756,8 @@ fn rollout_report(set: SetRef<'_>, known: &Known, now: Timestamp) -> Option<Roll
     let left = healthy
         .filter(|_| phase == Phase::Progressing)
         .map(|h| (i64::from(stabilization_seconds) - h).max(0));
+    // Only while the rollout is under way: a finished one needs no override.
+    let granted = cmset_core::break_glass::granted(set).filter(|_| r.phase.is_under_way());
     Some(RolloutReport {
         object: ObjectName::new(known.kind, &r.revision),
         revision: known.number(&r.revision),
@@ -780,11 +783,9 @@ fn rollout_report(set: SetRef<'_>, known: &Known, now: Timestamp) -> Option<Roll
             .next_window
             .as_ref()
             .map(|t| (t.0.as_second() - now.as_second()).max(0)),
-        window_override_by: (r.phase.is_under_way() && overridden(set, r))
-            .then(|| cmset_core::break_glass::confirmed_record(set))
-            .flatten(),
-        window_override_refused: set.window_override().is_some()
-            && cmset_core::break_glass::confirmed_record(set).is_none(),
+        window_override: granted.map(|(name, _)| name.to_string()),
+        window_override_by: granted.map(|(_, by)| by.to_string()),
+        window_override_ignored: set.window_override().is_some(),
         analysis: r.analysis.clone(),
     })
 }
@@ -1245,16 +1246,16 @@ fn rollout_lines(r: &RolloutReport, id: &str) -> Vec<(String, Option<Role>)> {
             lines.push((then.join("; "), None));
         }
     }
-    if let Some(by) = &r.window_override_by {
+    if let (Some(name), Some(by)) = (&r.window_override, &r.window_override_by) {
         lines.push((
-            format!("let through the change windows by an override (by {by})"),
+            format!("let through the change windows by WindowOverride {name} (requested by {by})"),
             Some(Role::Attention),
         ));
     }
-    if r.window_override_refused {
+    if r.window_override_ignored {
         lines.push((
-            "an override (cmset.dev/window-override) is present but cmset did not verify it: it lets nothing \
-             through (see the set's WindowOverride condition)"
+            "the annotation cmset.dev/window-override is ignored: it lets nothing through; break glass with \
+             kubectl cmset promote --override-window (a WindowOverride)"
                 .to_string(),
             Some(Role::Attention),
         ));
@@ -2498,39 +2499,54 @@ Rollout:      revision 4 (app-dddddddddd): wave 1 waiting: held by a change wind
         r.message = None;
         r.next_window = None;
         r.held_since = None;
-        // Until cmset verified it, the override is said to let nothing through, and names no one.
+        // The old annotation is said to be ignored, and names no one.
         let report = rollout_report_of(&set, &rollout_workloads(NEW, OLD, OLD));
         let text = render_text(&report, Palette::PLAIN);
         assert!(
-            text.contains("an override (cmset.dev/window-override) is present but cmset did not verify it"),
+            text.contains("the annotation cmset.dev/window-override is ignored: it lets nothing through"),
             "{text}"
         );
         assert!(!text.contains("by ana"), "{text}");
-        // Verified by the controller: the record is shown.
-        set.status.as_mut().unwrap().conditions.push(Condition {
+        // A WindowOverride let it through, as the controller recorded: the override and who are shown.
+        set.metadata.annotations = None;
+        let granted = |by: Option<&str>| Condition {
             type_: "WindowOverride".into(),
             status: "True".into(),
-            reason: "Verified".into(),
-            message: cmset_core::break_glass::verified_message(
-                &format!("{NEW}@2026-01-01T00:08:00Z"),
-                "ana",
-                "2026-01-01T00:09:00Z",
-            ),
+            reason: "Granted".into(),
+            message: cmset_core::break_glass::granted_message(&cmset_core::break_glass::OverrideView {
+                name: "app-break".into(),
+                set_kind: cmset_core::set::SetKind::ConfigMapSet,
+                set_name: "app".into(),
+                set_uid: "set-uid".into(),
+                revision: NEW.into(),
+                started_at: "2026-01-01T00:08:00Z".parse().unwrap(),
+                requested_by: by.map(str::to_string),
+            }),
             observed_generation: None,
             last_transition_time: Time("2026-01-01T00:09:01Z".parse().unwrap()),
-        });
+        };
+        set.status.as_mut().unwrap().conditions.push(granted(Some("ana")));
         let report = rollout_report_of(&set, &rollout_workloads(NEW, OLD, OLD));
         let text = render_text(&report, Palette::PLAIN);
         assert!(
             text.contains(
-                "              let through the change windows by an override (by ana 2026-01-01T00:09:00Z)\n"
+                "              let through the change windows by WindowOverride app-break (requested by ana)\n"
             ),
             "{text}"
         );
-        assert!(!text.contains("did not verify"), "{text}");
-        assert_eq!(
-            serde_json::to_value(&report).unwrap()["rollout"]["windowOverrideBy"],
-            "ana 2026-01-01T00:09:00Z"
+        assert!(!text.contains("is ignored"), "{text}");
+        let value = serde_json::to_value(&report).unwrap();
+        assert_eq!(value["rollout"]["windowOverride"], "app-break");
+        assert_eq!(value["rollout"]["windowOverrideBy"], "ana");
+        // Created while the webhook did not answer: "not recorded".
+        let conditions = &mut set.status.as_mut().unwrap().conditions;
+        conditions.pop();
+        conditions.push(granted(None));
+        let report = rollout_report_of(&set, &rollout_workloads(NEW, OLD, OLD));
+        let text = render_text(&report, Palette::PLAIN);
+        assert!(
+            text.contains("by WindowOverride app-break (requested by not recorded)"),
+            "{text}"
         );
 
         let mut set = mid_rollout();

@@ -6,20 +6,23 @@
 //! (named by its `startedAt`), and in no later rollout of the same revision. The controller reads
 //! them on its next reconcile; the record stays in the API, so a restart changes nothing.
 //!
-//! `promote --override-window` writes `cmset.dev/window-override: <revision>@<rollout>`: the change
-//! windows let that one rollout through, and nothing else (no wave is promoted, no later rollout is let
-//! through). Who asked is not the plugin's to say: cmset's admission webhook records it
-//! (`cmset.dev/window-override-by: <user> <time>` and a proof), for users the API server authorizes
-//! to break the glass (ClusterRole `cmset-break-glass`), and refuses everyone else. The plugin clears
-//! any earlier record in the same patch and tells what the webhook recorded ([`recorded`]).
+//! `promote --override-window` creates a `WindowOverride` (`windowoverrides.cmset.dev`) naming the
+//! set (kind, name, uid) and the rollout under way (revision and start): the change windows let that
+//! one rollout through, and nothing else (no wave is promoted, no later rollout is let through). The API
+//! server decides who may: only ClusterRole `cmset-break-glass` grants creating one. Who did is not the
+//! plugin's to say: cmset's admission webhook records it (`spec.requestedBy`, the user as the API
+//! server authenticated them), and the plugin tells what was stored ([`recorded`]).
 
-use std::collections::BTreeMap;
-
-use cmset_api::{Promotion, RolloutPhase, labels};
-use cmset_core::set::{SetRef, rollout_id};
-use cmset_core::window_hold::override_value;
+use cmset_api::overrides::NOT_RECORDED;
+use cmset_api::{
+    OverriddenKind, OverriddenRollout, OverriddenSet, Promotion, RolloutPhase, WindowOverride,
+    WindowOverrideSpec, labels,
+};
+use cmset_core::set::{SetKind, SetRef, rollout_id};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::Serialize;
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 /// What the user asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,18 +35,21 @@ pub enum Action {
 }
 
 /// What to write, and what to tell.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Steer {
     /// The merge patch of the set's metadata; `None` when nothing needs writing.
     #[serde(skip)]
     pub patch: Option<Value>,
+    /// The WindowOverride to create (`promote --override-window`).
+    #[serde(skip)]
+    pub create: Option<WindowOverride>,
     /// The annotation written (or removed) and its value.
     pub annotation: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
-    /// Who asked, and when, for an override of the windows: what cmset's webhook recorded
-    /// (`cmset.dev/window-override-by`).
+    /// Who asked, for an override of the windows: what cmset's webhook recorded in the WindowOverride
+    /// (`spec.requestedBy`), or "not recorded".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
     /// What happens now, in a sentence.
@@ -68,6 +74,7 @@ pub fn steer(action: Action, set: SetRef<'_>, id: &str) -> Result<Steer, String>
                 annotation: labels::PAUSED.to_string(),
                 value: Some("true".into()),
                 by: None,
+                create: None,
                 message: if already {
                     format!("{id} is paused already")
                 } else {
@@ -89,6 +96,7 @@ pub fn steer(action: Action, set: SetRef<'_>, id: &str) -> Result<Steer, String>
                 annotation: labels::PAUSED.to_string(),
                 value: None,
                 by: None,
+                create: None,
                 message: if paused {
                     format!("{id} resumed: its rollout goes on where it stood")
                 } else {
@@ -150,6 +158,7 @@ fn promote(set: SetRef<'_>, id: &str) -> Result<Steer, String> {
         annotation: labels::PROMOTED.to_string(),
         value: Some(value),
         by: None,
+        create: None,
         message: format!(
             "{id}: wave {} of {} promoted; wave {next} opens {when}",
             rollout.wave, rollout.revision
@@ -173,31 +182,48 @@ fn override_window(set: SetRef<'_>, id: &str) -> Result<Steer, String> {
             rollout.phase.as_str().to_lowercase()
         ));
     }
-    // The value names the rollout by its start: without one the controller could not match it.
-    let Some(value) = override_value(rollout) else {
+    // The override names the rollout by its start: without one the controller could not match it.
+    let Some(started_at) = rollout.started_at.clone() else {
         return Err(format!(
             "the rollout of {} has no start time recorded yet: try again in a moment",
             rollout.revision
         ));
     };
-    let annotations = set.metadata().annotations.as_ref();
-    let annotated = |key: &str| annotations.and_then(|a| a.get(key)).cloned();
-    // Already recorded by the webhook (a record without its proof is asked for again).
-    let by =
-        annotated(labels::WINDOW_OVERRIDE_BY).filter(|_| annotated(labels::WINDOW_OVERRIDE_PROOF).is_some());
-    if annotated(labels::WINDOW_OVERRIDE).as_deref() == Some(value.as_str()) && by.is_some() {
-        let who = by.as_deref().map_or(String::new(), |b| format!(" (by {b})"));
-        return Ok(Steer {
-            patch: None,
-            annotation: labels::WINDOW_OVERRIDE.to_string(),
-            value: Some(value),
-            by,
-            message: format!(
-                "the rollout of {} of {id} is already let through the change windows{who}",
-                rollout.revision
-            ),
-        });
+    let uid = set.uid();
+    if uid.is_empty() {
+        return Err(format!("{id} has no uid: it is not stored yet"));
     }
+    let value = format!("{}@{}", rollout.revision, rollout_id(&started_at));
+    let kind = match set.kind() {
+        SetKind::ConfigMapSet => OverriddenKind::ConfigMapSet,
+        SetKind::SecretSet => OverriddenKind::SecretSet,
+    };
+    let mut object = WindowOverride::new(
+        &override_name(set.name(), kind, &uid, &value),
+        WindowOverrideSpec {
+            set: OverriddenSet {
+                kind,
+                name: set.name().to_string(),
+                uid,
+            },
+            rollout: OverriddenRollout {
+                revision: rollout.revision.clone(),
+                started_at,
+            },
+            reason: None,
+            // The webhook's to write: whatever is here is replaced with the authenticated user.
+            requested_by: None,
+        },
+    );
+    object.metadata.namespace = Some(set.namespace().to_string());
+    // Owned by the set: deleted with it (the uid binds it anyway; this only tidies up).
+    object.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: format!("{}/{}", cmset_api::GROUP, cmset_api::VERSION),
+        kind: kind.as_str().to_string(),
+        name: set.name().to_string(),
+        uid: object.spec.set.uid.clone(),
+        ..OwnerReference::default()
+    }]);
     let what = match rollout.phase {
         RolloutPhase::Waiting => {
             let held = rollout
@@ -217,13 +243,9 @@ fn override_window(set: SetRef<'_>, id: &str) -> Result<Steer, String> {
         _ => String::new(),
     };
     Ok(Steer {
-        // The record is the webhook's to write: an earlier one is cleared.
-        patch: Some(json!({"metadata": {"annotations": {
-            labels::WINDOW_OVERRIDE: value,
-            labels::WINDOW_OVERRIDE_BY: null,
-            labels::WINDOW_OVERRIDE_PROOF: null,
-        }}})),
-        annotation: labels::WINDOW_OVERRIDE.to_string(),
+        patch: None,
+        create: Some(object),
+        annotation: String::new(),
         value: Some(value),
         by: None,
         message: format!(
@@ -233,28 +255,46 @@ fn override_window(set: SetRef<'_>, id: &str) -> Result<Steer, String> {
     })
 }
 
-/// `steer`, an override written, told with what cmset's admission webhook recorded in the set's
-/// annotations as `stored`: the user the API server authenticated. Without a record the webhook did
-/// not see the patch (it fails open while cmset is down), and the override lets nothing through.
-pub fn recorded(mut steer: Steer, stored: &BTreeMap<String, String>) -> Steer {
-    let get = |key: &str| stored.get(key).cloned();
-    let same = get(labels::WINDOW_OVERRIDE) == steer.value;
-    match get(labels::WINDOW_OVERRIDE_BY).filter(|_| same && get(labels::WINDOW_OVERRIDE_PROOF).is_some()) {
-        Some(by) => {
-            steer.message = format!("{} (recorded by cmset for {by})", steer.message);
-            steer.by = Some(by);
-        }
-        None => {
-            steer.message = format!(
-                "{}: the override is stored, but cmset's admission webhook did not record it, so it lets \
-                 nothing through (is cmset running?); run this again once it is",
-                steer
-                    .message
-                    .split_once(':')
-                    .map_or(steer.message.as_str(), |(id, _)| id)
-            );
-        }
-    }
+/// The name of the WindowOverride of one rollout of one set: the set's name and a digest of what it
+/// names, so that asking twice finds the first instead of making a second.
+pub fn override_name(set: &str, kind: OverriddenKind, uid: &str, rollout: &str) -> String {
+    let digest = Sha256::digest(format!("{}\0{set}\0{uid}\0{rollout}", kind.as_str()).as_bytes());
+    let hex: String = digest.iter().take(5).map(|b| format!("{b:02x}")).collect();
+    // A set's name is at most 253 characters, as is this one's.
+    let prefix: String = set.chars().take(253 - 1 - hex.len()).collect();
+    format!("{prefix}-{hex}")
+}
+
+/// `steer`, its WindowOverride created (or found there, `existed`), told with what cmset's admission
+/// webhook recorded in it: the user the API server authenticated. Without a record the webhook did
+/// not answer (it fails open while cmset is down): the override counts all the same, since the API
+/// server let you create it, and its record says "not recorded".
+pub fn recorded(mut steer: Steer, stored: &WindowOverride, existed: bool) -> Steer {
+    let name = stored.metadata.name.clone().unwrap_or_default();
+    let by = stored.spec.requested_by.clone().filter(|b| !b.is_empty());
+    let id = steer
+        .message
+        .split_once(':')
+        .map_or(steer.message.clone(), |(id, _)| id.to_string());
+    steer.message = match (existed, &by) {
+        (true, _) => format!(
+            "{id}: the rollout {} is already let through the change windows by WindowOverride {name} \
+             (requested by {})",
+            steer.value.as_deref().unwrap_or_default(),
+            by.as_deref().unwrap_or(NOT_RECORDED)
+        ),
+        (false, Some(user)) => format!(
+            "{} (WindowOverride {name}, recorded by cmset for {user})",
+            steer.message
+        ),
+        (false, None) => format!(
+            "{} (WindowOverride {name}; who created it is not recorded: cmset's admission webhook did not \
+             answer)",
+            steer.message
+        ),
+    };
+    steer.by = Some(by.unwrap_or_else(|| NOT_RECORDED.to_string()));
+    steer.annotation = format!("windowoverride/{name}");
     steer
 }
 
@@ -278,6 +318,8 @@ mod tests {
                 ..Default::default()
             },
         );
+        set.metadata.namespace = Some("team".into());
+        set.metadata.uid = Some("set-uid".into());
         set.metadata.annotations = Some(
             annotations
                 .iter()
@@ -440,13 +482,7 @@ mod tests {
     }
 
     #[test]
-    fn override_window_lets_the_rollout_under_way_through_and_nothing_else() {
-        // The record is the webhook's: the plugin names no one, and clears an earlier record.
-        let patch = Some(json!({"metadata": {"annotations": {
-            "cmset.dev/window-override": VALUE,
-            "cmset.dev/window-override-by": null,
-            "cmset.dev/window-override-proof": null,
-        }}}));
+    fn override_window_creates_an_override_of_this_set_and_this_rollout_only() {
         // (phase, what the message says)
         let cases = [
             (
@@ -466,85 +502,94 @@ mod tests {
         for (phase, says) in cases {
             let s = started(set(manual(), Some((phase, 0)), &[]), Some("freeze"));
             let done = steer(override_window(), (&s).into(), ID).unwrap();
-            assert_eq!(done.patch, patch, "{phase:?}");
+            // Nothing is written on the set: no annotation, no wave promoted.
+            assert_eq!(done.patch, None, "{phase:?}");
             assert_eq!(done.by, None);
             assert_eq!(done.value.as_deref(), Some(VALUE));
             assert!(done.message.contains(says), "{phase:?}: {}", done.message);
-            // It promotes no wave.
-            assert!(!done.patch.unwrap().to_string().contains(labels::PROMOTED));
+            let object = serde_json::to_value(done.create.unwrap()).unwrap();
+            assert_eq!(
+                object,
+                json!({"apiVersion": "cmset.dev/v1alpha1", "kind": "WindowOverride",
+                       "metadata": {"name": override_name("app", OverriddenKind::ConfigMapSet, "set-uid", VALUE),
+                                    "namespace": "team",
+                                    "ownerReferences": [{"apiVersion": "cmset.dev/v1alpha1", "kind": "ConfigMapSet",
+                                                         "name": "app", "uid": "set-uid"}]},
+                       "spec": {"set": {"kind": "ConfigMapSet", "name": "app", "uid": "set-uid"},
+                                "rollout": {"revision": "app-2222222222", "startedAt": STARTED}}}),
+                "the record is the webhook's: the plugin names no one"
+            );
         }
-        // The value is the one the controller matches.
-        let s = started(set(None, Some((RolloutPhase::Waiting, 1)), &[]), None);
-        let value = steer(override_window(), (&s).into(), ID).unwrap().value.unwrap();
-        let rollout = s.status.as_ref().unwrap().rollout.as_ref().unwrap();
-        assert_eq!(Some(value), cmset_core::window_hold::override_value(rollout));
     }
 
     #[test]
-    fn override_window_of_the_same_rollout_twice_writes_nothing() {
-        let annotations = [
-            (labels::WINDOW_OVERRIDE, VALUE),
-            (labels::WINDOW_OVERRIDE_BY, "bo 2026-11-25T17:00:00Z"),
-            (labels::WINDOW_OVERRIDE_PROOF, "cHJvb2Y="),
-        ];
-        let s = started(
-            set(None, Some((RolloutPhase::Progressing, 1)), &annotations),
-            None,
+    fn override_names_are_stable_per_rollout_and_valid() {
+        let name = override_name("app", OverriddenKind::ConfigMapSet, "set-uid", VALUE);
+        assert_eq!(
+            name,
+            override_name("app", OverriddenKind::ConfigMapSet, "set-uid", VALUE)
         );
-        let again = steer(override_window(), (&s).into(), ID).unwrap();
-        assert_eq!(again.patch, None);
         assert!(
-            again
-                .message
-                .contains("already let through the change windows (by bo 2026-11-25T17:00:00Z)"),
-            "{}",
-            again.message
+            name.starts_with("app-") && name.len() == "app-".len() + 10,
+            "{name}"
         );
-        // A record without the webhook's proof (written by hand, or while cmset was down) is asked
-        // for again.
-        let s = started(
-            set(None, Some((RolloutPhase::Progressing, 1)), &annotations[..2]),
-            None,
+        for other in [
+            override_name("app", OverriddenKind::SecretSet, "set-uid", VALUE),
+            override_name("app", OverriddenKind::ConfigMapSet, "another-uid", VALUE),
+            override_name(
+                "app",
+                OverriddenKind::ConfigMapSet,
+                "set-uid",
+                "app-2222222222@2026-11-25T17:00:00Z",
+            ),
+        ] {
+            assert_ne!(name, other);
+        }
+        let long = "a".repeat(253);
+        assert_eq!(
+            override_name(&long, OverriddenKind::ConfigMapSet, "u", VALUE).len(),
+            253
         );
-        assert!(steer(override_window(), (&s).into(), ID).unwrap().patch.is_some());
-        // An override of an earlier rollout does not count: this one gets its own.
-        let earlier = [(labels::WINDOW_OVERRIDE, "app-1111111111@2026-11-20T10:00:00Z")];
-        let s = started(set(None, Some((RolloutPhase::Waiting, 1)), &earlier), None);
-        assert!(steer(override_window(), (&s).into(), ID).unwrap().patch.is_some());
+    }
+
+    fn stored(by: Option<&str>) -> WindowOverride {
+        let s = started(set(None, Some((RolloutPhase::Waiting, 1)), &[]), Some("freeze"));
+        let mut object = steer(override_window(), (&s).into(), ID).unwrap().create.unwrap();
+        object.spec.requested_by = by.map(str::to_string);
+        object
     }
 
     #[test]
     fn the_override_is_told_with_the_user_the_webhook_recorded() {
         let s = started(set(None, Some((RolloutPhase::Waiting, 1)), &[]), Some("freeze"));
         let asked = steer(override_window(), (&s).into(), ID).unwrap();
-        let stored = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        };
-        let done = recorded(
-            asked.clone(),
-            &stored(&[
-                (labels::WINDOW_OVERRIDE, VALUE),
-                (labels::WINDOW_OVERRIDE_BY, "ana@corp 2026-11-25T18:30:00Z"),
-                (labels::WINDOW_OVERRIDE_PROOF, "cHJvb2Y="),
-            ]),
-        );
-        assert_eq!(done.by.as_deref(), Some("ana@corp 2026-11-25T18:30:00Z"));
-        assert!(
-            done.message
-                .ends_with("goes on now (recorded by cmset for ana@corp 2026-11-25T18:30:00Z)"),
-            "{}",
-            done.message
-        );
-        // No webhook saw the patch: stored, not recorded, and said so.
-        let unrecorded = recorded(asked, &stored(&[(labels::WINDOW_OVERRIDE, VALUE)]));
-        assert_eq!(unrecorded.by, None);
+        let name = override_name("app", OverriddenKind::ConfigMapSet, "set-uid", VALUE);
+        let done = recorded(asked.clone(), &stored(Some("ana@corp")), false);
+        assert_eq!(done.by.as_deref(), Some("ana@corp"));
         assert_eq!(
-            unrecorded.message,
-            "configmapset/app: the override is stored, but cmset's admission webhook did not record it, so \
-             it lets nothing through (is cmset running?); run this again once it is"
+            done.message,
+            format!(
+                "configmapset/app: the rollout of app-2222222222 is let through the change windows: it was \
+                 held by a change window (freeze) and goes on now (WindowOverride {name}, recorded by cmset \
+                 for ana@corp)"
+            )
+        );
+        // The webhook did not answer: the override counts, and says who is not recorded.
+        let unrecorded = recorded(asked.clone(), &stored(None), false);
+        assert_eq!(unrecorded.by.as_deref(), Some("not recorded"));
+        assert!(
+            unrecorded.message.contains("is not recorded"),
+            "{}",
+            unrecorded.message
+        );
+        // Asked twice for the same rollout: the first override is found, and told.
+        let again = recorded(asked, &stored(Some("bo")), true);
+        assert_eq!(
+            again.message,
+            format!(
+                "configmapset/app: the rollout {VALUE} is already let through the change windows by \
+                 WindowOverride {name} (requested by bo)"
+            )
         );
     }
 
@@ -578,7 +623,7 @@ mod tests {
         assert!(
             steer(override_window(), (&held).into(), ID)
                 .unwrap()
-                .patch
+                .create
                 .is_some()
         );
     }

@@ -2,12 +2,14 @@
 //! and those of the cluster's `ChangeWindow`s that select it), whether each is open, when each next
 //! opens, and the verdict now. The verdict is cmset's own ([`cmset_core::windows::evaluate`]), asked
 //! from the same windows as the controller asks it, so the two cannot disagree; what the controller
-//! last recorded is in `kubectl cmset status`.
+//! last recorded is in `kubectl cmset status`. It lists the set's break-glass WindowOverrides too:
+//! which rollout each lets through, who created it (as cmset's webhook recorded it), when, and whether
+//! it was used.
 
-use cmset_api::{ChangeWindow, RolloutWindow, Strategy, WindowKind};
-use cmset_core::break_glass::confirmed_record;
+use cmset_api::{ChangeWindow, RolloutWindow, Strategy, WindowKind, WindowOverride};
+use cmset_core::break_glass::{OverrideView, used_override};
 use cmset_core::set::{SetKind, SetRef};
-use cmset_core::window_hold::{cluster_windows_for, overridden};
+use cmset_core::window_hold::cluster_windows_for;
 use cmset_core::windows::{Verdict, Window, WindowSource, evaluate};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -69,8 +71,8 @@ pub struct VerdictReport {
     /// While held: when moves resume; absent when not within 10 years.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resume_at: Option<Time>,
-    /// The rollout under way is let through by `kubectl cmset promote --override-window`: who and
-    /// when, as cmset's webhook recorded it and the controller verified it.
+    /// The rollout under way is let through by a WindowOverride (`kubectl cmset promote
+    /// --override-window`): who created it, as cmset's webhook recorded it, or "not recorded".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overridden_by: Option<String>,
     /// The verdict in a sentence.
@@ -100,6 +102,30 @@ pub struct WindowsReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub operator_cannot_see: Option<String>,
     pub verdict: VerdictReport,
+    /// The set's WindowOverrides (break glass), by name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<OverrideRow>,
+    /// Why the WindowOverrides are not listed (their API is not installed, or the user may not list
+    /// them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overrides_unlisted: Option<String>,
+}
+
+/// One WindowOverride of the set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OverrideRow {
+    pub name: String,
+    /// The rollout it lets through: `<revision>@<startedAt>`.
+    pub rollout: String,
+    /// Who created it, as cmset's webhook recorded it, or "not recorded".
+    pub requested_by: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created: Option<Time>,
+    /// `used` (the controller let the rollout through by it), `unused` (it names the rollout under way,
+    /// and the controller has not needed it yet), `expired` (it names an earlier rollout) or `void` (it
+    /// names an earlier set of the same name: another uid).
+    pub state: String,
 }
 
 fn row(w: &Window, now: Timestamp) -> WindowRow {
@@ -147,6 +173,29 @@ pub fn windows_report(
     change_windows: Result<&[ChangeWindow], &str>,
     now: Timestamp,
 ) -> WindowsReport {
+    windows_report_with_overrides(set, change_windows, Ok(&[]), now)
+}
+
+/// [`windows_report`], with the namespace's WindowOverrides (or why they could not be listed).
+pub fn windows_report_with_overrides(
+    set: SetRef<'_>,
+    change_windows: Result<&[ChangeWindow], &str>,
+    overrides: Result<&[WindowOverride], &str>,
+    now: Timestamp,
+) -> WindowsReport {
+    let (views, overrides_unlisted) = match overrides {
+        Ok(listed) => (
+            listed
+                .iter()
+                .filter_map(|o| OverrideView::of(o).map(|v| (v, o)))
+                .filter(|(v, _)| v.set_kind == set.kind() && v.set_name == set.name())
+                .collect::<Vec<_>>(),
+            None,
+        ),
+        Err(why) => (Vec::new(), Some(why.to_string())),
+    };
+    let grants: Vec<OverrideView> = views.iter().map(|(v, _)| v.clone()).collect();
+    let listed_overrides = override_rows(set, &views);
     let own = set.rollout().map(|r| r.windows.as_slice()).unwrap_or_default();
     let mut rows = Vec::new();
     let mut counted = Vec::new();
@@ -175,7 +224,7 @@ pub fn windows_report(
     rows.extend(cluster.iter().map(|w| row(w, now)));
     counted.extend(cluster);
     let operator_cannot_see = operator_cannot_see(set);
-    let mut verdict = verdict(set, &counted, own_invalid, now);
+    let mut verdict = verdict(set, &counted, own_invalid, &grants, now);
     if let Some(why) = &operator_cannot_see {
         // The operator fails closed: only an override of the rollout under way goes through.
         verdict.moves_allowed = verdict.overridden_by.is_some();
@@ -191,7 +240,43 @@ pub fn windows_report(
         change_windows_unlisted: unlisted,
         operator_cannot_see,
         verdict,
+        overrides: listed_overrides,
+        overrides_unlisted,
     }
+}
+
+/// The rows of the set's overrides: what each names, who and when, and whether it was used.
+fn override_rows(set: SetRef<'_>, views: &[(OverrideView, &WindowOverride)]) -> Vec<OverrideRow> {
+    let rollout = set.status().and_then(|s| s.rollout.as_ref());
+    // The override the controller says it let the current rollout through by.
+    let used = set
+        .status()
+        .and_then(|s| s.condition(cmset_core::break_glass::CONDITION))
+        .filter(|c| c.status == "True")
+        .and_then(|c| used_override(&c.message).map(str::to_string));
+    let mut rows: Vec<OverrideRow> = views
+        .iter()
+        .map(|(view, object)| {
+            let state = if !view.is_for(set) {
+                "void"
+            } else if used.as_deref() == Some(view.name.as_str()) {
+                "used"
+            } else if rollout.is_some_and(|r| view.names(r)) {
+                "unused"
+            } else {
+                "expired"
+            };
+            OverrideRow {
+                name: view.name.clone(),
+                rollout: view.rollout(),
+                requested_by: view.by().to_string(),
+                created: object.metadata.creation_timestamp.clone(),
+                state: state.to_string(),
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| a.name.cmp(&b.name));
+    rows
 }
 
 /// What the set's condition `ChangeWindowsKnown` says when the operator cannot see the cluster's
@@ -206,7 +291,13 @@ fn operator_cannot_see(set: SetRef<'_>) -> Option<String> {
     })
 }
 
-fn verdict(set: SetRef<'_>, windows: &[Window], own_invalid: bool, now: Timestamp) -> VerdictReport {
+fn verdict(
+    set: SetRef<'_>,
+    windows: &[Window],
+    own_invalid: bool,
+    overrides: &[OverrideView],
+    now: Timestamp,
+) -> VerdictReport {
     let at = |t: Timestamp| format!("{t} ({})", relative(t, now));
     let mut report = VerdictReport {
         moves_allowed: true,
@@ -217,15 +308,16 @@ fn verdict(set: SetRef<'_>, windows: &[Window], own_invalid: bool, now: Timestam
         overridden_by: None,
         summary: String::new(),
     };
-    // An override names one rollout: it counts only while that rollout is under way, and only as
-    // cmset verified it (recorded by its webhook for a user allowed to break the glass).
-    let confirmed = confirmed_record(set);
-    let overriding = set
+    // An override names one rollout of this very set: it counts only while that rollout is under way.
+    let judged = cmset_core::break_glass::judge(set, overrides);
+    let under_way = set
         .status()
         .and_then(|s| s.rollout.as_ref())
-        .filter(|r| r.phase.is_under_way() && overridden(set, r) && confirmed.is_some());
-    report.overridden_by = overriding.and(confirmed.clone());
-    let unverified = set.window_override().is_some() && confirmed.is_none();
+        .filter(|r| r.phase.is_under_way());
+    let grant = under_way.and_then(|r| judged.for_rollout(r));
+    let overriding = under_way.filter(|_| grant.is_some());
+    report.overridden_by = grant.map(|g| g.by().to_string());
+    let ignored = judged.legacy_annotation;
     report.summary = match evaluate(windows, now) {
         Verdict::Open { .. } if windows.is_empty() => "moves allowed: no change window applies".to_string(),
         Verdict::Open { until } => {
@@ -242,15 +334,16 @@ fn verdict(set: SetRef<'_>, windows: &[Window], own_invalid: bool, now: Timestam
             };
             let mut summary = format!("held by {by}; {resume}");
             if let (Some(who), Some(r)) = (&report.overridden_by, overriding) {
+                let name = grant.map(|g| g.name.as_str()).unwrap_or_default();
                 summary.push_str(&format!(
-                    "; but the rollout of {} is let through by an override (by {who})",
+                    "; but the rollout of {} is let through by WindowOverride {name} (requested by {who})",
                     r.revision
                 ));
             }
-            if unverified {
+            if ignored {
                 summary.push_str(
-                    "; an override (cmset.dev/window-override) is present but cmset did not verify it: it \
-                     lets nothing through",
+                    "; the annotation cmset.dev/window-override is ignored and lets nothing through: break \
+                     glass with kubectl cmset promote --override-window",
                 );
             }
             report.moves_allowed = overriding.is_some();
@@ -335,6 +428,38 @@ pub fn render_text(report: &WindowsReport, palette: Palette) -> String {
     out.push_str(&palette.paint(Some(role), &visible(&report.verdict.summary)));
     out.push('\n');
     if let Some(why) = &report.change_windows_unlisted {
+        out.push_str(&format!("note: {}\n", visible(why)));
+    }
+    if !report.overrides.is_empty() {
+        let rows: Vec<Vec<Cell>> = report
+            .overrides
+            .iter()
+            .map(|o| {
+                let role = match o.state.as_str() {
+                    "used" | "unused" => Some(Role::Attention),
+                    _ => None,
+                };
+                vec![
+                    Cell::new(o.name.as_str()),
+                    Cell::new(o.rollout.as_str()),
+                    Cell::new(o.requested_by.as_str()),
+                    Cell::new(
+                        o.created
+                            .as_ref()
+                            .map_or("-".to_string(), |t| format!("{} ({})", t.0, relative(t.0, now))),
+                    ),
+                    Cell::styled(o.state.clone(), role),
+                ]
+            })
+            .collect();
+        out.push('\n');
+        out.push_str(&render(
+            &["WINDOW OVERRIDE", "ROLLOUT", "REQUESTED BY", "CREATED", "STATE"],
+            &rows,
+            palette,
+        ));
+    }
+    if let Some(why) = &report.overrides_unlisted {
         out.push_str(&format!("note: {}\n", visible(why)));
     }
     out
@@ -526,9 +651,31 @@ mod tests {
         assert_eq!(lines.len(), 6, "{text}");
     }
 
+    fn window_override(name: &str, uid: &str, started: &str, by: Option<&str>) -> WindowOverride {
+        let mut o = WindowOverride::new(
+            name,
+            cmset_api::WindowOverrideSpec {
+                set: cmset_api::OverriddenSet {
+                    kind: cmset_api::OverriddenKind::ConfigMapSet,
+                    name: "app".into(),
+                    uid: uid.into(),
+                },
+                rollout: cmset_api::OverriddenRollout {
+                    revision: "app-2222222222".into(),
+                    started_at: Time(started.parse().unwrap()),
+                },
+                reason: None,
+                requested_by: by.map(str::to_string),
+            },
+        );
+        o.metadata.creation_timestamp = Some(Time("2026-11-27T17:20:00Z".parse().unwrap()));
+        o
+    }
+
     #[test]
     fn an_override_of_the_rollout_under_way_lets_it_through() {
         let mut s = with_windows(Strategy::Waves);
+        s.metadata.uid = Some("set-uid".into());
         let started = "2026-11-27T17:00:00Z";
         s.status.as_mut().unwrap().rollout = Some(RolloutStatus {
             revision: "app-2222222222".into(),
@@ -536,56 +683,77 @@ mod tests {
             started_at: Some(Time(started.parse().unwrap())),
             ..Default::default()
         });
+        // The old annotation: ignored, and said so.
         s.metadata.annotations = Some(
-            [
-                (labels::WINDOW_OVERRIDE, format!("app-2222222222@{started}")),
-                (labels::WINDOW_OVERRIDE_BY, "ana 2026-11-27T17:20:00Z".to_string()),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect(),
+            [(labels::WINDOW_OVERRIDE, format!("app-2222222222@{started}"))]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
         );
-        // Not verified by cmset (written by hand, or while its webhook was down): nothing let through.
         let report = windows_report((&s).into(), Ok(&[]), now());
         assert!(!report.verdict.moves_allowed);
         assert_eq!(report.verdict.overridden_by, None);
         assert!(
             report.verdict.summary.ends_with(
-                "; an override (cmset.dev/window-override) is present but cmset did not verify it: it lets \
-                 nothing through"
+                "; the annotation cmset.dev/window-override is ignored and lets nothing through: break glass \
+                 with kubectl cmset promote --override-window"
             ),
             "{}",
             report.verdict.summary
         );
-        // Verified: the controller's condition names this very override and record.
+        s.metadata.annotations = None;
+        let overrides = [
+            window_override("app-break", "set-uid", started, Some("ana")),
+            window_override("app-earlier", "set-uid", "2026-11-20T10:00:00Z", Some("bo")),
+            window_override("app-void", "an-earlier-uid", started, None),
+        ];
+        let report = windows_report_with_overrides((&s).into(), Ok(&[]), Ok(&overrides), now());
+        assert!(report.verdict.moves_allowed);
+        assert_eq!(report.verdict.overridden_by.as_deref(), Some("ana"));
+        assert!(
+            report.verdict.summary.ends_with(
+                "; but the rollout of app-2222222222 is let through by WindowOverride app-break (requested by ana)"
+            ),
+            "{}",
+            report.verdict.summary
+        );
+        let states: Vec<(&str, &str, &str)> = report
+            .overrides
+            .iter()
+            .map(|o| (o.name.as_str(), o.requested_by.as_str(), o.state.as_str()))
+            .collect();
+        assert_eq!(
+            states,
+            vec![
+                ("app-break", "ana", "unused"),
+                ("app-earlier", "bo", "expired"),
+                ("app-void", "not recorded", "void"),
+            ]
+        );
+        // Used, as the controller's condition says.
         s.status.as_mut().unwrap().conditions.push(Condition {
             type_: "WindowOverride".into(),
             status: "True".into(),
-            reason: "Verified".into(),
-            message: cmset_core::break_glass::verified_message(
-                &format!("app-2222222222@{started}"),
-                "ana",
-                "2026-11-27T17:20:00Z",
+            reason: "Granted".into(),
+            message: format!(
+                "WindowOverride app-break lets the rollout app-2222222222@{started} through the change windows \
+                 (requested by ana)"
             ),
             observed_generation: None,
             last_transition_time: Time(started.parse().unwrap()),
         });
-        let report = windows_report((&s).into(), Ok(&[]), now());
-        assert!(report.verdict.moves_allowed);
-        assert_eq!(
-            report.verdict.overridden_by.as_deref(),
-            Some("ana 2026-11-27T17:20:00Z")
-        );
+        let report = windows_report_with_overrides((&s).into(), Ok(&[]), Ok(&overrides), now());
+        assert_eq!(report.overrides[0].state, "used");
+        let text = render_text(&report, Palette::PLAIN);
+        assert!(text.contains("WINDOW OVERRIDE"), "{text}");
         assert!(
-            report.verdict.summary.ends_with(
-                "; but the rollout of app-2222222222 is let through by an override (by ana 2026-11-27T17:20:00Z)"
-            ),
-            "{}",
-            report.verdict.summary
+            text.lines()
+                .any(|l| l.starts_with("app-break ") && l.contains(" ana ") && l.ends_with("used")),
+            "{text}"
         );
         // A rollout that is over is let through by nothing.
         s.status.as_mut().unwrap().rollout.as_mut().unwrap().phase = RolloutPhase::Complete;
-        let report = windows_report((&s).into(), Ok(&[]), now());
+        let report = windows_report_with_overrides((&s).into(), Ok(&[]), Ok(&overrides), now());
         assert!(!report.verdict.moves_allowed);
         assert_eq!(report.verdict.overridden_by, None);
     }

@@ -547,14 +547,14 @@ fn the_webhook_check_refuses_rules_that_drifted() {
     }
 }
 
-/// The webhook that records break-glass overrides of the change windows.
+/// The webhook that records who created a break-glass WindowOverride.
 const BREAK_GLASS_WEBHOOK: &str = "window-overrides.cmset.dev";
 
 #[test]
 fn break_glass_is_registered_and_granted() {
     let documents = documents();
-    // The MutatingWebhookConfiguration sends set updates to /override-window, failing open like the
-    // others.
+    // The MutatingWebhookConfiguration sends the creates and updates of WindowOverrides to
+    // /override-window (the record of who created one), failing open like the others; no set.
     let configurations = webhook_configurations(&documents);
     assert!(!configurations.is_empty());
     for configuration in configurations {
@@ -578,28 +578,83 @@ fn break_glass_is_registered_and_granted() {
         assert_eq!(hook["failurePolicy"], "Ignore");
         assert_eq!(
             hook["rules"],
-            json!([{"apiGroups": ["cmset.dev"], "apiVersions": ["v1alpha1"], "operations": ["UPDATE"],
-                    "resources": ["configmapsets", "secretsets"], "scope": "Namespaced"}])
+            json!([{"apiGroups": ["cmset.dev"], "apiVersions": ["v1alpha1"], "operations": ["CREATE", "UPDATE"],
+                    "resources": ["windowoverrides"], "scope": "Namespaced"}])
         );
     }
-    // The operator may ask the API server about a user, and nothing more on that group.
+    // The operator reads WindowOverrides, and asks the API server nothing about users any more.
     let granted = verbs_by_resource(&shipped_cluster_role());
     assert_eq!(
-        granted.get(&("authorization.k8s.io".into(), "subjectaccessreviews".into())),
-        Some(&set(&["create"]))
+        granted.get(&("cmset.dev".into(), "windowoverrides".into())),
+        Some(&set(&["list", "watch"]))
     );
-    // The ClusterRole that breaks the glass grants exactly that.
+    assert_eq!(
+        granted.get(&("authorization.k8s.io".into(), "subjectaccessreviews".into())),
+        None
+    );
+    // The ClusterRole that breaks the glass grants creating (and reading, deleting) overrides only.
     let role = documents
         .iter()
         .find(|d| d.kind() == "ClusterRole" && d.name() == "cmset-break-glass")
         .expect("ClusterRole cmset-break-glass in config/rbac");
     assert_eq!(
         role.value["rules"],
-        json!([{"apiGroups": ["cmset.dev"], "resources": ["changewindows"], "verbs": ["override"]}])
+        json!([{"apiGroups": ["cmset.dev"], "resources": ["windowoverrides"],
+                "verbs": ["create", "get", "list", "watch", "delete"]}])
     );
     assert!(role.value["metadata"]["labels"].as_object().is_none_or(|labels| {
         !labels
             .keys()
             .any(|k| k.starts_with("rbac.authorization.k8s.io/aggregate"))
     }));
+}
+
+/// Whether `role` lets its holder create WindowOverrides (wildcards included).
+fn breaks_glass(role: &Value) -> bool {
+    verbs_by_resource(role).iter().any(|((group, resource), verbs)| {
+        matches!(group.as_str(), "cmset.dev" | "*")
+            && matches!(resource.as_str(), "windowoverrides" | "*")
+            && (verbs.contains("create") || verbs.contains("*"))
+    })
+}
+
+/// Break glass is ClusterRole cmset-break-glass's alone: no role aggregated into the built-in admin,
+/// edit or view roles (cmset-edit, cmset-view, cmset-admin-delegation) grants creating a WindowOverride,
+/// in any install.
+#[test]
+fn no_aggregated_role_breaks_the_glass() {
+    let documents = documents();
+    let aggregated: Vec<&Document> = documents
+        .iter()
+        .filter(|d| d.kind() == "ClusterRole")
+        .filter(|d| {
+            d.value["metadata"]["labels"].as_object().is_some_and(|labels| {
+                labels
+                    .keys()
+                    .any(|k| k.starts_with("rbac.authorization.k8s.io/aggregate-to-"))
+            })
+        })
+        .collect();
+    assert!(
+        aggregated.iter().any(|d| d.name() == "cmset-edit"),
+        "cmset-edit is checked"
+    );
+    for role in aggregated {
+        assert!(
+            !breaks_glass(&role.value),
+            "{} in {}: an aggregated role lets tenants create WindowOverrides",
+            role.name(),
+            role.file.display()
+        );
+    }
+    // The check sees what it must refuse.
+    for rules in [
+        json!([{"apiGroups": ["cmset.dev"], "resources": ["windowoverrides"], "verbs": ["create"]}]),
+        json!([{"apiGroups": ["cmset.dev"], "resources": ["*"], "verbs": ["*"]}]),
+        json!([{"apiGroups": ["*"], "resources": ["windowoverrides"], "verbs": ["create", "get"]}]),
+    ] {
+        assert!(breaks_glass(&json!({"rules": rules})), "{rules}");
+    }
+    assert!(!breaks_glass(&json!({"rules": [
+        {"apiGroups": ["cmset.dev"], "resources": ["windowoverrides"], "verbs": ["get", "list", "watch"]}]})));
 }

@@ -104,6 +104,11 @@ Each rule says why it is needed.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+# Break glass: WindowOverrides (created by people with ClusterRole cmset-break-glass), watched so that
+# an override lets its set's rollout through at once. Read only: the use is recorded in the set's status.
+- apiGroups: ["cmset.dev"]
+  resources: ["windowoverrides"]
+  verbs: ["list", "watch"]
 {{- if .Values.secretSets.enabled }}
 # SecretSets (secretSets.enabled; the operator runs with --secret-sets=false otherwise). A SecretSet holds
 # no secret value, only the name of its source.
@@ -145,11 +150,5 @@ Each rule says why it is needed.
 - apiGroups: ["cmset.dev"]
   resources: ["changewindows"]
   verbs: ["list", "watch"]
-# Break glass: the webhook asks the API server whether the user who sets cmset.dev/window-override
-# may `override` changewindows.cmset.dev (ClusterRole cmset-break-glass). Creating a review reads
-# nothing and changes nothing.
-- apiGroups: ["authorization.k8s.io"]
-  resources: ["subjectaccessreviews"]
-  verbs: ["create"]
 {{- end }}
 {{- end }}

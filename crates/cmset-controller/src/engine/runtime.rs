@@ -30,7 +30,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cmset_api::{AnalysisTemplate, ChangeWindow, ConfigMapSet, SecretSet};
+use cmset_api::{AnalysisTemplate, ChangeWindow, ConfigMapSet, SecretSet, WindowOverride};
 use futures::channel::mpsc::UnboundedSender;
 use futures::{FutureExt, Stream, StreamExt, future::BoxFuture};
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
@@ -233,6 +233,39 @@ fn templates_watch(client: &Client, index: Arc<Index>) -> (Store<AnalysisTemplat
     (reader, driver)
 }
 
+/// The WindowOverride watch (break glass; namespaced, in the scope): nothing is cached whole, the
+/// index keeps what a decision reads, by the set each names (see [`Index::handle_override`]). An
+/// override created reconciles its set at once. A list that fails (the CRD not installed yet, or
+/// refused) holds nothing up: without overrides the windows hold as they would anyway.
+fn overrides_watch(client: &Client, namespace: Option<&str>, index: Arc<Index>) -> BoxFuture<'static, ()> {
+    use crate::engine::index::OVERRIDES;
+    index.expect(OVERRIDES);
+    let api: Api<WindowOverride> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    relist_at_once_on_expiry(OVERRIDES, watcher(api, watcher::Config::default()))
+        .backoff(watch_backoff())
+        .for_each(move |event| {
+            match event {
+                Ok(event) => {
+                    index.handle_override(&event);
+                }
+                Err(e) => {
+                    log_watch_error(OVERRIDES, &e);
+                    if let watcher::Error::InitialListFailed(e) = &e {
+                        index.overrides_unavailable(format!(
+                            "their list failed: {}",
+                            crate::platform::redact::api_error(e)
+                        ));
+                    }
+                }
+            }
+            futures::future::ready(())
+        })
+        .boxed()
+}
+
 /// How long the first list of ChangeWindows may take before every set says that its moves wait for
 /// it (they wait from the start).
 pub const WINDOWS_FIRST_LIST_PATIENCE: Duration = Duration::from_secs(30);
@@ -347,6 +380,8 @@ impl Scope {
         if change_windows {
             watches.push(windows_watch(client, index.clone()));
         }
+        // A set's own windows hold it with or without the cluster's: break glass is always watched.
+        watches.push(overrides_watch(client, ns, index.clone()));
         let templates = analysis.then(|| {
             let (store, watch) = templates_watch(client, index.clone());
             watches.push(watch);

@@ -23,8 +23,10 @@ struct Entry {
     identity: Held,
     revisions: Vec<RevisionView>,
     lowest_wave: i32,
-    /// The change windows hold the set's moves now.
+    /// The change windows hold the set's moves now, before any override.
     window_held: bool,
+    /// The revision whose rollout a WindowOverride lets through.
+    window_override: Option<String>,
 }
 
 /// The content identity as the index holds it.
@@ -68,11 +70,13 @@ impl Gathered {
                 Wave::Number(0) => 0,
                 _ => index.lowest_wave(&id),
             };
-            let window_held = windows && {
+            let (window_held, window_override) = if windows {
                 let set = set.as_set();
                 let state = window_hold::verdict(set, &index.cluster_windows_for(set), now)
                     .with_break_glass(index.window_override(set));
-                state.holds(set, set.status().and_then(|s| s.rollout.as_ref()))
+                state.gate_inputs(set.status().and_then(|s| s.rollout.as_ref()))
+            } else {
+                (false, None)
             };
             entries.push(Entry {
                 set,
@@ -81,6 +85,7 @@ impl Gathered {
                 revisions,
                 lowest_wave,
                 window_held,
+                window_override,
             });
         }
         Ok(Self { entries })
@@ -101,6 +106,7 @@ impl Gathered {
                 revisions: &e.revisions,
                 lowest_wave: e.lowest_wave,
                 window_held: e.window_held,
+                window_override: e.window_override.as_deref(),
             })
             .collect()
     }

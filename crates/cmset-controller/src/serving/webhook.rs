@@ -2,8 +2,8 @@
 //! pointing at their sets' current revisions (see `cmset_core::admission` for why). The same server
 //! validates AnalysisTemplates (`POST /validate-analysistemplate`, see [`crate::serving::template_admission`]),
 //! change windows (`POST /validate-windows`), sets' windows and content (`POST /validate-set`, see
-//! [`crate::serving::set_admission`]) and records break-glass overrides (`POST /override-window`,
-//! see [`crate::serving::override_admission`]).
+//! [`crate::serving::set_admission`]) and records who created a break-glass WindowOverride
+//! (`POST /override-window`, see [`crate::serving::override_admission`]).
 //!
 //! Every replica answers, leader or not, from its own warm index (every replica watches; see
 //! [`crate::engine::runtime::Scope`]) and with the decision the workload controller makes
@@ -31,7 +31,6 @@ use cmset_core::kinds::Kinds;
 use cmset_core::observe::{WorkloadKind, WorkloadView};
 use cmset_core::refs::Referenced;
 use cmset_core::rollout::SetTarget;
-use kube::Client;
 use rustls::server::danger::ClientCertVerifier;
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
@@ -42,7 +41,6 @@ use tracing::{debug, info};
 
 use crate::engine::runtime::{Scope, Scopes};
 use crate::platform::metrics::Metrics;
-use crate::platform::proof_keys::ProofKeys;
 use crate::reconcile::decisions::Gathered;
 use crate::serving::http::Limits;
 use crate::serving::override_admission::review_override;
@@ -71,8 +69,6 @@ pub enum WebhookError {
 #[derive(Default)]
 pub struct ServingCert {
     current: RwLock<Option<Arc<CertifiedKey>>>,
-    /// Break-glass proofs are keyed from the serving key: every pair installed gives the next key.
-    proof_keys: ProofKeys,
 }
 
 impl std::fmt::Debug for ServingCert {
@@ -91,13 +87,7 @@ impl ServingCert {
         let key = PrivateKeyDer::from_pem_slice(key_pem)?;
         let certified = CertifiedKey::from_der(certs, key, &rustls::crypto::ring::default_provider())?;
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(certified));
-        self.proof_keys.install(key_pem);
         Ok(())
-    }
-
-    /// The keys of break-glass proofs, kept current with the serving key.
-    pub fn proof_keys(&self) -> ProofKeys {
-        self.proof_keys.clone()
     }
 
     pub fn is_loaded(&self) -> bool {
@@ -116,12 +106,9 @@ impl ResolvesServerCert for ServingCert {
 struct Handler {
     /// The warm indexes admission decides from: the same observations the controllers plan from.
     scopes: Scopes,
-    client: Client,
     metrics: Arc<Metrics>,
     /// Whether SecretSets are served (and cmset may read Secrets).
     secret_sets: bool,
-    /// What break-glass records are proved with.
-    proof_keys: ProofKeys,
     /// Who judges sets' content, off the async runtime.
     judges: crate::serving::set_admission::Judges,
 }
@@ -290,12 +277,8 @@ fn unclaimed(
 }
 
 /// `/override-window`: see [`crate::serving::override_admission`].
-async fn override_window(
-    State(handler): State<Handler>,
-    axum::Json(review): axum::Json<Value>,
-) -> axum::Json<Value> {
-    let now = jiff::Timestamp::now();
-    axum::Json(review_override(&handler.client, &handler.proof_keys, &review, now).await)
+async fn override_window(axum::Json(review): axum::Json<Value>) -> axum::Json<Value> {
+    axum::Json(review_override(&review))
 }
 
 /// `POST /validate-set`: a ConfigMapSet's or SecretSet's windows, validation and content (see
@@ -307,13 +290,8 @@ async fn validate_set(
     axum::Json(handler.judges.review(review, handler.metrics.clone()).await)
 }
 
-pub fn router(
-    scopes: Scopes,
-    client: Client,
-    metrics: Arc<Metrics>,
-    secret_sets: bool,
-    proof_keys: ProofKeys,
-) -> Router {
+/// The webhook's routes. They hold no API client: nothing a review says makes cmset send a request.
+pub fn router(scopes: Scopes, metrics: Arc<Metrics>, secret_sets: bool) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
         .route("/override-window", post(override_window))
@@ -328,10 +306,8 @@ pub fn router(
         )
         .with_state(Handler {
             scopes,
-            client,
             metrics,
             secret_sets,
-            proof_keys,
             judges: Default::default(),
         })
 }
@@ -399,10 +375,8 @@ pub async fn bind(
 pub async fn serve<F>(
     bound: Bound,
     scopes: Scopes,
-    client: Client,
     metrics: Arc<Metrics>,
     secret_sets: bool,
-    proof_keys: ProofKeys,
     stop: crate::serving::http::Stop<F>,
 ) where
     F: std::future::Future<Output = ()> + Send + 'static,
@@ -416,7 +390,7 @@ pub async fn serve<F>(
     crate::serving::http::serve(
         listener,
         Some(acceptor),
-        router(scopes, client, metrics, secret_sets, proof_keys),
+        router(scopes, metrics, secret_sets),
         Limits::WEBHOOK,
         stop,
     )

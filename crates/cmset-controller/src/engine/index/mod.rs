@@ -27,6 +27,7 @@
 //! | `sources.rs` | which sets version a source; versions seen; reads | set watches; ConfigMap/Secret watches; the set controller |
 //! | `relist.rs` | keys seen during a list; kinds listed; kinds that cannot list now | [`Index::handle`], [`Index::unavailable`] |
 //! | `templates.rs` | which sets name which AnalysisTemplate | the set watches |
+//! | `overrides.rs` | the WindowOverrides, by the set they name | the WindowOverride watch |
 //!
 //! `triggers.rs` carries what a change asks to reconcile to the controllers. This file holds the
 //! handle: the lock, whether this replica leads, change notifications, and the queries.
@@ -54,6 +55,7 @@ use crate::platform::metrics::{WatchEventLabels, WindowsUnknownLabels};
 mod echoes;
 mod graph;
 mod kinds;
+mod overrides;
 mod relist;
 mod revisions;
 mod sets;
@@ -97,6 +99,8 @@ impl Key {
 pub const TEMPLATES: &str = "AnalysisTemplate";
 /// The name of the ChangeWindow watch in the relist bookkeeping.
 pub const WINDOWS: &str = "ChangeWindow";
+/// The name of the WindowOverride watch in the relist bookkeeping.
+pub const OVERRIDES: &str = "WindowOverride";
 
 /// A set of either kind, by key: a ConfigMapSet and a SecretSet may share a name.
 pub type SetId = (SetKind, Key);
@@ -118,6 +122,7 @@ pub struct State {
     sources: sources::Sources,
     relist: relist::Relist,
     templates: templates::Templates,
+    overrides: overrides::Overrides,
     echoes: echoes::Echoes,
     /// The cluster-wide rollout budget, when one is set: fed the workloads' progress (see
     /// [`crate::engine::rollout_budget`]).
@@ -146,9 +151,6 @@ pub struct Index {
     /// Where this index counts itself while it does not know the cluster's windows
     /// (`cmset_change_windows_unknown`), once set.
     windows_unknown_gauge: OnceLock<WindowsUnknownGauge>,
-    /// The keys break-glass proofs are checked with, once the webhook's serving key is known (none:
-    /// no override counts).
-    proof_keys: OnceLock<crate::platform::proof_keys::ProofKeys>,
 }
 
 /// What this replica's ChangeWindow watch has seen.
@@ -199,23 +201,69 @@ impl Index {
             set_gone: RwLock::new(None),
             watch_events: OnceLock::new(),
             cluster_windows: RwLock::default(),
-            proof_keys: OnceLock::new(),
             windows_unknown_gauge: OnceLock::new(),
         }
     }
 
-    /// Checks break-glass proofs with `keys` from now on. (Set once; a second call is ignored.)
-    pub fn use_proof_keys(&self, keys: crate::platform::proof_keys::ProofKeys) {
-        let _ = self.proof_keys.set(keys);
+    /// The set's break glass: the WindowOverrides that name it (this very object: its uid), and
+    /// whether it carries the old annotation. A lookup by the set's key, never a scan.
+    pub fn window_override(&self, set: cmset_core::set::SetRef<'_>) -> cmset_core::break_glass::BreakGlass {
+        let id: SetId = (set.kind(), Key::new(set.namespace(), set.name()));
+        let named = self.read().overrides.for_set(&id);
+        cmset_core::break_glass::judge(set, &named)
     }
 
-    /// The set's break-glass override, if it has one, with whether its proof verifies.
-    pub fn window_override(
-        &self,
-        set: cmset_core::set::SetRef<'_>,
-    ) -> Option<cmset_core::break_glass::Override> {
-        let keys = self.proof_keys.get().map(|k| k.all()).unwrap_or_default();
-        cmset_core::break_glass::judge(set, &keys)
+    /// Applies one event of the WindowOverride watch: the override is indexed under the set it names,
+    /// and that set reconciles (an override created lets its rollout through at once). A list's end
+    /// drops the overrides it did not hold (deleted while the watch was down), reconciling their sets.
+    pub fn handle_override(&self, event: &watcher::Event<cmset_api::WindowOverride>) -> Triggers {
+        use cmset_core::break_glass::OverrideView;
+        self.count(OVERRIDES, event);
+        let mut out = Triggers::default();
+        {
+            let mut guard = self.write();
+            let state = &mut *guard;
+            match event {
+                watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+                    if let (Some(key), Some(view)) = (Key::of(o), OverrideView::of(o)) {
+                        if matches!(event, watcher::Event::InitApply(_)) {
+                            state.relist.seen(OVERRIDES, key.clone());
+                        }
+                        state.overrides.apply(&key.namespace, view, &mut out);
+                    }
+                }
+                watcher::Event::Delete(o) => {
+                    if let Some(key) = Key::of(o) {
+                        state.overrides.remove(&key, &mut out);
+                    }
+                }
+                watcher::Event::Init => state.relist.start(OVERRIDES),
+                watcher::Event::InitDone => {
+                    let seen = state.relist.done(OVERRIDES);
+                    state.relist.available(OVERRIDES);
+                    let gone: Vec<Key> = state
+                        .overrides
+                        .keys()
+                        .filter(|k| !seen.contains(*k))
+                        .cloned()
+                        .collect();
+                    for key in gone {
+                        state.overrides.remove(&key, &mut out);
+                    }
+                }
+            }
+        }
+        self.changed();
+        self.send(&out);
+        out
+    }
+
+    /// The WindowOverride watch could not list, for `why` (the CRD not installed yet, or refused): it
+    /// does not hold readiness, and what it indexed before stays. Without it no override counts, so
+    /// the windows hold as they would anyway: nothing is let through that should not be.
+    pub fn overrides_unavailable(&self, why: String) {
+        self.write().relist.unavailable(OVERRIDES, why);
+        self.changed();
     }
 
     /// Applies one event of the ChangeWindow watch: the windows are parsed again from `listed` (the
@@ -879,6 +927,7 @@ impl Index {
             ("history", history),
             ("sources", state.sources.len()),
             ("templates named", state.templates.len()),
+            ("window overrides", state.overrides.len()),
             ("echoes awaited", state.echoes.len()),
         ])
     }

@@ -1400,3 +1400,71 @@ fn every_watch_event_is_counted_by_kind_and_event_once_counting_is_on() {
     );
     assert_eq!(count("Deployment", "apply"), 0);
 }
+
+fn window_override(name: &str, set: &str, uid: &str) -> cmset_api::WindowOverride {
+    let mut o = cmset_api::WindowOverride::new(
+        name,
+        cmset_api::WindowOverrideSpec {
+            set: cmset_api::OverriddenSet {
+                kind: cmset_api::OverriddenKind::ConfigMapSet,
+                name: set.into(),
+                uid: uid.into(),
+            },
+            rollout: cmset_api::OverriddenRollout {
+                revision: format!("{set}-7c9f5d6b8d"),
+                started_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    "2026-11-27T17:20:00Z".parse().unwrap(),
+                ),
+            },
+            reason: None,
+            requested_by: Some("ana".into()),
+        },
+    );
+    o.metadata.namespace = Some(NS.into());
+    o
+}
+
+#[test]
+fn a_window_override_wakes_the_set_it_names_and_is_found_by_that_set_only() {
+    let index = index();
+    let mut app = set("app", 1);
+    app.metadata.uid = Some("app-uid".into());
+    let mut other = set("other", 1);
+    other.metadata.uid = Some("other-uid".into());
+    let apply = |o: cmset_api::WindowOverride| index.handle_override(&watcher::Event::Apply(o));
+    assert_eq!(
+        apply(window_override("break", "app", "app-uid")).sets,
+        BTreeSet::from([cms("app")])
+    );
+    let found = index.window_override((&app).into());
+    assert_eq!(found.grants.len(), 1);
+    assert_eq!(found.grants[0].name, "break");
+    assert!(index.window_override((&other).into()).grants.is_empty());
+    // Another uid under the same name is indexed under that name, and judged out.
+    apply(window_override("stale", "app", "an-earlier-uid"));
+    assert_eq!(index.window_override((&app).into()).grants.len(), 1);
+    // An override edited to name another set (by someone allowed to) moves: both sets wake.
+    assert_eq!(
+        apply(window_override("break", "other", "other-uid")).sets,
+        BTreeSet::from([cms("app"), cms("other")])
+    );
+    assert!(index.window_override((&app).into()).grants.is_empty());
+    assert_eq!(index.window_override((&other).into()).grants.len(), 1);
+    // Deleted: its set wakes, and it counts no more.
+    let deleted = index.handle_override(&watcher::Event::Delete(window_override(
+        "break",
+        "other",
+        "other-uid",
+    )));
+    assert_eq!(deleted.sets, BTreeSet::from([cms("other")]));
+    assert!(index.window_override((&other).into()).grants.is_empty());
+    // A relist that no longer holds one (deleted while the watch was down) drops it.
+    index.handle_override(&watcher::Event::Init);
+    let relisted = index.handle_override(&watcher::Event::InitDone);
+    assert_eq!(
+        relisted.sets,
+        BTreeSet::from([cms("app")]),
+        "the set of `stale` wakes"
+    );
+    assert_eq!(index.sizes()["window overrides"], 0);
+}
