@@ -174,6 +174,6 @@ bench-smoke: ## A minutes-long benchmark run (debug build): every figure is prod
 	@CMSET_BENCH_OPERATOR_BIN=$(BENCH_OPERATOR_BIN) CMSET_BENCH_PUBLISH= CMSET_BENCH_BASELINE= CMSET_BENCH_PROFILE=dev \
 	  bash e2e/bench/run.sh --strict --out target/bench/smoke --sets 5 --rate 5 --duration 3 \
 	  --scales 10 --leak-sets 20 --unrelated-configmaps 20 --unrelated-deployments 5 --floor-changes 10 \
-	  --fanout-workloads 5 --noop-sets 10 --large-set-kib 64 --large-set-changes 3 \
+	  --fanout-workloads 5 --noop-sets 10 --large-set-kib 64 --large-set-changes 3 --flood-changes 3 \
 	  --readers 3 --readers-rate 2 --readers-duration 3 \
 	  --concurrency 8 --failover-after 2 --restart-window 2 --timeout-secs 60 $(BENCH_ARGS)

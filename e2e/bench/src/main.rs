@@ -12,6 +12,8 @@
 //! 6. writes after a restart of both replicas (there should be none);
 //! 7. no-op: unchanged sets applied again (no write, little CPU);
 //! 8. a large set (near the ConfigMap size limit) changed many times: CPU per change, RSS flat;
+//!    with the webhook, a flood: a bystander's changes timed quiet and while another namespace applies
+//!    costly sets (see `flood`);
 //! 9. fan-out: one set read by many Deployments, one change, against the floor of as many patches;
 //! 10. memory: after sets are created and deleted again, and with many unrelated objects;
 //! 11. convergence and a burst at several numbers of sets, each in a fresh namespace.
@@ -24,6 +26,7 @@
 //! machines compare.
 
 mod cluster;
+mod flood;
 mod identity;
 mod install;
 mod metrics;
@@ -103,6 +106,9 @@ struct Args {
     /// Changes of the large set, one after the other.
     #[arg(long, env = "CMSET_BENCH_LARGE_SET_CHANGES", default_value_t = 100, value_parser = at_least_one)]
     large_set_changes: usize,
+    /// Bystander changes timed without and then during the flood of costly sets (with the webhook).
+    #[arg(long, env = "CMSET_BENCH_FLOOD_CHANGES", default_value_t = 20, value_parser = at_least_one)]
+    flood_changes: usize,
     /// Unrelated ConfigMaps added to the main namespace for the memory figure.
     #[arg(long, env = "CMSET_BENCH_UNRELATED_CONFIGMAPS", default_value_t = 10_000)]
     unrelated_configmaps: usize,
@@ -174,6 +180,8 @@ struct Args {
     #[arg(long)]
     skip_large_set: bool,
     #[arg(long)]
+    skip_flood: bool,
+    #[arg(long)]
     skip_fanout: bool,
     #[arg(long)]
     skip_readers_churn: bool,
@@ -195,6 +203,7 @@ impl Args {
             ("restart", self.skip_restart),
             ("noop", self.skip_noop),
             ("large-set", self.skip_large_set),
+            ("flood", self.skip_flood),
             ("fanout", self.skip_fanout),
             ("readers-churn", self.skip_readers_churn),
             ("leak", self.skip_leak),
@@ -216,6 +225,7 @@ impl Args {
             noop_sets: self.noop_sets,
             large_set_kib: self.large_set_kib,
             large_set_changes: self.large_set_changes,
+            flood_changes: self.flood_changes,
             unrelated_configmaps: self.unrelated_configmaps,
             unrelated_deployments: self.unrelated_deployments,
             concurrency: self.concurrency,
@@ -660,6 +670,42 @@ async fn run_configuration(
                 results.large_set = Some(x);
             }
             Err(e) => ctx.fail(format!("large set: {e}")),
+        }
+    }
+
+    if !args.skip_flood && install.webhook.is_some() {
+        revive(ctx, &mut install, "flood", &mut results.restarted).await?;
+        step(
+            7,
+            &format!(
+                "flood: {} bystander changes, quiet then while another namespace applies costly sets",
+                args.flood_changes
+            ),
+        );
+        floor_before(args, ctx, "flood").await;
+        match flood::flood(ctx, &ns, n, args.flood_changes, &install, &tracker).await {
+            Ok(x) => {
+                let p99 = |l: &Option<report::Latency>| {
+                    l.as_ref().map_or("-".into(), |l| format!("{:.0}", l.p99_ms))
+                };
+                eprintln!(
+                    "bench:   admission p99 {} → {} ms; change p99 {} → {} ms; {} flood applies admitted, {} refused",
+                    p99(&x.quiet_admission),
+                    p99(&x.flooded_admission),
+                    p99(&x.quiet_change),
+                    p99(&x.flooded_change),
+                    x.flood_admitted,
+                    x.flood_refused
+                );
+                if x.late > 0 {
+                    ctx.fail(format!(
+                        "flood: {} bystander changes did not arrive in time",
+                        x.late
+                    ));
+                }
+                results.flood = Some(x);
+            }
+            Err(e) => ctx.fail(format!("flood: {e}")),
         }
     }
 

@@ -76,6 +76,7 @@ pub struct Flags {
     pub noop_sets: usize,
     pub large_set_kib: usize,
     pub large_set_changes: usize,
+    pub flood_changes: usize,
     pub unrelated_configmaps: usize,
     pub unrelated_deployments: usize,
     pub concurrency: usize,
@@ -97,7 +98,7 @@ impl Flags {
              --unrelated-configmaps {} --unrelated-deployments {} --concurrency {} --floor-changes {} \
              --failover-after {} --restart-window {} --timeout-secs {} --timeout-per-set-ms {} \
              --fanout-workloads {} --noop-sets {} --large-set-kib {} --large-set-changes {} \
-             --readers {} --readers-rate {} --readers-duration {} --leak-cycles {}",
+             --readers {} --readers-rate {} --readers-duration {} --leak-cycles {} --flood-changes {}",
             self.configurations.join(","),
             self.sets,
             self.rate,
@@ -119,7 +120,8 @@ impl Flags {
             self.readers,
             self.readers_rate,
             self.readers_duration_s,
-            self.leak_cycles.max(1)
+            self.leak_cycles.max(1),
+            self.flood_changes.max(1)
         );
         for skip in &self.skipped {
             let _ = write!(s, " --skip-{skip}");
@@ -151,6 +153,8 @@ pub struct ConfigResults {
     pub memory: Option<MemoryFigures>,
     pub noop: Option<NoOp>,
     pub large_set: Option<LargeSet>,
+    /// With the webhook: a bystander's changes while another namespace applies costly sets.
+    pub flood: Option<crate::flood::Flood>,
     pub fanout: Option<FanOut>,
     pub readers_churn: Option<ReadersChurn>,
     pub scales: Vec<Scale>,
@@ -1189,6 +1193,39 @@ fn rows(r: &ConfigResults) -> Vec<Row> {
             String::new(),
         );
     }
+    if let Some(x) = &r.flood {
+        let p50_p99 = |l: &Option<Latency>| {
+            l.as_ref()
+                .map_or("-".into(), |l| format!("{} / {}", num(l.p50_ms), num(l.p99_ms)))
+        };
+        row(
+            &format!(
+                "flood: a bystander's admission p50 / p99 ms, quiet → while another namespace applies costly sets ({} changes each; goal p99 < 1000)",
+                x.changes
+            ),
+            format!(
+                "{} → {}",
+                p50_p99(&x.quiet_admission),
+                p50_p99(&x.flooded_admission)
+            ),
+            String::new(),
+        );
+        row(
+            "flood: a bystander's change p50 / p99 ms, quiet → flooded (goal: as fast)",
+            format!(
+                "{} → {} (p50 × {})",
+                p50_p99(&x.quiet_change),
+                p50_p99(&x.flooded_change),
+                x.change_p50_ratio.map_or("-".into(), num)
+            ),
+            String::new(),
+        );
+        row(
+            "flood: the costly sets applied meanwhile, admitted / refused",
+            format!("{} / {}", x.flood_admitted, x.flood_refused),
+            String::new(),
+        );
+    }
     if let Some(x) = &r.fanout {
         row(
             &format!(
@@ -2020,6 +2057,17 @@ pub fn missing(c: &ConfigResults, webhook: bool, identity: bool) -> Vec<String> 
             replicas_ok(&x.before) && replicas_ok(&x.after) && x.after_pct_of_before.len() == 2,
             "large set: RSS of both replicas before and after",
         );
+    }
+    if let Some(x) = &c.flood {
+        need(
+            x.quiet_change.is_some() && x.flooded_change.is_some() && x.late == 0,
+            "flood: every bystander change arrived, quiet and flooded",
+        );
+        need(
+            x.quiet_admission.is_some() && x.flooded_admission.is_some(),
+            "flood: the bystander's admissions, quiet and flooded",
+        );
+        need(x.flood_admitted + x.flood_refused > 0, "flood: the flood ran");
     }
     if let Some(x) = &c.fanout {
         need(x.seconds.is_some(), "fan-out: every Deployment moved");
