@@ -44,10 +44,13 @@ pub struct Flood {
     pub flooded_change: Option<Latency>,
     /// Flooded ÷ quiet, of the change's p50.
     pub change_p50_ratio: Option<f64>,
-    /// The flood's applies meanwhile: admitted, and refused (the backtracking patterns, or over the
-    /// judging budget).
-    pub flood_admitted: usize,
-    pub flood_refused: usize,
+    /// The flood's applies meanwhile, by how the webhook answered: judged in full (each costly set
+    /// fails at its last string), refused for a backtracking pattern, refused over the judging
+    /// budget, or failed otherwise.
+    pub flood_judged: usize,
+    pub flood_backtracking: usize,
+    pub flood_over_budget: usize,
+    pub flood_other: usize,
     /// Bystander changes that did not reach their Deployment in time.
     pub late: usize,
 }
@@ -106,10 +109,11 @@ fn flood_set(name: &str, round: usize, backtracking: bool) -> Value {
     })
 }
 
-/// Validation for the bystander's sets: `v` must be a short word, so its admission is judged.
+/// Validation for the bystander's sets, so that each admission is judged: `v` (`0`, then `c<n>`), read
+/// as YAML, is a number or a short word.
 fn bystander_validation() -> Value {
     json!({"spec": {"validation": {"keys": {"v": {"format": "yaml",
-        "schema": {"type": "string", "pattern": "^[a-z0-9]{1,20}$"}}}}}})
+        "schema": {"type": ["string", "integer"], "pattern": "^[a-z0-9]{1,20}$"}}}}}})
 }
 
 /// Changes `changes` sets of `ns` one after the other (set i mod n): each PATCH's duration, and the
@@ -136,6 +140,24 @@ async fn bystander_changes(
     }
     let arrived = tracker.take_arrivals().iter().map(|a| ms(a.latency)).collect();
     Ok((admitted, arrived, late))
+}
+
+const JUDGED: usize = 0;
+const BACKTRACKING: usize = 1;
+const OVER_BUDGET: usize = 2;
+const OTHER: usize = 3;
+
+/// How the webhook answered a flood apply (`error`: the apply's error, if it failed).
+fn answer_kind(error: Option<&str>) -> usize {
+    match error {
+        None => JUDGED,
+        Some(e) if e.contains("needs a backtracking engine") => BACKTRACKING,
+        Some(e) if e.contains("over the time budget") || e.contains("could not be judged within") => {
+            OVER_BUDGET
+        }
+        Some(e) if e.contains("content fails spec.validation") => JUDGED,
+        Some(_) => OTHER,
+    }
 }
 
 /// The flood stage (see the module documentation), against the install's webhook: its sets are sent
@@ -183,21 +205,20 @@ pub async fn flood(
         bystander_changes(ctx, ns, n, 0, changes, tracker).await?;
 
     let flooding = Arc::new(AtomicBool::new(true));
-    let (admitted, refused) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let answers: Arc<[AtomicUsize; 4]> = Arc::new(Default::default());
     let mut writers = tokio::task::JoinSet::new();
     for writer in 0..WRITERS {
         let api: Api<ConfigMapSet> = Api::namespaced(ctx.client.clone(), &flood_ns);
-        let (flooding, admitted, refused) = (flooding.clone(), admitted.clone(), refused.clone());
+        let (flooding, answers) = (flooding.clone(), answers.clone());
         writers.spawn(async move {
             let params = PatchParams::apply("cmset-bench-flood").force();
             let mut round = 0;
             while flooding.load(Ordering::SeqCst) {
                 let name = format!("flood-{writer}");
                 let set = flood_set(&name, round, round % 4 == 3);
-                match api.patch(&name, &params, &Patch::Apply(&set)).await {
-                    Ok(_) => admitted.fetch_add(1, Ordering::Relaxed),
-                    Err(_) => refused.fetch_add(1, Ordering::Relaxed),
-                };
+                let answer = api.patch(&name, &params, &Patch::Apply(&set)).await;
+                answers[answer_kind(answer.err().map(|e| e.to_string()).as_deref())]
+                    .fetch_add(1, Ordering::Relaxed);
                 round += 1;
             }
         });
@@ -224,8 +245,10 @@ pub async fn flood(
         quiet_change,
         flooded_change,
         change_p50_ratio,
-        flood_admitted: admitted.load(Ordering::Relaxed),
-        flood_refused: refused.load(Ordering::Relaxed),
+        flood_judged: answers[JUDGED].load(Ordering::Relaxed),
+        flood_backtracking: answers[BACKTRACKING].load(Ordering::Relaxed),
+        flood_over_budget: answers[OVER_BUDGET].load(Ordering::Relaxed),
+        flood_other: answers[OTHER].load(Ordering::Relaxed),
         late: quiet_late + flooded_late,
     })
 }
@@ -251,5 +274,35 @@ mod tests {
             backtracking["spec"]["validation"]["keys"]["big.json"]["schema"]["items"]["pattern"],
             "^(a+)\\1$"
         );
+    }
+
+    #[test]
+    fn the_webhooks_answers_are_told_apart_by_their_messages() {
+        assert_eq!(answer_kind(None), JUDGED);
+        assert_eq!(
+            answer_kind(Some(
+                r#"ConfigMapSet "flood-0": content fails spec.validation: key "big.json": at /12000: ..."#
+            )),
+            JUDGED
+        );
+        assert_eq!(
+            answer_kind(Some(
+                "pattern at /items/pattern uses a backreference (\\1 to \\9), which needs a backtracking engine"
+            )),
+            BACKTRACKING
+        );
+        assert_eq!(
+            answer_kind(Some(
+                r#"content fails spec.validation: key "big.json": was not judged: over the time budget"#
+            )),
+            OVER_BUDGET
+        );
+        assert_eq!(
+            answer_kind(Some(
+                "spec.validation could not be judged within 2s (waiting for a turn)"
+            )),
+            OVER_BUDGET
+        );
+        assert_eq!(answer_kind(Some("connection reset")), OTHER);
     }
 }

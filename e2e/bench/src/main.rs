@@ -689,13 +689,15 @@ async fn run_configuration(
                     l.as_ref().map_or("-".into(), |l| format!("{:.0}", l.p99_ms))
                 };
                 eprintln!(
-                    "bench:   admission p99 {} → {} ms; change p99 {} → {} ms; {} flood applies admitted, {} refused",
+                    "bench:   admission p99 {} → {} ms; change p99 {} → {} ms; flood applies judged {}, backtracking {}, over budget {}, other {}",
                     p99(&x.quiet_admission),
                     p99(&x.flooded_admission),
                     p99(&x.quiet_change),
                     p99(&x.flooded_change),
-                    x.flood_admitted,
-                    x.flood_refused
+                    x.flood_judged,
+                    x.flood_backtracking,
+                    x.flood_over_budget,
+                    x.flood_other
                 );
                 if x.late > 0 {
                     ctx.fail(format!(

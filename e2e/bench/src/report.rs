@@ -1221,8 +1221,11 @@ fn rows(r: &ConfigResults) -> Vec<Row> {
             String::new(),
         );
         row(
-            "flood: the costly sets applied meanwhile, admitted / refused",
-            format!("{} / {}", x.flood_admitted, x.flood_refused),
+            "flood: the costly sets applied meanwhile: judged in full / backtracking refused / over the judging budget / other failures",
+            format!(
+                "{} / {} / {} / {}",
+                x.flood_judged, x.flood_backtracking, x.flood_over_budget, x.flood_other
+            ),
             String::new(),
         );
     }
@@ -2067,7 +2070,7 @@ pub fn missing(c: &ConfigResults, webhook: bool, identity: bool) -> Vec<String> 
             x.quiet_admission.is_some() && x.flooded_admission.is_some(),
             "flood: the bystander's admissions, quiet and flooded",
         );
-        need(x.flood_admitted + x.flood_refused > 0, "flood: the flood ran");
+        need(x.flood_judged + x.flood_backtracking > 0, "flood: the flood ran");
     }
     if let Some(x) = &c.fanout {
         need(x.seconds.is_some(), "fan-out: every Deployment moved");
