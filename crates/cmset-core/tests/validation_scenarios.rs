@@ -62,6 +62,17 @@ fn plan_with(
     revisions: &[RevisionView],
     schemas: &SchemaTexts,
 ) -> SetPlan {
+    plan_within(set, source, revisions, schemas, Default::default())
+}
+
+/// [`plan_with`], judging the content within `content_budget`.
+fn plan_within(
+    set: SetRef<'_>,
+    source: SourceState<'_>,
+    revisions: &[RevisionView],
+    schemas: &SchemaTexts,
+    content_budget: cmset_core::content_check::Budget<'_>,
+) -> SetPlan {
     plan_set(&SetInput {
         set,
         source,
@@ -75,7 +86,7 @@ fn plan_with(
         windows: &Default::default(),
         schemas,
         check_jobs: &Default::default(),
-        content_budget: Default::default(),
+        content_budget,
     })
 }
 
@@ -379,21 +390,14 @@ fn content_judged_past_its_budget_makes_no_revision_and_says_so() {
         )]),
     };
     let set = set_with("{}", validation);
-    let plan = plan_set(&SetInput {
-        set: (&set).into(),
-        source: SourceState::Inline,
-        revisions: &[],
-        workloads: &[],
-        history: &[],
-        pod_refs: None,
-        now: Time(Timestamp::from_second(1_800_000_000).unwrap()),
-        budget_waiting: &Default::default(),
-        analysis: None,
-        windows: &Default::default(),
-        schemas: &SchemaTexts::new(),
-        check_jobs: &Default::default(),
-        content_budget: cmset_core::content_check::Budget(&|| true),
-    });
+    let out_of_time = cmset_core::content_check::Budget(&|| true);
+    let plan = plan_within(
+        (&set).into(),
+        SourceState::Inline,
+        &[],
+        &SchemaTexts::new(),
+        out_of_time,
+    );
     assert!(plan.create.is_none(), "no revision");
     let (status, reason, message) = condition(&plan, "Valid").unwrap();
     assert_eq!((status.as_str(), reason.as_str()), ("False", "ValidationFailed"));

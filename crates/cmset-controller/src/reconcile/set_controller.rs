@@ -340,6 +340,25 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     let mut schemas = SchemaTexts::new();
     let judging = JudgingClock::new();
     let mut content_read = false;
+    // The set planned again with everything read so far.
+    macro_rules! replan {
+        () => {
+            plan_judging(
+                &input(
+                    ctx,
+                    set,
+                    &held,
+                    &schemas,
+                    &seen,
+                    &windows,
+                    prepared.as_ref(),
+                    &judging,
+                ),
+                &seen,
+                content_read,
+            )
+        };
+    }
     let mut plan = plan_seen(
         &input(
             ctx,
@@ -359,38 +378,12 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
         held = hold_source(ctx, set, &namespace, true).await?;
         schemas = read_schemas(ctx, set, &namespace).await?;
         content_read = true;
-        plan = plan_judging(
-            &input(
-                ctx,
-                set,
-                &held,
-                &schemas,
-                &seen,
-                &windows,
-                prepared.as_ref(),
-                &judging,
-            ),
-            &seen,
-            content_read,
-        );
+        plan = replan!();
     }
     if plan.needs_pods && seen.history_listed {
         // Old revisions would be pruned: the Pods say whether one still runs any of them.
         seen.pod_refs = Some(pod_refs(ctx, &namespace, S::KIND.revision_kind()).await?);
-        plan = plan_judging(
-            &input(
-                ctx,
-                set,
-                &held,
-                &schemas,
-                &seen,
-                &windows,
-                prepared.as_ref(),
-                &judging,
-            ),
-            &seen,
-            content_read,
-        );
+        plan = replan!();
     }
     // A revision being checked: its check Jobs are read by name and the set is planned again with how
     // they stand. A revision still to be created has none.
@@ -398,20 +391,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     if let Some(run) = plan.checks.clone().filter(|_| plan.create.is_none()) {
         check_jobs = told(ctx, object, checks_io::jobs(ctx, set, &namespace, &run).await)?;
         seen.check_jobs = checks_io::outcomes(&check_jobs, &run);
-        plan = plan_judging(
-            &input(
-                ctx,
-                set,
-                &held,
-                &schemas,
-                &seen,
-                &windows,
-                prepared.as_ref(),
-                &judging,
-            ),
-            &seen,
-            content_read,
-        );
+        plan = replan!();
     }
     // The measurements taken since of the analysis runs the plan finds due are recorded, and the set
     // is planned again with what they showed; the runs still due are handed to the measurer (the
@@ -423,20 +403,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     };
     if measured.is_some() {
         prepared = measured;
-        plan = plan_judging(
-            &input(
-                ctx,
-                set,
-                &held,
-                &schemas,
-                &seen,
-                &windows,
-                prepared.as_ref(),
-                &judging,
-            ),
-            &seen,
-            content_read,
-        );
+        plan = replan!();
     }
     if let Some(prepared) = &prepared {
         analysis_io::request(ctx, set, prepared, &mut plan);
