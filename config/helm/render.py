@@ -79,11 +79,34 @@ def split(docs, routes, tree):
     return files
 
 
+def without_cel(text):
+    """The CRD without its `x-kubernetes-validations` (CEL) blocks, for servers before 1.25: they do not enforce
+    CEL, and 1.20's API server refuses the field in a server-side apply (Helm 4's default) as not declared in its
+    CRD schema. Every other check (the OpenAPI schema, the operator's own) stays."""
+    out, skipping = [], None
+    for line in text.splitlines(keepends=True):
+        indent = len(line) - len(line.lstrip(" "))
+        if skipping is not None:
+            # The block's items are at its own indent ("- message: ...") or deeper.
+            if line.strip() and (indent > skipping or (indent == skipping and line.lstrip().startswith("- "))):
+                continue
+            skipping = None
+        if line.lstrip().startswith("x-kubernetes-validations:"):
+            skipping = indent
+            continue
+        out.append(line)
+    text = "".join(out)
+    assert "x-kubernetes-validations" not in text and "self ==" not in text and "rule:" not in text, text
+    return text
+
+
 def outputs(helm_bin):
     out = {}
     # 1. inputs copied into the chart
     for crd in CRDS:
-        out[f"config/helm/cmset/files/crds/{crd}.yaml"] = (ROOT / f"crds/{crd}.yaml").read_text()
+        text = (ROOT / f"crds/{crd}.yaml").read_text()
+        out[f"config/helm/cmset/files/crds/{crd}.yaml"] = text
+        out[f"config/helm/cmset/files/crds/without-cel/{crd}.yaml"] = without_cel(text)
     for name in ("rules.yaml", "dashboard.json"):
         out[f"config/helm/cmset/files/{name}"] = (ROOT / f"config/monitoring/{name}").read_text()
     # The chart reads those copies, so they are written before it is rendered (see main).

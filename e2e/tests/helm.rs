@@ -1,4 +1,5 @@
-//! The Helm chart (config/helm/cmset) on a real API server: `helm install`, the operator reconciling a set as
+//! The Helm chart (config/helm/cmset) on a real API server: `helm install` of the chart as shipped, with the
+//! README's command (on this 1.20 server it picks policy/v1beta1 and CRDs without CEL by itself), the operator reconciling a set as
 //! the chart's ServiceAccount (so the chart's RBAC is enough), `helm upgrade` with changed values and a new CRD
 //! field applied with Helm 4's server-side apply after the operator has written the webhooks' caBundle, and
 //! `helm uninstall` running the pre-delete hook, which leaves no webhook configuration and keeps the CRDs.
@@ -221,44 +222,19 @@ async fn the_chart_installs_upgrades_and_uninstalls_cmset() {
     let cluster = Cluster::start();
     let client = cluster.client().await;
     let helm = helm_bin();
-    // The chart as shipped, but for the one thing this old server (Kubernetes 1.20, older than any release the
-    // chart supports) needs: a copy whose kubeVersion admits it, installed without the policy/v1
-    // PodDisruptionBudget that 1.20 does not serve.
-    let chart = cluster.dir.join("chart");
-    let copied = Command::new("cp")
-        .arg("-r")
-        .arg(repo().join("config/helm/cmset"))
-        .arg(&chart)
-        .status()
-        .unwrap();
-    assert!(copied.success());
-    let meta = chart.join("Chart.yaml");
-    let text = std::fs::read_to_string(&meta).unwrap();
-    assert!(text.contains("kubeVersion: \">=1.21.0-0\""), "{text}");
-    std::fs::write(&meta, text.replace(">=1.21.0-0", ">=1.20.0-0")).unwrap();
-    // Nor does 1.20 know the CRDs' `x-kubernetes-validations` (CEL, enforced from 1.25): server-side apply
-    // refuses a field its schema lacks (`kubectl apply --validate=false`, as `make install` does it, lets the
-    // server drop them silently). The copy's CRDs go without them.
-    for crd in std::fs::read_dir(chart.join("files/crds")).unwrap() {
-        let path = crd.unwrap().path();
-        let mut value: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        strip(&mut value, "x-kubernetes-validations");
-        std::fs::write(&path, serde_yaml_ng::to_string(&value).unwrap()).unwrap();
-    }
+    // The chart as shipped: on this 1.20 server it picks the PodDisruptionBudget's policy/v1beta1 and the
+    // CRDs without their CEL rules by itself (`.Capabilities`).
+    let chart = repo().join("config/helm/cmset");
     let chart = chart.to_str().unwrap();
     let logs = std::env::var_os("CMSET_E2E_LOGS")
         .map(PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
     eprintln!("[helm] cluster up after {:?}", started.elapsed());
 
-    // 1. helm install, waiting for the Deployment (the simulated node runs its pods).
-    // Helm checks objects against the server's OpenAPI first; this server's CRD schema has no
-    // `x-kubernetes-validations` (CEL), which the CRDs carry for the releases that enforce it: the same reason
-    // `make install` applies them with `kubectl apply --validate=false`.
-    let install = format!(
-        "install {RELEASE} {chart} -n {NAMESPACE} --create-namespace --disable-openapi-validation \
-         --set podDisruptionBudget.enabled=false --wait --timeout 2m"
-    );
+    // 1. helm install as the README writes it, waiting for the Deployment (the simulated node runs its
+    // pods).
+    let install =
+        format!("install {RELEASE} {chart} --namespace {NAMESPACE} --create-namespace --wait --timeout 2m");
     cluster.run(&helm, &install.split_whitespace().collect::<Vec<_>>(), None);
     let deployment = cluster.get_json(&["deployment", "-n", NAMESPACE, "cmset-controller"]);
     assert_eq!(deployment["spec"]["replicas"], 2);
@@ -412,14 +388,27 @@ async fn the_chart_installs_upgrades_and_uninstalls_cmset() {
 
     // 3. helm upgrade with Helm 4's server-side apply: more replicas, an extra argument, and a chart whose
     // ConfigMapSet CRD has a new field. No conflict with the operator's caBundle, which stays.
-    let changed = Path::new(chart);
-    let crd_file = changed.join("files/crds/configmapsets.cmset.dev.yaml");
-    let mut crd: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&crd_file).unwrap()).unwrap();
-    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["helmUpgradeField"] =
-        json!({"type": "string", "description": "Added by e2e/tests/helm.rs"});
-    std::fs::write(&crd_file, serde_yaml_ng::to_string(&crd).unwrap()).unwrap();
+    let changed = cluster.dir.join("chart");
+    let copied = Command::new("cp")
+        .arg("-r")
+        .arg(chart)
+        .arg(&changed)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    // Both forms of the CRD (this server takes the one without CEL).
+    for crd_file in [
+        changed.join("files/crds/configmapsets.cmset.dev.yaml"),
+        changed.join("files/crds/without-cel/configmapsets.cmset.dev.yaml"),
+    ] {
+        let mut crd: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&crd_file).unwrap()).unwrap();
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["helmUpgradeField"] =
+            json!({"type": "string", "description": "Added by e2e/tests/helm.rs"});
+        std::fs::write(&crd_file, serde_yaml_ng::to_string(&crd).unwrap()).unwrap();
+    }
+    let changed = changed.to_str().unwrap();
     let upgrade = format!(
-        "upgrade {RELEASE} {chart} -n {NAMESPACE} --server-side=true --disable-openapi-validation --reuse-values \
+        "upgrade {RELEASE} {changed} -n {NAMESPACE} --server-side=true --reuse-values \
          --set replicaCount=3 --set extraArgs={{--concurrency=8}} --wait --timeout 2m"
     );
     let upgrade = cluster.run(&helm, &upgrade.split_whitespace().collect::<Vec<_>>(), None);
@@ -579,18 +568,6 @@ async fn the_chart_installs_upgrades_and_uninstalls_cmset() {
     );
     assert_eq!(deployments.trim(), "", "the operator's Deployment is gone");
     eprintln!("[helm] done in {:?}", started.elapsed());
-}
-
-/// `value` without `key`, at any depth.
-fn strip(value: &mut Value, key: &str) {
-    match value {
-        Value::Object(map) => {
-            map.remove(key);
-            map.values_mut().for_each(|v| strip(v, key));
-        }
-        Value::Array(items) => items.iter_mut().for_each(|v| strip(v, key)),
-        _ => {}
-    }
 }
 
 /// The current time, RFC 3339 (UTC), for the hook pod's terminated state.
