@@ -307,10 +307,10 @@ async fn the_chart_installs_upgrades_and_uninstalls_cmset() {
         started.elapsed()
     );
 
-    // 2b. helm install --wait of an application chart that holds a set: Helm 4 waits by kstatus, which
-    // reads a custom resource's `Reconciling` and `Stalled` conditions (never `Ready`). It returns once
-    // the set is Ready, which its rollout's stabilization keeps from happening for 10 s, and fails on a
-    // set that is Stalled.
+    // 2b. helm --wait of an application chart that holds a set: Helm 4 waits by kstatus, which reads a
+    // custom resource's `observedGeneration` and its `Reconciling` and `Stalled` conditions (never
+    // `Ready`). A changed set holds `helm upgrade --wait` until it is Ready, which its rollout's
+    // stabilization keeps from happening for 10 s, and fails it when the set is Stalled.
     let app_chart = repo().join("e2e/fixtures/helm-app");
     let app_chart = app_chart.to_str().unwrap();
     let ready_of = |release: &str| -> Value {
@@ -330,53 +330,60 @@ async fn the_chart_installs_upgrades_and_uninstalls_cmset() {
             .collect::<serde_json::Map<String, Value>>()
             .into()
     };
-    let waited = Instant::now();
-    cluster.run(
-        &helm,
-        &[
-            "install",
-            "app-ready",
-            app_chart,
+    // A set just created has no status yet, and kstatus reads a custom resource without one as Current:
+    // whether Helm's first look comes before cmset's first status write is a race no operator can win
+    // every time. A change is another matter: its generation moves with it, and kstatus reads the status
+    // as behind until cmset has observed it. So each release is installed, then changed with --wait.
+    let helm_wait = |verb: &str, release: &str, key: &str, timeout: &str| {
+        let (chart_arg, key_arg) = (app_chart.to_string(), format!("key={key}"));
+        let mut args = vec![
+            verb,
+            release,
+            &chart_arg,
             "-n",
             "helm-wait",
             "--create-namespace",
+            "--set",
+            &key_arg,
             "--wait",
             "--timeout",
-            "90s",
-        ],
-        None,
-    );
+            timeout,
+        ];
+        // The webhook is not reachable from this API server, so cmset rewrote the Deployment after it was
+        // stored and owns its reference: an upgrade takes it back (and cmset moves it again).
+        if verb == "upgrade" {
+            args.push("--force-conflicts");
+        }
+        cluster.try_run(&helm, &args, None)
+    };
+    helm_wait("install", "app-ready", "LOG_LEVEL", "90s").expect("helm install --wait");
+    eventually_within(WAIT, "the set's first status", || async {
+        ready_of("app-ready").get("Ready").is_some().then_some(())
+    })
+    .await;
+    let waited = Instant::now();
+    helm_wait("upgrade", "app-ready", "LOG_FORMAT", "90s").expect("helm upgrade --wait");
     let took = waited.elapsed();
     let conditions = ready_of("app-ready");
     assert_eq!(
         conditions,
         json!({"Ready": "True"}),
-        "helm returned once the set was Ready"
+        "helm returned once the changed set was Ready"
     );
     assert!(
         took >= Duration::from_secs(10),
         "helm waited for the stabilization ({took:?})"
     );
+    helm_wait("install", "app-stalled", "LOG_LEVEL", "90s").expect("helm install --wait");
+    eventually_within(WAIT, "the second set's first status", || async {
+        ready_of("app-stalled").get("Ready").is_some().then_some(())
+    })
+    .await;
     let waited = Instant::now();
-    let stalled = cluster.try_run(
-        &helm,
-        &[
-            "install",
-            "app-stalled",
-            app_chart,
-            "-n",
-            "helm-wait",
-            "--set",
-            "key=not a key!",
-            "--wait",
-            "--timeout",
-            "30s",
-        ],
-        None,
-    );
-    let error = stalled.expect_err("helm install --wait fails on a Stalled set");
+    let stalled = helm_wait("upgrade", "app-stalled", "not a key!", "30s");
+    let error = stalled.expect_err("helm upgrade --wait fails on a Stalled set");
     eprintln!(
-        "[helm] install --wait of a stalled set failed after {:?}: {error}",
+        "[helm] upgrade --wait to a stalled set failed after {:?}: {error}",
         waited.elapsed()
     );
     assert_eq!(

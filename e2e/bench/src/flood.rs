@@ -44,6 +44,11 @@ pub struct Flood {
     pub flooded_change: Option<Latency>,
     /// Flooded ÷ quiet, of the change's p50.
     pub change_p50_ratio: Option<f64>,
+    /// The bare API's share of that: a ConfigMap created by the bench itself (no webhook, no
+    /// operator), quiet and flooded, and flooded ÷ quiet of its p50.
+    pub quiet_bare: Option<Latency>,
+    pub flooded_bare: Option<Latency>,
+    pub bare_p50_ratio: Option<f64>,
     /// The flood's applies meanwhile, by how the webhook answered: judged in full (each costly set
     /// fails at its last string), refused for a backtracking pattern, refused over the judging
     /// budget, or failed otherwise.
@@ -160,6 +165,33 @@ fn answer_kind(error: Option<&str>) -> usize {
     }
 }
 
+/// `count` ConfigMaps created one after the other in `ns` by the bench itself: what the API server
+/// alone takes, quiet or flooded.
+async fn bare_changes(ctx: &Ctx, ns: &str, tag: &str, count: usize) -> Result<Vec<f64>> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    let mut took = Vec::new();
+    for i in 0..count {
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("flood-bare-{tag}-{i}")},
+            "data": {"v": ctx.next_value()},
+        }))?;
+        let started = Instant::now();
+        api.create(&Default::default(), &cm).await?;
+        took.push(ms(started.elapsed()));
+    }
+    Ok(took)
+}
+
+/// Flooded ÷ quiet of two latencies' p50.
+fn p50_ratio(quiet: &Option<Latency>, flooded: &Option<Latency>) -> Option<f64> {
+    match (quiet, flooded) {
+        (Some(q), Some(f)) if q.p50_ms > 0.0 => Some(f.p50_ms / q.p50_ms),
+        _ => None,
+    }
+}
+
 /// The flood stage (see the module documentation), against the install's webhook: its sets are sent
 /// to `/validate-set` for the stage (a registration of the install's name, with the CA the operator
 /// keeps in its mutating one).
@@ -203,6 +235,7 @@ pub async fn flood(
 
     let (quiet_admitted, quiet_arrived, quiet_late) =
         bystander_changes(ctx, ns, n, 0, changes, tracker).await?;
+    let quiet_bare = bare_changes(ctx, &flood_ns, "quiet", changes).await?;
 
     let flooding = Arc::new(AtomicBool::new(true));
     let answers: Arc<[AtomicUsize; 4]> = Arc::new(Default::default());
@@ -225,19 +258,21 @@ pub async fn flood(
     }
     tokio::time::sleep(RAMP).await;
     let flooded = bystander_changes(ctx, ns, n, 0, changes, tracker).await;
+    let flooded_bare = bare_changes(ctx, &flood_ns, "flooded", changes).await;
     flooding.store(false, Ordering::SeqCst);
     while writers.join_next().await.is_some() {}
     let _ = registrations.delete(&name, &DeleteParams::default()).await;
     ctx.delete_namespace(&flood_ns).await;
     let (flooded_admitted, flooded_arrived, flooded_late) = flooded?;
+    let flooded_bare = flooded_bare?;
 
     let floor = ctx.floor.clone();
     let quiet_change = latency(&quiet_arrived, floor.as_ref());
     let flooded_change = latency(&flooded_arrived, floor.as_ref());
-    let change_p50_ratio = match (&quiet_change, &flooded_change) {
-        (Some(q), Some(f)) if q.p50_ms > 0.0 => Some(f.p50_ms / q.p50_ms),
-        _ => None,
-    };
+    let change_p50_ratio = p50_ratio(&quiet_change, &flooded_change);
+    let quiet_bare = latency(&quiet_bare, floor.as_ref());
+    let flooded_bare = latency(&flooded_bare, floor.as_ref());
+    let bare_p50_ratio = p50_ratio(&quiet_bare, &flooded_bare);
     Ok(Flood {
         changes,
         quiet_admission: latency(&quiet_admitted, floor.as_ref()),
@@ -245,6 +280,9 @@ pub async fn flood(
         quiet_change,
         flooded_change,
         change_p50_ratio,
+        quiet_bare,
+        flooded_bare,
+        bare_p50_ratio,
         flood_judged: answers[JUDGED].load(Ordering::Relaxed),
         flood_backtracking: answers[BACKTRACKING].load(Ordering::Relaxed),
         flood_over_budget: answers[OVER_BUDGET].load(Ordering::Relaxed),

@@ -1221,6 +1221,16 @@ fn rows(r: &ConfigResults) -> Vec<Row> {
             String::new(),
         );
         row(
+            "flood: the bare API's own create p50 / p99 ms, quiet → flooded (what the flood costs the API server itself)",
+            format!(
+                "{} → {} (p50 × {})",
+                p50_p99(&x.quiet_bare),
+                p50_p99(&x.flooded_bare),
+                x.bare_p50_ratio.map_or("-".into(), num)
+            ),
+            String::new(),
+        );
+        row(
             "flood: the costly sets applied meanwhile: judged in full / backtracking refused / over the judging budget / other failures",
             format!(
                 "{} / {} / {} / {}",
