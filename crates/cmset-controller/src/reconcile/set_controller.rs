@@ -340,7 +340,7 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     let mut schemas = SchemaTexts::new();
     let judging = JudgingClock::new();
     let mut content_read = false;
-    // The set planned again with everything read so far.
+    // The set planned with everything read so far.
     macro_rules! replan {
         () => {
             plan_judging(
@@ -359,19 +359,8 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
             )
         };
     }
-    let mut plan = plan_seen(
-        &input(
-            ctx,
-            set,
-            &held,
-            &schemas,
-            &seen,
-            &windows,
-            prepared.as_ref(),
-            &judging,
-        ),
-        &seen,
-    );
+    // Planned first from what is known (no content read yet: nothing to judge off the runtime).
+    let mut plan = replan!();
     if plan.needs_content {
         // A new revision is to be made of the source: read its content now, and the schemas it must
         // pass.
