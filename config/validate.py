@@ -25,7 +25,7 @@ Arguments: NAME=FILE pairs, each the output of `kubectl kustomize NAME`.
    aggregated roles that reach Secrets.
 
 The operator's rules on workloads and the webhook's rules are checked against the table of workload kinds
-(crates/cmset-core/src/kinds.rs) by crates/kubectl-cmset/tests/install_manifests.rs (`make unit`), which
+(crates/cmset-core/src/workloads/kinds.rs) by crates/kubectl-cmset/tests/install_manifests.rs (`make unit`), which
 reads the table itself.
 """
 

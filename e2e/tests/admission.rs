@@ -21,7 +21,7 @@ fn paused(d: &Deployment) -> bool {
     d.spec.as_ref().and_then(|s| s.paused) == Some(true)
 }
 
-/// Whether cmset's webhook holds it (see `cmset_core::hold`).
+/// Whether cmset's webhook holds it (see `cmset_core::rollout::hold`).
 fn held(d: &Deployment) -> bool {
     d.metadata
         .annotations

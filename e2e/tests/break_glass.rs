@@ -292,7 +292,7 @@ async fn a_tenant_cannot_break_the_glass_and_the_old_annotation_moves_nothing() 
 
     // The annotation of earlier versions, with a record and a proof: stored (a tenant may annotate
     // a set), and it moves nothing.
-    let value = cmset_core::break_glass::override_value(&held).unwrap();
+    let value = cmset_core::policy::break_glass::override_value(&held).unwrap();
     tenant
         .try_kubectl(
             &[

@@ -275,8 +275,9 @@ async fn a_tenant_cannot_make_a_failing_check_pass() {
     .await;
     let first = rollout.revision.clone();
     let check = ns.set(SET).await.spec.checks[0].clone();
-    let hash = cmset_core::checks::check_hash(&check);
-    let job_name = cmset_core::checks::job_name(SET, first.strip_prefix("app-").expect("app-"), &hash);
+    let hash = cmset_core::content::checks::check_hash(&check);
+    let job_name =
+        cmset_core::content::checks::job_name(SET, first.strip_prefix("app-").expect("app-"), &hash);
     tenant
         .try_kubectl(
             &["apply", "-f", "-"],

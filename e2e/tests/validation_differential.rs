@@ -1,4 +1,4 @@
-//! cmset's validation of a set's name and content (`cmset_core::validate::validate`) against the API
+//! cmset's validation of a set's name and content (`cmset_core::content::validate::validate`) against the API
 //! server's validation of a plain ConfigMap with that name and content (a server-side dry-run create,
 //! `dryRun=All`, so nothing is stored), over a deterministic corpus: data keys of every kind (valid and
 //! invalid characters, lengths around 253, `.`, `..`, unicode, empty), names of every kind, and sizes
@@ -12,8 +12,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cmset_core::naming::{MAX_SET_NAME_LEN, is_dns_subdomain};
-use cmset_core::validate::validate;
+use cmset_core::content::validate::validate;
+use cmset_core::revisions::naming::{MAX_SET_NAME_LEN, is_dns_subdomain};
 use cmset_e2e::TestNamespace;
 use cmset_e2e::cmset_api::{ConfigMapSetSpec, ConfigMapTemplate, MAX_CONFIGMAP_BYTES};
 use cmset_e2e::k8s_openapi::ByteString;

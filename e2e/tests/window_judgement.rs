@@ -219,7 +219,7 @@ spec:
     )
 }
 
-/// The reasons of the rollout's Events (see `cmset_core::plan::ROLLOUT_REASONS`, and failure).
+/// The reasons of the rollout's Events (see `cmset_core::rollout::plan::ROLLOUT_REASONS`, and failure).
 const ROLLOUT_REASONS: [&str; 5] = [
     "RolloutStarted",
     "RolloutWaiting",

@@ -6,7 +6,7 @@ pub const ENABLED: &str = "cmset.dev/enabled";
 /// The value of [`ENABLED`] that opts in.
 pub const ENABLED_VALUE: &str = "true";
 /// On every revision (a ConfigMap of a ConfigMapSet, a Secret of a SecretSet): the name of the set it
-/// belongs to (see `cmset_core::naming::set_label_value` for names longer than a label value may be).
+/// belongs to (see `cmset_core::revisions::naming::set_label_value` for names longer than a label value may be).
 pub const SET: &str = "cmset.dev/set";
 /// On every revision (ConfigMap or Secret): its revision number, as a decimal string.
 pub const REVISION: &str = "cmset.dev/revision";

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use cmset_controller::engine::stored_workload::StoredWorkload;
-use cmset_core::observe::WorkloadKind;
+use cmset_core::workloads::observe::WorkloadKind;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::DynamicObject;
 use serde_json::json;
@@ -73,7 +73,11 @@ fn main() {
         d.metadata.managed_fields = None;
         d.metadata.annotations = None;
         let spec = d.spec.as_mut().unwrap();
-        spec.template.spec = spec.template.spec.as_ref().map(cmset_core::slim::references_only);
+        spec.template.spec = spec
+            .template
+            .spec
+            .as_ref()
+            .map(cmset_core::workloads::slim::references_only);
         d
     });
 }

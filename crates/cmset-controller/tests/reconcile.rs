@@ -18,10 +18,10 @@ use cmset_controller::engine::stores::{Stores, WorkloadStore};
 use cmset_controller::platform::metrics::Metrics;
 use cmset_controller::reconcile::context::Context;
 use cmset_controller::reconcile::{set_controller, workload_controller};
-use cmset_core::observe::WorkloadKind;
-use cmset_core::plan::{SetInput, plan_set};
-use cmset_core::revision::NewRevision;
+use cmset_core::revisions::revision::NewRevision;
+use cmset_core::rollout::plan::{SetInput, plan_set};
 use cmset_core::set::{Content, SetKind, SourceState};
+use cmset_core::workloads::observe::WorkloadKind;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment, DeploymentSpec, ReplicaSet};
 use k8s_openapi::api::batch::v1::Job;
@@ -238,7 +238,7 @@ impl World {
         self.index.handle(&watcher::Event::Apply(rs.clone()));
     }
 
-    fn revisions(&self) -> Vec<cmset_core::observe::RevisionView> {
+    fn revisions(&self) -> Vec<cmset_core::workloads::observe::RevisionView> {
         self.index.revisions(SetKind::ConfigMapSet, NS, "nginx-config")
     }
 }
@@ -399,7 +399,7 @@ fn web(configmap: &str, opted_in: bool) -> Deployment {
 /// The revision ConfigMap of `set`'s content, as the set controller makes it.
 fn new_revision(set: &ConfigMapSet, name: &str, number: i64) -> ConfigMap {
     let content = Content::of_template(&set.spec.template);
-    cmset_core::revision::new_revision(set.into(), &content, name, number)
+    cmset_core::revisions::revision::new_revision(set.into(), &content, name, number)
         .config_map()
         .expect("a ConfigMapSet's revision is a ConfigMap")
         .clone()
@@ -1918,7 +1918,7 @@ async fn a_window_starting_or_ending_over_a_set_with_nothing_to_move_sends_no_re
     world
         .index
         .handle_change_window(&watcher::Event::InitDone, std::slice::from_ref(&freeze));
-    let held = cmset_core::window_hold::verdict(
+    let held = cmset_core::rollout::window_hold::verdict(
         (&set).into(),
         &world.index.cluster_windows_for((&set).into()),
         fixed_clock()().0,
@@ -3000,7 +3000,7 @@ async fn a_window_override_of_the_held_rollout_lets_it_through_once_naming_who()
     changed.spec.rollout = held.spec.rollout.clone();
     changed.metadata.generation = Some(3);
     changed.status = moved.status.clone();
-    let v3 = cmset_core::revision::next_revision_name(
+    let v3 = cmset_core::revisions::revision::next_revision_name(
         (&changed).into(),
         &Content::of_template(&changed.spec.template),
     );
@@ -3035,7 +3035,7 @@ async fn the_old_override_annotation_moves_nothing_and_is_warned_about_once() {
     held.metadata.annotations = Some(BTreeMap::from([
         (
             labels::WINDOW_OVERRIDE.to_string(),
-            cmset_core::break_glass::override_value(&under_way).unwrap(),
+            cmset_core::policy::break_glass::override_value(&under_way).unwrap(),
         ),
         (
             labels::WINDOW_OVERRIDE_BY.to_string(),
@@ -3097,7 +3097,7 @@ async fn the_old_override_annotation_moves_nothing_and_is_warned_about_once() {
 /// move, and each set says why, until a list succeeds; then the sets it held are woken and move.
 #[tokio::test]
 async fn change_windows_that_may_not_be_listed_hold_every_move_and_the_set_says_why_until_they_list() {
-    use cmset_core::window_hold::{UnknownCause, WindowsUnknown};
+    use cmset_core::rollout::window_hold::{UnknownCause, WindowsUnknown};
     let (mut world, mut receivers) = World::leading();
     let deployment = web(V1, true);
     world.add_deployment(&deployment);
@@ -3263,8 +3263,8 @@ fn checked_world(records: Value) -> (World, ConfigMapSet, String, String, String
     world.add_revision(&revision);
     set.status.as_mut().unwrap().checks = serde_json::from_value(records).unwrap();
     world.add_set(&set);
-    let check_hash = cmset_core::checks::check_hash(&set.spec.checks[0]);
-    let job_name = cmset_core::checks::job_name("nginx-config", "d2c65kk9hm", &check_hash);
+    let check_hash = cmset_core::content::checks::check_hash(&set.spec.checks[0]);
+    let job_name = cmset_core::content::checks::job_name("nginx-config", "d2c65kk9hm", &check_hash);
     let job_path = format!("/apis/batch/v1/namespaces/team/jobs/{job_name}");
     (world, set, check_hash, job_name, job_path)
 }
@@ -3432,7 +3432,7 @@ async fn a_checked_revision_starts_its_job_once_it_exists_and_records_the_verdic
 fn held_web(name: &str) -> Deployment {
     let mut d = web(name, true);
     d.metadata.annotations = Some(BTreeMap::from([(
-        cmset_core::hold::HELD_SINCE.to_string(),
+        cmset_core::rollout::hold::HELD_SINCE.to_string(),
         "2027-01-15T08:00:00Z".to_string(),
     )]));
     d.spec.as_mut().unwrap().paused = Some(true);
@@ -3560,7 +3560,7 @@ async fn a_job_of_the_checks_name_that_cmset_did_not_create_fails_the_check() {
 
     // A Job of another uid than the one cmset recorded (deleted and made again by someone else) is
     // not cmset's either.
-    let hash = cmset_core::checks::check_hash(&checked_set("1").spec.checks[0]);
+    let hash = cmset_core::content::checks::check_hash(&checked_set("1").spec.checks[0]);
     let (world, set, check_hash, job_name, _) =
         checked_world(json!([lint_record(&hash, JOB_UID, None, None)]));
     let seen = reconcile_checked(&world, &set, Some(job_in(&job_name, "tenant-uid", completed()))).await;
@@ -3611,7 +3611,7 @@ async fn a_rewritten_deny_all_policy_is_put_back_before_the_check_runs() {
     assert_records_written(&seen[6], json!([lint_record(&check_hash, JOB_UID, None, None)]));
 
     // An intact one is left alone.
-    let intact = serde_json::to_value(cmset_core::checks::deny_all_policy(NS)).unwrap();
+    let intact = serde_json::to_value(cmset_core::content::checks::deny_all_policy(NS)).unwrap();
     let respond = checks_responder_with(set.clone(), None, Some(intact));
     let seen = reconcile_checked_with(&world, &set, respond).await;
     assert!(
@@ -3627,10 +3627,10 @@ async fn a_template_the_restricted_profile_refuses_fails_its_check_without_a_job
     set.spec.checks[0].job_template["spec"]["template"]["spec"]["containers"][0]["securityContext"] =
         json!({"runAsUser": 0});
     world.add_set(&set);
-    let check_hash = cmset_core::checks::check_hash(&set.spec.checks[0]);
+    let check_hash = cmset_core::content::checks::check_hash(&set.spec.checks[0]);
     let seen = reconcile_checked(&world, &set, None).await;
     let lines: Vec<String> = seen.iter().map(Seen::line).collect();
-    let job_name = cmset_core::checks::job_name("nginx-config", "d2c65kk9hm", &check_hash);
+    let job_name = cmset_core::content::checks::job_name("nginx-config", "d2c65kk9hm", &check_hash);
     assert!(!job_path.ends_with(&job_name), "an edited check is another Job");
     assert_eq!(
         lines,

@@ -10,7 +10,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use cmset_api::{KeyValidation, ValidationSpec};
-use cmset_core::content_check::{self, SchemaTexts};
+use cmset_core::content::content_check::{self, SchemaTexts};
 use cmset_core::set::Content;
 use serde_json::{Value, json};
 

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::hint::black_box;
 use std::time::Instant;
 
-use cmset_core::budget::{Admit, Budget};
+use cmset_core::policy::budget::{Admit, Budget};
 
 const ROUNDS: usize = 21;
 const OPS: usize = 2_000;

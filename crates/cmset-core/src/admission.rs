@@ -13,12 +13,12 @@ use cmset_api::labels;
 use json_patch::Patch;
 use serde_json::Value;
 
-use crate::decide::Undecided;
-use crate::hold;
-use crate::naming;
-use crate::observe::{WorkloadKind, WorkloadView};
-use crate::refs::{self, NameChange, Referenced};
-use crate::rollout::{SetTarget, WorkloadPlan, plan_workload};
+use crate::revisions::naming;
+use crate::rollout::decide::Undecided;
+use crate::rollout::hold;
+use crate::rollout::pinning::{SetTarget, WorkloadPlan, plan_workload};
+use crate::workloads::observe::{WorkloadKind, WorkloadView};
+use crate::workloads::refs::{self, NameChange, Referenced};
 
 /// What the webhook knows about one admission request besides the object and the decision.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -33,7 +33,7 @@ pub struct Circumstances {
     pub now: String,
     /// The object as stored, when it is being updated.
     pub stored: Option<Value>,
-    /// A cluster-wide rollout budget is set (see [`crate::budget`]): an update never moves a
+    /// A cluster-wide rollout budget is set (see [`crate::policy::budget`]): an update never moves a
     /// reference the stored object already points at a revision of the same set; the workload
     /// controller moves it when the budget lets it.
     pub budgeted: bool,
@@ -42,7 +42,7 @@ pub struct Circumstances {
 /// The opted-in workload being admitted, as the planner sees it; `None` when it is not opted in or has
 /// no pod template.
 pub fn admitted_workload(kind: WorkloadKind, object: &Value) -> Option<WorkloadView> {
-    if !crate::observe::opted_in(object) {
+    if !crate::workloads::observe::opted_in(object) {
         return None;
     }
     // Its health is the controller's business: an admitted object's status is the stored one's.
@@ -96,12 +96,12 @@ pub fn unclaimed_names(
 
 /// The JSON patch (RFC 6902) for an opted-in workload being admitted, or `None` when nothing changes.
 ///
-/// `decided` is [`crate::decide::targets`] for the sets it reads, as the workload controller would
+/// `decided` is [`crate::rollout::decide::targets`] for the sets it reads, as the workload controller would
 /// decide them now: the object is stored exactly as the controller would rewrite it (waves, pins and
 /// rollbacks included). While a set it reads is undecided (it has no revision yet), nothing is
 /// rewritten: the controller moves every reference at once when it is, so the workload rolls once. A
 /// new Deployment in that case, or naming a name nothing has yet, is also held: created paused (see
-/// [`crate::hold`]), unless it is paused already.
+/// [`crate::rollout::hold`]), unless it is paused already.
 pub fn mutate(
     kind: WorkloadKind,
     object: &Value,
@@ -218,7 +218,7 @@ fn keep_stored(kind: WorkloadKind, object: &Value, workload: &WorkloadView, stor
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decide::{Identity, Observed, targets};
+    use crate::rollout::decide::{Identity, Observed, targets};
     use crate::set::SetRef;
     use cmset_api::{
         ConfigMapSet, ConfigMapSetSpec, ConfigMapSetStatus, RevisionStatus, WorkloadState, WorkloadStatus,
@@ -289,7 +289,7 @@ mod tests {
             .iter()
             .filter(|set| {
                 workload.referenced().iter().any(|(_, n)| {
-                    crate::naming::refers_to_set(&set.metadata.name.clone().unwrap_or_default(), n)
+                    crate::revisions::naming::refers_to_set(&set.metadata.name.clone().unwrap_or_default(), n)
                 })
             })
             .map(|set| Observed {
@@ -316,8 +316,9 @@ mod tests {
             return Vec::new();
         };
         let claimed = |_: Referenced, name: &str| {
-            sets.iter()
-                .any(|s| crate::naming::refers_to_set(&s.metadata.name.clone().unwrap_or_default(), name))
+            sets.iter().any(|s| {
+                crate::revisions::naming::refers_to_set(&s.metadata.name.clone().unwrap_or_default(), name)
+            })
         };
         names(unclaimed_names(
             &workload,

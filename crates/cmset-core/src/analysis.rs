@@ -23,8 +23,8 @@ use std::time::Duration;
 use cmset_api::analysis::{MIN_ANALYSIS_COUNT, MIN_ANALYSIS_INTERVAL_SECONDS};
 use cmset_api::{AnalysisRef, AnalysisTemplateSpec};
 
-use crate::kinds::WorkloadKind;
-use crate::naming::is_dns_subdomain;
+use crate::revisions::naming::is_dns_subdomain;
+use crate::workloads::kinds::WorkloadKind;
 
 mod condition;
 pub mod query;

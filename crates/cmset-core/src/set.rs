@@ -14,10 +14,10 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 
-use crate::hash::content_hash;
-use crate::hash::secret::{DEFAULT_SECRET_TYPE, secret_hash};
-use crate::refs::Referenced;
-use crate::validate::{self, Problem};
+use crate::workloads::refs::Referenced;
+
+/// The type the API server gives a Secret created without one.
+pub const DEFAULT_SECRET_TYPE: &str = "Opaque";
 
 /// The kinds of set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -254,14 +254,6 @@ impl<'a> SetRef<'a> {
         matches!(self, Self::Secret(_))
     }
 
-    /// Every problem of the spec that the schema cannot catch.
-    pub fn validate(self) -> Result<(), Vec<Problem>> {
-        match self {
-            Self::ConfigMap(s) => validate::validate(self.name(), &s.spec),
-            Self::Secret(s) => validate::validate_secret_set(self.name(), &s.spec),
-        }
-    }
-
     pub fn collision_count(self) -> i32 {
         self.status().and_then(|s| s.collision_count).unwrap_or(0)
     }
@@ -301,20 +293,6 @@ impl<'a> Content<'a> {
             type_: secret.type_.as_deref(),
             data: secret.data.as_ref(),
         }
-    }
-
-    /// The hash naming a revision of this content, with the set's collision count: kustomize's
-    /// configMapGenerator or secretGenerator hash when the count is 0.
-    pub fn hash(&self, collision_count: i32) -> String {
-        match *self {
-            Self::ConfigMap { data, binary_data } => content_hash(data, binary_data, collision_count),
-            Self::Secret { type_, data } => secret_hash(type_, data, collision_count),
-        }
-    }
-
-    /// The identity of the content: its hash without a collision count.
-    pub fn identity(&self) -> String {
-        self.hash(0)
     }
 
     /// Whether both hold the same content, as the API server stores it: an empty map is no map, and a
@@ -398,16 +376,6 @@ pub enum SourceState<'a> {
 }
 
 impl<'a> SourceState<'a> {
-    /// The content identity of `set` given this state, when there is one: the content to version.
-    pub fn identity(&self, set: SetRef<'_>) -> Option<String> {
-        match (self, set.source()) {
-            (Self::Inline, Source::Inline(content)) => Some(content.identity()),
-            (Self::Read(content), _) => Some(content.identity()),
-            (Self::Known(identity), _) => Some((*identity).to_string()),
-            _ => None,
-        }
-    }
-
     /// The content to stamp a new revision from, when it is at hand.
     pub fn content(&self, set: SetRef<'a>) -> Option<Content<'a>> {
         match (self, set.source()) {

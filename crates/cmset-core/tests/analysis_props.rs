@@ -26,7 +26,7 @@ use cmset_core::analysis::{
     Workload, compact, format_value, known_runs, new_run, parse_query_response, parse_value, plan_runs,
     record, settle, verdict,
 };
-use cmset_core::kinds::WorkloadKind;
+use cmset_core::workloads::kinds::WorkloadKind;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;

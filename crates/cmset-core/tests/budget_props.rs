@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use cmset_core::budget::{Admit, Budget};
+use cmset_core::policy::budget::{Admit, Budget};
 use proptest::prelude::*;
 
 /// A workload of the simulated cluster.
@@ -117,8 +117,8 @@ proptest! {
         sick in prop::collection::vec((1i64..9, prop::option::of(-2i64..3)), 1..12),
         movers in 1usize..10,
     ) {
-        use cmset_core::health::Health;
-        use cmset_core::moved::holds_slot;
+        use cmset_core::workloads::health::Health;
+        use cmset_core::rollout::moved::holds_slot;
 
         let mut budget: Budget<usize, u32> = Budget::new(Some(cap));
         for (i, (generation, mark_offset)) in sick.iter().enumerate() {

@@ -14,15 +14,17 @@ use cmset_api::{
     ConfigMapSet, ConfigMapSetSpec, ConfigMapSetStatus, ConfigMapTemplate, RevisionStatus, WorkloadState,
     WorkloadStatus, labels,
 };
-use cmset_core::decide::{self, Identity, Observed};
-use cmset_core::hash::content_hash;
-use cmset_core::naming::revision_name;
-use cmset_core::observe::{HistoryKind, HistoryObject, RefNames, RevisionView, WorkloadKind, WorkloadView};
-use cmset_core::plan::SetPlan;
-use cmset_core::revision::inline_identity;
-use cmset_core::rollout::plan_workload;
+use cmset_core::revisions::hash::content_hash;
+use cmset_core::revisions::naming::revision_name;
+use cmset_core::revisions::revision::inline_identity;
+use cmset_core::rollout::decide::{self, Identity, Observed};
+use cmset_core::rollout::pinning::plan_workload;
+use cmset_core::rollout::plan::SetPlan;
+use cmset_core::rollout::waves::Gate;
 use cmset_core::set::SetRef;
-use cmset_core::waves::Gate;
+use cmset_core::workloads::observe::{
+    HistoryKind, HistoryObject, RefNames, RevisionView, WorkloadKind, WorkloadView,
+};
 use k8s_openapi::api::core::v1::{ConfigMapEnvSource, Container, EnvFromSource, PodSpec};
 use proptest::prelude::*;
 use support::{plan_seeing, revision_of};

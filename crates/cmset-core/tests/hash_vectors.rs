@@ -62,8 +62,8 @@
 
 use std::collections::BTreeMap;
 
-use cmset_core::hash::{HASH_ALPHABET, HASH_LEN, content_hash, hash_input, is_hash};
-use cmset_core::naming::revision_name;
+use cmset_core::revisions::hash::{HASH_ALPHABET, HASH_LEN, content_hash, hash_input, is_hash};
+use cmset_core::revisions::naming::revision_name;
 use k8s_openapi::ByteString;
 use proptest::prelude::*;
 

@@ -15,10 +15,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use cmset_api::{RolloutPhase, RolloutSpec, RolloutStatus, WorkloadState, WorkloadStatus};
-use cmset_core::health::{Health, Wave};
-use cmset_core::kinds::WorkloadKind;
-use cmset_core::waves::{Member, WaveInput, plan_waves};
-use cmset_core::window_hold::{WindowHold, WindowState};
+use cmset_core::rollout::waves::{Member, WaveInput, plan_waves};
+use cmset_core::rollout::window_hold::{WindowHold, WindowState};
+use cmset_core::workloads::health::{Health, Wave};
+use cmset_core::workloads::kinds::WorkloadKind;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
@@ -123,12 +123,12 @@ impl Case {
     }
 
     /// The planner at `now`, paused or not, with what the status records.
-    fn plan(&self, now: i64, paused: bool) -> cmset_core::waves::WaveOutcome {
+    fn plan(&self, now: i64, paused: bool) -> cmset_core::rollout::waves::WaveOutcome {
         self.plan_windowed(now, paused, &WindowState::default())
     }
 
     /// The planner at `now`, held by the change windows until `opens` (seconds from START).
-    fn plan_outside_windows(&self, now: i64, opens: i64) -> cmset_core::waves::WaveOutcome {
+    fn plan_outside_windows(&self, now: i64, opens: i64) -> cmset_core::rollout::waves::WaveOutcome {
         let windows = WindowState {
             held: Some(WindowHold {
                 reason: "freeze".into(),
@@ -143,7 +143,12 @@ impl Case {
         self.plan_windowed(now, false, &windows)
     }
 
-    fn plan_windowed(&self, now: i64, paused: bool, windows: &WindowState) -> cmset_core::waves::WaveOutcome {
+    fn plan_windowed(
+        &self,
+        now: i64,
+        paused: bool,
+        windows: &WindowState,
+    ) -> cmset_core::rollout::waves::WaveOutcome {
         let now = at(now);
         let waiting = BTreeMap::new();
         let input = WaveInput {
@@ -185,7 +190,7 @@ impl Case {
     }
 
     /// The status the plan records, as the next plan reads it.
-    fn record(&mut self, outcome: &cmset_core::waves::WaveOutcome) {
+    fn record(&mut self, outcome: &cmset_core::rollout::waves::WaveOutcome) {
         self.previous = outcome.rollout.clone().unwrap();
         self.entries = outcome
             .entries

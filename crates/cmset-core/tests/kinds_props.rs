@@ -6,11 +6,11 @@
 use std::collections::BTreeSet;
 
 use cmset_core::admission::{self, Circumstances};
-use cmset_core::kinds::{Declaration, Kinds};
-use cmset_core::observe::{WorkloadKind, WorkloadView};
-use cmset_core::refs::{Referenced, apply_changes};
-use cmset_core::rollout::{SetTarget, plan_workload};
-use cmset_core::waves::Gate;
+use cmset_core::rollout::pinning::{SetTarget, plan_workload};
+use cmset_core::rollout::waves::Gate;
+use cmset_core::workloads::kinds::{Declaration, Kinds};
+use cmset_core::workloads::observe::{WorkloadKind, WorkloadView};
+use cmset_core::workloads::refs::{Referenced, apply_changes};
 use k8s_openapi::api::core::v1::{
     ConfigMapEnvSource, ConfigMapVolumeSource, Container, EnvFromSource, PodSpec, Volume,
 };
@@ -170,7 +170,7 @@ proptest! {
             }
             full["status"] = status.clone();
             full["metadata"]["generation"] = json!(generation);
-            let mut slim = cmset_core::slim::workload_body(kind, &full);
+            let mut slim = cmset_core::workloads::slim::workload_body(kind, &full);
             slim["metadata"] = full["metadata"].clone();
             let (whole, kept) = (WorkloadView::of(kind, &full), WorkloadView::of(kind, &slim));
             prop_assert_eq!(&whole, &kept, "{}", kind);

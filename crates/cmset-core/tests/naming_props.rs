@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
-use cmset_core::hash::content_hash;
-use cmset_core::naming::{
+use cmset_core::revisions::hash::content_hash;
+use cmset_core::revisions::naming::{
     MAX_DNS_SUBDOMAIN_LEN, MAX_SET_NAME_LEN, is_dns_subdomain, is_label_value, is_revision_name_of,
     refers_to_set, revision_name, set_candidates, set_label_value,
 };
@@ -179,7 +179,7 @@ proptest! {
     /// the name refers to it.
     #[test]
     fn candidates_are_exactly_the_sets_a_name_refers_to(name in "[a-z][a-z0-9-]{0,30}", content in "[a-z]{0,8}") {
-        let hash = cmset_core::hash::short_hash(content.as_bytes());
+        let hash = cmset_core::revisions::hash::short_hash(content.as_bytes());
         for configmap in [name.clone(), revision_name(&name, &hash)] {
             let candidates: Vec<&str> = set_candidates(&configmap).collect();
             prop_assert!(candidates.contains(&configmap.as_str()));
@@ -213,7 +213,7 @@ proptest! {
     /// every candidate is a set the name refers to, and every set the name refers to is a candidate.
     #[test]
     fn candidates_are_exactly_the_sets_any_name_refers_to(set in "\\PC{0,16}", other in "\\PC{0,28}", content in any::<u8>()) {
-        let revision = revision_name(&set, &cmset_core::hash::short_hash(&[content]));
+        let revision = revision_name(&set, &cmset_core::revisions::hash::short_hash(&[content]));
         for configmap in [revision.as_str(), other.as_str(), set.as_str()] {
             let candidates: Vec<&str> = set_candidates(configmap).collect();
             prop_assert!(candidates.iter().all(|c| refers_to_set(c, configmap)), "{:?}", configmap);

@@ -8,15 +8,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, labels};
-use cmset_core::hash::content_hash;
-use cmset_core::naming::revision_name;
-use cmset_core::observe::{HistoryKind, HistoryObject, RefNames, RevisionView, WorkloadKind, WorkloadView};
-use cmset_core::plan::{EventKind, SetPlan};
-use cmset_core::refs::apply_changes;
-use cmset_core::revision::inline_identity;
-use cmset_core::rollout::{SetTarget, plan_workload};
+use cmset_core::content::validate;
+use cmset_core::revisions::hash::content_hash;
+use cmset_core::revisions::naming::revision_name;
+use cmset_core::revisions::revision::inline_identity;
+use cmset_core::rollout::pinning::{SetTarget, plan_workload};
+use cmset_core::rollout::plan::{EventKind, SetPlan};
 use cmset_core::set::SetRef;
-use cmset_core::validate;
+use cmset_core::workloads::observe::{
+    HistoryKind, HistoryObject, RefNames, RevisionView, WorkloadKind, WorkloadView,
+};
+use cmset_core::workloads::refs::apply_changes;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMapVolumeSource, Container, PodSpec, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;

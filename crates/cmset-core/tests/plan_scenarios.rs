@@ -7,12 +7,14 @@ use cmset_api::{
     ConfigMapSet, ConfigMapSetSpec, ConfigMapSetStatus, ConfigMapTemplate, TemplateMetadata, WorkloadState,
     WorkloadStatus, labels,
 };
-use cmset_core::decide::{self, Identity, Observed, Undecided};
-use cmset_core::observe::{HistoryKind, HistoryObject, RefNames, RevisionView, WorkloadKind, WorkloadView};
-use cmset_core::plan::{EVENT_MESSAGE_MAX_LEN, EventKind, PlannedEvent, SetPlan};
-use cmset_core::revision::{NewRevision, inline_identity, set_owner_reference};
-use cmset_core::rollout::{SetTarget, plan_workload};
+use cmset_core::revisions::revision::{NewRevision, inline_identity, set_owner_reference};
+use cmset_core::rollout::decide::{self, Identity, Observed, Undecided};
+use cmset_core::rollout::pinning::{SetTarget, plan_workload};
+use cmset_core::rollout::plan::{EVENT_MESSAGE_MAX_LEN, EventKind, PlannedEvent, SetPlan};
 use cmset_core::set::SetRef;
+use cmset_core::workloads::observe::{
+    HistoryKind, HistoryObject, RefNames, RevisionView, WorkloadKind, WorkloadView,
+};
 use k8s_openapi::api::core::v1::{
     ConfigMapEnvSource, ConfigMapVolumeSource, Container, EnvFromSource, PodSpec, Volume,
 };
@@ -232,7 +234,7 @@ fn a_readers_new_replica_sets_make_the_reader_an_owner_once_not_each_replica_set
     let mut owned = revisions.clone();
     owned[1]
         .owner_references
-        .push(cmset_core::revision::reader_owner_reference(&web[0]).unwrap());
+        .push(cmset_core::revisions::revision::reader_owner_reference(&web[0]).unwrap());
     let mut more = restarted.clone();
     more.push(replica_set("web-2c", "web", &[V2]));
     assert_eq!(plan(&set, &owned, &web, &more).patches, vec![]);

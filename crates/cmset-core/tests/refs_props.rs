@@ -10,15 +10,15 @@ use cmset_api::{
     ConfigMapSet, ConfigMapSetSpec, ConfigMapSetStatus, RevisionStatus, WorkloadState, WorkloadStatus,
 };
 use cmset_core::admission;
-use cmset_core::decide::{self, Identity, Observed, Undecided};
-use cmset_core::observe::{WorkloadKind, WorkloadView};
-use cmset_core::refs::{
+use cmset_core::rollout::decide::{self, Identity, Observed, Undecided};
+use cmset_core::rollout::pinning::{SetTarget, WorkloadPlan, plan_workload};
+use cmset_core::rollout::waves::Gate;
+use cmset_core::set::SetRef;
+use cmset_core::workloads::observe::{WorkloadKind, WorkloadView};
+use cmset_core::workloads::refs::{
     NameChange, Referenced, TEMPLATE_POD_SPEC_POINTER, apply_changes, escape_pointer_token, find_refs,
     find_refs_to, json_patch, plan_rewrite, plan_rewrite_to,
 };
-use cmset_core::rollout::{SetTarget, WorkloadPlan, plan_workload};
-use cmset_core::set::SetRef;
-use cmset_core::waves::Gate;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
 use k8s_openapi::api::core::v1::{
@@ -427,10 +427,10 @@ proptest! {
     /// planned from the cache addresses the real object exactly as one planned from the whole spec.
     #[test]
     fn the_cached_slim_spec_plans_exactly_what_the_whole_spec_plans(spec in pod_spec()) {
-        let slim = cmset_core::slim::references_only(&spec);
+        let slim = cmset_core::workloads::slim::references_only(&spec);
         prop_assert_eq!(find_refs(&slim), find_refs(&spec));
         prop_assert_eq!(plan_rewrite(&slim, target), plan_rewrite(&spec, target));
-        prop_assert_eq!(cmset_core::slim::references_only(&slim), slim, "slimming twice changes nothing");
+        prop_assert_eq!(cmset_core::workloads::slim::references_only(&slim), slim, "slimming twice changes nothing");
     }
 }
 
@@ -440,7 +440,7 @@ proptest! {
 
 /// A hash of `n`, so that revision names have the real form (`<set>-<10 characters>`).
 fn h(n: u8) -> String {
-    cmset_core::hash::short_hash(&[n])
+    cmset_core::revisions::hash::short_hash(&[n])
 }
 
 /// Sets `app` and `db`, and a set named exactly like one of `app`'s revisions (the case where one name
@@ -512,7 +512,7 @@ fn targets() -> impl Strategy<Value = Vec<SetTarget>> {
                     current: current_name,
                     revisions: known,
                     rolled_out,
-                    gate: cmset_core::waves::Gate::Open,
+                    gate: cmset_core::rollout::waves::Gate::Open,
                     immediate: false,
                 }
             })
@@ -793,8 +793,8 @@ proptest! {
     fn references_decoded_from_json_are_the_slimmed_spec(spec in pod_spec()) {
         let json = with_noise(serde_json::to_value(&spec).unwrap());
         let whole: PodSpec = serde_json::from_value(json.clone()).unwrap();
-        let decoded: cmset_core::slim::ReferencesOnly = serde_json::from_value(json).unwrap();
-        prop_assert_eq!(&decoded.0, &cmset_core::slim::references_only(&whole));
+        let decoded: cmset_core::workloads::slim::ReferencesOnly = serde_json::from_value(json).unwrap();
+        prop_assert_eq!(&decoded.0, &cmset_core::workloads::slim::references_only(&whole));
         prop_assert_eq!(find_refs(&decoded.0), find_refs(&whole));
     }
 }

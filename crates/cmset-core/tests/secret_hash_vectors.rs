@@ -52,9 +52,10 @@
 
 use std::collections::BTreeMap;
 
-use cmset_core::hash::secret::{DEFAULT_SECRET_TYPE, secret_hash, secret_hash_input};
-use cmset_core::hash::{HASH_ALPHABET, HASH_LEN, content_hash, is_hash};
-use cmset_core::naming::revision_name;
+use cmset_core::revisions::hash::secret::{secret_hash, secret_hash_input};
+use cmset_core::revisions::hash::{HASH_ALPHABET, HASH_LEN, content_hash, is_hash};
+use cmset_core::revisions::naming::revision_name;
+use cmset_core::set::DEFAULT_SECRET_TYPE;
 use k8s_openapi::ByteString;
 use proptest::prelude::*;
 

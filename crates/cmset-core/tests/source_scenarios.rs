@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use cmset_api::{
     ConfigMapSet, ConfigMapSetSpec, ConfigMapSetStatus, SecretSet, SecretSetSpec, WorkloadState, labels,
 };
-use cmset_core::observe::{RevisionView, WorkloadKind, WorkloadView};
-use cmset_core::plan::{SetInput, SetPlan, plan_set};
-use cmset_core::refs::Referenced;
-use cmset_core::revision::{NewRevision, set_owner_reference};
-use cmset_core::rollout::{SetTarget, plan_workload};
+use cmset_core::revisions::revision::{NewRevision, set_owner_reference};
+use cmset_core::rollout::pinning::{SetTarget, plan_workload};
+use cmset_core::rollout::plan::{SetInput, SetPlan, plan_set};
 use cmset_core::set::{Content, SetRef, SourceState};
+use cmset_core::workloads::observe::{RevisionView, WorkloadKind, WorkloadView};
+use cmset_core::workloads::refs::Referenced;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, PodSpec, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -260,7 +260,7 @@ fn a_secret_set_moves_only_secret_references_and_a_config_map_set_only_config_ma
         current: "app-9k5ddchd8d".into(),
         revisions: ["app-9k5ddchd8d".to_string()].into(),
         rolled_out: None,
-        gate: cmset_core::waves::Gate::Open,
+        gate: cmset_core::rollout::waves::Gate::Open,
         immediate: false,
     };
     let plan_secrets = plan_workload(&web, std::slice::from_ref(&secret_target));
@@ -280,7 +280,7 @@ fn a_secret_set_moves_only_secret_references_and_a_config_map_set_only_config_ma
         current: "app-d2c65kk9hm".into(),
         revisions: ["app-d2c65kk9hm".to_string()].into(),
         rolled_out: None,
-        gate: cmset_core::waves::Gate::Open,
+        gate: cmset_core::rollout::waves::Gate::Open,
         immediate: false,
     };
     let both = plan_workload(&web, &[secret_target, config_target]);

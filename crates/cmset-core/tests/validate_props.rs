@@ -8,11 +8,11 @@
 use std::collections::BTreeMap;
 
 use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, MAX_CONFIGMAP_BYTES, TemplateMetadata};
-use cmset_core::hash::content_hash;
-use cmset_core::naming::revision_name;
-use cmset_core::revision::new_revision;
+use cmset_core::content::validate::{SUMMARY_MAX_LEN, summary, validate};
+use cmset_core::revisions::hash::content_hash;
+use cmset_core::revisions::naming::revision_name;
+use cmset_core::revisions::revision::new_revision;
 use cmset_core::set::Content;
-use cmset_core::validate::{SUMMARY_MAX_LEN, summary, validate};
 use k8s_openapi::ByteString;
 use proptest::collection::{btree_map, vec};
 use proptest::prelude::*;

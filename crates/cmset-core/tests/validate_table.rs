@@ -3,9 +3,10 @@
 use std::collections::BTreeMap;
 
 use cmset_api::{ConfigMapSetSpec, MAX_CONFIGMAP_BYTES};
-use cmset_core::validate::{
-    MAX_ANNOTATIONS_BYTES, Problem, SUMMARY_MAX_LEN, config_map_size, summary, validate,
+use cmset_core::content::validate::{
+    MAX_ANNOTATIONS_BYTES, SUMMARY_MAX_LEN, config_map_size, summary, validate,
 };
+use cmset_core::status::problem::Problem;
 use k8s_openapi::ByteString;
 
 /// A spec under construction.

@@ -7,11 +7,11 @@ use cmset_api::{
     ConfigMapKeyRef, ConfigMapSet, ConfigMapSetSpec, ConfigMapSetStatus, ConfigMapTemplate, KeyValidation,
     SchemaSource, SecretSet, SecretSetSpec, ValidationSpec, labels,
 };
-use cmset_core::content_check::{SchemaText, SchemaTexts};
-use cmset_core::observe::RevisionView;
-use cmset_core::plan::{EventKind, SetInput, SetPlan, VALIDATION_FAILED, plan_set};
-use cmset_core::revision::{NewRevision, set_owner_reference};
+use cmset_core::content::content_check::{SchemaText, SchemaTexts};
+use cmset_core::revisions::revision::{NewRevision, set_owner_reference};
+use cmset_core::rollout::plan::{EventKind, SetInput, SetPlan, VALIDATION_FAILED, plan_set};
 use cmset_core::set::{Content, SetRef, SourceState};
+use cmset_core::workloads::observe::RevisionView;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -71,7 +71,7 @@ fn plan_within(
     source: SourceState<'_>,
     revisions: &[RevisionView],
     schemas: &SchemaTexts,
-    content_budget: cmset_core::content_check::Budget<'_>,
+    content_budget: cmset_core::content::content_check::Budget<'_>,
 ) -> SetPlan {
     plan_set(&SetInput {
         set,
@@ -390,7 +390,7 @@ fn content_judged_past_its_budget_makes_no_revision_and_says_so() {
         )]),
     };
     let set = set_with("{}", validation);
-    let out_of_time = cmset_core::content_check::Budget(&|| true);
+    let out_of_time = cmset_core::content::content_check::Budget(&|| true);
     let plan = plan_within(
         (&set).into(),
         SourceState::Inline,

@@ -11,16 +11,16 @@ use cmset_api::{
     WindowKind, WorkloadState, WorkloadStatus, labels,
 };
 use cmset_core::analysis::{self, Analysis, QueryOutcome};
-use cmset_core::break_glass::{OverrideView, judge};
-use cmset_core::health::{Health, Wave};
-use cmset_core::observe::{RevisionView, WorkloadKind, WorkloadView};
-use cmset_core::plan::{EventKind, SetInput, SetPlan, plan_set};
-use cmset_core::revision::inline_identity;
-use cmset_core::rollout::{SetTarget, plan_workload};
+use cmset_core::policy::break_glass::{OverrideView, judge};
+use cmset_core::policy::windows::{Window, WindowSource};
+use cmset_core::revisions::revision::inline_identity;
+use cmset_core::rollout::pinning::{SetTarget, plan_workload};
+use cmset_core::rollout::plan::{EventKind, SetInput, SetPlan, plan_set};
+use cmset_core::rollout::waves::{Gate, WaveAnalysis, gate, transitions};
+use cmset_core::rollout::window_hold::{cluster_windows_for, window_state};
 use cmset_core::set::{SetRef, SourceState, rollout_id};
-use cmset_core::waves::{Gate, WaveAnalysis, gate, transitions};
-use cmset_core::window_hold::{cluster_windows_for, window_state};
-use cmset_core::windows::{Window, WindowSource};
+use cmset_core::workloads::health::{Health, Wave};
+use cmset_core::workloads::observe::{RevisionView, WorkloadKind, WorkloadView};
 use k8s_openapi::api::core::v1::{ConfigMapEnvSource, Container, EnvFromSource, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -1634,8 +1634,8 @@ fn the_status_of_a_set_with_5000_analysed_readers_stays_small() {
         "wave 0's record is its per-wave run"
     );
     let status = world.set.status.as_ref().unwrap();
-    // Every workload is accounted for: the settled ones by their UIDs (see `cmset_core::fit`).
-    assert_eq!(cmset_core::fit::workload_count(status), 5_000);
+    // Every workload is accounted for: the settled ones by their UIDs (see `cmset_core::revisions::fit`).
+    assert_eq!(cmset_core::revisions::fit::workload_count(status), 5_000);
     assert_eq!(status.settled_workloads.as_ref().map(|s| s.count), Some(5_000));
     // Measured: 2,893,666 bytes at the end while every wave's runs were kept; 2,106,262 at the largest
     // while the wave in progress listed a run per workload (about 400 bytes each).
@@ -1651,7 +1651,7 @@ fn the_status_of_a_set_with_5000_analysed_readers_stays_small() {
         "{analysis_end} bytes of analysis at the end"
     );
     // Measured: 1,268,993 at the largest while every workload was listed (236 bytes each); 493,197
-    // once the list keeps what is not settled (cmset_core::fit), 111,734 at the end.
+    // once the list keeps what is not settled (cmset_core::revisions::fit), 111,734 at the end.
     assert!(largest < 1 << 20, "{largest} bytes at the largest");
 }
 
@@ -2422,7 +2422,7 @@ fn the_old_annotation_lets_nothing_through_and_is_reported_once() {
     assert_eq!(world.rollout().phase, RolloutPhase::Waiting);
     // What a tenant writes by hand, as earlier versions read it: the value is right, the record names
     // someone, and a proof is there. None of it counts any more.
-    let value = cmset_core::break_glass::override_value(&world.rollout()).unwrap();
+    let value = cmset_core::policy::break_glass::override_value(&world.rollout()).unwrap();
     world.annotate(labels::WINDOW_OVERRIDE, Some(&value));
     world.annotate(
         labels::WINDOW_OVERRIDE_BY,

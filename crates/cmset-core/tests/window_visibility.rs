@@ -8,11 +8,11 @@ use cmset_api::{
     ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, RolloutPhase, RolloutSpec, RolloutWindow, Strategy,
     TemplateMetadata, WindowKind, WorkloadState,
 };
-use cmset_core::conditions::WINDOWS_KNOWN;
-use cmset_core::observe::{RevisionView, WorkloadKind, WorkloadView};
-use cmset_core::plan::{SetInput, SetPlan, plan_set};
+use cmset_core::rollout::plan::{SetInput, SetPlan, plan_set};
+use cmset_core::rollout::window_hold::{ClusterView, UNKNOWN_REASON, UnknownCause, WindowsUnknown, verdict};
 use cmset_core::set::{SetRef, SourceState};
-use cmset_core::window_hold::{ClusterView, UNKNOWN_REASON, UnknownCause, WindowsUnknown, verdict};
+use cmset_core::status::conditions::WINDOWS_KNOWN;
+use cmset_core::workloads::observe::{RevisionView, WorkloadKind, WorkloadView};
 use k8s_openapi::api::core::v1::{ConfigMapEnvSource, Container, EnvFromSource, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -240,7 +240,7 @@ fn a_rollback_is_not_held_while_the_cluster_windows_are_unknown() {
     let first = set("1", Some(spec.clone()));
     let revisions = vec![revision_of(&first, V1, 1)];
     let mut web = deployment("web", V1);
-    web.health = cmset_core::health::Health::Healthy;
+    web.health = cmset_core::workloads::health::Health::Healthy;
     let known = ClusterView::Known(Vec::new());
     let mut settled = first.clone();
     settled.status = Some(plan(&first, &revisions, &[web.clone()], &known).status);
@@ -255,7 +255,7 @@ fn a_rollback_is_not_held_while_the_cluster_windows_are_unknown() {
 
     // web runs the new revision and fails; now the windows are unknown: the rollback is not held.
     let mut failing = deployment("web", V2);
-    failing.health = cmset_core::health::Health::Failed("crashed".into());
+    failing.health = cmset_core::workloads::health::Health::Failed("crashed".into());
     let failed = plan(
         &changed,
         &revisions,

@@ -16,9 +16,9 @@
 use std::path::Path;
 
 use cmset_api::{ChangeWindow, ConfigMapSet, SecretSet, WindowOverride, labels};
-use cmset_core::naming::set_label_value;
-use cmset_core::observe::{RefNames, WorkloadKind};
+use cmset_core::revisions::naming::set_label_value;
 use cmset_core::set::SetKind;
+use cmset_core::workloads::observe::{RefNames, WorkloadKind};
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PodSpec, Secret};

@@ -1,9 +1,9 @@
 //! `kubectl cmset history`: one row per revision (a ConfigMap of a ConfigMapSet, a Secret of a
 //! SecretSet), newest first, with what still uses it.
 
-use cmset_core::observe::RefNames;
-use cmset_core::refs::Referenced;
 use cmset_core::set::SetRef;
+use cmset_core::workloads::observe::RefNames;
+use cmset_core::workloads::refs::Referenced;
 use jiff::Timestamp;
 use serde::Serialize;
 
@@ -60,7 +60,7 @@ pub fn history_rows(
                 .filter(|w| w.revision == r.name)
                 .map(|w| format!("{}/{}", w.kind, w.name))
                 .collect();
-            // Readers counted instead of listed in a large fan-out (see `cmset_core::fit`).
+            // Readers counted instead of listed in a large fan-out (see `cmset_core::revisions::fit`).
             let settled = set
                 .status()
                 .and_then(|s| s.settled_workloads.as_ref())
@@ -73,7 +73,7 @@ pub fn history_rows(
                 .flatten()
                 .filter(|o| !(o.controller == Some(true) && o.uid == set_uid))
                 // A reader owning a revision keeps it, but uses it only if it names it (above).
-                .filter(|o| !cmset_core::revision::is_reader_owner(o))
+                .filter(|o| !cmset_core::revisions::revision::is_reader_owner(o))
                 .map(|o| format!("{}/{}", o.kind, o.name))
                 .chain(
                     history

@@ -3,8 +3,8 @@
 //! without their content.
 
 use cmset_api::labels;
-use cmset_core::refs::Referenced;
 use cmset_core::set::{SetKind, SetRef};
+use cmset_core::workloads::refs::Referenced;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use serde::{Serialize, Serializer};
@@ -282,8 +282,9 @@ pub(crate) mod fixtures {
     /// `cm` marked as the revision holding the content of [`set`]'s spec: the revision cmset decides
     /// workloads should name.
     pub fn holding_the_spec(mut cm: ConfigMap) -> ConfigMap {
-        let identity = cmset_core::revision::inline_identity(SetRef::from(&set(None, None, vec![])))
-            .expect("the set holds its content");
+        let identity =
+            cmset_core::revisions::revision::inline_identity(SetRef::from(&set(None, None, vec![])))
+                .expect("the set holds its content");
         cm.metadata
             .annotations
             .get_or_insert_with(BTreeMap::new)

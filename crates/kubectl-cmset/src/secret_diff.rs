@@ -25,7 +25,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cmset_core::hash::secret::DEFAULT_SECRET_TYPE;
+use cmset_core::set::DEFAULT_SECRET_TYPE;
 use cmset_core::set::SetKind;
 use k8s_openapi::api::core::v1::Secret;
 use serde::Serialize;

@@ -3,7 +3,7 @@
 //! references only, a SecretSet through Secret references only (`secretRef`, `secretKeyRef`, secret
 //! volumes and projections): a `secretRef` to `app` says nothing about ConfigMapSet `app`.
 //!
-//! Opted-in workloads are explained by cmset's one decision ([`cmset_core::decide::target`]), asked
+//! Opted-in workloads are explained by cmset's one decision ([`cmset_core::rollout::decide::target`]), asked
 //! from what the plugin lists (the set, its revisions, the workload's pod template and wave) exactly as
 //! the workload controller, the admission webhook and the set planner ask it, so that none of them can
 //! disagree: current, pending, pinned by a rollback, waiting for its wave or held by a failed rollout,
@@ -18,21 +18,21 @@
 //! rollout line (the wave in progress, its stabilization window, or why the rollout failed) and a WAVE
 //! column. `Waiting` and `RolledBack` are decided by the controller from the workloads' health, which
 //! the plugin does not read: the rollout the status records gates the decision
-//! ([`cmset_core::waves::gate`]), and the gate says who waits and who is rolled back. A set without
+//! ([`cmset_core::rollout::waves::gate`]), and the gate says who waits and who is rolled back. A set without
 //! waves prints exactly as it did before waves existed.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use cmset_api::{RolloutPhase, RolloutStatus, Strategy, WorkloadState, WorkloadStatus, labels};
-use cmset_core::decide::{self, Identity, Observed};
-use cmset_core::health::Wave;
-use cmset_core::naming::refers_to_set;
-use cmset_core::observe::{RevisionView, WorkloadKind, WorkloadView};
-use cmset_core::refs::{Referenced, find_refs_to};
-use cmset_core::revision::inline_identity;
-use cmset_core::rollout::workload_status;
+use cmset_core::revisions::naming::refers_to_set;
+use cmset_core::revisions::revision::inline_identity;
+use cmset_core::rollout::decide::{self, Identity, Observed};
+use cmset_core::rollout::pinning::workload_status;
+use cmset_core::rollout::waves::gated_state;
 use cmset_core::set::{SetKind, SetRef};
-use cmset_core::waves::gated_state;
+use cmset_core::workloads::health::Wave;
+use cmset_core::workloads::observe::{RevisionView, WorkloadKind, WorkloadView};
+use cmset_core::workloads::refs::{Referenced, find_refs_to};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -360,7 +360,8 @@ impl Known {
             // The windows as the controller last judged them (the plugin does not evaluate them here),
             // less a WindowOverride it let the rollout through by since.
             window_held: set.status().and_then(|s| s.rollout.as_ref()).is_some_and(|r| {
-                r.phase == cmset_api::RolloutPhase::Waiting && cmset_core::break_glass::granted(set).is_none()
+                r.phase == cmset_api::RolloutPhase::Waiting
+                    && cmset_core::policy::break_glass::granted(set).is_none()
             }),
             window_override: None,
         }
@@ -757,7 +758,7 @@ fn rollout_report(set: SetRef<'_>, known: &Known, now: Timestamp) -> Option<Roll
         .filter(|_| phase == Phase::Progressing)
         .map(|h| (i64::from(stabilization_seconds) - h).max(0));
     // Only while the rollout is under way: a finished one needs no override.
-    let granted = cmset_core::break_glass::granted(set).filter(|_| r.phase.is_under_way());
+    let granted = cmset_core::policy::break_glass::granted(set).filter(|_| r.phase.is_under_way());
     Some(RolloutReport {
         object: ObjectName::new(known.kind, &r.revision),
         revision: known.number(&r.revision),
@@ -2513,15 +2514,17 @@ Rollout:      revision 4 (app-dddddddddd): wave 1 waiting: held by a change wind
             type_: "WindowOverride".into(),
             status: "True".into(),
             reason: "Granted".into(),
-            message: cmset_core::break_glass::granted_message(&cmset_core::break_glass::OverrideView {
-                name: "app-break".into(),
-                set_kind: cmset_core::set::SetKind::ConfigMapSet,
-                set_name: "app".into(),
-                set_uid: "set-uid".into(),
-                revision: NEW.into(),
-                started_at: "2026-01-01T00:08:00Z".parse().unwrap(),
-                requested_by: by.map(str::to_string),
-            }),
+            message: cmset_core::policy::break_glass::granted_message(
+                &cmset_core::policy::break_glass::OverrideView {
+                    name: "app-break".into(),
+                    set_kind: cmset_core::set::SetKind::ConfigMapSet,
+                    set_name: "app".into(),
+                    set_uid: "set-uid".into(),
+                    revision: NEW.into(),
+                    started_at: "2026-01-01T00:08:00Z".parse().unwrap(),
+                    requested_by: by.map(str::to_string),
+                },
+            ),
             observed_generation: None,
             last_transition_time: Time("2026-01-01T00:09:01Z".parse().unwrap()),
         };

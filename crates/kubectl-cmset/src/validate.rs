@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use cmset_api::{ConfigMapSet, SecretSet};
-use cmset_core::content_check::{self, SchemaText, SchemaTexts};
+use cmset_core::content::content_check::{self, SchemaText, SchemaTexts};
 use cmset_core::set::{Content, SetRef};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use serde::Serialize;

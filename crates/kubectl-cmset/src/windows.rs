@@ -1,16 +1,16 @@
 //! `kubectl cmset windows`: the change windows that apply to a set (its own, `spec.rollout.windows`,
 //! and those of the cluster's `ChangeWindow`s that select it), whether each is open, when each next
-//! opens, and the verdict now. The verdict is cmset's own ([`cmset_core::windows::evaluate`]), asked
+//! opens, and the verdict now. The verdict is cmset's own ([`cmset_core::policy::windows::evaluate`]), asked
 //! from the same windows as the controller asks it, so the two cannot disagree; what the controller
 //! last recorded is in `kubectl cmset status`. It lists the set's break-glass WindowOverrides too:
 //! which rollout each lets through, who created it (as cmset's webhook recorded it), when, and whether
 //! it was used.
 
 use cmset_api::{ChangeWindow, RolloutWindow, Strategy, WindowKind, WindowOverride};
-use cmset_core::break_glass::{OverrideView, used_override};
+use cmset_core::policy::break_glass::{OverrideView, used_override};
+use cmset_core::policy::windows::{Verdict, Window, WindowSource, evaluate};
+use cmset_core::rollout::window_hold::cluster_windows_for;
 use cmset_core::set::{SetKind, SetRef};
-use cmset_core::window_hold::cluster_windows_for;
-use cmset_core::windows::{Verdict, Window, WindowSource, evaluate};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Serialize;
@@ -251,7 +251,7 @@ fn override_rows(set: SetRef<'_>, views: &[(OverrideView, &WindowOverride)]) -> 
     // The override the controller says it let the current rollout through by.
     let used = set
         .status()
-        .and_then(|s| s.condition(cmset_core::break_glass::CONDITION))
+        .and_then(|s| s.condition(cmset_core::policy::break_glass::CONDITION))
         .filter(|c| c.status == "True")
         .and_then(|c| used_override(&c.message).map(str::to_string));
     let mut rows: Vec<OverrideRow> = views
@@ -282,7 +282,9 @@ fn override_rows(set: SetRef<'_>, views: &[(OverrideView, &WindowOverride)]) -> 
 /// What the set's condition `ChangeWindowsKnown` says when the operator cannot see the cluster's
 /// ChangeWindows (this report lists them with the user's credentials, which may see more).
 fn operator_cannot_see(set: SetRef<'_>) -> Option<String> {
-    let condition = set.status()?.condition(cmset_core::conditions::WINDOWS_KNOWN)?;
+    let condition = set
+        .status()?
+        .condition(cmset_core::status::conditions::WINDOWS_KNOWN)?;
     (condition.status == "False").then(|| {
         format!(
             "cannot see the cluster's ChangeWindows ({}: {}) and holds every move of this set",
@@ -309,7 +311,7 @@ fn verdict(
         summary: String::new(),
     };
     // An override names one rollout of this very set: it counts only while that rollout is under way.
-    let judged = cmset_core::break_glass::judge(set, overrides);
+    let judged = cmset_core::policy::break_glass::judge(set, overrides);
     let under_way = set
         .status()
         .and_then(|s| s.rollout.as_ref())

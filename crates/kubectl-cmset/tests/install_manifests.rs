@@ -1,5 +1,5 @@
 //! The install manifests under `config/` follow the table of workload kinds
-//! (`cmset_core::kinds`), so that adding a kind to the table without its RBAC or webhook rule fails
+//! (`cmset_core::workloads::kinds`), so that adding a kind to the table without its RBAC or webhook rule fails
 //! here rather than in a cluster:
 //!
 //! - every RBAC variant of the operator (each `ClusterRole` or `Role` named `cmset-controller`, wherever
@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use cmset_core::kinds::{HistoryRule, WorkloadKind};
+use cmset_core::workloads::kinds::{HistoryRule, WorkloadKind};
 use serde::Deserialize;
 use serde_json::{Value, json};
 

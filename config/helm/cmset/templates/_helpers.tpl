@@ -70,7 +70,7 @@ Each rule says why it is needed.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# Opted-in workloads of every built-in kind (the table in crates/cmset-core/src/kinds.rs, which a test
+# Opted-in workloads of every built-in kind (the table in crates/cmset-core/src/workloads/kinds.rs, which a test
 # checks these rules against): watched by label, changed only by guarded JSON patches of reference
 # names. A kind whose API is not served (Argo Rollouts not installed) is simply not watched.
 - apiGroups: ["apps"]

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cmset_api::ConfigMapSetStatus;
-use cmset_core::observe::WorkloadKind;
 use cmset_core::set::SetRef;
+use cmset_core::workloads::observe::WorkloadKind;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;

@@ -17,8 +17,8 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
-use cmset_core::budget::{Admit, Budget, Waiting};
-use cmset_core::observe::WorkloadKind;
+use cmset_core::policy::budget::{Admit, Budget, Waiting};
+use cmset_core::workloads::observe::WorkloadKind;
 
 use crate::engine::index::{Index, Key};
 use crate::platform::metrics::Metrics;

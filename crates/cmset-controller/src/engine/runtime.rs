@@ -10,7 +10,7 @@
 //!   name); indexed, not stored: the index keeps the revisions (label `cmset.dev/set`) and the versions
 //!   of the sources some set versions, and lets every other object pass. Secret values are never
 //!   watched: a source is read (GET) only when its version moved.
-//! - Workloads of every kind in the table (`cmset_core::kinds`) that the server serves (see
+//! - Workloads of every kind in the table (`cmset_core::workloads::kinds`) that the server serves (see
 //!   [`crate::engine::served`]): label `cmset.dev/enabled=true`; watched as dynamic objects, stored slim.
 //! - ReplicaSets, ControllerRevisions, Jobs: label `cmset.dev/managed=true` (which cmset puts on the
 //!   pod templates it rewrites, and on a CronJob's job template); reduced to the names they reference,
@@ -312,8 +312,8 @@ fn windows_watch(client: &Client, index: Arc<Index>) -> BoxFuture<'static, ()> {
 
 /// What a failed list of ChangeWindows says of them: unknown, and why; `None` for a 404 (the CRD is
 /// not installed: there are none).
-fn windows_list_failure(e: &kube::Error) -> Option<cmset_core::window_hold::WindowsUnknown> {
-    use cmset_core::window_hold::{UnknownCause, WindowsUnknown};
+fn windows_list_failure(e: &kube::Error) -> Option<cmset_core::rollout::window_hold::WindowsUnknown> {
+    use cmset_core::rollout::window_hold::{UnknownCause, WindowsUnknown};
     let detail = crate::platform::redact::api_error(e).to_string();
     match crate::platform::error::api_code(e) {
         Some(404) => None,
@@ -524,7 +524,7 @@ pub struct Scopes {
     /// The window in which a workload reading several sets gathers their changes (`Settings`).
     pub multi_set_window: Duration,
     /// The workload kinds of the table, declared ones included.
-    pub kinds: cmset_core::kinds::Kinds,
+    pub kinds: cmset_core::workloads::kinds::Kinds,
     /// A cluster-wide rollout budget is set: admission leaves references where they are on update,
     /// and the workload controller moves them in the budget's order.
     pub budgeted: bool,
@@ -597,7 +597,7 @@ mod tests {
 
 #[cfg(test)]
 mod windows_tests {
-    use cmset_core::window_hold::UnknownCause;
+    use cmset_core::rollout::window_hold::UnknownCause;
     use kube::core::Status;
 
     use super::windows_list_failure;

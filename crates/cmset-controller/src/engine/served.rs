@@ -1,6 +1,6 @@
 //! The workload kinds one scope serves, as the API server offers them.
 //!
-//! Every kind of the table (`cmset_core::kinds`) is looked up in discovery: the built-in `apps/v1`
+//! Every kind of the table (`cmset_core::workloads::kinds`) is looked up in discovery: the built-in `apps/v1`
 //! kinds and `batch/v1` Jobs are always there; a CronJob is served at `batch/v1` or, on servers older
 //! than 1.21, `batch/v1beta1`; an Argo Rollout or a declared kind only once its CRD is installed. Every
 //! [`DISCOVERY`](Settings) interval the kinds are looked up again: a kind that appeared starts its watch
@@ -21,8 +21,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use cmset_core::kinds::Kinds;
-use cmset_core::observe::WorkloadKind;
+use cmset_core::workloads::kinds::Kinds;
+use cmset_core::workloads::observe::WorkloadKind;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures::future::{AbortHandle, Abortable, join_all};
 use futures::stream::FuturesUnordered;

@@ -1,5 +1,5 @@
 //! An opted-in workload as the reflector stores keep it: its slimmed metadata and its slimmed body
-//! ([`cmset_core::slim::workload_body`]) held as JSON text.
+//! ([`cmset_core::workloads::slim::workload_body`]) held as JSON text.
 //!
 //! Why text: a parsed `serde_json::Value` spends a B-tree node (about 600 bytes) on every object in
 //! it, however few its fields, and a slim Deployment body still has fifteen or so; as text the same
@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 
-use cmset_core::observe::WorkloadKind;
+use cmset_core::workloads::observe::WorkloadKind;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ApiResource;
 use kube::core::DynamicResourceScope;
@@ -36,12 +36,12 @@ impl StoredWorkload {
         metadata.managed_fields = None;
         metadata.owner_references = None;
         if let Some(a) = metadata.annotations.as_mut() {
-            a.retain(|k, _| k == cmset_core::hold::HELD_SINCE);
+            a.retain(|k, _| k == cmset_core::rollout::hold::HELD_SINCE);
         }
         if metadata.annotations.as_ref().is_some_and(|a| a.is_empty()) {
             metadata.annotations = None;
         }
-        let body = cmset_core::slim::workload_body(kind, &data)
+        let body = cmset_core::workloads::slim::workload_body(kind, &data)
             .to_string()
             .into_boxed_str();
         Self { metadata, body }
@@ -128,7 +128,7 @@ mod tests {
     #[test]
     fn the_stored_body_is_the_slim_body_and_the_metadata_keeps_only_what_decides() {
         let obj = deployment();
-        let expected = cmset_core::slim::workload_body(WorkloadKind::Deployment, &obj.data);
+        let expected = cmset_core::workloads::slim::workload_body(WorkloadKind::Deployment, &obj.data);
         let stored = StoredWorkload::slim(WorkloadKind::Deployment, obj);
         assert_eq!(stored.body(), expected);
         let meta = &stored.metadata;
@@ -139,7 +139,7 @@ mod tests {
             .flatten()
             .map(|(k, _)| k.as_str())
             .collect();
-        assert_eq!(annotations, [cmset_core::hold::HELD_SINCE]);
+        assert_eq!(annotations, [cmset_core::rollout::hold::HELD_SINCE]);
         assert_eq!(meta.uid.as_deref(), Some("u1"));
     }
 

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use cmset_api::{AnalysisTemplate, ConfigMapSet, SecretSet};
-use cmset_core::observe::{WorkloadKind, WorkloadView};
 use cmset_core::set::{SetKind, SetRef};
+use cmset_core::workloads::observe::{WorkloadKind, WorkloadView};
 use kube::api::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store};
 

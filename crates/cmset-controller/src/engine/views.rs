@@ -1,11 +1,11 @@
 //! Turns API objects into the plain views `cmset-core` plans from.
 
 #[cfg(test)]
-use cmset_core::health::Health;
-use cmset_core::observe::{
+use cmset_core::workloads::health::Health;
+use cmset_core::workloads::observe::{
     HistoryKind, HistoryObject, Identity, RefNames, RevisionView, WorkloadKind, WorkloadView,
 };
-use cmset_core::refs;
+use cmset_core::workloads::refs;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
 use k8s_openapi::api::batch::v1::Job;

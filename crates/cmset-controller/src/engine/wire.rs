@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
-use cmset_core::slim::ReferencesOnly;
+use cmset_core::workloads::slim::ReferencesOnly;
 use futures::{StreamExt, TryStreamExt, stream::BoxStream};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet, ReplicaSetSpec};

@@ -261,7 +261,7 @@ fn problems_event(namespace: &str, problems: &[Problem]) -> (kube::runtime::even
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join("; ");
-    truncate(&mut note, cmset_core::plan::EVENT_MESSAGE_MAX_LEN);
+    truncate(&mut note, cmset_core::rollout::plan::EVENT_MESSAGE_MAX_LEN);
     let regarding = ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("ConfigMap".into()),

@@ -205,9 +205,9 @@ impl State {
             Event {
                 type_: EventType::Warning,
                 reason: "InvalidNotificationSubscription".into(),
-                note: Some(cmset_core::message::join_capped(
+                note: Some(cmset_core::status::message::join_capped(
                     &note,
-                    cmset_core::plan::EVENT_MESSAGE_MAX_LEN,
+                    cmset_core::rollout::plan::EVENT_MESSAGE_MAX_LEN,
                 )),
                 action: "Notify".into(),
                 secondary: None,

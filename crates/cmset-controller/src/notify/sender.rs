@@ -335,7 +335,10 @@ impl Prepared {
     /// of error is told in our words, with the OS's, hyper's or rustls's fixed description of the cause.
     fn describe(&self, error: &reqwest::Error, timeout: Duration) -> String {
         if error.is_timeout() {
-            return format!("no answer within {}", cmset_core::message::duration(timeout));
+            return format!(
+                "no answer within {}",
+                cmset_core::status::message::duration(timeout)
+            );
         }
         let what = match (error.is_connect(), self.via_proxy) {
             (true, true) => "could not connect through the proxy",

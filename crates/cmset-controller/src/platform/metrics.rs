@@ -327,7 +327,7 @@ impl Metrics {
             self.change_windows_unknown.clone(),
         );
         // Every cause is exposed from the start, so that an alert on it has a series to read.
-        for cause in cmset_core::window_hold::UnknownCause::ALL {
+        for cause in cmset_core::rollout::window_hold::UnknownCause::ALL {
             let _ = self.change_windows_unknown.get_or_create(&WindowsUnknownLabels {
                 cause: cause.as_str(),
             });

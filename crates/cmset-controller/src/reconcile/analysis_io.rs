@@ -1,6 +1,6 @@
 //! The I/O of a set's metric analysis (`spec.rollout.analysis`): its AnalysisTemplates read before the
 //! set is planned, the measurements taken since its last reconcile recorded before it is planned
-//! again, and the runs its plan lists as due ([`cmset_core::plan::SetPlan::analysis_due`]) handed to
+//! again, and the runs its plan lists as due ([`cmset_core::rollout::plan::SetPlan::analysis_due`]) handed to
 //! the [`Measurer`](crate::reconcile::measurer::Measurer), which queries Prometheus off the reconcile path. Nothing here decides, and
 //! nothing here waits for Prometheus: every query sent is one the planner rendered from the
 //! templates, the current revision, the wave and its members as the index knows them, never one read
@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use cmset_api::{AnalysisRef, AnalysisRunStatus, AnalysisTemplate};
 use cmset_core::analysis::{self, Analysis, Measurement};
-use cmset_core::plan::SetPlan;
+use cmset_core::rollout::plan::SetPlan;
 use cmset_core::set::SetRef;
 use kube::runtime::reflector::ObjectRef;
 use tracing::debug;

@@ -1,7 +1,7 @@
 //! The I/O of `spec.checks`: reads the check Jobs of the revision being checked, starts the ones due
 //! (and puts the namespace's deny-all NetworkPolicy in place before), and records in the set's status
 //! the uid of each Job cmset created and each finished Job's verdict. What is due and what a verdict
-//! does to the rollout is the core's ([`cmset_core::checks`], [`cmset_core::check_gate`]).
+//! does to the rollout is the core's ([`cmset_core::content::checks`], [`cmset_core::rollout::check_gate`]).
 //!
 //! Jobs are read by their names, which the revision and the check determine, only while a rollout is
 //! being checked: no watch, no list, and nothing for a set without checks. A Job of that name counts
@@ -11,8 +11,8 @@
 
 use std::collections::BTreeMap;
 
-use cmset_core::check_gate::CheckRun;
-use cmset_core::checks::{self, CheckState, CheckTarget, JobOutcome, Learnt, Verdict};
+use cmset_core::content::checks::{self, CheckState, CheckTarget, JobOutcome, Learnt, Verdict};
+use cmset_core::rollout::check_gate::CheckRun;
 use cmset_core::set::SetRef;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;

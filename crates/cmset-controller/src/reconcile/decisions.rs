@@ -1,5 +1,5 @@
 //! Gathers what the index knows of the sets one workload reads, and asks the core's one decision
-//! ([`cmset_core::decide`]). The workload controller (on the leader) and the admission webhook (on
+//! ([`cmset_core::rollout::decide`]). The workload controller (on the leader) and the admission webhook (on
 //! every replica) both come through here, so they decide from the same observations the same way.
 //!
 //! Everything is looked up by key: the sets the workload's names can refer to, their facts, their
@@ -7,11 +7,11 @@
 
 use std::time::{Duration, Instant};
 
-use cmset_core::decide::{self, Identity, Observed, Undecided};
-use cmset_core::health::Wave;
-use cmset_core::observe::{RevisionView, WorkloadView};
-use cmset_core::rollout::SetTarget;
-use cmset_core::window_hold;
+use cmset_core::rollout::decide::{self, Identity, Observed, Undecided};
+use cmset_core::rollout::pinning::SetTarget;
+use cmset_core::rollout::window_hold;
+use cmset_core::workloads::health::Wave;
+use cmset_core::workloads::observe::{RevisionView, WorkloadView};
 
 use crate::engine::index::{Index, SetFacts, SetId, SourceLookup};
 use crate::engine::stores::{AnySet, Stores};

@@ -131,7 +131,7 @@ impl Prometheus {
             Ok(outcome) => outcome,
             Err(_) => QueryOutcome::Error(format!(
                 "no answer within {}",
-                cmset_core::message::duration(self.timeout)
+                cmset_core::status::message::duration(self.timeout)
             )),
         }
     }
@@ -278,7 +278,7 @@ fn describe(error: &(dyn std::error::Error + 'static)) -> String {
         }
         next = e.source();
     }
-    cmset_core::message::join_capped(&[parts.join(": ")], MAX_MESSAGE_LEN)
+    cmset_core::status::message::join_capped(&[parts.join(": ")], MAX_MESSAGE_LEN)
 }
 
 #[cfg(test)]

@@ -12,17 +12,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cmset_api::{ConfigMapSet, ConfigMapSetStatus, SecretSet, WorkloadState, labels};
-use cmset_core::content_check::{self, SchemaText, SchemaTexts};
-use cmset_core::naming;
-use cmset_core::observe::{HistoryObject, RefNames, RevisionView, WorkloadView};
-use cmset_core::plan::{
+use cmset_core::content::content_check::{self, SchemaText, SchemaTexts};
+use cmset_core::revisions::naming;
+use cmset_core::revisions::revision::{Existing, ExistingName, NewRevision, claim_patch, classify_existing};
+use cmset_core::rollout::plan::{
     EventKind, PlannedEvent, SetInput, SetPlan, VALIDATION_FAILED, plan_collision, plan_set, plan_unobserved,
 };
-use cmset_core::refs::Referenced;
-use cmset_core::revision::{Existing, ExistingName, NewRevision, claim_patch, classify_existing};
+use cmset_core::rollout::waves;
+use cmset_core::rollout::window_hold::{self, WindowState};
 use cmset_core::set::{Content, SetKind, SetRef, SourceState};
-use cmset_core::waves;
-use cmset_core::window_hold::{self, WindowState};
+use cmset_core::workloads::observe::{HistoryObject, RefNames, RevisionView, WorkloadView};
+use cmset_core::workloads::refs::Referenced;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
@@ -40,8 +40,8 @@ use crate::platform::metrics::{RolloutGauges, SetLabels, ValidationLabels};
 use crate::reconcile::analysis_io::{self, Prepared};
 use crate::reconcile::checks_io;
 use crate::reconcile::context::Context;
-use cmset_core::checks::JobOutcome;
-use cmset_core::waves::WaveAnalysis;
+use cmset_core::content::checks::JobOutcome;
+use cmset_core::rollout::waves::WaveAnalysis;
 
 pub const NAME: &str = "set";
 
@@ -537,9 +537,9 @@ fn told<S: SetObject, T>(ctx: &Context, object: &S, result: Result<T>) -> Result
         let warning = PlannedEvent {
             kind: EventKind::Warning,
             reason: "CheckNotStarted",
-            message: cmset_core::message::join_capped(
+            message: cmset_core::status::message::join_capped(
                 &[error.to_string()],
-                cmset_core::plan::EVENT_MESSAGE_MAX_LEN,
+                cmset_core::rollout::plan::EVENT_MESSAGE_MAX_LEN,
             ),
         };
         publish(ctx, object, &[warning]);
@@ -997,7 +997,7 @@ async fn write_status<S: SetObject>(
             let previous = set.status().cloned().unwrap_or_default();
             let echo = Echo {
                 writer: false,
-                readers: cmset_core::decide::status_wakes_readers(&previous, status),
+                readers: cmset_core::rollout::decide::status_wakes_readers(&previous, status),
             };
             writing.answered(version, echo);
             // The notifier hears what was written from the answer, which is the echo to come: that

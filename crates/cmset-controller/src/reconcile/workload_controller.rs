@@ -1,5 +1,5 @@
 //! The workload controller, keyed by workload (one per served kind of the table, see
-//! `cmset_core::kinds`): computes every set reference of one workload at once and patches it once, so
+//! `cmset_core::workloads::kinds`): computes every set reference of one workload at once and patches it once, so
 //! that sets changed together roll it once. A kind whose template cannot change after creation (a Job)
 //! is never patched: admission names the revisions when it is created.
 //!
@@ -20,14 +20,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cmset_api::labels;
-use cmset_core::budget::Admit;
-use cmset_core::decide::Undecided;
-use cmset_core::hold;
-use cmset_core::moved;
-use cmset_core::observe::WorkloadKind;
-use cmset_core::refs;
-use cmset_core::rollout::{SetTarget, plan_workload};
-use cmset_core::waves::Gate;
+use cmset_core::policy::budget::Admit;
+use cmset_core::rollout::decide::Undecided;
+use cmset_core::rollout::hold;
+use cmset_core::rollout::moved;
+use cmset_core::rollout::pinning::{SetTarget, plan_workload};
+use cmset_core::rollout::waves::Gate;
+use cmset_core::workloads::observe::WorkloadKind;
+use cmset_core::workloads::refs;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
@@ -108,7 +108,7 @@ enum Wait {
 fn targets(
     ctx: &Context,
     namespace: &str,
-    view: &cmset_core::observe::WorkloadView,
+    view: &cmset_core::workloads::observe::WorkloadView,
 ) -> Result<Decided, Wait> {
     let undecided = |u: Undecided| Wait::ForSet(u.to_string());
     let gathered = Gathered::of(&ctx.index, &ctx.stores, namespace, view, true).map_err(undecided)?;
@@ -308,7 +308,7 @@ fn rollbacks(targets: &[SetTarget], changes: &[refs::NameChange]) -> Vec<String>
     dedup(&failed)
 }
 
-/// A hold cmset's webhook put on a new workload (see `cmset_core::hold`).
+/// A hold cmset's webhook put on a new workload (see `cmset_core::rollout::hold`).
 struct Hold {
     since: String,
     since_second: Option<i64>,
@@ -344,9 +344,9 @@ enum Release {
 async fn unclaimed_names_exist(
     ctx: &Context,
     namespace: &str,
-    view: &cmset_core::observe::WorkloadView,
+    view: &cmset_core::workloads::observe::WorkloadView,
 ) -> bool {
-    use cmset_core::refs::Referenced;
+    use cmset_core::workloads::refs::Referenced;
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
     let kinds: &[Referenced] = if ctx.stores.secret_sets.is_some() {
         &[Referenced::ConfigMap, Referenced::Secret]

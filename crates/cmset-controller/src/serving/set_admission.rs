@@ -2,7 +2,7 @@
 //! change windows do not parse ([`crate::serving::window_admission`]), whose `spec.validation` is not
 //! valid, or whose inline content fails it, is refused at `kubectl apply`, naming the key with the line
 //! and column (a parse error) or the JSON pointer and rule (a schema error), every problem up to a bound
-//! ([`cmset_core::content_check`]).
+//! ([`cmset_core::content::content_check`]).
 //!
 //! It judges only what it is sent. Anything that reaches its port can post a review, so it reads
 //! nothing on the strength of one: a set in source mode (`configMapName`, `secretName`) and a schema
@@ -24,9 +24,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cmset_api::ValidationSpec;
-use cmset_core::content_check::{self, Refusal, SchemaTexts};
+use cmset_core::content::content_check::{self, Refusal, SchemaTexts};
+use cmset_core::content::validate::summary;
 use cmset_core::set::Content;
-use cmset_core::validate::summary;
 use k8s_openapi::ByteString;
 use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};

@@ -26,11 +26,11 @@ use axum::extract::State;
 use axum::routing::post;
 use base64::Engine;
 use cmset_core::admission::{self, Circumstances};
-use cmset_core::decide::Undecided;
-use cmset_core::kinds::Kinds;
-use cmset_core::observe::{WorkloadKind, WorkloadView};
-use cmset_core::refs::Referenced;
-use cmset_core::rollout::SetTarget;
+use cmset_core::rollout::decide::Undecided;
+use cmset_core::rollout::pinning::SetTarget;
+use cmset_core::workloads::kinds::Kinds;
+use cmset_core::workloads::observe::{WorkloadKind, WorkloadView};
+use cmset_core::workloads::refs::Referenced;
 use rustls::server::danger::ClientCertVerifier;
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
@@ -184,7 +184,7 @@ async fn answer(handler: &Handler, review: &Value) -> Value {
         windows,
     )
     .await;
-    let missing = if creating && cmset_core::hold::can_hold(kind) {
+    let missing = if creating && cmset_core::rollout::hold::can_hold(kind) {
         unclaimed(handler, scope, namespace, &workload)
     } else {
         BTreeSet::new()

@@ -2,7 +2,7 @@
 //! judged at `POST /validate-set`, [`crate::serving::set_admission`], which calls [`problems`]): a
 //! ConfigMapSet or SecretSet whose `spec.rollout.windows` has a bad cron or RRULE, duration or time
 //! zone, and a ChangeWindow with any of those or a bad namespace pattern or selector, is refused when it is
-//! created or changed, with a message naming the field ([`cmset_core::windows`]). A Kubernetes 1.20
+//! created or changed, with a message naming the field ([`cmset_core::policy::windows`]). A Kubernetes 1.20
 //! server has no CEL, and no CEL could parse a schedule anyway.
 //!
 //! Only the windows of a set are checked here: any other problem of a set is reported in its status,
@@ -11,8 +11,9 @@
 //! in is left out, with a warning.
 
 use cmset_api::{ChangeWindowSpec, RolloutSpec};
-use cmset_core::validate::{Problem, summary};
-use cmset_core::windows::{self, WindowSource};
+use cmset_core::content::validate::summary;
+use cmset_core::policy::windows::{self, WindowSource};
+use cmset_core::status::problem::Problem;
 use serde_json::{Value, json};
 use tracing::info;
 

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use cmset_core::kinds::{Declaration, Kinds};
+use cmset_core::workloads::kinds::{Declaration, Kinds};
 
 use crate::reconcile::prometheus::{Prometheus, PrometheusConfig};
 use crate::serving::cert_keeper::{CertSource, SecretSource};

@@ -113,7 +113,7 @@ pub fn format_value(value: f64) -> String {
 }
 
 fn cap(text: &str) -> String {
-    crate::message::join_capped(&[text.to_string()], MAX_ERROR_LEN)
+    crate::status::message::join_capped(&[text.to_string()], MAX_ERROR_LEN)
 }
 
 #[cfg(test)]

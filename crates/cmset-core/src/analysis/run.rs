@@ -114,7 +114,7 @@ impl Measurement {
     }
 }
 
-/// Where the wave stands, as a run's verdict depends on it. The wave's rules (see [`crate::waves`])
+/// Where the wave stands, as a run's verdict depends on it. The wave's rules (see [`crate::rollout::waves`])
 /// decide both; the analysis only reads them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WaveStage {
@@ -721,7 +721,7 @@ pub fn run_name(run: &AnalysisRunStatus) -> String {
 }
 
 /// One clause per run of `wave` with `verdict`, naming it and saying why: for the rollout's message
-/// and events (join them with [`crate::message::join_capped`]).
+/// and events (join them with [`crate::status::message::join_capped`]).
 pub fn clauses(runs: &[AnalysisRunStatus], wave: i32, verdict: AnalysisVerdict) -> Vec<String> {
     runs.iter()
         .filter(|r| r.wave == wave && r.verdict == verdict)

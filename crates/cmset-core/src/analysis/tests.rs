@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::*;
-use crate::kinds::WorkloadKind;
+use crate::workloads::kinds::WorkloadKind;
 
 const ERRORS: &str =
     r#"sum(rate(http_errors_total{namespace="{{namespace}}",service="{{args.service}}"}[1m]))"#;

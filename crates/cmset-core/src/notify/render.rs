@@ -488,7 +488,7 @@ pub fn context(set: &SetView<'_>, event: Event, trigger: &str) -> Json {
         "reason": rollout.and_then(|r| r.reason.clone()),
         "nextWindow": rollout.and_then(|r| r.next_window.as_ref()).map(|t| t.0.to_string()),
         "workloads": workloads,
-        // Readers counted instead of listed, in a large fan-out (see `crate::fit`).
+        // Readers counted instead of listed, in a large fan-out (see `crate::revisions::fit`).
         "settledWorkloads": status.settled_workloads.as_ref().map_or(0, |s| s.count),
         "omittedWorkloads": status.omitted_workloads,
         "analysisRuns": runs,

@@ -123,7 +123,7 @@ impl Condition {
     /// describing conditions keeps every other condition's record.
     pub fn key(&self) -> String {
         let content = serde_json::json!([self.on.as_str(), self.when, self.send, self.once_per]);
-        crate::hash::short_hash(content.to_string().as_bytes())
+        crate::revisions::hash::short_hash(content.to_string().as_bytes())
     }
 }
 
@@ -159,7 +159,7 @@ pub fn events(status: &ConfigMapSetStatus) -> Vec<(Event, String)> {
     if let Some(refused) = refusal(status) {
         out.push((
             Event::ValidationFailed,
-            crate::hash::short_hash(refused.as_bytes()),
+            crate::revisions::hash::short_hash(refused.as_bytes()),
         ));
     }
     out
@@ -170,7 +170,7 @@ pub fn refusal(status: &ConfigMapSetStatus) -> Option<&str> {
     status
         .conditions
         .iter()
-        .find(|c| c.type_ == crate::conditions::VALID && c.status == "False")
+        .find(|c| c.type_ == crate::status::conditions::VALID && c.status == "False")
         .map(|c| c.message.as_str())
 }
 
@@ -219,7 +219,7 @@ fn rollout_events(status: &ConfigMapSetStatus) -> Vec<(Event, String)> {
     {
         out.push((Event::AnalysisFailed, of_rollout.clone()));
     }
-    let by_check = rollout.reason.as_deref() == Some(crate::check_gate::CHECK_FAILED);
+    let by_check = rollout.reason.as_deref() == Some(crate::rollout::check_gate::CHECK_FAILED);
     if rollout.phase == RolloutPhase::Failed && by_check {
         out.push((Event::CheckFailed, of_rollout.clone()));
     }
@@ -494,7 +494,7 @@ mod tests {
     #[test]
     fn a_refused_content_stands_once_per_refusal_and_its_message_is_told() {
         let refusal = |message: &str| k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-            type_: crate::conditions::VALID.into(),
+            type_: crate::status::conditions::VALID.into(),
             status: "False".into(),
             reason: "ValidationFailed".into(),
             message: message.into(),

@@ -6,10 +6,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use cmset_api::{ConfigMapSet, labels};
-use cmset_core::observe::{HistoryObject, RevisionView, WorkloadView};
-use cmset_core::plan::{SetInput, SetPlan, plan_set};
-use cmset_core::revision::set_owner_reference;
+use cmset_core::revisions::revision::set_owner_reference;
+use cmset_core::rollout::plan::{SetInput, SetPlan, plan_set};
 use cmset_core::set::SourceState;
+use cmset_core::workloads::observe::{HistoryObject, RevisionView, WorkloadView};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 

@@ -9,10 +9,10 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use cmset_core::health::{Health, Wave};
-use cmset_core::naming;
-use cmset_core::observe::{HistoryKind, HistoryObject, RefNames, WorkloadKind};
+use cmset_core::revisions::naming;
 use cmset_core::set::SetKind;
+use cmset_core::workloads::health::{Health, Wave};
+use cmset_core::workloads::observe::{HistoryKind, HistoryObject, RefNames, WorkloadKind};
 
 use crate::engine::sparse::ShrinkIfSparse;
 

@@ -37,11 +37,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Instant;
 
-use cmset_core::naming;
-use cmset_core::observe::{HistoryObject, RefNames, RevisionView, WorkloadKind};
-use cmset_core::refs::Referenced;
+use cmset_core::revisions::naming;
+use cmset_core::rollout::window_hold::{ClusterView, ClusterWindows, UnknownCause, WindowsUnknown};
 use cmset_core::set::SetKind;
-use cmset_core::window_hold::{ClusterView, ClusterWindows, UnknownCause, WindowsUnknown};
+use cmset_core::workloads::observe::{HistoryObject, RefNames, RevisionView, WorkloadKind};
+use cmset_core::workloads::refs::Referenced;
 use kube::Resource;
 use kube::runtime::watcher;
 use prometheus_client::metrics::counter::Counter;
@@ -207,17 +207,20 @@ impl Index {
 
     /// The set's break glass: the WindowOverrides that name it (this very object: its uid), and
     /// whether it carries the old annotation. A lookup by the set's key, never a scan.
-    pub fn window_override(&self, set: cmset_core::set::SetRef<'_>) -> cmset_core::break_glass::BreakGlass {
+    pub fn window_override(
+        &self,
+        set: cmset_core::set::SetRef<'_>,
+    ) -> cmset_core::policy::break_glass::BreakGlass {
         let id: SetId = (set.kind(), Key::new(set.namespace(), set.name()));
         let named = self.read().overrides.for_set(&id);
-        cmset_core::break_glass::judge(set, &named)
+        cmset_core::policy::break_glass::judge(set, &named)
     }
 
     /// Applies one event of the WindowOverride watch: the override is indexed under the set it names,
     /// and that set reconciles (an override created lets its rollout through at once). A list's end
     /// drops the overrides it did not hold (deleted while the watch was down), reconciling their sets.
     pub fn handle_override(&self, event: &watcher::Event<cmset_api::WindowOverride>) -> Triggers {
-        use cmset_core::break_glass::OverrideView;
+        use cmset_core::policy::break_glass::OverrideView;
         self.count(OVERRIDES, event);
         let mut out = Triggers::default();
         {
@@ -295,7 +298,7 @@ impl Index {
                         Ok(parsed) => Some(parsed),
                         Err(problems) => {
                             let name = w.metadata.name.as_deref().unwrap_or_default();
-                            let why = cmset_core::validate::summary(&problems);
+                            let why = cmset_core::content::validate::summary(&problems);
                             tracing::warn!(changewindow = %name, problems = %why, "ignoring a ChangeWindow that does not parse");
                             None
                         }
@@ -386,7 +389,9 @@ impl Index {
             return ClusterView::Unknown(unknown);
         }
         match seen {
-            WindowsSeen::Listed(all) => ClusterView::Known(cmset_core::window_hold::windows_for(set, &all)),
+            WindowsSeen::Listed(all) => {
+                ClusterView::Known(cmset_core::rollout::window_hold::windows_for(set, &all))
+            }
             _ => ClusterView::Known(Vec::new()),
         }
     }

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use cmset_core::break_glass::OverrideView;
+use cmset_core::policy::break_glass::OverrideView;
 
 use crate::engine::sparse::ShrinkIfSparse;
 

@@ -6,9 +6,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use cmset_core::observe::RevisionView;
-use cmset_core::refs::Referenced;
 use cmset_core::set::SetKind;
+use cmset_core::workloads::observe::RevisionView;
+use cmset_core::workloads::refs::Referenced;
 
 use crate::engine::sparse::ShrinkIfSparse;
 
@@ -87,7 +87,7 @@ impl Revisions {
         name: &str,
         content: &str,
     ) -> bool {
-        let plain_name = cmset_core::naming::revision_name(name, content);
+        let plain_name = cmset_core::revisions::naming::revision_name(name, content);
         self.by_label
             .get(&(kind, Key::new(namespace, label)))
             .is_some_and(|revisions| {

@@ -7,9 +7,9 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use cmset_core::naming;
-use cmset_core::observe::RefNames;
+use cmset_core::revisions::naming;
 use cmset_core::set::{SetKind, SetRef};
+use cmset_core::workloads::observe::RefNames;
 
 use crate::engine::sparse::ShrinkIfSparse;
 
@@ -44,7 +44,7 @@ impl SetFacts {
             generation: set.generation(),
             valid,
             identity: valid
-                .then(|| cmset_core::revision::inline_identity(set))
+                .then(|| cmset_core::revisions::revision::inline_identity(set))
                 .flatten(),
             source: set.source_name().map(str::to_string),
             label: naming::set_label_value(set.name()),

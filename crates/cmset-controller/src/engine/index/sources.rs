@@ -9,8 +9,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use cmset_core::refs::Referenced;
 use cmset_core::set::SetKind;
+use cmset_core::workloads::refs::Referenced;
 
 use crate::engine::sparse::ShrinkIfSparse;
 

@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, SecretSet, labels};
-use cmset_core::observe::WorkloadKind;
 use cmset_core::set::SetKind;
+use cmset_core::workloads::observe::WorkloadKind;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapEnvSource, Container, EnvFromSource, PodSpec, PodTemplateSpec, Secret,
@@ -15,7 +15,7 @@ use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 
-use cmset_core::window_hold::{ClusterView, UnknownCause, WindowsUnknown};
+use cmset_core::rollout::window_hold::{ClusterView, UnknownCause, WindowsUnknown};
 
 use super::{Index, Indexed, Key, SetId, SourceLookup, Triggers};
 use crate::engine::stored_workload::StoredWorkload;
@@ -170,9 +170,12 @@ fn workloads(keys: &[&str]) -> BTreeSet<(WorkloadKind, Key)> {
 
 /// The revision of `set`'s content, named and marked as the set controller makes it.
 fn revision_of(set: &ConfigMapSet) -> PartialObjectMeta<ConfigMap> {
-    let content = cmset_core::revision::inline_identity(set.into()).unwrap();
+    let content = cmset_core::revisions::revision::inline_identity(set.into()).unwrap();
     let name = set.metadata.name.clone().unwrap();
-    let mut r = revision(&name, &cmset_core::naming::revision_name(&name, &content));
+    let mut r = revision(
+        &name,
+        &cmset_core::revisions::naming::revision_name(&name, &content),
+    );
     r.metadata.annotations = Some(BTreeMap::from([(labels::CONTENT_HASH.into(), content)]));
     r
 }
@@ -897,12 +900,12 @@ fn a_workload_s_cached_template_keeps_only_its_references() {
     assert_eq!(d.metadata.annotations, None);
     // cmset's hold is the one annotation a decision reads.
     held.annotations_mut()
-        .insert(cmset_core::hold::HELD_SINCE.into(), "t".into());
+        .insert(cmset_core::rollout::hold::HELD_SINCE.into(), "t".into());
     held.slim();
     assert_eq!(
         held.metadata.annotations,
         Some(BTreeMap::from([(
-            cmset_core::hold::HELD_SINCE.into(),
+            cmset_core::rollout::hold::HELD_SINCE.into(),
             "t".into()
         )]))
     );

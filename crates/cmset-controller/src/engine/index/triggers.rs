@@ -5,8 +5,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 
 use cmset_api::{ConfigMapSet, SecretSet};
-use cmset_core::observe::WorkloadKind;
 use cmset_core::set::SetKind;
+use cmset_core::workloads::observe::WorkloadKind;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use kube::Resource;
 use kube::api::ApiResource;

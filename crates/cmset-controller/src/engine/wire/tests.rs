@@ -129,10 +129,10 @@ fn a_pod_decodes_to_the_same_references_and_no_status() {
     let wire = Pod::from(serde_json::from_value::<WirePod>(value).unwrap());
     assert_eq!(wire.status, None);
     assert_eq!(wire.metadata.managed_fields, None);
-    let names = cmset_core::observe::RefNames::of(wire.spec.as_ref().unwrap());
+    let names = cmset_core::workloads::observe::RefNames::of(wire.spec.as_ref().unwrap());
     assert_eq!(
         names,
-        cmset_core::observe::RefNames::of(whole.spec.as_ref().unwrap()),
+        cmset_core::workloads::observe::RefNames::of(whole.spec.as_ref().unwrap()),
         "the Pod's references, as the whole Pod has them"
     );
     assert!(names.secrets.contains("creds-2t9h5m6c8b") && names.secrets.contains("tls"));
@@ -184,7 +184,7 @@ fn wire_path<K: Resource<DynamicType = ()>>() -> String {
 /// and for a declared kind that keeps its template outside `spec`.
 #[test]
 fn a_workload_decodes_to_the_same_stored_workload_as_the_whole_dynamic_object() {
-    use cmset_core::observe::WorkloadKind;
+    use cmset_core::workloads::observe::WorkloadKind;
     use kube::api::DynamicObject;
 
     use crate::engine::stored_workload::StoredWorkload;

@@ -2,7 +2,7 @@
 //! ControllerRevisions (of StatefulSets and DaemonSets) and Jobs (of CronJobs), reduced to the names
 //! they reference; never cached whole.
 
-use cmset_core::observe::{HistoryKind, HistoryObject, RefNames};
+use cmset_core::workloads::observe::{HistoryKind, HistoryObject, RefNames};
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
 use k8s_openapi::api::batch::v1::Job;
 

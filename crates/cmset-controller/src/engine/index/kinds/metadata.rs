@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 
 use cmset_api::labels;
-use cmset_core::observe::RevisionView;
-use cmset_core::refs::Referenced;
+use cmset_core::workloads::observe::RevisionView;
+use cmset_core::workloads::refs::Referenced;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::core::PartialObjectMeta;

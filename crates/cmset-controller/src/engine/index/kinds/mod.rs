@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | ConfigMapSet, SecretSet | `sets.rs` | set facts and tracking; which sets version which source |
 //! | ConfigMap, Secret (metadata only) | `metadata.rs` | revisions; the versions seen of sources |
-//! | every workload kind of the table (`cmset_core::kinds`) | `workloads.rs` | their reader names; their waves and health |
+//! | every workload kind of the table (`cmset_core::workloads::kinds`) | `workloads.rs` | their reader names; their waves and health |
 //! | ReplicaSet, ControllerRevision, Job (of CronJobs) | `history.rs` | their reader names; their history views |
 //! | Pod | `pods.rs` | its reader names |
 

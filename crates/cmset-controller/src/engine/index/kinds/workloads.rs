@@ -1,10 +1,10 @@
-//! Opted-in workloads of every kind in the table (`cmset_core::kinds`), watched as dynamic objects:
+//! Opted-in workloads of every kind in the table (`cmset_core::workloads::kinds`), watched as dynamic objects:
 //! only the references of their pod template are kept (see [`crate::engine::stored_workload`]); the store keeps
 //! the slim object for the controller keyed by it, and the index their names, wave and health.
 
 use cmset_api::labels;
-use cmset_core::moved;
-use cmset_core::observe::WorkloadKind;
+use cmset_core::rollout::moved;
+use cmset_core::workloads::observe::WorkloadKind;
 
 use super::Ops;
 use crate::engine::index::graph::PlannedFrom;
@@ -34,7 +34,7 @@ impl Ops<StoredWorkload> for WorkloadKind {
         let progress = view.filter(|_| kind.is_mutable()).map(|v| (v.wave, v.health));
         if let Some(budget) = &state.budget {
             // Moving, for the budget: rolling out the generation a move by cmset gave it (its mark),
-            // never merely unhealthy (see `cmset_core::moved`).
+            // never merely unhealthy (see `cmset_core::rollout::moved`).
             let generation = obj.metadata.generation.unwrap_or(0);
             let mark = obj.metadata.labels.as_ref().and_then(|l| l.get(moved::MOVED));
             let rolling = progress.as_ref().is_some_and(|(_, health)| {

@@ -10,9 +10,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::{Map, Value, json};
 
-use crate::naming::{revision_name, set_label_value};
-use crate::observe::{HistoryObject, RevisionView, WorkloadKind, WorkloadView};
+use crate::revisions::naming::{revision_name, set_label_value};
 use crate::set::{Content, SetRef};
+use crate::workloads::observe::{HistoryObject, RevisionView, WorkloadKind, WorkloadView};
 
 /// The name a new revision of `content` gets, given the set's collision count.
 pub fn next_revision_name(set: SetRef<'_>, content: &Content<'_>) -> String {
@@ -181,7 +181,7 @@ pub fn new_revision(set: SetRef<'_>, content: &Content<'_>, name: &str, number: 
             type_: Some(
                 type_
                     .filter(|t| !t.is_empty())
-                    .unwrap_or(crate::hash::secret::DEFAULT_SECRET_TYPE)
+                    .unwrap_or(crate::set::DEFAULT_SECRET_TYPE)
                     .to_string(),
             ),
             data: data.filter(|d| !d.is_empty()).cloned(),
@@ -311,6 +311,28 @@ fn map_diff(current: &BTreeMap<String, String>, desired: &BTreeMap<String, Strin
         }
     }
     (!diff.is_empty()).then_some(Value::Object(diff))
+}
+
+/// The live revision holding `content`: found by its content mark, or failing that (someone removed the
+/// annotation) by the collision-free name, which only this content can have. The metadata stage then
+/// restores the mark.
+pub(crate) fn revision_with_content<'a, I>(
+    set: SetRef<'_>,
+    owned: I,
+    content: &str,
+) -> Option<&'a RevisionView>
+where
+    I: IntoIterator<Item = &'a RevisionView>,
+    I::IntoIter: Clone,
+{
+    let live = owned.into_iter().filter(|r| !r.being_deleted);
+    let plain_name = revision_name(set.name(), content);
+    live.clone()
+        .find(|r| r.annotations.get(labels::CONTENT_HASH).map(String::as_str) == Some(content))
+        .or_else(|| {
+            live.clone()
+                .find(|r| r.name == plain_name && !r.annotations.contains_key(labels::CONTENT_HASH))
+        })
 }
 
 #[cfg(test)]

@@ -10,10 +10,10 @@ use cmset_api::labels;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::health::{self, Health, Wave};
-use crate::refs::{self, Referenced};
+use crate::workloads::health::{self, Health, Wave};
+use crate::workloads::refs::{self, Referenced};
 
-pub use crate::kinds::WorkloadKind;
+pub use crate::workloads::kinds::WorkloadKind;
 
 /// An opted-in workload: its identity and the pod spec of its current template.
 #[derive(Clone, Debug, PartialEq)]

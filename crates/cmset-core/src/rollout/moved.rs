@@ -24,7 +24,7 @@ use serde_json::Value;
 
 pub use cmset_api::labels::MOVED;
 
-use crate::health::Health;
+use crate::workloads::health::Health;
 
 const LABELS: &Pointer = Pointer::from_static("/metadata/labels");
 const GENERATION: &Pointer = Pointer::from_static("/metadata/generation");

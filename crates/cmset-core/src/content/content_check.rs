@@ -17,9 +17,9 @@ use std::fmt;
 use cmset_api::{ConfigMapKeyRef, ContentFormat, KeyValidation, ValidationSpec};
 use serde_json::Value;
 
-use crate::message::join_capped;
 use crate::set::Content;
-use crate::validate::Problem;
+use crate::status::message::join_capped;
+use crate::status::problem::Problem;
 
 /// What a key not judged in time is refused with.
 const OVER_BUDGET: &str = "was not judged: over the time budget";

@@ -52,7 +52,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 /// Where the pod spec of a template at `spec.template` lives in the object (most kinds; each kind's own
-/// is in its entry of [`crate::kinds`]): the `pod_spec` to pass to [`json_patch`] for them.
+/// is in its entry of [`crate::workloads::kinds`]): the `pod_spec` to pass to [`json_patch`] for them.
 pub const TEMPLATE_POD_SPEC_POINTER: &Pointer = Pointer::from_static("/spec/template/spec");
 
 /// The JSON pointer made of these tokens (field names and list indices), escaped as RFC 6901 requires.

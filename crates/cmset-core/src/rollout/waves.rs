@@ -48,12 +48,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::SignedDuration;
 
 use crate::analysis::{self, Analysis, WaveStage, WaveSubject, Workload};
-use crate::health::{Health, Wave};
-use crate::kinds::WorkloadKind;
-use crate::observe::WorkloadView;
-use crate::refs::Referenced;
+use crate::rollout::window_hold::WindowState;
 use crate::set::{Promoted, SetRef, rollout_id};
-use crate::window_hold::WindowState;
+use crate::workloads::health::{Health, Wave};
+use crate::workloads::kinds::WorkloadKind;
+use crate::workloads::observe::WorkloadView;
+use crate::workloads::refs::Referenced;
 
 /// One workload that reads the set, with the status entry the reference rules gave it (`Current`,
 /// `Pending` or `Pinned`).
@@ -108,7 +108,7 @@ pub struct WaveInput<'a> {
     /// The set's metric analysis, when its spec asks for one.
     pub analysis: Option<WaveAnalysis<'a>>,
     /// The set's strategy is `Immediate`: every reader moves at once, held only by the change windows
-    /// that bind it (see [`crate::window_hold`]).
+    /// that bind it (see [`crate::rollout::window_hold`]).
     pub immediate: bool,
     /// What the change windows say of the set now.
     pub windows: &'a WindowState,
@@ -116,7 +116,7 @@ pub struct WaveInput<'a> {
 
 /// The `WindowOverridden` Event: which WindowOverride let the rollout through, and who created it as
 /// cmset's webhook recorded it ("not recorded" when it did not answer).
-fn overridden_message(current: &str, grant: &crate::break_glass::OverrideView) -> String {
+fn overridden_message(current: &str, grant: &crate::policy::break_glass::OverrideView) -> String {
     format!(
         "The rollout of {current} goes through the change windows: overridden by WindowOverride {} (requested by {})",
         grant.name,
@@ -177,7 +177,7 @@ pub enum WaveEvent {
     /// Failed, with the message that names the workload and why.
     Failed(String),
     /// The set's checks run against the revision; nothing moves until they pass (see
-    /// [`crate::check_gate`]).
+    /// [`crate::rollout::check_gate`]).
     Checking(String),
     /// A check failed against the revision (the rollout fails with it).
     CheckFailed(String),
@@ -342,7 +342,7 @@ pub fn plan_waves(input: &WaveInput<'_>, members: Vec<Member<'_>>) -> WaveOutcom
             let message = format!(
                 "the rollout of {} failed in wave {wave}: {}",
                 input.current,
-                crate::message::join_capped(&failures, 512)
+                crate::status::message::join_capped(&failures, 512)
             );
             rollout.phase = RolloutPhase::Failed;
             rollout.wave_healthy_since = None;
@@ -648,7 +648,7 @@ fn hold_event(
     phase: RolloutPhase,
     rollout: &RolloutStatus,
     current: &str,
-    window: Option<&crate::window_hold::WindowHold>,
+    window: Option<&crate::rollout::window_hold::WindowHold>,
 ) -> WaveEvent {
     let wave = rollout.wave;
     match phase {
@@ -795,7 +795,7 @@ fn judge_wave(
         }
     }
     let verdict = analysis::wave_verdict(&runs, wave);
-    let why = crate::message::join_capped(&analysis::clauses(&runs, wave, verdict), 512);
+    let why = crate::status::message::join_capped(&analysis::clauses(&runs, wave, verdict), 512);
     JudgedWave {
         runs,
         verdict,
@@ -1081,7 +1081,7 @@ pub enum Gate {
 /// The gate for `workload` on the references to `set`, whose current revision is `current`.
 /// `lowest_wave` is the lowest wave among the workloads that read the set: before the status records a
 /// rollout of `current`, only that wave moves (with no waves at all, that is every workload, at once).
-/// `window_held`: the change windows hold the set's moves now (see [`crate::window_hold`]); like a
+/// `window_held`: the change windows hold the set's moves now (see [`crate::rollout::window_hold`]); like a
 /// pause, it keeps every workload where it stands, and never holds a rollback.
 pub fn gate(
     set: SetRef<'_>,
@@ -1137,7 +1137,7 @@ pub fn gate(
 }
 
 /// The state a workload has under `gate`, when the reference rules alone give it `state` (`Current`,
-/// `Pending` or `Pinned`, see [`crate::rollout::workload_status`]): the state [`plan_waves`] gave it
+/// `Pending` or `Pinned`, see [`crate::rollout::pinning::workload_status`]): the state [`plan_waves`] gave it
 /// when it wrote the rollout that the gate reads back. Marked for rollback, it is `RolledBack` (moved
 /// back already or not yet); held back, a workload that would move is `Waiting`, unless it names the
 /// bare set (`opting_in`: it moves whatever the waves say).

@@ -12,7 +12,7 @@
 //!
 //! The same holds for a new Argo Rollout (also `spec.paused`) and a new CronJob (`spec.suspend`: no
 //! Job starts while it is suspended). Only new objects are held: pausing one that runs would stop a
-//! rollout someone started; StatefulSets, DaemonSets and Jobs cannot be held (see [`crate::kinds`]).
+//! rollout someone started; StatefulSets, DaemonSets and Jobs cannot be held (see [`crate::workloads::kinds`]).
 
 use json_patch::jsonptr::{Pointer, PointerBuf};
 use json_patch::{AddOperation, PatchOperation, RemoveOperation, TestOperation};
@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 pub use cmset_api::labels::{HELD_SINCE, HOLD_LIMIT_SECONDS};
 
-use crate::kinds::WorkloadKind;
+use crate::workloads::kinds::WorkloadKind;
 
 const ANNOTATIONS: &Pointer = Pointer::from_static("/metadata/annotations");
 

@@ -1,7 +1,6 @@
 //! Tables for the parsers, DST and leap days, the verdict's cases, and properties of `evaluate`.
 
 use super::*;
-use cmset_api::{ConfigMapSetSpec, RolloutSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 use proptest::prelude::*;
 
@@ -414,24 +413,6 @@ fn parse_all_reports_every_problem() {
     );
     let parsed = parse_all(&windows[1..2], &WindowSource::Set, "spec.rollout.windows").unwrap();
     assert_eq!(parsed.len(), 1);
-}
-
-#[test]
-fn set_validation_names_the_window_field() {
-    let set = ConfigMapSetSpec {
-        rollout: Some(RolloutSpec {
-            windows: vec![spec(WindowKind::Deny, "0 25 * * *", "1h", None)],
-            ..RolloutSpec::default()
-        }),
-        ..ConfigMapSetSpec::default()
-    };
-    let problems = crate::validate::validate("app", &set).unwrap_err();
-    assert!(
-        problems.iter().any(|p| p
-            .to_string()
-            .starts_with("spec.rollout.windows[0].schedule: hour field \"25\"")),
-        "{problems:?}"
-    );
 }
 
 #[test]

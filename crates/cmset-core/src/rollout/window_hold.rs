@@ -1,7 +1,7 @@
 //! Whether the change windows hold a set's rollout at an instant: the set's own windows
 //! (`spec.rollout.windows`) and the cluster's that select it (`ChangeWindow`), evaluated together (see
-//! [`crate::windows`]), less a break-glass `WindowOverride` of that very rollout
-//! ([`crate::break_glass`]).
+//! [`crate::policy::windows`]), less a break-glass `WindowOverride` of that very rollout
+//! ([`crate::policy::break_glass`]).
 //!
 //! A window holds only moves to a new revision and the opening of waves. Rollbacks, a new workload's
 //! first start (but for a Job a held CronJob starts: it runs what the CronJob runs), revisions and
@@ -21,10 +21,10 @@ use cmset_api::{ChangeWindow, RolloutStatus, Strategy};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::break_glass::{BreakGlass, OverrideView};
+use crate::policy::break_glass::{BreakGlass, OverrideView};
+use crate::policy::windows::{self, Verdict, Window, WindowSource};
 use crate::set::SetRef;
-use crate::validate::Problem;
-use crate::windows::{self, Verdict, Window, WindowSource};
+use crate::status::problem::Problem;
 
 /// Why the windows hold a set's moves now, and until when.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,7 +46,7 @@ pub struct WindowState {
     pub changes_at: Option<Timestamp>,
     /// The set's windows could not be read: the set is invalid, and its own windows are left out.
     pub invalid: bool,
-    /// The set's break glass: its WindowOverrides (see [`crate::break_glass`]); only one naming the
+    /// The set's break glass: its WindowOverrides (see [`crate::policy::break_glass`]); only one naming the
     /// rollout lets it through.
     pub break_glass: BreakGlass,
     /// The cluster's windows are unknown now, and why: every move is held (see [`verdict`]).

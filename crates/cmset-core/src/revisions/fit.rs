@@ -8,7 +8,7 @@
 //! 1. A settled workload (it runs the current revision, its rollout record says it ran it while it was
 //!    current, nothing is rolling out to it and nothing is said of it) leaves the list; only its rollout
 //!    record stays, as 12 hexadecimal digits of its UID's hash in [`SettledWorkloads`] (15 bytes instead of about 200).
-//!    [`crate::rollout::rollout_record`] reads it back, so a later `kubectl rollout undo` is still
+//!    [`crate::rollout::pinning::rollout_record`] reads it back, so a later `kubectl rollout undo` is still
 //!    told apart from an update not yet made.
 //! 2. If the list still does not fit, entries that carry nothing a decision reads back (waiting or
 //!    pending, with no move time, message or previous revision: all of it is the workload's own) leave

@@ -13,10 +13,10 @@
 use cmset_api::{ConfigMapSetStatus, WorkloadState};
 use std::time::Duration;
 
-use crate::observe::{HistoryObject, RevisionView, WorkloadView};
-use crate::rollout::SetTarget;
+use crate::rollout::pinning::SetTarget;
+use crate::rollout::waves;
 use crate::set::SetRef;
-use crate::waves;
+use crate::workloads::observe::{HistoryObject, RevisionView, WorkloadView};
 
 /// What is known of the content of a set's spec.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,12 +47,12 @@ pub struct Observed<'a> {
     /// The lowest wave among the workloads that read the set (0 without waves).
     pub lowest_wave: i32,
     /// The change windows hold the set's moves now, before any override (see
-    /// [`crate::window_hold::WindowState::gate_inputs`]).
+    /// [`crate::rollout::window_hold::WindowState::gate_inputs`]).
     /// Admission of a new workload passes false (its first start names the current revision), but for
     /// a Job a CronJob starts (see [`crate::admission::windows_apply`]).
     pub window_held: bool,
     /// The revision whose rollout a WindowOverride lets through the windows (see
-    /// [`crate::window_hold::WindowState::gate_inputs`]): `window_held` does not hold a move to it.
+    /// [`crate::rollout::window_hold::WindowState::gate_inputs`]): `window_held` does not hold a move to it.
     pub window_override: Option<&'a str>,
 }
 
@@ -80,7 +80,7 @@ pub fn target(observed: &Observed<'_>, workload: &WorkloadView) -> Result<SetTar
 /// [`target`], by an observer that also sees the retained ReplicaSets and ControllerRevisions of the
 /// namespace (`history`, of any owner): when the set's status has no rollout record for the workload
 /// (it was lost), they tell whether it ran the current revision, so that a rollback is not taken for a
-/// missed update (see [`crate::rollout::rollout_record`]). The set planner decides so.
+/// missed update (see [`crate::rollout::pinning::rollout_record`]). The set planner decides so.
 pub fn target_seeing(
     observed: &Observed<'_>,
     workload: &WorkloadView,
@@ -104,7 +104,8 @@ pub fn target_seeing(
     // A revision the set's checks have not passed is held like a change window holds one: nothing
     // moves to it (an opting-in workload still starts), and a rollback is never held.
     let records = set.status().and_then(|s| s.checks.as_deref()).unwrap_or_default();
-    let checks_held = crate::check_gate::held(set.checks(), &target.current, observed.revisions, records);
+    let checks_held =
+        crate::rollout::check_gate::held(set.checks(), &target.current, observed.revisions, records);
     let gate = waves::gate(
         set,
         &target.current,

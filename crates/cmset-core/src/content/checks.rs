@@ -24,9 +24,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelecto
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::hash::{HASH_LEN, short_hash};
-use crate::naming::{MAX_LABEL_VALUE_LEN, revision_name, set_label_value};
-use crate::refs::{Referenced, apply_changes, find_refs_to, plan_rewrite_to};
+use crate::revisions::hash::{HASH_LEN, short_hash};
+use crate::revisions::naming::{MAX_LABEL_VALUE_LEN, revision_name, set_label_value};
+use crate::workloads::refs::{Referenced, apply_changes, find_refs_to, plan_rewrite_to};
 
 pub mod restricted;
 pub use restricted::Refusal;
@@ -727,7 +727,7 @@ mod tests {
         for (set, len) in cases {
             let name = job_name(set, "b7k2d9m4tc", "c8d9f2g4h5");
             assert_eq!(name.len(), len, "{name}");
-            assert!(crate::naming::is_label_value(&name));
+            assert!(crate::revisions::naming::is_label_value(&name));
         }
         assert_ne!(
             job_name(&format!("{}x", "a".repeat(60)), "b7k2d9m4tc", "c8d9f2g4h5"),

@@ -3,7 +3,7 @@
 //! The waves are planned as if there were no check; this stage then holds a rollout that is still
 //! under way in phase `Checking` while a check has no verdict, and fails it when one failed. The
 //! workloads themselves are held by the decision every workload goes through ([`held`], read by
-//! [`crate::decide`]), so a workload never moves to a revision that has not passed, whichever replica
+//! [`crate::rollout::decide`]), so a workload never moves to a revision that has not passed, whichever replica
 //! or path asks.
 //!
 //! A rollout that completed, or failed for another reason, is left alone: checks gate the way into a
@@ -15,9 +15,9 @@ use std::time::Duration;
 use cmset_api::{Check, CheckRecord, RolloutPhase, RolloutStatus, WorkloadState};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::checks::{self, CheckPlan, Gate, JobOutcome};
-use crate::observe::RevisionView;
-use crate::waves::{WaveEvent, WaveOutcome, whole_second_after};
+use crate::content::checks::{self, CheckPlan, Gate, JobOutcome};
+use crate::rollout::waves::{WaveEvent, WaveOutcome, whole_second_after};
+use crate::workloads::observe::RevisionView;
 
 /// How often a rollout in `Checking` looks at its check Jobs again.
 pub const POLL_EVERY: Duration = Duration::from_secs(2);
@@ -174,7 +174,7 @@ pub fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::{RESULTS_ANNOTATION, check_hash};
+    use crate::content::checks::{RESULTS_ANNOTATION, check_hash};
     use serde_json::json;
 
     fn check(name: &str) -> Check {

@@ -2,15 +2,15 @@
 //!
 //! "In use" means named by an opted-in workload's pod template, by a retained ReplicaSet or
 //! ControllerRevision (what `kubectl rollout undo --to-revision` returns to), or by a Pod. Retained history
-//! objects also become extra owners of the revisions they name (see [`crate::revision::history_owner_reference`]),
+//! objects also become extra owners of the revisions they name (see [`crate::revisions::revision::history_owner_reference`]),
 //! so a revision with any owner besides its set is in use even when the informer cache has not caught up,
 //! and the garbage collector keeps it for exactly as long as the history object exists. A DELETE ignores
 //! owners, so pruning checks them itself.
 
 use std::collections::BTreeSet;
 
-use crate::observe::{HistoryObject, RevisionView, WorkloadView};
-use crate::refs::Referenced;
+use crate::workloads::observe::{HistoryObject, RevisionView, WorkloadView};
+use crate::workloads::refs::Referenced;
 
 /// Everything known to name objects of one kind (the kind of a set's revisions) right now.
 #[derive(Clone, Debug, Default)]
@@ -48,7 +48,7 @@ impl Usage {
             || revision
                 .owner_references
                 .iter()
-                .any(|o| o.uid != set_uid && !crate::revision::is_reader_owner(o))
+                .any(|o| o.uid != set_uid && !crate::revisions::revision::is_reader_owner(o))
     }
 }
 

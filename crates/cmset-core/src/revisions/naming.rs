@@ -1,9 +1,10 @@
 //! Names of revisions, the label that ties them to their set, and the Kubernetes name rules they obey.
 //!
 //! A revision of set `app` is the ConfigMap `app-<hash>`, where `<hash>` is the 10-character
-//! [content hash](crate::hash::content_hash), and carries the label `cmset.dev/set: app`.
+//! [content hash](crate::revisions::hash::content_hash), and carries the label `cmset.dev/set: app`.
 
-use crate::hash::{HASH_LEN, is_hash, short_hash};
+use crate::revisions::hash::{HASH_LEN, is_hash, short_hash};
+use crate::status::problem::Problem;
 
 /// Longest name of an object Kubernetes accepts (a DNS subdomain, RFC 1123). Defined with the API,
 /// whose schemas use it too.
@@ -135,6 +136,97 @@ pub(crate) fn has_label_value_form(s: &str) -> bool {
 /// The characters a label value (or the name part of a label key) may hold.
 fn is_label_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
+}
+
+/// Most characters in the name part of a label or annotation key.
+pub const MAX_QUALIFIED_NAME_LEN: usize = 63;
+
+/// What a DNS subdomain looks like, as Kubernetes says it (with an example).
+pub(crate) const DNS_SUBDOMAIN_FORM: &str = "must consist of lowercase alphanumeric characters, '-' or '.', and each \
+     '.'-separated part must start and end with an alphanumeric character (e.g. 'example.com')";
+
+/// A label or annotation key: a name, optionally preceded by a DNS subdomain and `/`, as Kubernetes'
+/// `IsQualifiedName` checks it.
+pub(crate) fn check_qualified_name(field: &str, key: &str, problems: &mut Vec<Problem>) {
+    let (prefix, name) = match key.split_once('/') {
+        Some((_, rest)) if rest.contains('/') => {
+            problems.push(Problem::new(
+                field,
+                "key may contain at most one '/', between an optional DNS subdomain prefix and a name \
+                 (e.g. 'example.com/my-name')",
+            ));
+            return;
+        }
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix {
+        if prefix.is_empty() {
+            problems.push(Problem::new(field, "key prefix (before '/') must not be empty"));
+        } else {
+            if prefix.len() > MAX_DNS_SUBDOMAIN_LEN {
+                problems.push(Problem::new(
+                    field,
+                    format!(
+                        "key prefix (before '/') is {} characters long; at most {MAX_DNS_SUBDOMAIN_LEN} are allowed",
+                        prefix.len()
+                    ),
+                ));
+            }
+            if !has_dns_subdomain_form(prefix) {
+                problems.push(Problem::new(
+                    field,
+                    format!("key prefix (before '/') {DNS_SUBDOMAIN_FORM}"),
+                ));
+            }
+        }
+    }
+    let part = if prefix.is_some() {
+        "key name (after '/')"
+    } else {
+        "key"
+    };
+    if name.is_empty() {
+        problems.push(Problem::new(field, format!("{part} must not be empty")));
+        return;
+    }
+    if name.len() > MAX_QUALIFIED_NAME_LEN {
+        problems.push(Problem::new(
+            field,
+            format!(
+                "{part} is {} characters long; at most {MAX_QUALIFIED_NAME_LEN} are allowed",
+                name.len()
+            ),
+        ));
+    }
+    if !has_label_value_form(name) {
+        problems.push(Problem::new(
+            field,
+            format!(
+                "{part} must consist of alphanumeric characters, '-', '_' or '.', and must start and end \
+                 with an alphanumeric character"
+            ),
+        ));
+    }
+}
+
+pub(crate) fn check_label_value(field: &str, value: &str, problems: &mut Vec<Problem>) {
+    if value.len() > MAX_LABEL_VALUE_LEN {
+        problems.push(Problem::new(
+            field,
+            format!(
+                "value is {} characters long; at most {MAX_LABEL_VALUE_LEN} are allowed",
+                value.len()
+            ),
+        ));
+    }
+    if !value.is_empty() && !has_label_value_form(value) {
+        problems.push(Problem::new(
+            field,
+            "value must be empty or consist of alphanumeric characters, '-', '_' or '.', and must start and \
+             end with an alphanumeric character",
+        ));
+    }
 }
 
 #[cfg(test)]

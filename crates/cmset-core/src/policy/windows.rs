@@ -23,7 +23,8 @@ use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use crate::validate::{Problem, check_label_value, check_qualified_name};
+use crate::revisions::naming::{check_label_value, check_qualified_name};
+use crate::status::problem::Problem;
 use schedule::Schedule;
 
 /// How far ahead (and, for long windows, behind) fires are looked for. Ten years and then some:

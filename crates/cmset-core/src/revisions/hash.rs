@@ -56,6 +56,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use sha2::{Digest, Sha256};
 
+use crate::set::{Content, SetRef, Source, SourceState};
+use secret::secret_hash;
+
 pub mod secret;
 
 /// Number of characters in a hash.
@@ -290,6 +293,36 @@ fn base64_standard(bytes: &[u8]) -> String {
         out.push(if chunk.len() > 2 { sextet(0) } else { '=' });
     }
     out
+}
+
+/// A set's content named by its hash: defined here, with the hashes, so that the set view needs
+/// nothing above it.
+impl Content<'_> {
+    /// The hash naming a revision of this content, with the set's collision count: kustomize's
+    /// configMapGenerator or secretGenerator hash when the count is 0.
+    pub fn hash(&self, collision_count: i32) -> String {
+        match *self {
+            Self::ConfigMap { data, binary_data } => content_hash(data, binary_data, collision_count),
+            Self::Secret { type_, data } => secret_hash(type_, data, collision_count),
+        }
+    }
+
+    /// The identity of the content: its hash without a collision count.
+    pub fn identity(&self) -> String {
+        self.hash(0)
+    }
+}
+
+impl SourceState<'_> {
+    /// The content identity of `set` given this state, when there is one: the content to version.
+    pub fn identity(&self, set: SetRef<'_>) -> Option<String> {
+        match (self, set.source()) {
+            (Self::Inline, Source::Inline(content)) => Some(content.identity()),
+            (Self::Read(content), _) => Some(content.identity()),
+            (Self::Known(identity), _) => Some((*identity).to_string()),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ pub enum HistoryRule {
     None,
 }
 
-/// How a kind's rollout is read from its status (see [`crate::health`]).
+/// How a kind's rollout is read from its status (see [`crate::workloads::health`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum HealthRule {
     Deployment,
@@ -376,7 +376,7 @@ impl Declaration {
                 .map(|t| if text.starts_with('/') {
                     t.clone()
                 } else {
-                    crate::refs::escape_pointer_token(t)
+                    crate::workloads::refs::escape_pointer_token(t)
                 })
                 .collect::<Vec<_>>()
                 .join("/")

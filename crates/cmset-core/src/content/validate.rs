@@ -10,18 +10,19 @@
 //! Every problem is reported, not only the first, so that one edit can fix them all.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use cmset_api::{ConfigMapSetSpec, MAX_CONFIGMAP_BYTES, SecretSetSpec, TemplateMetadata};
 use k8s_openapi::ByteString;
 
-use crate::hash::HASH_LEN;
-use crate::message::join_capped;
-use crate::naming::{
-    MAX_DNS_SUBDOMAIN_LEN, MAX_LABEL_VALUE_LEN, MAX_SET_NAME_LEN, has_dns_subdomain_form,
-    has_label_value_form,
+use crate::policy::windows::{WindowSource, parse_all};
+use crate::revisions::hash::HASH_LEN;
+use crate::revisions::naming::{
+    DNS_SUBDOMAIN_FORM, MAX_DNS_SUBDOMAIN_LEN, MAX_SET_NAME_LEN, check_label_value, check_qualified_name,
+    has_dns_subdomain_form,
 };
-use crate::windows::{WindowSource, parse_all};
+use crate::set::SetRef;
+use crate::status::message::join_capped;
+use crate::status::problem::Problem;
 
 /// Most bytes the annotations of an object may take, keys and values together (Kubernetes'
 /// `TotalAnnotationSizeLimitB`).
@@ -30,39 +31,12 @@ pub const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
 /// Most characters in a ConfigMap key, as in Kubernetes' `IsConfigMapKey`.
 pub const MAX_CONFIGMAP_KEY_LEN: usize = MAX_DNS_SUBDOMAIN_LEN;
 
-/// Most characters in the name part of a label or annotation key.
-pub const MAX_QUALIFIED_NAME_LEN: usize = 63;
-
 /// Key prefix of cmset's own labels and annotations (and its subdomains, as `*.kubernetes.io` is
 /// Kubernetes'). A template may not set them: cmset would overwrite them, or worse, believe them.
 pub const RESERVED_PREFIX: &str = "cmset.dev";
 
 /// Longest [`summary`], in bytes.
 pub const SUMMARY_MAX_LEN: usize = 1000;
-
-/// One thing wrong with a ConfigMapSet.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Problem {
-    /// Path of the offending field as a user writes it, e.g. `spec.template.data["bad key"]`.
-    pub field: String,
-    /// What is wrong and what is allowed, e.g. `key must consist of alphanumeric characters, '-', '_' or '.'`.
-    pub message: String,
-}
-
-impl Problem {
-    pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)
-    }
-}
 
 /// Checks everything about set `set_name` with `spec` that the schema cannot, and returns every
 /// problem found, in the order of the fields.
@@ -109,7 +83,7 @@ pub fn validate(set_name: &str, spec: &ConfigMapSetSpec) -> Result<(), Vec<Probl
 
     check_history_limit(spec.revision_history_limit, &mut problems);
     check_rollout(spec.rollout.as_ref(), &mut problems);
-    problems.extend(crate::content_check::spec_problems(&spec.validation));
+    problems.extend(crate::content::content_check::spec_problems(&spec.validation));
     into_result(problems)
 }
 
@@ -121,7 +95,7 @@ pub fn validate_secret_set(set_name: &str, spec: &SecretSetSpec) -> Result<(), V
     check_template_metadata(&spec.template.metadata, &mut problems);
     check_history_limit(spec.revision_history_limit, &mut problems);
     check_rollout(spec.rollout.as_ref(), &mut problems);
-    problems.extend(crate::content_check::spec_problems(&spec.validation));
+    problems.extend(crate::content::content_check::spec_problems(&spec.validation));
     into_result(problems)
 }
 
@@ -137,7 +111,7 @@ fn into_result(problems: Vec<Problem>) -> Result<(), Vec<Problem>> {
 fn check_source_name(field: &str, name: &str, problems: &mut Vec<Problem>) {
     if name.is_empty() {
         problems.push(Problem::new(field, "must not be empty"));
-    } else if !crate::naming::is_dns_subdomain(name) {
+    } else if !crate::revisions::naming::is_dns_subdomain(name) {
         problems.push(Problem::new(
             field,
             format!("{name:?} is not a valid object name: it {DNS_SUBDOMAIN_FORM}, at most {MAX_DNS_SUBDOMAIN_LEN} characters"),
@@ -251,10 +225,6 @@ fn check_set_name(name: &str, problems: &mut Vec<Problem>) {
     }
 }
 
-/// What a DNS subdomain looks like, as Kubernetes says it (with an example).
-const DNS_SUBDOMAIN_FORM: &str = "must consist of lowercase alphanumeric characters, '-' or '.', and each \
-     '.'-separated part must start and end with an alphanumeric character (e.g. 'example.com')";
-
 /// A ConfigMap key, as Kubernetes' `IsConfigMapKey` checks it. A key can have several problems at once
 /// (too long and a bad character); all are reported.
 fn check_config_map_key(field: &str, key: &str, problems: &mut Vec<Problem>) {
@@ -293,71 +263,6 @@ fn check_config_map_key(field: &str, key: &str, problems: &mut Vec<Problem>) {
     }
 }
 
-/// A label or annotation key: a name, optionally preceded by a DNS subdomain and `/`, as Kubernetes'
-/// `IsQualifiedName` checks it.
-pub(crate) fn check_qualified_name(field: &str, key: &str, problems: &mut Vec<Problem>) {
-    let (prefix, name) = match key.split_once('/') {
-        Some((_, rest)) if rest.contains('/') => {
-            problems.push(Problem::new(
-                field,
-                "key may contain at most one '/', between an optional DNS subdomain prefix and a name \
-                 (e.g. 'example.com/my-name')",
-            ));
-            return;
-        }
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    if let Some(prefix) = prefix {
-        if prefix.is_empty() {
-            problems.push(Problem::new(field, "key prefix (before '/') must not be empty"));
-        } else {
-            if prefix.len() > MAX_DNS_SUBDOMAIN_LEN {
-                problems.push(Problem::new(
-                    field,
-                    format!(
-                        "key prefix (before '/') is {} characters long; at most {MAX_DNS_SUBDOMAIN_LEN} are allowed",
-                        prefix.len()
-                    ),
-                ));
-            }
-            if !has_dns_subdomain_form(prefix) {
-                problems.push(Problem::new(
-                    field,
-                    format!("key prefix (before '/') {DNS_SUBDOMAIN_FORM}"),
-                ));
-            }
-        }
-    }
-    let part = if prefix.is_some() {
-        "key name (after '/')"
-    } else {
-        "key"
-    };
-    if name.is_empty() {
-        problems.push(Problem::new(field, format!("{part} must not be empty")));
-        return;
-    }
-    if name.len() > MAX_QUALIFIED_NAME_LEN {
-        problems.push(Problem::new(
-            field,
-            format!(
-                "{part} is {} characters long; at most {MAX_QUALIFIED_NAME_LEN} are allowed",
-                name.len()
-            ),
-        ));
-    }
-    if !has_label_value_form(name) {
-        problems.push(Problem::new(
-            field,
-            format!(
-                "{part} must consist of alphanumeric characters, '-', '_' or '.', and must start and end \
-                 with an alphanumeric character"
-            ),
-        ));
-    }
-}
-
 /// `key` may not use cmset's own prefix or a subdomain of it.
 fn check_not_reserved(field: &str, key: &str, problems: &mut Vec<Problem>) {
     let Some((prefix, _)) = key.split_once('/') else {
@@ -378,22 +283,15 @@ fn check_not_reserved(field: &str, key: &str, problems: &mut Vec<Problem>) {
     }
 }
 
-pub(crate) fn check_label_value(field: &str, value: &str, problems: &mut Vec<Problem>) {
-    if value.len() > MAX_LABEL_VALUE_LEN {
-        problems.push(Problem::new(
-            field,
-            format!(
-                "value is {} characters long; at most {MAX_LABEL_VALUE_LEN} are allowed",
-                value.len()
-            ),
-        ));
-    }
-    if !value.is_empty() && !has_label_value_form(value) {
-        problems.push(Problem::new(
-            field,
-            "value must be empty or consist of alphanumeric characters, '-', '_' or '.', and must start and \
-             end with an alphanumeric character",
-        ));
+/// A set's own validation, whatever its kind; defined here, where validation is decided, so that the
+/// set view needs nothing above it.
+impl SetRef<'_> {
+    /// Every problem of the spec that the schema cannot catch.
+    pub fn validate(self) -> Result<(), Vec<Problem>> {
+        match self {
+            Self::ConfigMap(s) => validate(self.name(), &s.spec),
+            Self::Secret(s) => validate_secret_set(self.name(), &s.spec),
+        }
     }
 }
 
@@ -441,5 +339,30 @@ mod tests {
         let text = summary(&[huge, problem(1), problem(2)]);
         assert!(text.len() <= SUMMARY_MAX_LEN);
         assert!(text.ends_with("…; and 2 more"), "{text}");
+    }
+
+    #[test]
+    fn set_validation_names_the_window_field() {
+        use cmset_api::{RolloutSpec, RolloutWindow, WindowKind};
+        let set = ConfigMapSetSpec {
+            rollout: Some(RolloutSpec {
+                windows: vec![RolloutWindow {
+                    name: None,
+                    kind: WindowKind::Deny,
+                    schedule: "0 25 * * *".to_string(),
+                    duration: "1h".to_string(),
+                    time_zone: None,
+                }],
+                ..RolloutSpec::default()
+            }),
+            ..ConfigMapSetSpec::default()
+        };
+        let problems = validate("app", &set).unwrap_err();
+        assert!(
+            problems.iter().any(|p| p
+                .to_string()
+                .starts_with("spec.rollout.windows[0].schedule: hour field \"25\"")),
+            "{problems:?}"
+        );
     }
 }

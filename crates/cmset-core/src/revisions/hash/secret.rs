@@ -48,10 +48,9 @@ use std::fmt;
 
 use k8s_openapi::ByteString;
 
-use super::{Sink, streamed_hash, write_base64_map, write_collision_count, write_go_json_string};
+use crate::set::DEFAULT_SECRET_TYPE;
 
-/// The type the API server gives a Secret created without one.
-pub const DEFAULT_SECRET_TYPE: &str = "Opaque";
+use super::{Sink, streamed_hash, write_base64_map, write_collision_count, write_go_json_string};
 
 /// The hash of a Secret revision's content: the 10-character suffix of its name.
 ///

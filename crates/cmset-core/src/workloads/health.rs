@@ -7,7 +7,7 @@
 use cmset_api::labels;
 use serde_json::Value;
 
-use crate::kinds::HealthRule;
+use crate::workloads::kinds::HealthRule;
 
 /// The status fields of one workload that its health is read from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -245,7 +245,7 @@ pub fn progress(rule: HealthRule, generation: i64, object: &Value) -> Progress {
 }
 
 /// The fields of a workload's body that `rule` reads (JSON pointers; `/status/conditions` whole): what
-/// a slim copy of the object keeps for its health (see [`crate::slim::workload_body`]).
+/// a slim copy of the object keeps for its health (see [`crate::workloads::slim::workload_body`]).
 pub fn fields(rule: HealthRule) -> &'static [&'static str] {
     match rule {
         HealthRule::Deployment => &[

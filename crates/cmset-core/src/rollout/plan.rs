@@ -10,25 +10,25 @@ use cmset_api::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use serde_json::Value;
 
-use crate::check_gate;
-use crate::conditions::{self, Desired, READY, STALLED, VALID, WINDOWS_KNOWN};
-use crate::content_check::{self, Refusal, SchemaTexts};
-use crate::decide::{self, Identity, Observed};
-use crate::fit;
-use crate::history::{Usage, select_prunable};
-use crate::message::join_capped;
-use crate::naming::refers_to_set;
-use crate::observe::{HistoryObject, RevisionView, WorkloadView};
-use crate::refs::Referenced;
-use crate::revision::{
+use crate::content::content_check::{self, Refusal, SchemaTexts};
+use crate::content::validate;
+use crate::revisions::fit;
+use crate::revisions::history::{Usage, select_prunable};
+use crate::revisions::naming::refers_to_set;
+use crate::revisions::revision::{
     NewRevision, desired_annotations, desired_labels, history_owner_reference, metadata_patch, new_revision,
     next_revision_name,
 };
-use crate::rollout::{previous_by_uid, workload_status};
+use crate::rollout::check_gate;
+use crate::rollout::decide::{self, Identity, Observed};
+use crate::rollout::pinning::{previous_by_uid, workload_status};
+use crate::rollout::waves::{Member, WaveEvent, WaveInput, WaveOutcome, plan_waves};
+use crate::rollout::window_hold::WindowState;
 use crate::set::{SetRef, SourceState};
-use crate::validate;
-use crate::waves::{Member, WaveEvent, WaveInput, WaveOutcome, plan_waves};
-use crate::window_hold::WindowState;
+use crate::status::conditions::{self, Desired, READY, STALLED, VALID, WINDOWS_KNOWN};
+use crate::status::message::join_capped;
+use crate::workloads::observe::{HistoryObject, RevisionView, WorkloadView};
+use crate::workloads::refs::Referenced;
 
 /// What the set controller observed, as plain data.
 #[derive(Clone, Debug)]
@@ -48,11 +48,11 @@ pub struct SetInput<'a> {
     pub pod_refs: Option<&'a BTreeSet<String>>,
     pub now: Time,
     /// The workloads waiting for the cluster-wide rollout budget, by UID, with where each stands
-    /// (see [`crate::budget`]): their state is `Waiting` rather than `Pending`.
+    /// (see [`crate::policy::budget`]): their state is `Waiting` rather than `Pending`.
     pub budget_waiting: &'a BTreeMap<String, String>,
-    /// The set's metric analysis, when its spec asks for one (see [`crate::waves::WaveAnalysis`]).
-    pub analysis: Option<crate::waves::WaveAnalysis<'a>>,
-    /// What the change windows say of the set now (see [`crate::window_hold`]); the default holds
+    /// The set's metric analysis, when its spec asks for one (see [`crate::rollout::waves::WaveAnalysis`]).
+    pub analysis: Option<crate::rollout::waves::WaveAnalysis<'a>>,
+    /// What the change windows say of the set now (see [`crate::rollout::window_hold`]); the default holds
     /// nothing.
     pub windows: &'a WindowState,
     /// The schemas `spec.validation` reads from ConfigMaps (see [`content_check::schema_refs`]), as
@@ -60,7 +60,7 @@ pub struct SetInput<'a> {
     pub schemas: &'a SchemaTexts,
     /// The check Jobs of the current revision that exist, by check hash, and how each stands: the I/O
     /// layer reads them once a first plan names the revision being checked ([`SetPlan::checks`]).
-    pub check_jobs: &'a BTreeMap<String, crate::checks::JobOutcome>,
+    pub check_jobs: &'a BTreeMap<String, crate::content::checks::JobOutcome>,
     /// How long judging the content against `spec.validation` may take (see
     /// [`content_check::Budget`]): over it, no revision is made and the set says why.
     pub content_budget: content_check::Budget<'a>,
@@ -112,11 +112,11 @@ pub struct SetPlan {
     /// stabilization window ends then.
     pub recheck_in: Option<Duration>,
     /// The analysis runs due to be measured now, as the planner computed them (see
-    /// [`crate::waves::WaveOutcome::analysis_due`]): measure them and plan again with what they showed.
+    /// [`crate::rollout::waves::WaveOutcome::analysis_due`]): measure them and plan again with what they showed.
     pub analysis_due: Vec<cmset_api::AnalysisRunStatus>,
     /// The checks of the current revision while they gate its rollout: the Jobs to start and the
-    /// verdicts to record (see [`crate::check_gate`]).
-    pub checks: Option<crate::check_gate::CheckRun>,
+    /// verdicts to record (see [`crate::rollout::check_gate`]).
+    pub checks: Option<crate::rollout::check_gate::CheckRun>,
 }
 
 impl SetPlan {
@@ -339,7 +339,7 @@ fn current_revision(
     identity: String,
 ) -> Result<CurrentRevision, NoRevision> {
     let set = input.set;
-    let reused = revision_with_content(set, owned, &identity);
+    let reused = crate::revisions::revision::revision_with_content(set, owned, &identity);
     let number = current_number(reused, owned, previous);
     if let Some(r) = reused {
         let event = (r.number() != Some(number)).then(|| PlannedEvent {
@@ -409,28 +409,6 @@ fn current_revision(
     })
 }
 
-/// The live revision holding `content`: found by its content mark, or failing that (someone removed the
-/// annotation) by the collision-free name, which only this content can have. The metadata stage then
-/// restores the mark.
-pub(crate) fn revision_with_content<'a, I>(
-    set: SetRef<'_>,
-    owned: I,
-    content: &str,
-) -> Option<&'a RevisionView>
-where
-    I: IntoIterator<Item = &'a RevisionView>,
-    I::IntoIter: Clone,
-{
-    let live = owned.into_iter().filter(|r| !r.being_deleted);
-    let plain_name = crate::naming::revision_name(set.name(), content);
-    live.clone()
-        .find(|r| r.annotations.get(labels::CONTENT_HASH).map(String::as_str) == Some(content))
-        .or_else(|| {
-            live.clone()
-                .find(|r| r.name == plain_name && !r.annotations.contains_key(labels::CONTENT_HASH))
-        })
-}
-
 /// The revision the plan creates, as the workload controller will observe it once it is made.
 fn created_view(new: &NewRevision) -> RevisionView {
     let metadata = new.metadata();
@@ -474,9 +452,9 @@ fn current_number(
 /// Owners that a revision named `name`, owned by `owners` now, still needs so that the history naming
 /// it keeps it once its set is gone. For each ReplicaSet, ControllerRevision or Job naming it whose
 /// controller does not own it yet: that controller, when it is a reader that can own a revision (see
-/// [`crate::revision::reader_owner_reference`]), so a Deployment is added once however many ReplicaSets
+/// [`crate::revisions::revision::reader_owner_reference`]), so a Deployment is added once however many ReplicaSets
 /// its restarts make; otherwise (no controller, one of another kind, or
-/// [`crate::revision::MAX_READER_OWNERS`] readers own it already) the history object itself.
+/// [`crate::revisions::revision::MAX_READER_OWNERS`] readers own it already) the history object itself.
 fn history_owners(
     history: &[HistoryObject],
     kind: Referenced,
@@ -487,7 +465,7 @@ fn history_owners(
     let mut owning: BTreeSet<String> = owners.iter().map(|o| o.uid.clone()).collect();
     let mut readers_owning = owners
         .iter()
-        .filter(|o| crate::revision::is_reader_owner(o))
+        .filter(|o| crate::revisions::revision::is_reader_owner(o))
         .count();
     let mut added = vec![];
     for h in history.iter().filter(|h| h.referenced.contains(kind, name)) {
@@ -496,9 +474,9 @@ fn history_owners(
             continue;
         }
         let reader = controller
-            .filter(|_| readers_owning < crate::revision::MAX_READER_OWNERS)
+            .filter(|_| readers_owning < crate::revisions::revision::MAX_READER_OWNERS)
             .and_then(|uid| workloads.iter().find(|w| w.uid == uid))
-            .and_then(crate::revision::reader_owner_reference);
+            .and_then(crate::revisions::revision::reader_owner_reference);
         let owner = match reader {
             Some(reader) => {
                 readers_owning += 1;
@@ -513,12 +491,12 @@ fn history_owners(
 }
 
 /// The workloads that read a set, as owners of its new revision (see
-/// [`crate::revision::reader_owner_reference`]), up to [`crate::revision::MAX_READER_OWNERS`].
+/// [`crate::revisions::revision::reader_owner_reference`]), up to [`crate::revisions::revision::MAX_READER_OWNERS`].
 fn reader_owners(workloads: &[WorkloadView]) -> Vec<OwnerReference> {
     workloads
         .iter()
-        .filter_map(crate::revision::reader_owner_reference)
-        .take(crate::revision::MAX_READER_OWNERS)
+        .filter_map(crate::revisions::revision::reader_owner_reference)
+        .take(crate::revisions::revision::MAX_READER_OWNERS)
         .collect()
 }
 
@@ -546,8 +524,11 @@ fn metadata_patches(
                 annotations.remove(labels::CONTENT_HASH);
             }
             // Where verdicts of its checks were once recorded: no longer read, left as it is.
-            if let Some(verdicts) = r.annotations.get(crate::checks::RESULTS_ANNOTATION) {
-                annotations.insert(crate::checks::RESULTS_ANNOTATION.to_string(), verdicts.clone());
+            if let Some(verdicts) = r.annotations.get(crate::content::checks::RESULTS_ANNOTATION) {
+                annotations.insert(
+                    crate::content::checks::RESULTS_ANNOTATION.to_string(),
+                    verdicts.clone(),
+                );
             }
             let owners = history_owners(
                 history,
@@ -734,7 +715,7 @@ fn workload_entries<'a>(input: &SetInput<'a>, current: &CurrentRevision) -> Entr
     Entries { members, pin_events }
 }
 
-/// The rollout of the current revision (see [`crate::waves`]).
+/// The rollout of the current revision (see [`crate::rollout::waves`]).
 fn plan_rollout(
     input: &SetInput<'_>,
     previous: &ConfigMapSetStatus,
@@ -845,8 +826,8 @@ fn wave_event(event: WaveEvent) -> PlannedEvent {
     }
 }
 
-/// Condition type saying what the set's break glass does (see [`crate::break_glass`]).
-pub const WINDOW_OVERRIDE: &str = crate::break_glass::CONDITION;
+/// Condition type saying what the set's break glass does (see [`crate::policy::break_glass`]).
+pub const WINDOW_OVERRIDE: &str = crate::policy::break_glass::CONDITION;
 
 /// The set's break glass, said in its status (condition [`WINDOW_OVERRIDE`]): `True` naming the
 /// WindowOverride that lets the current rollout through, and who created it as the webhook recorded
@@ -857,7 +838,9 @@ fn break_glass_report(
     previous: &ConfigMapSetStatus,
     status: &mut ConfigMapSetStatus,
 ) -> Option<PlannedEvent> {
-    use crate::break_glass::{ANNOTATION_IGNORED, ANNOTATION_IGNORED_MESSAGE, GRANTED, IGNORED_EVENT};
+    use crate::policy::break_glass::{
+        ANNOTATION_IGNORED, ANNOTATION_IGNORED_MESSAGE, GRANTED, IGNORED_EVENT,
+    };
     let generation = input.set.generation();
     let grant = status
         .rollout
@@ -868,7 +851,7 @@ fn break_glass_report(
             type_: WINDOW_OVERRIDE,
             status: true,
             reason: GRANTED,
-            message: crate::break_glass::granted_message(grant),
+            message: crate::policy::break_glass::granted_message(grant),
         },
         None if input.windows.break_glass.legacy_annotation => Desired {
             type_: WINDOW_OVERRIDE,
@@ -947,7 +930,7 @@ fn set_status(
         notifications: previous.notifications.clone(),
         // The checks' records likewise: written by the checks alone (`cmset-checks`).
         checks: previous.checks.clone(),
-        // Fitted once the plan is complete (see `crate::fit`).
+        // Fitted once the plan is complete (see `crate::revisions::fit`).
         settled_workloads: None,
         omitted_workloads: 0,
     }
@@ -1084,7 +1067,7 @@ fn ready_condition(
 fn plan_invalid(
     input: &SetInput<'_>,
     previous: &ConfigMapSetStatus,
-    problems: &[validate::Problem],
+    problems: &[crate::status::problem::Problem],
 ) -> SetPlan {
     let message = validate::summary(problems);
     plan_problem(input, previous, "InvalidSpec", message, Stalled::Yes)

@@ -5,15 +5,15 @@
 //! list element (container, env var, envFrom source, volume, projected source) where it stands, emptied
 //! of everything but its name and its references, so that:
 //!
-//! - [`crate::refs::find_refs`] finds exactly the same references, at exactly the same JSON pointers;
+//! - [`crate::workloads::refs::find_refs`] finds exactly the same references, at exactly the same JSON pointers;
 //! - a JSON patch planned from the slim spec addresses the same fields of the real object, and its
 //!   `test` guards compare the same values.
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::health;
-use crate::kinds::WorkloadKind;
+use crate::workloads::health;
+use crate::workloads::kinds::WorkloadKind;
 use k8s_openapi::api::core::v1::{
     ConfigMapKeySelector, Container, EnvFromSource, EnvVar, EnvVarSource, EphemeralContainer, PodSpec,
     ProjectedVolumeSource, SecretKeySelector, Volume, VolumeProjection,
@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::{
 /// that a store of thousands of workloads stays small:
 ///
 /// - the template's metadata with only its labels, and its pod spec with only its references
-///   ([`references_only`]): [`crate::observe::WorkloadView::of_parts`] and the patches planned from it
+///   ([`references_only`]): [`crate::workloads::observe::WorkloadView::of_parts`] and the patches planned from it
 ///   see what they would see in the whole object;
 /// - the metadata the kind's entry also labels (a CronJob's job template), with only its labels;
 /// - the fields the kind's health rule reads ([`health::fields`]), conditions cut to their type,
@@ -377,7 +377,7 @@ mod tests {
 
     #[test]
     fn template_metadata_is_kept_as_an_object_only_where_there_is_one() {
-        let kind = crate::kinds::WorkloadKind::Deployment;
+        let kind = crate::workloads::kinds::WorkloadKind::Deployment;
         let with = |template: serde_json::Value| json!({"spec": {"replicas": 2, "template": template}});
         let slim = workload_body(
             kind,
@@ -406,7 +406,7 @@ mod tests {
     }
 
     use super::*;
-    use crate::refs::find_refs;
+    use crate::workloads::refs::find_refs;
 
     fn spec(value: serde_json::Value) -> PodSpec {
         serde_json::from_value(value).expect("test pod spec parses")
