@@ -1,4 +1,5 @@
 //! Tables for the parsers, DST and leap days, the verdict's cases, and properties of `evaluate`.
+//! One file because the tables share their builders (`spec`, `window_in`, `allow`, `ts`).
 
 use super::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
