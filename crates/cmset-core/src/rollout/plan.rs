@@ -32,8 +32,8 @@ use crate::workloads::refs::Referenced;
 
 mod set_status;
 
-use set_status::{content_valid, plan_invalid, plan_invalid_content, plan_source_problem, set_status};
 pub use set_status::{UNOBSERVED, VALIDATION_FAILED, plan_collision, plan_unobserved};
+use set_status::{content_valid, plan_invalid, plan_invalid_content, plan_source_problem, set_status};
 
 /// What the set controller observed, as plain data.
 #[derive(Clone, Debug)]
