@@ -7,7 +7,8 @@
 #   4. values.schema.json refuses a misspelt key, naming it, and accepts `global` and `enabled`; combinations
 #      that cannot work are refused with a message;
 #   5. each golden file is valid against the Kubernetes schemas, the CRDs' and the Prometheus Operator's, strict
-#      (config/validate.sh, as `make manifests-check` validates config/).
+#      (config/validate.sh, as `make manifests-check` validates config/);
+#   6. what the server's version decides (--kube-version): matchConditions, CEL rules, the PDB's API version.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 helm=$(bash config/helm/install-helm.sh)
@@ -69,4 +70,19 @@ for golden in "$chart"/tests/golden/*.yaml; do
   args+=("helm/$(basename "$golden" .yaml)=$golden")
 done
 bash config/validate.sh e2e/monitoring/prometheus-operator-crds "${args[@]}" | grep -E '^(  FAIL|  - |\[manifests\] [0-9]+ objects|manifests-check)'
+
+echo "[helm] 6. what the server's version decides"
+at() { "$helm" template cmset "$chart" --kube-version "$1"; }
+has() { # kube-version what pattern
+  grep -qE -- "$3" <<<"$(at "$1")" || { echo "[helm] at Kubernetes $1 the chart renders no $2"; exit 1; }
+}
+lacks() { # kube-version what pattern
+  if grep -qE -- "$3" <<<"$(at "$1")"; then echo "[helm] at Kubernetes $1 the chart renders $2"; exit 1; fi
+}
+lacks 1.27.0 "matchConditions (served from 1.28)" '^ +matchConditions:'
+has 1.28.0 "matchConditions for /validate-set" 'name: declares-validation-or-windows'
+has 1.20.2 "PodDisruptionBudget of policy/v1beta1" '^apiVersion: policy/v1beta1'
+lacks 1.20.2 "a CEL rule (served from 1.25)" 'x-kubernetes-validations'
+has 1.25.0 "CEL rules" 'x-kubernetes-validations'
+echo "  ok    matchConditions from 1.28, CEL from 1.25, policy/v1 from 1.21"
 echo "helm-check: all passed in $((SECONDS - start)) s"
