@@ -13,7 +13,9 @@
 //!   records of what was delivered.
 //! - [`engine`]: what the cluster looks like to cmset: the watches, the index they keep current, the
 //!   stores the controllers are keyed by, the views the core plans from, the state the watches feed
-//!   (the rollout budget's book), and the context every writer shares.
+//!   (the rollout budget's book), the context every writer shares, and a set's status written by this
+//!   process as one conversation ([`engine::own_writes`]: unless written already, remembered as its
+//!   own, its echo told to the index).
 //! - [`platform`]: what any operator needs: leader election, backoff, errors, redaction, metrics.
 //!
 //! Where a change goes: a watch, to `engine`; a decision's I/O, to `reconcile` (the decision itself

@@ -1,7 +1,8 @@
 //! What every writer of state shares, the controllers and the notifier alike: the client, the index
 //! and the reflector stores (see [`crate::engine::stores`]), the event recorder, metrics, the clock
 //! (passed in, so tests can fix it), the one wrapper every write goes through, the set controller's
-//! memory of its writes and the backoff of failed reconciles.
+//! memory of its writes (written and read by [`crate::engine::own_writes`], and its deferrals) and the
+//! backoff of failed reconciles.
 //!
 //! Only the engine's parts: what the controllers decide with beyond them (the measurer, the notifier)
 //! is added by the reconcile room's own context, which wraps this one.
@@ -9,8 +10,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cmset_api::ConfigMapSetStatus;
-use cmset_core::set::SetRef;
 use cmset_core::workloads::observe::WorkloadKind;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -40,7 +39,8 @@ pub struct Context {
     /// How long a workload that reads several sets waits after the last change to any of them, so
     /// that sets changed by one apply land in one rollout (see `workload_controller`).
     pub multi_set_window: Duration,
-    /// The set controller's memory of its own writes and deferrals (bounded; see [`SetMemory`]).
+    /// The set controller's memory of its own writes and deferrals (bounded; see [`SetMemory`]). Its
+    /// status writes read and write it through [`Context::own_status`].
     memory: SetMemory,
     /// Consecutive reconcile failures per object, for the backoff of `error_policy`.
     pub failures: Failures<Reconciled>,
@@ -181,40 +181,8 @@ impl Context {
         self.memory.forget(set);
     }
 
-    /// Whether `status` is what this process already wrote for `set` as the store still shows it: the
-    /// store has not caught up with that write yet, and writing it again would change nothing. A set
-    /// changed by anyone since (another resourceVersion) is planned against as usual.
-    pub fn wrote_already(&self, key: &SetId, set: SetRef<'_>, status: &ConfigMapSetStatus) -> bool {
-        self.memory
-            .wrote_already(key, &set.metadata().resource_version, status)
-    }
-
-    /// Whether the store, which shows `set`, has not yet seen the last status this process wrote for
-    /// it (see [`SetMemory::behind_own_write`]): planning from it would start from older state.
-    pub fn behind_own_write(&self, key: &SetId, set: SetRef<'_>) -> bool {
-        self.memory
-            .behind_own_write(key, &set.metadata().resource_version)
-    }
-
-    /// Remembers that `status` was written for `set` as the store shows it, and that the API server
-    /// answered with the resourceVersion `answered`.
-    pub fn remember_written(
-        &self,
-        key: &SetId,
-        set: SetRef<'_>,
-        status: &ConfigMapSetStatus,
-        answered: Option<String>,
-    ) {
-        self.memory.remember_written(
-            key,
-            set.metadata().resource_version.clone(),
-            answered,
-            status,
-            |s| self.stores.set(s).is_some(),
-        );
-    }
-
-    /// The set controller's memory of its writes (tests read and prime it).
+    /// The set controller's memory of its writes ([`crate::engine::own_writes`] reads and writes it;
+    /// tests prime it).
     pub fn memory(&self) -> &SetMemory {
         &self.memory
     }

@@ -2,7 +2,8 @@
 //! last wrote, with the versions of the set it was planned from and answered with (until its store
 //! shows that write: a plan from a store behind it waits), and since when the set's deferrable writes
 //! have waited. A fingerprint, not the status: a quiet set's entry may stay until the next sweep, and a
-//! set with thousands of workloads has a status of hundreds of kilobytes.
+//! set with thousands of workloads has a status of hundreds of kilobytes. The status writes read and
+//! write it through [`crate::engine::own_writes`] alone.
 //!
 //! Both are per set and bounded: an entry goes when it has served (the write is seen, the deferral
 //! ends), and entries of sets that no longer exist are swept whenever a map has doubled since its last

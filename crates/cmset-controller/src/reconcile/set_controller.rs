@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cmset_api::{ConfigMapSet, ConfigMapSetStatus, SecretSet, WorkloadState, labels};
+use cmset_api::{ConfigMapSet, SecretSet, WorkloadState, labels};
 use cmset_core::content::content_check::{self, SchemaText, SchemaTexts};
 use cmset_core::revisions::naming;
 use cmset_core::revisions::revision::{Existing, ExistingName, NewRevision, claim_patch, classify_existing};
@@ -33,6 +33,7 @@ use tracing::{Instrument, debug, debug_span, info, warn};
 
 use crate::engine::context::Reconciled;
 use crate::engine::index::{Echo, Key, SetId, SourceLookup};
+use crate::engine::own_writes::{OwnStatusWrite, Sent};
 use crate::engine::views;
 use crate::engine::wire::WirePod;
 use crate::platform::error::{Error, Result, api_code};
@@ -450,7 +451,8 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
                     &previous,
                     &taken,
                 );
-                if write_status::<S>(ctx, object, &id, &plan.status).await? == StatusWrite::StoreBehind {
+                let own = ctx.own_status(&id, set, &plan.status);
+                if write_status(ctx, object, own).await? == StatusWrite::StoreBehind {
                     return Ok(Action::requeue(OWN_WRITE_RECHECK));
                 }
                 publish(ctx, object, &plan.events);
@@ -502,9 +504,10 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     let wait = (plan.status_changed(set) && status_can_wait)
         .then(|| ctx.defer(&id))
         .flatten();
-    if plan.status_changed(set) && wait.is_none() && !ctx.wrote_already(&id, set, &plan.status) {
+    let own = ctx.own_status(&id, set, &plan.status);
+    if plan.status_changed(set) && wait.is_none() && !own.written_already() {
         debug!(fields = ?changed_fields(set, &plan), "writing status");
-        match write_status::<S>(ctx, object, &id, &plan.status).await? {
+        match write_status(ctx, object, own).await? {
             StatusWrite::Written => count_rollout(ctx, set, &plan),
             // The plan started from older state than the API server holds: its events and the
             // rest are planned again from the newer state.
@@ -910,12 +913,13 @@ async fn hold_unobserved<S: SetObject>(
     let set = object.as_set();
     let previous = set.status().cloned().unwrap_or_default();
     let status = plan_unobserved(&previous, unobserved, &(ctx.clock)());
-    if status != previous && !ctx.wrote_already(id, set, &status) {
+    let own = ctx.own_status(id, set, &status);
+    if status != previous && !own.written_already() {
         info!(
             ?unobserved,
             "holding: workload kinds that may read the set cannot be listed or watched"
         );
-        if write_status::<S>(ctx, object, id, &status).await? == StatusWrite::StoreBehind {
+        if write_status(ctx, object, own).await? == StatusWrite::StoreBehind {
             return Ok(Action::requeue(OWN_WRITE_RECHECK));
         }
     }
@@ -934,9 +938,11 @@ enum StatusWrite {
 /// How soon a set whose store is behind this process's own last status write looks again by itself.
 const OWN_WRITE_RECHECK: Duration = Duration::from_secs(1);
 
-/// Writes `status` with a server-side apply of the whole status, forcing ownership: cmset is its only
-/// writer, and a field the plan leaves out is removed because this manager owned it, so no hand-kept
-/// list of fields can go stale.
+/// Writes the status of `own` with a server-side apply of the whole status, forcing ownership: cmset
+/// is its only writer, and a field the plan leaves out is removed because this manager owned it, so no
+/// hand-kept list of fields can go stale. The conversation around the request (not sent while the store
+/// is behind this process's own last status write, the echo announced, the write remembered) is
+/// [`OwnStatusWrite::send`]'s.
 ///
 /// Writes cannot go back in time: the apply carries the resourceVersion of the set the plan started
 /// from, so the API server refuses it (409 Conflict) when the set changed since (another replica that
@@ -947,59 +953,42 @@ const OWN_WRITE_RECHECK: Duration = Duration::from_secs(1);
 async fn write_status<S: SetObject>(
     ctx: &Context,
     object: &S,
-    id: &SetId,
-    status: &ConfigMapSetStatus,
+    own: OwnStatusWrite<'_>,
 ) -> Result<StatusWrite> {
     let set = object.as_set();
-    if ctx.behind_own_write(id, set) {
-        // The store's catching up with that write plans again at once.
-        ctx.index.wake_writer_on_echo(S::KIND.as_str(), &id.1);
-        debug!(
-            "status not written: the store has not seen the last status written yet; planning again once it has"
-        );
-        return Ok(StatusWrite::StoreBehind);
-    }
-    if status.omitted_workloads > 0 && set.status().is_none_or(|s| s.omitted_workloads == 0) {
-        warn!(
-            omitted = status.omitted_workloads,
-            "the status lists fewer workloads than read the set: the list would outgrow what the API server stores (status.omittedWorkloads)"
-        );
-    }
-    let mut body = json!({
-        "apiVersion": S::api_version(&()),
-        "kind": S::kind(&()),
-        "status": status,
-    });
-    // The notifier's records are its own to write (another field manager): a write of the set
-    // controller never carries them, so it can neither own nor turn back a record.
-    // The checks' records likewise (`cmset-checks`): a plan made from a store behind the last record
-    // would otherwise drop it.
-    if let Some(status) = body["status"].as_object_mut() {
-        status.remove("notifications");
-        status.remove("checks");
-    }
-    if let Some(version) = &object.meta().resource_version {
-        body["metadata"] = json!({ "resourceVersion": version });
-    }
-    let api: Api<S> = Api::namespaced(ctx.client.clone(), &object.namespace().unwrap_or_default());
-    let params = PatchParams::apply(labels::FIELD_MANAGER).force();
-    let (name, patch) = (object.name_any(), Patch::Apply(&body));
-    let writing = ctx.index.writing(S::KIND.as_str(), id.1.clone());
-    match ctx
-        .write("write_status", api.patch_status(&name, &params, &patch))
-        .await
-    {
-        Ok(answer) => {
-            let version = answer.resource_version();
-            ctx.remember_written(id, set, status, version.clone());
-            // Its echo is no news to this controller, and to the readers only when it moved what
-            // their decisions read (a wave opened, a pin, a new current revision) or some still wait.
-            let previous = set.status().cloned().unwrap_or_default();
-            let echo = Echo {
-                writer: false,
-                readers: cmset_core::rollout::decide::status_wakes_readers(&previous, status),
-            };
-            writing.answered(version, echo);
+    let status = own.status();
+    let name = object.name_any();
+    // Made only when the write is sent.
+    let request = || {
+        if status.omitted_workloads > 0 && set.status().is_none_or(|s| s.omitted_workloads == 0) {
+            warn!(
+                omitted = status.omitted_workloads,
+                "the status lists fewer workloads than read the set: the list would outgrow what the API server stores (status.omittedWorkloads)"
+            );
+        }
+        let mut body = json!({
+            "apiVersion": S::api_version(&()),
+            "kind": S::kind(&()),
+            "status": status,
+        });
+        // The notifier's records are its own to write (another field manager): a write of the set
+        // controller never carries them, so it can neither own nor turn back a record.
+        // The checks' records likewise (`cmset-checks`): a plan made from a store behind the last record
+        // would otherwise drop it.
+        if let Some(status) = body["status"].as_object_mut() {
+            status.remove("notifications");
+            status.remove("checks");
+        }
+        if let Some(version) = &object.meta().resource_version {
+            body["metadata"] = json!({ "resourceVersion": version });
+        }
+        let api: Api<S> = Api::namespaced(ctx.client.clone(), &object.namespace().unwrap_or_default());
+        let params = PatchParams::apply(labels::FIELD_MANAGER).force();
+        let name = name.clone();
+        async move { api.patch_status(&name, &params, &Patch::Apply(&body)).await }
+    };
+    match own.send(request).await {
+        Ok(Sent::Written(answer)) => {
             // The notifier hears what was written from the answer, which is the echo to come: that
             // echo reconciles no one.
             if let Some(notifier) = &ctx.notifier {
@@ -1007,6 +996,7 @@ async fn write_status<S: SetObject>(
             }
             Ok(StatusWrite::Written)
         }
+        Ok(Sent::StoreBehind) => Ok(StatusWrite::StoreBehind),
         Err(source) => Err(Error::WriteStatus { name, source }),
     }
 }

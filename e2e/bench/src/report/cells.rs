@@ -1,0 +1,130 @@
+//! How one figure is written in a cell of the summary: numbers to three significant places, a
+//! multiple of the floor, memory by replica, admissions, a total and its parts.
+
+use std::collections::BTreeMap;
+
+use super::results::{Floor, Latency};
+use crate::install::ReplicaMemory;
+use crate::metrics::Admission;
+use crate::operator::Memory;
+
+pub(super) fn num(v: f64) -> String {
+    let v = v + 0.0; // -0.0 prints as "-0"
+    if !v.is_finite() {
+        "-".into()
+    } else if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+pub(super) fn opt(v: Option<f64>) -> String {
+    v.map(num).unwrap_or_else(|| "-".into())
+}
+
+pub(super) fn ratio(v: Option<f64>) -> String {
+    v.map(|v| format!("{}×", num(v))).unwrap_or_default()
+}
+
+pub(super) fn mib_of(m: Option<Memory>) -> String {
+    m.map(|m| num(m.rss_kib as f64 / 1024.0))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// `leader 37.8 / standby 20.1 MiB` (or `single 37.8 MiB`).
+pub(super) fn replicas_mib(replicas: &[ReplicaMemory]) -> String {
+    if replicas.is_empty() {
+        return "-".into();
+    }
+    let parts: Vec<String> = replicas
+        .iter()
+        .map(|r| format!("{} {}", r.role, mib_of(r.memory)))
+        .collect();
+    format!("{} MiB", parts.join(" / "))
+}
+
+/// `leader 100.4%, standby 99.1%`.
+pub fn pct_by_role(pct: &BTreeMap<String, f64>) -> String {
+    if pct.is_empty() {
+        return "-".into();
+    }
+    pct.iter()
+        .map(|(role, v)| format!("{role} {}%", num(*v)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `p50 / p99 ms (n admissions)`, or why there is none.
+pub(super) fn admission_latency(a: Option<&Admission>) -> String {
+    match a {
+        None => "-".into(),
+        Some(a) if a.admissions == 0.0 => "no admissions".into(),
+        Some(a) => format!(
+            "{} / {} ms ({} admissions)",
+            opt(a.p50_ms),
+            opt(a.p99_ms),
+            num(a.admissions)
+        ),
+    }
+}
+
+/// `1.00 (LIST configmapsets 1.00)`.
+pub(super) fn admission_requests(a: Option<&Admission>) -> String {
+    match a {
+        Some(a) if a.admissions > 0.0 => {
+            let total = opt(a.requests_per_admission_total);
+            if a.requests_per_admission.is_empty() {
+                total
+            } else {
+                let parts: Vec<String> = a
+                    .requests_per_admission
+                    .iter()
+                    .map(|(k, v)| format!("{k} {}", num(*v)))
+                    .collect();
+                format!("{total} ({})", parts.join(", "))
+            }
+        }
+        Some(_) => "no admissions".into(),
+        None => "-".into(),
+    }
+}
+
+/// One summary row: figure, value, value as a multiple of its stage's floor.
+pub(super) type Row = (String, String, String);
+
+/// `total (part, part, …)`, or the total alone when there are no parts.
+pub(super) fn total_and_parts(total: f64, parts: &[String]) -> String {
+    let total = num(total);
+    if parts.is_empty() {
+        total
+    } else {
+        format!("{total} ({})", parts.join(", "))
+    }
+}
+
+pub(super) fn latency_cells(l: &Latency) -> (String, String) {
+    (
+        format!(
+            "{} / {} / {} / {} ms",
+            num(l.p50_ms),
+            num(l.p90_ms),
+            num(l.p99_ms),
+            num(l.max_ms)
+        ),
+        match (l.p50_x_floor, l.p90_x_floor, l.p99_x_floor, l.max_x_floor) {
+            (Some(a), Some(b), Some(c), Some(d)) => {
+                format!("{} / {} / {} / {}×", num(a), num(b), num(c), num(d))
+            }
+            _ => String::new(),
+        },
+    )
+}
+
+pub(super) fn floor_cell(f: Option<&Floor>) -> String {
+    f.map_or("-".into(), |f| {
+        format!("{} ms, {} /s", num(f.seq_p50_ms), num(f.concurrent_rate))
+    })
+}
