@@ -1,4 +1,4 @@
-//! Burst: many changes at once, against the floor.
+//! Burst: every set changed at once, timed until every Deployment names its new revision.
 
 use super::*;
 

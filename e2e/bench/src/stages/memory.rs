@@ -1,4 +1,5 @@
-//! Memory: heap and RSS as sets are added, per replica.
+//! Memory: RSS kept for sets created and deleted again (the leak), and RSS as unrelated objects fill the
+//! namespace.
 
 use super::*;
 

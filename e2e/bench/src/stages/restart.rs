@@ -1,4 +1,4 @@
-//! Restart: both replicas restarted, timed until they are back and quiet.
+//! Restart: both replicas killed and started again, their writes counted until they are quiet.
 
 use super::*;
 
