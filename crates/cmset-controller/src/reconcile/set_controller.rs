@@ -37,6 +37,7 @@ use crate::engine::own_writes::{OwnStatusWrite, Sent};
 use crate::engine::views;
 use crate::engine::wire::WirePod;
 use crate::platform::error::{Error, Result, api_code};
+use crate::platform::metadata_answers;
 use crate::platform::metrics::{RolloutGauges, SetLabels, ValidationLabels};
 use crate::reconcile::analysis_io::{self, Prepared};
 use crate::reconcile::checks_io;
@@ -818,14 +819,13 @@ async fn create_revision(
         field_manager: Some(labels::FIELD_MANAGER.to_string()),
         ..PostParams::default()
     };
+    // Only the version is kept: the answer leaves the content on the server.
     let request = async {
         match revision {
-            NewRevision::ConfigMap(cm) => Api::<ConfigMap>::namespaced(ctx.client.clone(), namespace)
-                .create(&params, cm)
+            NewRevision::ConfigMap(cm) => metadata_answers::create(&ctx.client, namespace, &params, cm)
                 .await
                 .map(|created| created.resource_version()),
-            NewRevision::Secret(secret) => Api::<Secret>::namespaced(ctx.client.clone(), namespace)
-                .create(&params, secret)
+            NewRevision::Secret(secret) => metadata_answers::create(&ctx.client, namespace, &params, secret)
                 .await
                 .map(|created| created.resource_version()),
         }

@@ -83,6 +83,11 @@ async fn a_new_secret_set_reads_its_source_once_and_stamps_an_immutable_secret()
             "data": {"password": "czNjcmV0", "user": "YXBw"}
         })
     );
+    // The values are not sent back either: the answer is the Secret's metadata only.
+    assert_eq!(
+        seen[1].accept,
+        "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+    );
     assert_eq!(seen[2].body["status"]["currentRevision"], DB_V1);
     // Planned from version 12: refused if the SecretSet changed since.
     assert_eq!(seen[2].body["metadata"], json!({"resourceVersion": "12"}));

@@ -42,6 +42,11 @@ async fn a_new_set_creates_its_revision_then_writes_status_then_tells() {
             "data": {"APP_VERSION": "1"}
         })
     );
+    // Only the version of the created revision is kept, so its content is not asked back.
+    assert_eq!(
+        seen[0].accept,
+        "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+    );
     // Status goes by server-side apply of the whole status, as cmset's field manager, forced.
     assert!(
         seen[1].query.contains("fieldManager=cmset-controller"),

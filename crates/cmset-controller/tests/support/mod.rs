@@ -14,6 +14,9 @@ pub struct Seen {
     pub method: String,
     pub path: String,
     pub query: String,
+    /// The media types the request accepts in its answer.
+    #[allow(dead_code)] // read by the scenarios of some test crates only
+    pub accept: String,
     pub body: Value,
 }
 
@@ -38,6 +41,12 @@ pub async fn serve(
             method: parts.method.to_string(),
             path: parts.uri.path().to_string(),
             query: parts.uri.query().unwrap_or("").to_string(),
+            accept: parts
+                .headers
+                .get(http::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string(),
             body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
         };
         let (code, reply) = respond(&s);
