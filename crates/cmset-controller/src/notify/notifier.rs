@@ -39,7 +39,7 @@ use cmset_core::notify::triggers::SubscriptionKey;
 use cmset_core::notify::{Problem, SetView, config::Service, subscriptions};
 use cmset_core::set::{SetKind, SetRef};
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
@@ -50,6 +50,7 @@ use super::fair_queue::FairQueue;
 use super::sender::{Outcome, Sender};
 use crate::engine::context::Context;
 use crate::engine::index::{Key, SetId};
+use crate::platform::metadata_answers;
 use crate::platform::metrics::NotificationLabels;
 
 /// The field manager of `status.notifications`.
@@ -740,13 +741,23 @@ async fn write_one(notifier: &Arc<Notifier>, set: &SetId, ctx: &Context) {
     let patch = Patch::Apply(&body);
     let result = match kind {
         SetKind::ConfigMapSet => {
-            let api: Api<cmset_api::ConfigMapSet> = Api::namespaced(ctx.client.clone(), &key.namespace);
-            let request = api.patch_status(&key.name, &params, &patch);
+            let request = metadata_answers::patch_status::<cmset_api::ConfigMapSet, _>(
+                &ctx.client,
+                &key.namespace,
+                &key.name,
+                &params,
+                &patch,
+            );
             ctx.write("write_notifications", request).await.map(drop)
         }
         SetKind::SecretSet => {
-            let api: Api<cmset_api::SecretSet> = Api::namespaced(ctx.client.clone(), &key.namespace);
-            let request = api.patch_status(&key.name, &params, &patch);
+            let request = metadata_answers::patch_status::<cmset_api::SecretSet, _>(
+                &ctx.client,
+                &key.namespace,
+                &key.name,
+                &params,
+                &patch,
+            );
             ctx.write("write_notifications", request).await.map(drop)
         }
     };

@@ -23,6 +23,7 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use crate::platform::error::{Error, Result, api_code};
+use crate::platform::metadata_answers;
 use crate::platform::metrics::CheckLabels;
 use crate::reconcile::context::Context;
 use crate::reconcile::set_controller::{SetObject, set_labels};
@@ -317,10 +318,12 @@ async fn record<S: SetObject>(ctx: &Context, object: &S, run: &CheckRun, learnt:
         if let Some(version) = &fresh.meta().resource_version {
             body["metadata"] = json!({ "resourceVersion": version });
         }
+        let namespace = object.namespace().unwrap_or_default();
+        let patch = Patch::Apply(&body);
         match ctx
             .write(
                 "record_checks",
-                api.patch_status(&name, &params, &Patch::Apply(&body)),
+                metadata_answers::patch_status::<S, _>(&ctx.client, &namespace, &name, &params, &patch),
             )
             .await
         {

@@ -243,6 +243,11 @@ async fn a_checked_revision_starts_its_job_once_it_exists_and_records_the_verdic
     );
     let passed = json!([lint_record(&check_hash, JOB_UID, Some(true), None)]);
     assert_records_written(&seen[3], passed.clone());
+    // Nothing of the answer is read: only the set's metadata is asked back.
+    assert_eq!(
+        seen[3].accept,
+        "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+    );
 
     // Recorded, the verdict opens the rollout; no Job is read again.
     set.status.as_mut().unwrap().checks = serde_json::from_value(passed).unwrap();
