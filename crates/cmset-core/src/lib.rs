@@ -14,6 +14,7 @@ pub mod conditions;
 pub mod content_check;
 pub mod decide;
 pub mod fit;
+pub mod forecast;
 pub mod hash;
 pub mod health;
 pub mod history;
