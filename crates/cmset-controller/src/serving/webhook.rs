@@ -111,10 +111,15 @@ struct Handler {
     secret_sets: bool,
     /// Who judges sets' content, off the async runtime.
     judges: crate::serving::set_admission::Judges,
+    /// Whether this admission counts in the metrics: not for a dry run.
+    counting: bool,
 }
 
 impl Handler {
     fn count(&self, result: &'static str) {
+        if !self.counting {
+            return;
+        }
         self.metrics
             .admissions
             .get_or_create(&crate::platform::metrics::ResultLabel { result })
@@ -143,11 +148,19 @@ const UNCLAIMED: usize = 8;
 
 async fn mutate(State(handler): State<Handler>, axum::Json(review): axum::Json<Value>) -> axum::Json<Value> {
     let started = std::time::Instant::now();
+    // A dry run is answered the same and counts nowhere (no metric; admission records no Event).
+    let dry_run = review["request"]["dryRun"].as_bool() == Some(true);
+    let handler = Handler {
+        counting: !dry_run,
+        ..handler
+    };
     let answer = answer(&handler, &review).await;
-    handler
-        .metrics
-        .admission_duration
-        .observe(started.elapsed().as_secs_f64());
+    if handler.counting {
+        handler
+            .metrics
+            .admission_duration
+            .observe(started.elapsed().as_secs_f64());
+    }
     axum::Json(answer)
 }
 
@@ -309,6 +322,7 @@ pub fn router(scopes: Scopes, metrics: Arc<Metrics>, secret_sets: bool) -> Route
             metrics,
             secret_sets,
             judges: Default::default(),
+            counting: true,
         })
 }
 
