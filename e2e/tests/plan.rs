@@ -76,19 +76,24 @@ spec:
   template:
     data:
       MODE: "{value}"
-      app.properties: "colour={value}\nsize=1\n"
+      COLOUR: "colour-{value}"
 "#
     )
 }
 
 fn revision_of(value: &str) -> String {
-    kustomize_name(
-        SET,
-        &[
-            ("MODE", value),
-            ("app.properties", &format!("colour={value}\nsize=1\n")),
-        ],
-    )
+    kustomize_name(SET, &[("MODE", value), ("COLOUR", &format!("colour-{value}"))])
+}
+
+/// Waits until the operator has written nothing for two seconds: what it does after a rollout (the
+/// history's owners on a revision) is not the plan's doing.
+async fn quiet(operator: &Operator) {
+    eventually("the operator is quiet", || async {
+        let before = operator.writes();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        (operator.writes() == before).then_some(())
+    })
+    .await;
 }
 
 /// Every object of the namespace with its resourceVersion, the Events, and the operator's metrics
@@ -134,8 +139,13 @@ async fn plan_tells_what_a_change_will_do_and_reading_it_changes_nothing() {
 
     // A plain change: its revision is kustomize's name, and the one the apply creates.
     let v2 = revision_of("two");
+    quiet(&operator).await;
     let before = snapshot(&ns, &operator).await;
-    let (code, plan) = plan_json(&ns, &set_yaml("two"), &[], &[]);
+    // One instant for the cluster's plan and the files' one.
+    let at = Timestamp::from_second(Timestamp::now().as_second())
+        .unwrap()
+        .to_string();
+    let (code, plan) = plan_json(&ns, &set_yaml("two"), &["--at", &at], &[]);
     assert_eq!(code, 0, "{plan:#}");
     assert_eq!(plan["verdict"]["result"], "rollsOut", "{plan:#}");
     assert_eq!(plan["revision"]["name"], v2.as_str(), "{plan:#}");
@@ -186,7 +196,7 @@ async fn plan_tells_what_a_change_will_do_and_reading_it_changes_nothing() {
     let (_, files) = plan_json(
         &ns,
         &set_yaml("two"),
-        &["--against", "files", "--base", base],
+        &["--against", "files", "--base", base, "--at", &at],
         &[],
     );
     for field in ["verdict", "revision", "keys", "workloads", "rollback"] {
@@ -257,6 +267,7 @@ async fn plan_tells_what_a_change_will_do_and_reading_it_changes_nothing() {
     assert_eq!(ns.revision_names(SET).await.len(), count, "no new ConfigMap");
 
     // Invalid JSON: exit 1, with the message the apply is refused with.
+    quiet(&operator).await;
     let before = snapshot(&ns, &operator).await;
     let broken = format!(
         "{}  validation:\n    keys:\n      app.json: {{}}\n",
@@ -269,13 +280,18 @@ async fn plan_tells_what_a_change_will_do_and_reading_it_changes_nothing() {
     assert_eq!(code, 1, "{plan:#}");
     assert_eq!(plan["verdict"]["result"], "refused");
     let message = plan["validation"]["messages"][0].as_str().unwrap().to_string();
-    let refused = ns.try_kubectl(&["apply", "-f", "-"], Some(&broken)).unwrap_err();
-    assert!(refused.contains(&message), "apply: {refused}\nplan: {message}");
+    let webhook = plan["validation"]["webhook"].as_str().unwrap_or_default();
+    assert!(
+        webhook.starts_with("refused") && webhook.contains(&message),
+        "the webhook refused the dry run with the same message: {plan:#}"
+    );
     assert_eq!(
         snapshot(&ns, &operator).await,
         before,
-        "a refused plan wrote nothing either"
+        "a refused plan (its dry run refused by the webhook) wrote and counted nothing either"
     );
+    let refused = ns.try_kubectl(&["apply", "-f", "-"], Some(&broken)).unwrap_err();
+    assert!(refused.contains(&message), "apply: {refused}\nplan: {message}");
 
     // A SecretSet: key names only, in every format.
     const VALUE: &str = "hunter2-pl4n-s3cr3t";
@@ -398,35 +414,14 @@ async fn plan_says_when_a_cluster_window_and_waves_let_a_change_through() {
     assert!(Timestamp::now().as_second() >= earliest("second").as_second() - 1);
 }
 
-/// An opted-in Deployment reading `reads` whose pods never become ready: once cmset moves it, it
-/// holds a budget slot.
-fn never_ready(name: &str, reads: &str) -> String {
-    format!(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {name}
-  labels: {{cmset.dev/enabled: "true"}}
-spec:
-  replicas: 1
-  progressDeadlineSeconds: 3600
-  selector: {{matchLabels: {{app: {name}}}}}
-  template:
-    metadata: {{labels: {{app: {name}}}}}
-    spec:
-      containers:
-        - name: app
-          image: registry.k8s.io/pause:3.9
-          readinessProbe:
-            tcpSocket: {{port: 1}}
-            periodSeconds: 1
-          envFrom: [{{configMapRef: {{name: {reads}}}}}]
-"#
-    )
-}
+/// The key that makes the local cluster's fake node never make a pod reading it ready.
+const FAIL_KEY: &str = "CMSET_FAKE_NODE_FAIL";
 
 fn plain_set(name: &str, value: &str) -> String {
+    plain_set_with(name, value, "")
+}
+
+fn plain_set_with(name: &str, value: &str, more: &str) -> String {
     format!(
         r#"
 apiVersion: cmset.dev/v1alpha1
@@ -436,7 +431,7 @@ metadata:
 spec:
   template:
     data:
-      MODE: "{value}"
+      MODE: "{value}"{more}
 "#
     )
 }
@@ -446,13 +441,18 @@ async fn plan_places_a_change_in_the_rollout_budget_line() {
     let ns = TestNamespace::new("planbudget").await;
     let _operator = Operator::start_with(&ns.name, &["--max-moving-workloads", "1"]).await;
     ns.apply(&plain_set("slow", "one"));
-    ns.apply(&never_ready("stuck", "slow"));
+    ns.apply(&wave_deployment_yaml("stuck", 0, "slow"));
     ns.apply(&plain_set(SET, "one"));
     ns.apply(&wave_deployment_yaml("next", 0, SET));
     wait_reads(&ns, "next", &kustomize_name(SET, &[("MODE", "one")])).await;
-    // `stuck` moves, and holds the only slot.
-    let slow2 = kustomize_name("slow", &[("MODE", "two")]);
-    ns.apply(&plain_set("slow", "two"));
+    wait_reads(&ns, "stuck", &kustomize_name("slow", &[("MODE", "one")])).await;
+    // `stuck` moves to a revision its pods never get ready on, and holds the only slot.
+    let slow2 = kustomize_name("slow", &[("MODE", "two"), (FAIL_KEY, "true")]);
+    ns.apply(&plain_set_with(
+        "slow",
+        "two",
+        &format!("\n      {FAIL_KEY}: \"true\""),
+    ));
     wait_reads(&ns, "stuck", &slow2).await;
 
     let env = [("CMSET_MAX_MOVING_WORKLOADS", "1")];

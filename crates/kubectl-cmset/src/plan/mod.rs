@@ -48,7 +48,8 @@ const REACH_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn parse_at(at: Option<&str>, now: Timestamp) -> Result<Timestamp, Error> {
     match at {
-        None => Ok(now),
+        // Whole seconds: what the status records, and what a person reads.
+        None => Ok(Timestamp::from_second(now.as_second()).unwrap_or(now)),
         Some(text) => text
             .parse::<Timestamp>()
             .map_err(|e| Error::Usage(format!("--at {text:?}: not an RFC 3339 time ({e})"))),
