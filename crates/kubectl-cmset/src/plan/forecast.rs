@@ -384,6 +384,13 @@ pub fn plan_one(
     if known.pods.is_none() {
         unknown.push("Pods still running an old revision (a revision one runs is not pruned)".to_string());
     }
+    if view.rollout().is_some_and(|r| !r.analysis.is_empty()) {
+        unknown.push(
+            "the metric analysis' results (Prometheus): the plan takes each wave's analysis to pass as soon \
+             as it is measured"
+                .to_string(),
+        );
+    }
     if !view.checks().is_empty() {
         unknown.push(format!(
             "whether cmset may create the check Jobs in namespace {namespace} (the operator's rights)"

@@ -205,7 +205,7 @@ pub fn plan_against_files(
         api_version: API_VERSION,
         kind: KIND,
         against: "files",
-        mode_note: format!("plan against files: {why}; nothing is read from a cluster"),
+        mode_note: format!("plan against files ({why}): nothing is read from a cluster"),
         plans,
     }
 }

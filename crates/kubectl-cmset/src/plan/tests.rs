@@ -187,7 +187,12 @@ fn a_change_held_by_a_freeze_over_two_waves_matches_the_goldens_and_the_schema()
         Some("100")
     );
 
-    golden("plan.txt", &render_doc(&doc, Output::Table).unwrap());
+    let table = render_doc(&doc, Output::Table).unwrap();
+    golden("plan.txt", &table);
+    assert!(
+        include_str!("../../../../docs/plan.md").contains(&table),
+        "docs/plan.md shows this plan as it is printed"
+    );
     golden("plan.md", &render_doc(&doc, Output::Markdown).unwrap());
     let json_text = render_doc(&doc, Output::Json).unwrap();
     golden("plan.json", &json_text);
