@@ -287,3 +287,50 @@ fn the_markdown_is_cut_below_the_limit_with_a_pointer_to_the_json() {
     assert!(md.contains("<!-- cmset-plan team/app-config -->"));
     assert_eq!(md.matches("<details>").count(), md.matches("</details>").count());
 }
+
+#[tokio::test]
+async fn against_a_cluster_it_only_reads_and_asks_the_webhook_by_a_dry_run() {
+    use crate::stand_in::{self, collection, empty_list, kubernetes_1_20, object_not_found, with};
+    let set_path = format!("{}/app-config", collection("cmset.dev/v1alpha1", "configmapsets"));
+    let mut set = set_value("two", json!({}));
+    set["metadata"]["namespace"] = json!(stand_in::NAMESPACE);
+    let answers = vec![
+        (
+            set_path,
+            object_not_found("configmapsets", "cmset.dev", "app-config"),
+        ),
+        (
+            collection("cmset.dev/v1alpha1", "configmapsets"),
+            stand_in::json(201, &set),
+        ),
+        (collection("v1", "configmaps"), empty_list("v1", "ConfigMap")),
+        (collection("v1", "pods"), empty_list("v1", "Pod")),
+        (
+            collection("cmset.dev/v1alpha1", "windowoverrides"),
+            empty_list("cmset.dev/v1alpha1", "WindowOverride"),
+        ),
+        (
+            "/apis/cmset.dev/v1alpha1/changewindows".to_string(),
+            empty_list("cmset.dev/v1alpha1", "ChangeWindow"),
+        ),
+    ];
+    let (cluster, asked) = stand_in::start(with(kubernetes_1_20(), answers));
+    let doc = plan_against_cluster(&cluster, &desired(&[set]), None, &options(0))
+        .await
+        .unwrap();
+    assert_eq!(doc.against, "cluster");
+    let plan = &doc.plans[0];
+    assert_eq!(plan.verdict.result, "rollsOut", "{plan:#?}");
+    assert_eq!(plan.validation.webhook.as_deref(), Some("admitted"));
+    assert!(plan.revision.as_ref().unwrap().new);
+    let asked = asked.lock().unwrap();
+    let writes: Vec<&String> = asked.iter().filter(|r| !r.starts_with("GET ")).collect();
+    assert_eq!(
+        writes,
+        [&format!(
+            "POST {} (dryRun)",
+            collection("cmset.dev/v1alpha1", "configmapsets")
+        )],
+        "{asked:#?}"
+    );
+}
