@@ -4,7 +4,8 @@
 //! The loop here is the controllers', as the wave scenarios drive it: every second of the scripted
 //! clock the set is planned and its plan carried out, then every workload is reconciled the way the
 //! workload controller does (its target, the windows' and waves' gate, the plan of its references),
-//! and a moved workload becomes healthy `ready_after` seconds after its move. The forecast jumps from
+//! and a moved workload becomes healthy `ready_after` seconds after its move; with a budget, a move asks
+//! for a slot first, as the index keeps it. The forecast jumps from
 //! one instant to the next it expects anything to change at; ticking every second finds whatever it
 //! would have skipped.
 
@@ -13,7 +14,8 @@ use std::time::Duration;
 
 use cmset_api::{ConfigMapSet, ConfigMapSetSpec, ConfigMapTemplate, RolloutSpec, RolloutWindow, WindowKind};
 use cmset_core::break_glass::judge;
-use cmset_core::forecast::{Clock, SetObject, World, forecast};
+use cmset_core::budget::{Admit, Budget};
+use cmset_core::forecast::{BudgetView, Clock, SetObject, World, forecast};
 use cmset_core::health::{Health, Wave};
 use cmset_core::observe::{RevisionView, WorkloadKind, WorkloadView};
 use cmset_core::plan::{SetInput, plan_set};
@@ -68,6 +70,8 @@ struct Case {
     deny: Option<(u32, u32, bool)>,
     /// Seconds into the scripted clock's first minute the change lands.
     offset: i64,
+    /// The cluster-wide rollout budget's cap, if any.
+    cap: Option<usize>,
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -77,13 +81,15 @@ fn case() -> impl Strategy<Value = Case> {
         0i64..30,
         prop::option::of((2u32..6, 1u32..3, any::<bool>())),
         0i64..600,
+        prop::option::of(1usize..3),
     )
-        .prop_map(|(waves, stabilization, ready_after, deny, offset)| Case {
+        .prop_map(|(waves, stabilization, ready_after, deny, offset, cap)| Case {
             waves,
             stabilization,
             ready_after,
             deny: deny.map(|(every, open, cluster)| (every, open.min(every - 1), cluster)),
             offset,
+            cap,
         })
 }
 
@@ -174,6 +180,13 @@ fn controllers(case: &Case, horizon: i64) -> Vec<(String, String, String, i64)> 
     let (mut set, mut revisions, mut workloads, cluster) = world(case);
     let mut ready_at: BTreeMap<String, i64> = BTreeMap::new();
     let mut moves = Vec::new();
+    // The budget as the index keeps it: a move asks for a slot with its turn (the revision's
+    // creation, then the workload), holds it while rolling out, and frees it once healthy.
+    let mut budget = case
+        .cap
+        .map(|cap| Budget::<String, (i64, String)>::new(Some(cap)));
+    let mut waiting: BTreeMap<String, String> = BTreeMap::new();
+    let mut generations: BTreeMap<String, i64> = BTreeMap::new();
     let start = START + case.offset;
     for now in start..=start + horizon {
         let at = Timestamp::from_second(now).unwrap();
@@ -181,6 +194,9 @@ fn controllers(case: &Case, horizon: i64) -> Vec<(String, String, String, i64)> 
             if ready_at.get(&w.uid).is_some_and(|t| *t <= now) {
                 ready_at.remove(&w.uid);
                 w.health = Health::Healthy;
+                if let Some(budget) = &mut budget {
+                    budget.observe(&w.uid, generations[&w.uid], false);
+                }
             }
         }
         for _ in 0..8 {
@@ -194,7 +210,7 @@ fn controllers(case: &Case, horizon: i64) -> Vec<(String, String, String, i64)> 
                 history: &[],
                 pod_refs: Some(&Default::default()),
                 now: Time(at),
-                budget_waiting: &Default::default(),
+                budget_waiting: &waiting,
                 analysis: None,
                 windows: &windows,
                 schemas: &Default::default(),
@@ -222,7 +238,26 @@ fn controllers(case: &Case, horizon: i64) -> Vec<(String, String, String, i64)> 
                     continue;
                 };
                 let g = gate(view, &target.current, w, lowest, held);
-                for change in plan_workload(w, &[target.gated(g)]).changes {
+                let current = target.current.clone();
+                let changes = plan_workload(w, &[target.gated(g)]).changes;
+                if changes.is_empty() {
+                    continue;
+                }
+                let generation = *generations.get(&w.uid).unwrap_or(&1);
+                if let Some(budget) = &mut budget {
+                    let created = revisions
+                        .iter()
+                        .find(|r| r.name == current)
+                        .and_then(|r| r.created)
+                        .unwrap_or(i64::MAX);
+                    let turn = (created, format!("Deployment/{}", w.name));
+                    if let Admit::Wait(line) = budget.request(&w.uid, turn, generation) {
+                        waiting.insert(w.uid.clone(), line.to_string());
+                        continue;
+                    }
+                }
+                waiting.remove(&w.uid);
+                for change in changes {
                     moved.push((i, change.from, change.to));
                 }
             }
@@ -236,9 +271,17 @@ fn controllers(case: &Case, horizon: i64) -> Vec<(String, String, String, i64)> 
                     .name = to.clone();
                 w.health = Health::Progressing;
                 ready_at.insert(w.uid.clone(), now + case.ready_after);
+                let generation = generations.entry(w.uid.clone()).or_insert(1);
+                *generation += 1;
+                if let Some(budget) = &mut budget {
+                    budget.observe(&w.uid, *generation, true);
+                }
                 if case.ready_after == 0 {
                     w.health = Health::Healthy;
                     ready_at.remove(&w.uid);
+                    if let Some(budget) = &mut budget {
+                        budget.observe(&w.uid, *generation, false);
+                    }
                 }
                 moves.push((w.name.clone(), from, to, now - start));
             }
@@ -264,7 +307,11 @@ fn forecasted(case: &Case, horizon: i64) -> Vec<(String, String, String, i64)> {
             pod_refs: Some(&Default::default()),
             cluster: ClusterView::Known(cluster),
             overrides: &[],
-            budget: None,
+            budget: case.cap.map(|cap| BudgetView {
+                cap,
+                moving_elsewhere: 0,
+                waiting_ahead: 0,
+            }),
             schemas: &Default::default(),
         },
         Clock {
