@@ -572,6 +572,14 @@ fn workload_rows(
                         None,
                         None,
                     ),
+                    WorkloadState::Pinned if !w.kind.is_mutable() => (
+                        e.revision.clone(),
+                        e.revision.clone(),
+                        "a Job (runs what it was created with; the next one names the current revision)"
+                            .into(),
+                        None,
+                        None,
+                    ),
                     WorkloadState::Pinned => (
                         e.revision.clone(),
                         e.revision.clone(),

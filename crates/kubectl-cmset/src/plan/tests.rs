@@ -334,3 +334,49 @@ async fn against_a_cluster_it_only_reads_and_asks_the_webhook_by_a_dry_run() {
         "{asked:#?}"
     );
 }
+
+#[test]
+fn jobs_cron_jobs_and_on_delete_workloads_say_what_moving_means_for_them() {
+    let v1 = revision_name(&set_value("one", json!({})));
+    let pod =
+        json!({"containers": [{"name": "c", "image": "x", "envFrom": [{"configMapRef": {"name": v1}}]}]});
+    let labels = json!({"cmset.dev/enabled": "true"});
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job",
+                     "metadata": {"name": "migrate", "namespace": NS, "uid": "uid-job", "labels": labels},
+                     "spec": {"template": {"spec": pod}}});
+    let cron = json!({"apiVersion": "batch/v1", "kind": "CronJob",
+                      "metadata": {"name": "nightly", "namespace": NS, "uid": "uid-cron", "labels": labels},
+                      "spec": {"schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": {"spec": pod}}}}});
+    let sts = json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                     "metadata": {"name": "db", "namespace": NS, "uid": "uid-db", "labels": labels, "generation": 1},
+                     "spec": {"updateStrategy": {"type": "OnDelete"}, "template": {"spec": pod}},
+                     "status": {"observedGeneration": 1, "replicas": 1, "readyReplicas": 1}});
+    let mut world = base();
+    for value in [job, cron, sts] {
+        world.push(Object {
+            value,
+            origin: "base.yaml".into(),
+        });
+    }
+    // No window this time: the freeze would hold them all.
+    world.retain(|o| o.kind() != "ChangeWindow");
+    let doc = plan_against_files(
+        &desired(&[set_value("two", json!({}))]),
+        Some(&world),
+        NS,
+        &options(0),
+        "--against files",
+    );
+    let action = |name: &str| {
+        let rows = &doc.plans[0].workloads;
+        rows.iter()
+            .find(|w| w.name == name)
+            .unwrap_or_else(|| panic!("{rows:#?}"))
+            .action
+            .clone()
+    };
+    assert!(action("migrate").starts_with("a Job"), "{}", action("migrate"));
+    assert_eq!(action("nightly"), "a CronJob's next run");
+    assert!(action("db").starts_with("OnDelete"), "{}", action("db"));
+    assert_eq!(action("web"), "restart");
+}
