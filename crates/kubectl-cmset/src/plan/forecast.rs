@@ -434,7 +434,14 @@ pub fn plan_one(
             horizon: options.horizon,
         },
     );
-    let verdict = verdict_report(&result, refused, &messages, live_revision.as_deref(), &revisions);
+    let mut verdict = verdict_report(&result, refused, &messages, live_revision.as_deref(), &revisions);
+    if let WindowsKnown::Unknown { why, forbidden: true } = &known.windows
+        && verdict.result == "held"
+    {
+        // Windows fail closed: what holds it may be a freeze, or nothing; the plan cannot tell.
+        verdict.summary =
+            format!("may be held: the cluster's ChangeWindows are unknown ({why}), and windows fail closed");
+    }
     let revision = (!refused).then(|| revision_report(&result, &revisions)).flatten();
     let rows = workload_rows(&result, &workloads, &not_opted_in, &on_delete, options);
     let holds = holds_of(&result);

@@ -380,3 +380,32 @@ fn jobs_cron_jobs_and_on_delete_workloads_say_what_moving_means_for_them() {
     assert!(action("db").starts_with("OnDelete"), "{}", action("db"));
     assert_eq!(action("web"), "restart");
 }
+
+#[test]
+fn a_user_who_may_not_list_change_windows_is_told_it_may_be_held() {
+    let world = objects::Objects::new(base().into_iter().filter(|o| o.kind() != "ChangeWindow"), NS);
+    let known = Known {
+        windows: WindowsKnown::Unknown {
+            why: "you may not list them (changewindows.cmset.dev)".into(),
+            forbidden: true,
+        },
+        budget: BudgetKnown::None,
+        pods: Some(Default::default()),
+        webhook: None,
+        unknown: Vec::new(),
+    };
+    let set = &desired(&[set_value("two", json!({}))])[0];
+    let plan = forecast::plan_one(set, NS, &world, None, &known, &options(0));
+    assert_eq!(plan.verdict.result, "held");
+    assert!(
+        plan.verdict.summary.starts_with("may be held: "),
+        "{}",
+        plan.verdict.summary
+    );
+    assert!(
+        plan.workloads.iter().all(|w| w.earliest.is_none()),
+        "{:#?}",
+        plan.workloads
+    );
+    assert!(plan.unknown.iter().any(|u| u.contains("ChangeWindows")));
+}
