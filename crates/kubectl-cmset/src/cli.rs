@@ -8,7 +8,8 @@ use crate::style::ColorChoice;
 
 const ABOUT: &str = "Inspect ConfigMapSets (configmapsets.cmset.dev) and SecretSets (secretsets.cmset.dev): \
                      their revisions, what changed between two of them, which revision each workload \
-                     runs and why, and the change windows that hold their rollouts.";
+                     runs and why, the change windows that hold their rollouts, and what a change will do before it \
+                     is applied.";
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -25,17 +26,20 @@ Examples:
   kubectl cmset windows app-config            the change windows that apply to it, and their next openings
   kubectl cmset promote --override-window app-config
                                               let its current rollout through the change windows
+  kustomize build . | kubectl cmset plan -f -  what applying it will do, when, and what would stop it
 
 A set is NAME, or KIND/NAME as kubectl writes it: configmapset/NAME (or cmset/NAME) and
 secretset/NAME (or secset/NAME). A bare NAME is the ConfigMapSet of that name if there is one,
 else the SecretSet; when both exist, write the kind.
 
 Exit status: 0 on success; 2 on any error (unknown set or revision, API errors, bad flags);
-`diff` exits 1 when the revisions differ, as diff(1) and kubectl diff do.
+`diff` exits 1 when the revisions differ, as diff(1) and kubectl diff do; `plan` exits 1 when a set
+is refused, 3 when one is held (--fail-on-hold) and 4 when one would change (--detailed-exitcode).
 
 Colour: --color=auto colours only when standard output is a terminal and NO_COLOR is not set.
 The plugin reads the cluster with your kubeconfig; only pause, resume and promote write (an
-annotation on the set).";
+annotation on the set; promote --override-window, a WindowOverride). `plan` writes nothing: its
+server-side dry run stores nothing.";
 
 const PLAN_ABOUT: &str = "\
 Say what applying the files will do to each ConfigMapSet and SecretSet in them, before anything is
@@ -401,6 +405,49 @@ mod tests {
         assert!(Cli::try_parse_from(["x", "diff", "app", "1", "2", "3"]).is_err());
         assert!(Cli::try_parse_from(["x", "history"]).is_err());
         assert!(Cli::try_parse_from(["x", "-o", "wide", "history", "app"]).is_err());
+    }
+
+    #[test]
+    fn plan_takes_files_a_mode_and_ci_flags() {
+        let cli = Cli::try_parse_from([
+            "x",
+            "plan",
+            "-f",
+            "a.yaml",
+            "-f",
+            "-",
+            "--against",
+            "files",
+            "--base",
+            "live",
+            "--at",
+            "2026-11-27T18:00:00Z",
+            "--assume-ready-after",
+            "30s",
+            "--fail-on-hold",
+            "--detailed-exitcode",
+            "-o",
+            "markdown",
+        ])
+        .unwrap();
+        assert_eq!(cli.global.output, Output::Markdown);
+        let Command::Plan {
+            filename,
+            against,
+            base,
+            fail_on_hold,
+            detailed_exitcode,
+            ..
+        } = cli.command
+        else {
+            panic!("not plan")
+        };
+        assert_eq!(filename.len(), 2);
+        assert_eq!(against, Some(Against::Files));
+        assert_eq!(base.as_deref(), Some(std::path::Path::new("live")));
+        assert!(fail_on_hold && detailed_exitcode);
+        assert!(Cli::try_parse_from(["x", "plan"]).is_err(), "-f is required");
+        assert!(Cli::try_parse_from(["x", "plan", "-f", "a", "--against", "git"]).is_err());
     }
 
     #[test]
