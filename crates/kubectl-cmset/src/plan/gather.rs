@@ -257,11 +257,7 @@ pub async fn gather(
         }
         Err(_) => None,
     };
-    let planned: Vec<(String, String)> = sets
-        .iter()
-        .map(|s| (namespace.to_string(), s.name().to_string()))
-        .collect();
-    let budget = budget(client, &planned).await;
+    let budget = budget(client).await;
     Ok(Gathered {
         world,
         known: Known {
@@ -274,59 +270,10 @@ pub async fn gather(
     })
 }
 
-/// The budget's own words in a Waiting workload's status message: `waiting for the cluster-wide
-/// rollout budget: M of N workloads moving, number K in line` (see `cmset_core::budget::Waiting`); its
-/// cap `N`.
-fn cap_in(message: &str) -> Option<usize> {
-    let rest = message.strip_prefix("waiting for the cluster-wide rollout budget: ")?;
-    let (_, rest) = rest.split_once(" of ")?;
-    rest.split_once(" workloads moving")?.0.trim().parse().ok()
-}
-
-/// The workloads the budget keeps waiting in the sets one may list (every namespace), but for the
-/// sets being planned, and the cap their messages name.
-async fn waiting_elsewhere(client: &Client, planned: &[(String, String)]) -> (usize, Option<usize>) {
-    let mut waiting = 0;
-    let mut cap = None;
-    for kind in ["ConfigMapSet", "SecretSet"] {
-        let Ok(items) = list(client, &set_resource(kind), None, &ListParams::default()).await else {
-            continue;
-        };
-        for set in items {
-            let key = (
-                set.pointer("/metadata/namespace")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string(),
-                set.pointer("/metadata/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string(),
-            );
-            if planned.contains(&key) {
-                continue;
-            }
-            let entries = set.pointer("/status/workloads").and_then(Value::as_array);
-            for message in entries
-                .into_iter()
-                .flatten()
-                .filter_map(|w| w["message"].as_str())
-            {
-                if let Some(n) = cap_in(message) {
-                    waiting += 1;
-                    cap = Some(n);
-                }
-            }
-        }
-    }
-    (waiting, cap)
-}
-
 /// The rollout budget as the cluster shows it: the workloads it counts as moving carry its mark
-/// (label `cmset.dev/moved`), and the workloads it keeps waiting say so in their sets' status,
-/// naming its cap. Otherwise the cap is an operator setting the cluster does not show: taken from
+/// (label `cmset.dev/moved`). Its cap is an operator setting the cluster does not show: taken from
 /// `CMSET_MAX_MOVING_WORKLOADS` (the operator's own variable) when set, else unknown.
-async fn budget(client: &Client, planned: &[(String, String)]) -> BudgetKnown {
+async fn budget(client: &Client) -> BudgetKnown {
     let marked = ListParams::default().labels(labels::MOVED);
     let mut moving = 0;
     for kind in WorkloadKind::BUILT_IN {
@@ -339,16 +286,14 @@ async fn budget(client: &Client, planned: &[(String, String)]) -> BudgetKnown {
             }
         }
     }
-    let (waiting_ahead, seen_cap) = waiting_elsewhere(client, planned).await;
     let cap = std::env::var("CMSET_MAX_MOVING_WORKLOADS")
         .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .or(seen_cap);
+        .and_then(|v| v.trim().parse::<usize>().ok());
     match cap {
         Some(cap) => BudgetKnown::Known(BudgetView {
             cap,
             moving_elsewhere: moving,
-            waiting_ahead,
+            waiting_ahead: 0,
         }),
         None if moving > 0 => BudgetKnown::Unknown(format!(
             "the cluster-wide rollout budget's cap (--max-moving-workloads, an operator setting): {moving} \
@@ -411,24 +356,5 @@ pub async fn reachable(client: &Client, timeout: Duration) -> Result<(), String>
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!("no answer within {}s", timeout.as_secs())),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use cmset_core::budget::Waiting;
-
-    use super::cap_in;
-
-    #[test]
-    fn the_cap_is_read_from_the_budget_s_own_message() {
-        let message = Waiting {
-            position: 12,
-            moving: 5,
-            cap: 7,
-        }
-        .to_string();
-        assert_eq!(cap_in(&message), Some(7));
-        assert_eq!(cap_in("waiting for wave 0 to complete"), None);
     }
 }
