@@ -431,6 +431,44 @@ mod tests {
         assert_eq!(serde_json::from_slice::<Value>(&decoded).unwrap(), wire);
     }
 
+    #[tokio::test]
+    async fn a_dry_run_is_answered_the_same_and_counts_in_no_metric() {
+        let metrics = Arc::new(Metrics::default());
+        let handler = Handler {
+            scopes: Scopes {
+                scopes: Vec::new(),
+                multi_set_window: Duration::ZERO,
+                kinds: Kinds::built_in(),
+                budgeted: false,
+            },
+            metrics: metrics.clone(),
+            secret_sets: false,
+            judges: Default::default(),
+            counting: true,
+        };
+        let review = |dry_run: bool| {
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                   "request": {"uid": "u-1", "operation": "CREATE", "namespace": "team", "dryRun": dry_run,
+                               "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+                               "object": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                          "metadata": {"name": "web", "namespace": "team",
+                                                       "labels": {"cmset.dev/enabled": "true"}},
+                                          "spec": {"template": {"spec": {"containers": [
+                                              {"name": "c", "image": "x"}]}}}}}})
+        };
+        let counted = || {
+            metrics
+                .admissions
+                .get_or_create(&crate::platform::metrics::ResultLabel { result: "error" })
+                .get()
+        };
+        let dry = mutate(State(handler.clone()), axum::Json(review(true))).await.0;
+        assert_eq!(counted(), 0, "a dry run counts nowhere");
+        let real = mutate(State(handler), axum::Json(review(false))).await.0;
+        assert_eq!(counted(), 1);
+        assert_eq!(dry, real, "the same answer");
+    }
+
     /// A client CA and a certificate it signed for `name` (PEMs: CA, cert, key).
     fn client_pki(name: &str) -> (String, String, String) {
         use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
