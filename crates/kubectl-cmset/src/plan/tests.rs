@@ -409,3 +409,32 @@ fn a_user_who_may_not_list_change_windows_is_told_it_may_be_held() {
     );
     assert!(plan.unknown.iter().any(|u| u.contains("ChangeWindows")));
 }
+
+#[test]
+fn keys_compare_with_base_when_given() {
+    let world = objects::Objects::new(base(), NS);
+    let old = set_value("zero", json!({}));
+    let based = objects::Objects::new(
+        [Object {
+            value: old,
+            origin: "old/set.yaml".into(),
+        }],
+        NS,
+    );
+    let known = Known {
+        windows: WindowsKnown::Listed,
+        budget: BudgetKnown::None,
+        pods: Some(Default::default()),
+        webhook: None,
+        unknown: Vec::new(),
+    };
+    let set = &desired(&[set_value("two", json!({}))])[0];
+    let plan = forecast::plan_one(set, NS, &world, Some(&based), &known, &options(0));
+    assert_eq!(plan.keys_against.as_deref(), Some("app-config (--base)"));
+    let mode = plan.keys.iter().find(|k| k.key == "MODE").unwrap();
+    assert_eq!(mode.diff.as_deref(), Some("@@ MODE: changed @@\n-zero\n+two\n"));
+    // Without it, against the live revision.
+    let plan = forecast::plan_one(set, NS, &world, None, &known, &options(0));
+    let live = revision_name(&set_value("one", json!({})));
+    assert_eq!(plan.keys_against.as_deref(), Some(live.as_str()));
+}
