@@ -56,6 +56,8 @@ pub struct Known {
     pub webhook: Option<Result<(), String>>,
     /// What this mode cannot know, said in the plan.
     pub unknown: Vec<String>,
+    /// Why a source's content (a SecretSet's Secret) could not be read, when it could not.
+    pub content_unreadable: Option<String>,
 }
 
 /// How the plan looks ahead.
@@ -256,10 +258,16 @@ pub fn plan_one(
         (Some(_), _, Some(secret)) => Some(Content::of_secret(secret)),
         _ => None,
     };
-    if let (Some(source), None) = (view.source_name(), &content) {
-        unknown.push(format!(
-            "the content: its source {source_kind} {source:?} was not found"
-        ));
+    // A source whose content cannot be read: the plan cannot tell what changes.
+    let unreadable = match (view.source_name(), &content) {
+        (Some(source), None) => Some(match &known.content_unreadable {
+            Some(why) => format!("its source {source_kind} {source:?} cannot be read ({why})"),
+            None => format!("its source {source_kind} {source:?} was not found"),
+        }),
+        _ => None,
+    };
+    if let Some(why) = &unreadable {
+        unknown.push(format!("the content: {why}"));
     }
     // Schemas kept in ConfigMaps, as the controller reads them.
     let mut schemas = SchemaTexts::new();
@@ -435,7 +443,14 @@ pub fn plan_one(
         },
     );
     let mut verdict = verdict_report(&result, refused, &messages, live_revision.as_deref(), &revisions);
-    if let WindowsKnown::Unknown { why, forbidden: true } = &known.windows
+    if let Some(why) = unreadable.as_ref().filter(|_| !refused) {
+        verdict = VerdictReport {
+            result: "held".into(),
+            summary: format!("held: {why}, so the plan cannot tell what changes"),
+            by: Some(why.clone()),
+            ..VerdictReport::default()
+        };
+    } else if let WindowsKnown::Unknown { why, forbidden: true } = &known.windows
         && verdict.result == "held"
     {
         // Windows fail closed: what holds it may be a freeze, or nothing; the plan cannot tell.

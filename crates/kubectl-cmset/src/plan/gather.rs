@@ -130,6 +130,7 @@ pub async fn gather(
     let mut unknown = Vec::new();
     let mut source_secrets = BTreeSet::new();
     let mut revision_secrets = BTreeSet::new();
+    let mut secrets_unreadable = None;
     for set in sets {
         let r = set_resource(set.kind());
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &r);
@@ -140,7 +141,8 @@ pub async fn gather(
         };
         if let Some(live) = live {
             let value = values(vec![live], &r).remove(0);
-            if let Some(current) = value.pointer("/status/currentRevision").and_then(Value::as_str) {
+            let current = value.pointer("/status/currentRevision").and_then(Value::as_str);
+            if let Some(current) = current.filter(|_| set.kind() == "SecretSet") {
                 revision_secrets.insert(current.to_string());
             }
             world.insert(object(value), namespace);
@@ -151,11 +153,16 @@ pub async fn gather(
             // Revisions by their metadata only; the source and the live revision are read whole for
             // their keys (see `super::keys`), and no value leaves this process.
             let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-            let listed = api
-                .list_metadata(&selector)
-                .await
-                .map_err(|e| crate::cluster::secret_error("listing the revision Secrets", e))?;
-            for meta in listed.items {
+            let listed = match api.list_metadata(&selector).await {
+                Ok(listed) => listed.items,
+                // `view` reads no Secret: the plan says what it cannot know instead.
+                Err(e) if matches!(status_code(&e), Some(401 | 403)) => {
+                    secrets_unreadable = Some("you may not read Secrets in this namespace".to_string());
+                    Vec::new()
+                }
+                Err(e) => return Err(crate::cluster::secret_error("listing the revision Secrets", e)),
+            };
+            for meta in listed {
                 let mut value = serde_json::json!({"apiVersion": "v1", "kind": "Secret"});
                 value["metadata"] = serde_json::to_value(&meta.metadata).unwrap_or_default();
                 world.insert(object(value), namespace);
@@ -207,6 +214,9 @@ pub async fn gather(
                 world.insert(object(value), namespace);
             }
             Ok(None) => {}
+            Err(e) if matches!(status_code(&e), Some(401 | 403)) => {
+                secrets_unreadable = Some("you may not read Secrets in this namespace".to_string());
+            }
             Err(e) => return Err(crate::cluster::secret_error("reading a SecretSet's Secret", e)),
         }
     }
@@ -266,6 +276,7 @@ pub async fn gather(
             pods,
             webhook: None,
             unknown,
+            content_unreadable: secrets_unreadable,
         },
     })
 }

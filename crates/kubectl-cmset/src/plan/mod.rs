@@ -197,6 +197,7 @@ pub fn plan_against_files(
                 pods: None,
                 webhook: None,
                 unknown,
+                content_unreadable: None,
             };
             forecast::plan_one(set, ns, &world, None, &known, options)
         })

@@ -393,6 +393,7 @@ fn a_user_who_may_not_list_change_windows_is_told_it_may_be_held() {
         pods: Some(Default::default()),
         webhook: None,
         unknown: Vec::new(),
+        content_unreadable: None,
     };
     let set = &desired(&[set_value("two", json!({}))])[0];
     let plan = forecast::plan_one(set, NS, &world, None, &known, &options(0));
@@ -427,6 +428,7 @@ fn keys_compare_with_base_when_given() {
         pods: Some(Default::default()),
         webhook: None,
         unknown: Vec::new(),
+        content_unreadable: None,
     };
     let set = &desired(&[set_value("two", json!({}))])[0];
     let plan = forecast::plan_one(set, NS, &world, Some(&based), &known, &options(0));
@@ -437,4 +439,37 @@ fn keys_compare_with_base_when_given() {
     let plan = forecast::plan_one(set, NS, &world, None, &known, &options(0));
     let live = revision_name(&set_value("one", json!({})));
     assert_eq!(plan.keys_against.as_deref(), Some(live.as_str()));
+}
+
+#[test]
+fn a_secret_set_whose_secret_cannot_be_read_says_so_and_guesses_nothing() {
+    let set = json!({"apiVersion": "cmset.dev/v1alpha1", "kind": "SecretSet",
+                     "metadata": {"name": "db", "namespace": NS}, "spec": {"secretName": "db-source"}});
+    let doc = plan(std::slice::from_ref(&set), 0);
+    let plan = &doc.plans[0];
+    assert_eq!(plan.verdict.result, "held");
+    assert!(
+        plan.verdict.summary.contains("\"db-source\" was not found"),
+        "{}",
+        plan.verdict.summary
+    );
+    assert!(plan.workloads.is_empty() && plan.keys.is_empty());
+
+    let known = Known {
+        windows: WindowsKnown::Listed,
+        budget: BudgetKnown::None,
+        pods: None,
+        webhook: None,
+        unknown: Vec::new(),
+        content_unreadable: Some("you may not read Secrets in this namespace".into()),
+    };
+    let world = objects::Objects::new(base(), NS);
+    let plan = forecast::plan_one(&desired(&[set])[0], NS, &world, None, &known, &options(0));
+    assert!(
+        plan.verdict
+            .summary
+            .contains("cannot be read (you may not read Secrets"),
+        "{}",
+        plan.verdict.summary
+    );
 }
