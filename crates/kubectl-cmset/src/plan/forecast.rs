@@ -460,6 +460,11 @@ pub fn plan_one(
     let revision = (!refused).then(|| revision_report(&result, &revisions)).flatten();
     let rows = workload_rows(&result, &workloads, &not_opted_in, &on_delete, options);
     let holds = holds_of(&result);
+    let listed = match &known.windows {
+        WindowsKnown::Listed => Ok(change_windows.as_slice()),
+        WindowsKnown::Unknown { why, .. } => Err(why.as_str()),
+    };
+    let windows = crate::windows::windows_report(view, listed, options.at).windows;
     let rollback = rollback_of(&result);
     let checks = Checks::of(view, revision.as_ref().map(|r| r.name.as_str()));
     let _ = generations;
@@ -474,6 +479,7 @@ pub fn plan_one(
         checks,
         workloads: rows,
         holds,
+        windows,
         rollback,
         unknown,
         basis,

@@ -115,6 +115,9 @@ fn set_table(plan: &SetPlan) -> String {
             h.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
         ));
     }
+    for w in &plan.windows {
+        out.push_str(&format!("  window: {}\n", window_line(w)));
+    }
     for r in &plan.rollback {
         let kept = if r.kept { "kept" } else { "NOT kept" };
         out.push_str(&format!(
@@ -144,6 +147,35 @@ fn set_table(plan: &SetPlan) -> String {
         }
     }
     out
+}
+
+/// A window in one line: where it is written, its kind and name, whether it is open, its next opening.
+fn window_line(w: &crate::windows::WindowRow) -> String {
+    let name = w.name.as_deref().map(|n| format!(" {n}")).unwrap_or_default();
+    let state = match (&w.open, &w.open_until) {
+        (true, Some(until)) => format!("open until {}", until.0),
+        (true, None) => "open".to_string(),
+        (false, _) => "closed".to_string(),
+    };
+    let next = w
+        .next_opening
+        .as_ref()
+        .map_or("no opening within 10 years".to_string(), |t| {
+            format!("next opening {}", t.0)
+        });
+    let problem = w
+        .problem
+        .as_deref()
+        .map(|p| format!(" ({p})"))
+        .unwrap_or_default();
+    format!(
+        "{} {}{name} ({} {}, {}): {state}, {next}{problem}",
+        w.source,
+        w.kind.as_str(),
+        w.schedule,
+        w.duration,
+        w.time_zone
+    )
 }
 
 fn cell(text: &str) -> String {
@@ -204,6 +236,9 @@ fn set_markdown(plan: &SetPlan) -> String {
                 .map(|m| format!(": {}", cell(m)))
                 .unwrap_or_default()
         ));
+    }
+    for w in &plan.windows {
+        out.push_str(&format!("- **Window**: {}\n", cell(&window_line(w))));
     }
     for u in &plan.unknown {
         out.push_str(&format!("- **Unknown**: {}\n", cell(u)));

@@ -55,6 +55,9 @@ pub struct SetPlan {
     pub checks: Checks,
     pub workloads: Vec<WorkloadRow>,
     pub holds: Vec<Hold>,
+    /// Every change window that binds the set, the set's own and the cluster's, with its next opening
+    /// (as `kubectl cmset windows` lists them).
+    pub windows: Vec<crate::windows::WindowRow>,
     pub rollback: Vec<Rollback>,
     pub unknown: Vec<String>,
     pub basis: Basis,
@@ -77,6 +80,7 @@ impl SetPlan {
             checks: Checks::default(),
             workloads: Vec::new(),
             holds: Vec::new(),
+            windows: Vec::new(),
             rollback: Vec::new(),
             unknown: Vec::new(),
             basis,
