@@ -7,12 +7,15 @@
 //!   [`check_gate`] (the application's checks) and the budget's mark ([`moved`]).
 //! - [`hold`]: holding a new workload at admission until its sets have revisions.
 //! - [`plan`]: every write a set's controller should make, from the set and what was observed.
+//! - [`forecast`]: the planner and the one decision stepped on a scripted clock, for
+//!   `kubectl cmset plan`: what a change will do, and when.
 //!
 //! The top of the decisions: uses every domain below it except [`crate::notify`] and
 //! [`crate::admission`].
 
 pub mod check_gate;
 pub mod decide;
+pub mod forecast;
 pub mod hold;
 pub mod moved;
 pub mod pinning;

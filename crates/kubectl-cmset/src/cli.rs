@@ -8,7 +8,8 @@ use crate::style::ColorChoice;
 
 const ABOUT: &str = "Inspect ConfigMapSets (configmapsets.cmset.dev) and SecretSets (secretsets.cmset.dev): \
                      their revisions, what changed between two of them, which revision each workload \
-                     runs and why, and the change windows that hold their rollouts.";
+                     runs and why, the change windows that hold their rollouts, and what a change will do before it \
+                     is applied.";
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -25,17 +26,42 @@ Examples:
   kubectl cmset windows app-config            the change windows that apply to it, and their next openings
   kubectl cmset promote --override-window app-config
                                               let its current rollout through the change windows
+  kustomize build . | kubectl cmset plan -f -  what applying it will do, when, and what would stop it
 
 A set is NAME, or KIND/NAME as kubectl writes it: configmapset/NAME (or cmset/NAME) and
 secretset/NAME (or secset/NAME). A bare NAME is the ConfigMapSet of that name if there is one,
 else the SecretSet; when both exist, write the kind.
 
 Exit status: 0 on success; 2 on any error (unknown set or revision, API errors, bad flags);
-`diff` exits 1 when the revisions differ, as diff(1) and kubectl diff do.
+`diff` exits 1 when the revisions differ, as diff(1) and kubectl diff do; `plan` exits 1 when a set
+is refused, 3 when one is held (--fail-on-hold) and 4 when one would change (--detailed-exitcode).
 
 Colour: --color=auto colours only when standard output is a terminal and NO_COLOR is not set.
 The plugin reads the cluster with your kubeconfig; only pause, resume and promote write (an
-annotation on the set).";
+annotation on the set; promote --override-window, a WindowOverride). `plan` writes nothing: its
+server-side dry run stores nothing.";
+
+const PLAN_ABOUT: &str = "\
+Say what applying the files will do to each ConfigMapSet and SecretSet in them, before anything is
+applied: the verdict first (rolls out, held until when and by what, refused and why, no change, or a
+revert to revision N), then the revision (its name, identical to kustomize's generator; new or
+reused; its number; what it prunes), each key's diff against the live revision (key names only for a
+SecretSet), the validation messages kubectl apply would give, the checks that would run, and every
+workload: WAVE, WORKLOAD, FROM→TO, ACTION, EARLIEST (when it can move) and GATE (what it waits for);
+then the holds, what `kubectl rollout undo` would return to, what this mode cannot know, and the
+basis (resourceVersions read, current revision, time).
+
+--against cluster (the default when a cluster answers) reads only: GET and LIST, and a server-side
+dry run of each set (dryRun=All) for the webhook's own answer where you may. --against files plans
+from the files alone: --base DIR gives the live objects exported from the cluster, and what files
+cannot tell (the cluster's windows, the budget, pins) is listed under unknown, never guessed.
+
+The cluster-wide rollout budget's cap is an operator setting the cluster does not show: set
+CMSET_MAX_MOVING_WORKLOADS to the operator's value to plan with it.
+
+Exit status: 0 nothing refused; 1 a set is refused; 2 an error (bad input names the file and
+document); 3 a set is held (only with --fail-on-hold); 4 a set would change (only with
+--detailed-exitcode). When several apply: 2, then 1, then 3, then 4.";
 
 /// `kubectl cmset`.
 #[derive(Clone, Debug, Parser)]
@@ -88,6 +114,17 @@ pub enum Output {
     Json,
     /// YAML, with the same fields as JSON
     Yaml,
+    /// Markdown, for a pull-request comment (plan only)
+    Markdown,
+}
+
+/// What `plan` compares the files with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Against {
+    /// The live cluster, read only
+    Cluster,
+    /// Only files: the -f files and --base
+    Files,
 }
 
 #[derive(Clone, Debug, Subcommand)]
@@ -158,6 +195,34 @@ read or is not YAML.")]
         /// A file, a directory or - (standard input); repeatable
         #[arg(short = 'f', long = "filename", required = true, value_name = "PATH")]
         filename: Vec<std::path::PathBuf>,
+    },
+
+    /// Say what applying these files will do to each set, when, and what would stop it
+    #[command(long_about = PLAN_ABOUT)]
+    Plan {
+        /// A file, a directory or - (standard input, e.g. `kustomize build | kubectl cmset plan -f -`); repeatable
+        #[arg(short = 'f', long = "filename", required = true, value_name = "PATH")]
+        filename: Vec<std::path::PathBuf>,
+        /// Compare with the live cluster (read only) or only with files [default: cluster when one
+        /// answers, else files]
+        #[arg(long, value_enum, value_name = "MODE")]
+        against: Option<Against>,
+        /// Objects exported from the cluster (the live set with its status, its revisions, workloads,
+        /// ChangeWindows): the world in files mode, and what the keys are compared with
+        #[arg(long, value_name = "DIR")]
+        base: Option<std::path::PathBuf>,
+        /// Plan as if now were TIME (RFC 3339) [default: now]
+        #[arg(long, value_name = "TIME")]
+        at: Option<String>,
+        /// Assume a moved workload is ready this long after its move (e.g. 30s, 2m) [default: 0s]
+        #[arg(long, value_name = "DURATION")]
+        assume_ready_after: Option<String>,
+        /// Exit 3 when a set is held (by a window, a pause, a promotion, the budget)
+        #[arg(long)]
+        fail_on_hold: bool,
+        /// Exit 4 when a set would change
+        #[arg(long)]
+        detailed_exitcode: bool,
     },
 
     /// Explain which revision each workload runs, and why
@@ -340,6 +405,49 @@ mod tests {
         assert!(Cli::try_parse_from(["x", "diff", "app", "1", "2", "3"]).is_err());
         assert!(Cli::try_parse_from(["x", "history"]).is_err());
         assert!(Cli::try_parse_from(["x", "-o", "wide", "history", "app"]).is_err());
+    }
+
+    #[test]
+    fn plan_takes_files_a_mode_and_ci_flags() {
+        let cli = Cli::try_parse_from([
+            "x",
+            "plan",
+            "-f",
+            "a.yaml",
+            "-f",
+            "-",
+            "--against",
+            "files",
+            "--base",
+            "live",
+            "--at",
+            "2026-11-27T18:00:00Z",
+            "--assume-ready-after",
+            "30s",
+            "--fail-on-hold",
+            "--detailed-exitcode",
+            "-o",
+            "markdown",
+        ])
+        .unwrap();
+        assert_eq!(cli.global.output, Output::Markdown);
+        let Command::Plan {
+            filename,
+            against,
+            base,
+            fail_on_hold,
+            detailed_exitcode,
+            ..
+        } = cli.command
+        else {
+            panic!("not plan")
+        };
+        assert_eq!(filename.len(), 2);
+        assert_eq!(against, Some(Against::Files));
+        assert_eq!(base.as_deref(), Some(std::path::Path::new("live")));
+        assert!(fail_on_hold && detailed_exitcode);
+        assert!(Cli::try_parse_from(["x", "plan"]).is_err(), "-f is required");
+        assert!(Cli::try_parse_from(["x", "plan", "-f", "a", "--against", "git"]).is_err());
     }
 
     #[test]

@@ -77,6 +77,11 @@ impl Cluster {
         Ok(Self::new(client, namespace))
     }
 
+    /// The client, for the reads of `plan` (see [`crate::plan::gather`]).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// A cluster on `client`, acting in `namespace`.
     pub fn new(client: Client, namespace: String) -> Self {
         Self { client, namespace }

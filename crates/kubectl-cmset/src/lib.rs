@@ -15,6 +15,7 @@ pub mod error;
 pub mod external_diff;
 pub mod history;
 pub mod output;
+pub mod plan;
 pub mod revisions;
 pub mod secret_diff;
 #[cfg(test)]
@@ -85,6 +86,28 @@ pub async fn run(cli: Cli, palette: Palette, now: Timestamp) -> Result<Outcome, 
     if let Command::Validate { filename } = &cli.command {
         return validate_offline(filename, g.output);
     }
+    if let Command::Plan {
+        filename,
+        against,
+        base,
+        at,
+        assume_ready_after,
+        fail_on_hold,
+        detailed_exitcode,
+    } = &cli.command
+    {
+        let stdin = read_stdin(filename)?;
+        let args = plan::PlanArgs {
+            filename: filename.clone(),
+            against: *against,
+            base: base.clone(),
+            at: at.clone(),
+            assume_ready_after: assume_ready_after.clone(),
+            fail_on_hold: *fail_on_hold,
+            detailed_exitcode: *detailed_exitcode,
+        };
+        return plan::run(&args, g, stdin.as_deref(), now).await;
+    }
     let address = match &cli.command {
         Command::History { set }
         | Command::Diff { set, .. }
@@ -93,7 +116,7 @@ pub async fn run(cli: Cli, palette: Palette, now: Timestamp) -> Result<Outcome, 
         | Command::Resume { set }
         | Command::Promote { set, .. }
         | Command::Windows { set } => Address::parse(set).map_err(Error::Usage)?,
-        Command::Validate { .. } => unreachable!("answered above"),
+        Command::Validate { .. } | Command::Plan { .. } => unreachable!("answered above"),
     };
     let cluster = Cluster::connect(
         g.kubeconfig.as_deref(),
@@ -104,16 +127,21 @@ pub async fn run(cli: Cli, palette: Palette, now: Timestamp) -> Result<Outcome, 
     run_on(&cluster, &cli, &address, palette, now).await
 }
 
-/// `kubectl cmset validate`: no cluster, only the files.
-fn validate_offline(paths: &[std::path::PathBuf], format: cli::Output) -> Result<Outcome, Error> {
-    let stdin = if paths.iter().any(|p| p.as_os_str() == "-") {
+/// Standard input's text, when one of `paths` is `-`.
+fn read_stdin(paths: &[std::path::PathBuf]) -> Result<Option<String>, Error> {
+    if paths.iter().any(|p| p.as_os_str() == "-") {
         let mut text = String::new();
         std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
             .map_err(|e| Error::Usage(format!("reading standard input: {e}")))?;
-        Some(text)
+        Ok(Some(text))
     } else {
-        None
-    };
+        Ok(None)
+    }
+}
+
+/// `kubectl cmset validate`: no cluster, only the files.
+fn validate_offline(paths: &[std::path::PathBuf], format: cli::Output) -> Result<Outcome, Error> {
+    let stdin = read_stdin(paths)?;
     let files = validate::read_documents(paths, stdin.as_deref())?;
     let reports = validate::validate_files(&files)?;
     let stdout = match output::structured(&reports, format)? {
@@ -290,7 +318,8 @@ async fn run_on(
         | Command::Resume { .. }
         | Command::Promote { .. }
         | Command::Windows { .. }
-        | Command::Validate { .. } => {
+        | Command::Validate { .. }
+        | Command::Plan { .. } => {
             unreachable!("steering commands, windows and validate returned above")
         }
     }

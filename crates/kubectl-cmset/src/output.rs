@@ -21,6 +21,9 @@ pub fn structured<T: Serialize>(value: &T, format: Output) -> Result<Option<Stri
                 format: "YAML",
                 message: e.to_string(),
             }),
+        Output::Markdown => Err(Error::Usage(
+            "-o markdown is for `kubectl cmset plan`; use table, json or yaml".to_string(),
+        )),
     }
 }
 

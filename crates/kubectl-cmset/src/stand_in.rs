@@ -160,7 +160,8 @@ pub fn with(mut base: Vec<(String, Answer)>, changes: Vec<(String, Answer)>) -> 
     base
 }
 
-/// The requests the stand-in was asked, in the order asked: `GET /api/v1/...` (query left out).
+/// The requests the stand-in was asked, in the order asked: `GET /api/v1/...` (query left out, but
+/// for a dry run, marked ` (dryRun)`).
 pub type Asked = Arc<Mutex<Vec<String>>>;
 
 /// Starts a stand-in API server that answers each path (query left out, any method) as `answers` says,
@@ -193,7 +194,15 @@ pub fn start(answers: Vec<(String, Answer)>) -> (Cluster, Asked) {
                 .iter()
                 .find(|(p, _)| p == path)
                 .map_or_else(page_not_found, |(_, answer)| answer.clone());
-            log.lock().expect("the log").push(format!("{method} {path}"));
+            // A dry run says so: what `plan` sends must be seen to store nothing.
+            let dry_run = if target.contains("dryRun=All") {
+                " (dryRun)"
+            } else {
+                ""
+            };
+            log.lock()
+                .expect("the log")
+                .push(format!("{method} {path}{dry_run}"));
             let Answer::Http { code, headers, body } = answer else {
                 continue; // dropping the stream closes it
             };

@@ -204,21 +204,26 @@ pub fn review_set(review: &Value, metrics: &Metrics, out_of_time: &dyn Fn() -> b
         Err(refusal) => refusal,
     };
     let namespace = request["namespace"].as_str().unwrap_or_default();
-    metrics
-        .validation_failures
-        .get_or_create(&ValidationLabels {
-            set: SetLabels {
-                namespace: namespace.to_string(),
-                kind: if kind == "SecretSet" {
-                    "SecretSet"
-                } else {
-                    "ConfigMapSet"
+    // A dry run (`kubectl apply --dry-run=server`, `kubectl cmset plan`) is answered the same and
+    // counts nowhere: nothing was refused that anyone tried to store.
+    let dry_run = request["dryRun"].as_bool() == Some(true);
+    if !dry_run {
+        metrics
+            .validation_failures
+            .get_or_create(&ValidationLabels {
+                set: SetLabels {
+                    namespace: namespace.to_string(),
+                    kind: if kind == "SecretSet" {
+                        "SecretSet"
+                    } else {
+                        "ConfigMapSet"
+                    },
+                    name: name.to_string(),
                 },
-                name: name.to_string(),
-            },
-            stage: "admission",
-        })
-        .inc();
+                stage: "admission",
+            })
+            .inc();
+    }
     let message = format!(
         "{kind} {name:?}: content fails spec.validation: {}",
         refusal.summary()
@@ -362,6 +367,13 @@ mod tests {
             },
             stage: "admission",
         };
+        assert_eq!(metrics.validation_failures.get_or_create(&labels).get(), 1);
+
+        // A dry run gets the same answer, and counts nowhere.
+        let mut dry = review.clone();
+        dry["request"]["dryRun"] = json!(true);
+        let answered = judged(&dry, &metrics);
+        assert_eq!(answered["response"], response["response"]);
         assert_eq!(metrics.validation_failures.get_or_create(&labels).get(), 1);
 
         let schema_error = judged(

@@ -111,10 +111,15 @@ struct Handler {
     secret_sets: bool,
     /// Who judges sets' content, off the async runtime.
     judges: crate::serving::set_admission::Judges,
+    /// Whether this admission counts in the metrics: not for a dry run.
+    counting: bool,
 }
 
 impl Handler {
     fn count(&self, result: &'static str) {
+        if !self.counting {
+            return;
+        }
         self.metrics
             .admissions
             .get_or_create(&crate::platform::metrics::ResultLabel { result })
@@ -143,11 +148,19 @@ const UNCLAIMED: usize = 8;
 
 async fn mutate(State(handler): State<Handler>, axum::Json(review): axum::Json<Value>) -> axum::Json<Value> {
     let started = std::time::Instant::now();
+    // A dry run is answered the same and counts nowhere (no metric; admission records no Event).
+    let dry_run = review["request"]["dryRun"].as_bool() == Some(true);
+    let handler = Handler {
+        counting: !dry_run,
+        ..handler
+    };
     let answer = answer(&handler, &review).await;
-    handler
-        .metrics
-        .admission_duration
-        .observe(started.elapsed().as_secs_f64());
+    if handler.counting {
+        handler
+            .metrics
+            .admission_duration
+            .observe(started.elapsed().as_secs_f64());
+    }
     axum::Json(answer)
 }
 
@@ -309,6 +322,7 @@ pub fn router(scopes: Scopes, metrics: Arc<Metrics>, secret_sets: bool) -> Route
             metrics,
             secret_sets,
             judges: Default::default(),
+            counting: true,
         })
 }
 
@@ -415,6 +429,44 @@ mod tests {
             .decode(r["response"]["patch"].as_str().unwrap())
             .unwrap();
         assert_eq!(serde_json::from_slice::<Value>(&decoded).unwrap(), wire);
+    }
+
+    #[tokio::test]
+    async fn a_dry_run_is_answered_the_same_and_counts_in_no_metric() {
+        let metrics = Arc::new(Metrics::default());
+        let handler = Handler {
+            scopes: Scopes {
+                scopes: Vec::new(),
+                multi_set_window: Duration::ZERO,
+                kinds: Kinds::built_in(),
+                budgeted: false,
+            },
+            metrics: metrics.clone(),
+            secret_sets: false,
+            judges: Default::default(),
+            counting: true,
+        };
+        let review = |dry_run: bool| {
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                   "request": {"uid": "u-1", "operation": "CREATE", "namespace": "team", "dryRun": dry_run,
+                               "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+                               "object": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                          "metadata": {"name": "web", "namespace": "team",
+                                                       "labels": {"cmset.dev/enabled": "true"}},
+                                          "spec": {"template": {"spec": {"containers": [
+                                              {"name": "c", "image": "x"}]}}}}}})
+        };
+        let counted = || {
+            metrics
+                .admissions
+                .get_or_create(&crate::platform::metrics::ResultLabel { result: "error" })
+                .get()
+        };
+        let dry = mutate(State(handler.clone()), axum::Json(review(true))).await.0;
+        assert_eq!(counted(), 0, "a dry run counts nowhere");
+        let real = mutate(State(handler), axum::Json(review(false))).await.0;
+        assert_eq!(counted(), 1);
+        assert_eq!(dry, real, "the same answer");
     }
 
     /// A client CA and a certificate it signed for `name` (PEMs: CA, cert, key).

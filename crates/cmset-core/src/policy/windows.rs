@@ -12,7 +12,7 @@
 //! [`HORIZON`]: a schedule that never fires (`0 0 30 2 *`) never opens.
 
 mod cron;
-mod duration;
+pub mod duration;
 mod rrule;
 mod schedule;
 #[cfg(test)]

@@ -4,7 +4,7 @@ use jiff::SignedDuration;
 
 /// Parses a Go duration that must be more than zero: `30m`, `1h30m`, `1.5h`, `300ms`. The error says
 /// what is wrong and what is allowed; the caller names the field.
-pub(crate) fn parse(text: &str) -> Result<SignedDuration, String> {
+pub fn parse(text: &str) -> Result<SignedDuration, String> {
     const FORM: &str = "write a Go duration such as 30m, 1h30m, 1.5h or 72h (units ns, us, ms, s, m, h)";
     if text.is_empty() {
         return Err(format!("must not be empty; {FORM}"));
