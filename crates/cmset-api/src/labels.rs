@@ -51,5 +51,9 @@ pub const WINDOW_OVERRIDE_PROOF: &str = "cmset.dev/window-override-proof";
 /// at that generation; the controller removes the mark once it is healthy there. A workload cmset never
 /// moved, or moved on since (a rollback, someone else's edit), has no slot whatever its health.
 pub const MOVED: &str = "cmset.dev/moved";
+/// Beside [`MOVED`]: the cap of the budget the move was granted under (`--max-moving-workloads`), as a
+/// decimal string, so that `kubectl cmset plan` can tell where a change would stand in line from what
+/// the cluster shows. Removed with the mark.
+pub const BUDGET_CAP: &str = "cmset.dev/budget-cap";
 /// How long a new Deployment is held at most.
 pub const HOLD_LIMIT_SECONDS: i64 = 30;

@@ -179,7 +179,8 @@ async fn reconcile_inner(this: &Workload<'_>, ctx: &Context) -> Result<Action> {
             if let Some(mark) = mark.filter(|m| moved::mark_done(Some(m.as_str()), generation, &view.health))
             {
                 let what = format!("{kind} {namespace}/{}", view.name);
-                let patch = json_patch::Patch(moved::unmark_operations(mark));
+                let cap = workload.labels().get(moved::BUDGET_CAP).map(String::as_str);
+                let patch = json_patch::Patch(moved::unmark_operations(mark, cap));
                 patch_workload(this, ctx, &namespace, &view.name, patch, &what).await?;
                 debug!(workload = %what, "removed its move mark");
             }
@@ -229,8 +230,10 @@ async fn reconcile_inner(this: &Workload<'_>, ctx: &Context) -> Result<Action> {
     let mut patch = plan.json_patch(kind, &view.uid, &workload.body());
     // A move the budget granted marks the generation it gives: that is what holds the slot, on this
     // replica and on any that leads later.
-    if budgeted.is_some() {
-        patch.0.extend(moved::mark_operations(generation));
+    if let Some(budget) = budgeted {
+        patch
+            .0
+            .extend(moved::mark_operations(generation, budget.usage().cap));
     }
     // A held workload is released by the same patch: its first ReplicaSet (or Job) names the revisions.
     if let Some(hold) = &held {

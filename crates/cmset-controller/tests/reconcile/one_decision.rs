@@ -184,6 +184,11 @@ async fn under_a_full_rollout_budget_a_workload_waits_its_turn_sending_nothing_t
         ops.contains(&json!({"op": "add", "path": "/metadata/labels/cmset.dev~1moved", "value": "2"})),
         "{patch}"
     );
+    // The cap beside it, for `kubectl cmset plan` to read.
+    assert!(
+        ops.contains(&json!({"op": "add", "path": "/metadata/labels/cmset.dev~1budget-cap", "value": "1"})),
+        "{patch}"
+    );
     assert_eq!(budget.position(&web), None);
     assert_eq!(
         budget.usage().moving,
@@ -216,6 +221,32 @@ async fn a_moved_workload_healthy_at_its_generation_loses_its_mark_in_one_guarde
             {"op": "remove", "path": "/metadata/labels/cmset.dev~1moved"}
         ])
     );
+
+    // A mark with its cap beside it: both go, each guarded.
+    deployment
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert(cmset_api::labels::BUDGET_CAP.into(), "1".into());
+    world.add_deployment(&deployment);
+    let (result, seen) = reconcile_deployment(&world, &set, &deployment).await;
+    result.unwrap();
+    assert_eq!(
+        seen[0].body,
+        json!([
+            {"op": "test", "path": "/metadata/labels/cmset.dev~1moved", "value": "1"},
+            {"op": "remove", "path": "/metadata/labels/cmset.dev~1moved"},
+            {"op": "test", "path": "/metadata/labels/cmset.dev~1budget-cap", "value": "1"},
+            {"op": "remove", "path": "/metadata/labels/cmset.dev~1budget-cap"}
+        ])
+    );
+    deployment
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .remove(cmset_api::labels::BUDGET_CAP);
 
     // Without the mark, nothing is sent.
     deployment

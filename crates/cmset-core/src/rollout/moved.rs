@@ -22,7 +22,7 @@ use json_patch::jsonptr::Pointer;
 use json_patch::{AddOperation, PatchOperation, RemoveOperation, TestOperation};
 use serde_json::Value;
 
-pub use cmset_api::labels::MOVED;
+pub use cmset_api::labels::{BUDGET_CAP, MOVED};
 
 use crate::workloads::health::Health;
 
@@ -40,9 +40,10 @@ pub fn holds_slot(mark: Option<&str>, generation: i64, health: &Health, reads: b
     reads && *health == Health::Progressing && marked_generation(mark) == Some(generation)
 }
 
-/// The operations that mark a move planned at `generation`: a test that the generation is still that
-/// one (so the move gives it exactly `generation + 1`), and the mark. `add` replaces an older mark.
-pub fn mark_operations(generation: i64) -> Vec<PatchOperation> {
+/// The operations that mark a move planned at `generation` under a budget of `cap`: a test that the
+/// generation is still that one (so the move gives it exactly `generation + 1`), the mark, and the cap
+/// beside it ([`BUDGET_CAP`]). `add` replaces an older mark.
+pub fn mark_operations(generation: i64, cap: usize) -> Vec<PatchOperation> {
     vec![
         PatchOperation::Test(TestOperation {
             path: GENERATION.to_buf(),
@@ -52,7 +53,16 @@ pub fn mark_operations(generation: i64) -> Vec<PatchOperation> {
             path: LABELS.with_trailing_token(MOVED),
             value: Value::from((generation + 1).to_string()),
         }),
+        PatchOperation::Add(AddOperation {
+            path: LABELS.with_trailing_token(BUDGET_CAP),
+            value: Value::from(cap.to_string()),
+        }),
     ]
+}
+
+/// The cap a mark's [`BUDGET_CAP`] label records, if it reads as one.
+pub fn marked_cap(label: Option<&str>) -> Option<usize> {
+    label?.parse().ok()
 }
 
 /// Whether the mark on a workload at `generation` in `health` has served its purpose and is removed:
@@ -62,16 +72,27 @@ pub fn mark_done(mark: Option<&str>, generation: i64, health: &Health) -> bool {
     mark.is_some() && (*health == Health::Healthy || marked_generation(mark) != Some(generation))
 }
 
-/// The operations that remove mark `mark`, guarded so that a mark written meanwhile is kept.
-pub fn unmark_operations(mark: &str) -> Vec<PatchOperation> {
+/// The operations that remove mark `mark`, guarded so that a mark written meanwhile is kept, and the
+/// cap label beside it when there is one (`cap`, as the workload shows it; a mark of an earlier version
+/// has none).
+pub fn unmark_operations(mark: &str, cap: Option<&str>) -> Vec<PatchOperation> {
     let path = LABELS.with_trailing_token(MOVED);
-    vec![
+    let mut operations = vec![
         PatchOperation::Test(TestOperation {
             path: path.clone(),
             value: Value::from(mark),
         }),
         PatchOperation::Remove(RemoveOperation { path }),
-    ]
+    ];
+    if let Some(cap) = cap {
+        let path = LABELS.with_trailing_token(BUDGET_CAP);
+        operations.push(PatchOperation::Test(TestOperation {
+            path: path.clone(),
+            value: Value::from(cap),
+        }));
+        operations.push(PatchOperation::Remove(RemoveOperation { path }));
+    }
+    operations
 }
 
 #[cfg(test)]
@@ -149,22 +170,25 @@ mod tests {
     #[test]
     fn the_mark_is_added_with_the_generation_the_move_gives_and_guarded_by_the_one_it_had() {
         let labelled = json!({"metadata": {"generation": 7, "labels": {"cmset.dev/enabled": "true"}}});
-        let marked = apply(&labelled, mark_operations(7)).unwrap();
+        let marked = apply(&labelled, mark_operations(7, 3)).unwrap();
         assert_eq!(
             marked["metadata"]["labels"],
-            json!({"cmset.dev/enabled": "true", "cmset.dev/moved": "8"})
+            json!({"cmset.dev/enabled": "true", "cmset.dev/moved": "8", "cmset.dev/budget-cap": "3"})
         );
+        let labels = &marked["metadata"]["labels"];
+        assert_eq!(marked_cap(labels["cmset.dev/budget-cap"].as_str()), Some(3));
         let remarked = apply(
-            &json!({"metadata": {"generation": 8, "labels": marked["metadata"]["labels"]}}),
-            mark_operations(8),
+            &json!({"metadata": {"generation": 8, "labels": labels}}),
+            mark_operations(8, 2),
         )
         .unwrap();
         assert_eq!(
             remarked["metadata"]["labels"]["cmset.dev/moved"], "9",
             "an older mark is replaced"
         );
+        assert_eq!(remarked["metadata"]["labels"]["cmset.dev/budget-cap"], "2");
         // Planned from generation 6, the object is at 7 now: the patch fails rather than mark wrong.
-        assert!(apply(&labelled, mark_operations(6)).is_err());
+        assert!(apply(&labelled, mark_operations(6, 3)).is_err());
     }
 
     #[test]
@@ -178,11 +202,23 @@ mod tests {
         );
         assert!(mark_done(Some("x"), 8, &Health::Progressing));
         let object = json!({"metadata": {"labels": {"a": "b", "cmset.dev/moved": "8"}}});
-        let unmarked = apply(&object, unmark_operations("8")).unwrap();
+        let unmarked = apply(&object, unmark_operations("8", None)).unwrap();
         assert_eq!(unmarked["metadata"]["labels"], json!({"a": "b"}));
         assert!(
-            apply(&object, unmark_operations("7")).is_err(),
+            apply(&object, unmark_operations("7", None)).is_err(),
             "a newer mark stays"
+        );
+        let capped =
+            json!({"metadata": {"labels": {"a": "b", "cmset.dev/moved": "8", "cmset.dev/budget-cap": "2"}}});
+        let unmarked = apply(&capped, unmark_operations("8", Some("2"))).unwrap();
+        assert_eq!(
+            unmarked["metadata"]["labels"],
+            json!({"a": "b"}),
+            "the cap goes with the mark"
+        );
+        assert!(
+            apply(&capped, unmark_operations("8", Some("3"))).is_err(),
+            "a cap written meanwhile stays"
         );
     }
 }

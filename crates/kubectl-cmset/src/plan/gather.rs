@@ -10,6 +10,7 @@ use std::time::Duration;
 use cmset_api::labels;
 use cmset_core::revisions::naming::set_label_value;
 use cmset_core::rollout::forecast::BudgetView;
+use cmset_core::rollout::moved;
 use cmset_core::workloads::observe::{RefNames, WorkloadKind};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -267,7 +268,7 @@ pub async fn gather(
         }
         Err(_) => None,
     };
-    let budget = budget(client).await;
+    let budget = budget(client, namespace).await;
     Ok(Gathered {
         world,
         known: Known {
@@ -282,14 +283,30 @@ pub async fn gather(
 }
 
 /// The rollout budget as the cluster shows it: the workloads it counts as moving carry its mark
-/// (label `cmset.dev/moved`). Its cap is an operator setting the cluster does not show: taken from
-/// `CMSET_MAX_MOVING_WORKLOADS` (the operator's own variable) when set, else unknown.
-async fn budget(client: &Client) -> BudgetKnown {
+/// (label `cmset.dev/moved`) and, beside it, the cap the move was granted under (label
+/// `cmset.dev/budget-cap`). `CMSET_MAX_MOVING_WORKLOADS` (the operator's own variable), when set, says
+/// the cap instead. With nothing moving the cluster shows no cap: the plan says so, and plans as if
+/// there were none. Only a cap marked in the set's own `namespace` is taken for its operator's: one
+/// marked elsewhere may be another operator's (a namespaced install), so it is told, not assumed.
+async fn budget(client: &Client, namespace: &str) -> BudgetKnown {
     let marked = ListParams::default().labels(labels::MOVED);
     let mut moving = 0;
+    let (mut caps, mut caps_here) = (BTreeSet::new(), BTreeSet::new());
     for kind in WorkloadKind::BUILT_IN {
         match list_workloads(client, kind, None, &marked).await {
-            Ok(items) => moving += items.len(),
+            Ok(items) => {
+                moving += items.len();
+                for w in &items {
+                    let meta = &w["metadata"];
+                    let Some(cap) = moved::marked_cap(meta["labels"][labels::BUDGET_CAP].as_str()) else {
+                        continue;
+                    };
+                    caps.insert(cap);
+                    if meta["namespace"] == namespace {
+                        caps_here.insert(cap);
+                    }
+                }
+            }
             Err(_) => {
                 return BudgetKnown::Unknown(
                     "the cluster-wide rollout budget: you may not list workloads in every namespace".into(),
@@ -297,20 +314,54 @@ async fn budget(client: &Client) -> BudgetKnown {
             }
         }
     }
-    let cap = std::env::var("CMSET_MAX_MOVING_WORKLOADS")
+    let said = std::env::var("CMSET_MAX_MOVING_WORKLOADS")
         .ok()
         .and_then(|v| v.trim().parse::<usize>().ok());
-    match cap {
-        Some(cap) => BudgetKnown::Known(BudgetView {
+    budget_known(said, moving, &caps_here, &caps)
+}
+
+/// The budget from what was read: `moving` workloads marked, carrying the caps `here` in the set's
+/// namespace and `anywhere` in the cluster, and the cap `said` by the environment.
+fn budget_known(
+    said: Option<usize>,
+    moving: usize,
+    here: &BTreeSet<usize>,
+    anywhere: &BTreeSet<usize>,
+) -> BudgetKnown {
+    let known = |cap| {
+        BudgetKnown::Known(BudgetView {
             cap,
             moving_elsewhere: moving,
             waiting_ahead: 0,
-        }),
-        None if moving > 0 => BudgetKnown::Unknown(format!(
-            "the cluster-wide rollout budget's cap (--max-moving-workloads, an operator setting): {moving} \
-             workload(s) move under it now; set CMSET_MAX_MOVING_WORKLOADS to plan with it"
+        })
+    };
+    if let Some(cap) = said {
+        return known(cap);
+    }
+    let list = |caps: &BTreeSet<usize>| caps.iter().map(usize::to_string).collect::<Vec<_>>().join(", ");
+    match (moving, here.len()) {
+        (0, _) => BudgetKnown::Unknown(
+            "the cluster-wide rollout budget's cap: no workload moves under a budget now, so the cluster \
+             shows none (planned as if there were none; CMSET_MAX_MOVING_WORKLOADS says it)"
+                .into(),
+        ),
+        (_, 1) => known(*here.first().expect("one cap")),
+        (_, 0) if !anywhere.is_empty() => BudgetKnown::Unknown(format!(
+            "the cluster-wide rollout budget's cap: {moving} workload(s) move under a budget of {} in other \
+             namespaces, which may be another operator's (planned as if there were none; \
+             CMSET_MAX_MOVING_WORKLOADS says it)",
+            list(anywhere)
         )),
-        None => BudgetKnown::None,
+        (_, 0) => BudgetKnown::Unknown(format!(
+            "the cluster-wide rollout budget's cap: {moving} workload(s) move under it now, marked by an \
+             operator that does not record its cap (planned as if there were none; \
+             CMSET_MAX_MOVING_WORKLOADS says it)"
+        )),
+        _ => BudgetKnown::Unknown(format!(
+            "the cluster-wide rollout budget's cap: workloads of this namespace move under budgets of \
+             different caps ({}) (planned as if there were none; CMSET_MAX_MOVING_WORKLOADS says it)",
+            list(here)
+        )),
     }
 }
 
@@ -367,5 +418,51 @@ pub async fn reachable(client: &Client, timeout: Duration) -> Result<(), String>
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!("no answer within {}s", timeout.as_secs())),
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    fn caps(of: &[usize]) -> BTreeSet<usize> {
+        of.iter().copied().collect()
+    }
+
+    #[test]
+    fn the_cap_is_read_from_the_moving_workloads_marks_or_said() {
+        let BudgetKnown::Known(view) = budget_known(None, 2, &caps(&[1]), &caps(&[1, 3])) else {
+            panic!("one cap marked in the namespace: known")
+        };
+        assert_eq!(
+            (view.cap, view.moving_elsewhere),
+            (1, 2),
+            "moving counts the cluster"
+        );
+        let BudgetKnown::Known(view) = budget_known(Some(4), 2, &caps(&[1]), &caps(&[1])) else {
+            panic!("said: known")
+        };
+        assert_eq!(view.cap, 4, "what the environment says wins");
+        for (moving, here, anywhere, why) in [
+            (0, caps(&[]), caps(&[]), "nothing moves: no cap shows"),
+            (
+                2,
+                caps(&[]),
+                caps(&[]),
+                "marks of an operator that records no cap",
+            ),
+            (
+                1,
+                caps(&[]),
+                caps(&[1]),
+                "a cap marked elsewhere may be another operator's",
+            ),
+            (2, caps(&[1, 3]), caps(&[1, 3]), "two caps in the namespace"),
+        ] {
+            let BudgetKnown::Unknown(message) = budget_known(None, moving, &here, &anywhere) else {
+                panic!("{why}: unknown")
+            };
+            assert!(message.contains("cap"), "{why}: {message}");
+        }
     }
 }
