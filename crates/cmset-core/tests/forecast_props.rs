@@ -24,8 +24,7 @@ use cmset_core::rollout::waves::gate;
 use cmset_core::rollout::window_hold::{ClusterView, window_state};
 use cmset_core::set::{SetRef, SourceState};
 use cmset_core::workloads::health::{Health, Wave};
-use cmset_core::workloads::observe::{RevisionView, WorkloadKind, WorkloadView};
-use k8s_openapi::api::core::v1::{ConfigMapEnvSource, Container, EnvFromSource, PodSpec};
+use cmset_core::workloads::observe::{RevisionView, WorkloadView};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
@@ -36,28 +35,7 @@ mod support;
 const START: i64 = 1_800_000_000;
 
 fn deployment(name: &str, wave: i32, reads: &str) -> WorkloadView {
-    WorkloadView {
-        kind: WorkloadKind::Deployment,
-        name: name.into(),
-        uid: format!("uid-{name}"),
-        pod_spec: PodSpec {
-            containers: vec![Container {
-                name: "app".into(),
-                env_from: Some(vec![EnvFromSource {
-                    config_map_ref: Some(ConfigMapEnvSource {
-                        name: reads.to_string(),
-                        optional: None,
-                    }),
-                    ..EnvFromSource::default()
-                }]),
-                ..Container::default()
-            }],
-            ..PodSpec::default()
-        },
-        template_labels: BTreeMap::new(),
-        wave: Wave::Number(wave),
-        health: Health::Healthy,
-    }
+    support::deployment_reading(name, Wave::Number(wave), reads)
 }
 
 /// What one case varies.

@@ -1,5 +1,5 @@
-//! What the planner's test files share: planning at a fixed time, and revisions as the set controller
-//! makes them.
+//! What the planner's test files share: planning at a fixed time, revisions as the set controller
+//! makes them, and a Deployment reading one ConfigMap.
 // Each test file uses part of it.
 #![allow(dead_code)]
 
@@ -9,7 +9,9 @@ use cmset_api::{ConfigMapSet, labels};
 use cmset_core::revisions::revision::set_owner_reference;
 use cmset_core::rollout::plan::{SetInput, SetPlan, plan_set};
 use cmset_core::set::SourceState;
-use cmset_core::workloads::observe::{HistoryObject, RevisionView, WorkloadView};
+use cmset_core::workloads::health::{Health, Wave};
+use cmset_core::workloads::observe::{HistoryObject, RevisionView, WorkloadKind, WorkloadView};
+use k8s_openapi::api::core::v1::{ConfigMapEnvSource, Container, EnvFromSource, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
@@ -55,5 +57,31 @@ pub fn revision_of(set: &ConfigMapSet, name: &str, number: i64) -> RevisionView 
         being_deleted: false,
         created: Some(number),
         resource_version: None,
+    }
+}
+
+/// A healthy Deployment `name` of `wave` whose one container reads ConfigMap `reads` (by `envFrom`).
+pub fn deployment_reading(name: &str, wave: Wave, reads: &str) -> WorkloadView {
+    WorkloadView {
+        kind: WorkloadKind::Deployment,
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        pod_spec: PodSpec {
+            containers: vec![Container {
+                name: "app".into(),
+                env_from: Some(vec![EnvFromSource {
+                    config_map_ref: Some(ConfigMapEnvSource {
+                        name: reads.to_string(),
+                        optional: None,
+                    }),
+                    ..EnvFromSource::default()
+                }]),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        },
+        template_labels: BTreeMap::new(),
+        wave,
+        health: Health::Healthy,
     }
 }

@@ -10,28 +10,7 @@ pub(crate) fn at(second: i64) -> Time {
 }
 
 pub(crate) fn deployment(name: &str, wave: Option<i32>, reads: &str) -> WorkloadView {
-    WorkloadView {
-        kind: WorkloadKind::Deployment,
-        name: name.into(),
-        uid: format!("uid-{name}"),
-        pod_spec: PodSpec {
-            containers: vec![Container {
-                name: "app".into(),
-                env_from: Some(vec![EnvFromSource {
-                    config_map_ref: Some(ConfigMapEnvSource {
-                        name: reads.to_string(),
-                        optional: None,
-                    }),
-                    ..EnvFromSource::default()
-                }]),
-                ..Container::default()
-            }],
-            ..PodSpec::default()
-        },
-        template_labels: BTreeMap::new(),
-        wave: wave.map_or(Wave::Number(0), Wave::Number),
-        health: Health::Healthy,
-    }
+    support::deployment_reading(name, Wave::Number(wave.unwrap_or(0)), reads)
 }
 
 pub(crate) fn reads(workload: &WorkloadView) -> String {
