@@ -1,6 +1,7 @@
 //! Prints what decoding one watch event's object costs, whole (the k8s-openapi type, as the watches
 //! decoded before; `DynamicObject` for a workload) and as the wire types decode it now, for the kinds
-//! cmset indexes:
+//! cmset indexes, and what reading one AdmissionReview of a set costs `/validate-set` (whole: the
+//! `serde_json::Value` it decoded before; wire: `SetReview`, which keeps the content as text):
 //! `cargo run --release -p cmset-controller --example decode_cost`. Each figure is the median of 15
 //! rounds, in nanoseconds per object, next to the floor of the same run: reading the same bytes into
 //! `serde::de::IgnoredAny` (the JSON has to be read either way).
@@ -9,6 +10,7 @@ use std::time::Instant;
 use cmset_controller::engine::wire::{
     WireControllerRevision, WireMeta, WirePod, WireReplicaSet, WireWorkload,
 };
+use cmset_controller::serving::set_admission::SetReview;
 use k8s_openapi::api::apps::v1::{ControllerRevision, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::DynamicObject;
@@ -110,6 +112,25 @@ fn deployment() -> Value {
                  "message": "ReplicaSet \"bench-00042-7d4b9c\" has successfully progressed."}]}})
 }
 
+/// The AdmissionReview of a ConfigMapSet without `spec.validation` whose template holds `keys` keys of
+/// 1 KiB each, as the API server sends it on an update.
+fn set_review(keys: usize) -> Value {
+    let data: serde_json::Map<String, Value> = (0..keys)
+        .map(|i| (format!("key-{i:03}.properties"), Value::from("x=1\n".repeat(256))))
+        .collect();
+    let object = json!({"apiVersion": "cmset.dev/v1alpha1", "kind": "ConfigMapSet",
+        "metadata": metadata("bench-00042"),
+        "spec": {"revisionHistoryLimit": 10, "template": {"data": data}},
+        "status": {"currentRevision": "bench-00042-5g7bm8k4f2", "observedGeneration": 3}});
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "0b0e4a52-5a3c-4c64-9d0e-6d0f6c1d1d1d", "operation": "UPDATE",
+            "name": "bench-00042", "namespace": "cmset-bench",
+            "kind": {"group": "cmset.dev", "version": "v1alpha1", "kind": "ConfigMapSet"},
+            "resource": {"group": "cmset.dev", "version": "v1alpha1", "resource": "configmapsets"},
+            "userInfo": {"username": "system:serviceaccount:argocd:argocd-application-controller"},
+            "object": object.clone(), "oldObject": object, "dryRun": false}})
+}
+
 fn config_map_metadata() -> Value {
     json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": metadata("bench-00042-5g7bm8k4f2")})
 }
@@ -165,4 +186,6 @@ fn main() {
         "ConfigMap (metadata only)",
         config_map_metadata(),
     );
+    row::<SetReview, Value>("AdmissionReview of a set, 4 KiB", set_review(4));
+    row::<SetReview, Value>("AdmissionReview of a set, 64 KiB", set_review(64));
 }

@@ -17,6 +17,9 @@
 //! `spec.validation` (an annotation, `kubectl cmset pause`) is not judged again, so a set whose content
 //! slipped in while cmset was down can still be paused or fixed.
 //!
+//! Of a review it reads only what the decision needs ([`SetReview`]): the content (`spec.template`)
+//! stays the JSON text it came as, and is decoded only when a declared validation judges it.
+//!
 //! It fails open like the other webhooks; the controller checks again before it makes any revision.
 
 use std::collections::HashMap;
@@ -28,6 +31,8 @@ use cmset_core::content::content_check::{self, Refusal, SchemaTexts};
 use cmset_core::content::validate::summary;
 use cmset_core::set::Content;
 use k8s_openapi::ByteString;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{info, warn};
@@ -41,6 +46,73 @@ pub const JUDGING_BUDGET: Duration = Duration::from_secs(2);
 /// Contents judged at once (each on a blocking thread); more wait, within their budget. One namespace
 /// takes one of them at a time, so a namespace applying costly sets leaves the other to everyone else.
 pub const JUDGES: usize = 2;
+
+/// What `/validate-set` reads of an AdmissionReview: who asks about which set, and of the set's spec
+/// only the fields it judges. The content and the validation are kept as the JSON text they came as
+/// (compared as text between the old and the new object: the API server writes both with one
+/// encoder), and decoded only to be judged.
+#[derive(Debug, Default, Deserialize)]
+pub struct SetReview {
+    #[serde(default)]
+    request: Request,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct Request {
+    uid: String,
+    namespace: String,
+    name: String,
+    kind: RequestKind,
+    dry_run: Option<bool>,
+    object: Option<SetObject>,
+    old_object: Option<SetObject>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RequestKind {
+    kind: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SetObject {
+    metadata: ObjectName,
+    spec: Option<SetSpecText>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ObjectName {
+    name: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct SetSpecText {
+    template: Option<Box<RawValue>>,
+    validation: Option<Box<RawValue>>,
+    /// Small (windows, waves, analysis): decoded, for the windows' check.
+    rollout: Option<Value>,
+    config_map_name: Option<Box<RawValue>>,
+    secret_name: Option<Box<RawValue>>,
+}
+
+impl SetSpecText {
+    /// The fields whose change may change the verdict on the content.
+    fn judged_fields(&self) -> [Option<&str>; 4] {
+        fn text(field: &Option<Box<RawValue>>) -> Option<&str> {
+            field.as_deref().map(RawValue::get)
+        }
+        [
+            text(&self.template),
+            text(&self.config_map_name),
+            text(&self.secret_name),
+            text(&self.validation),
+        ]
+    }
+}
 
 /// Judges sets' content off the async runtime, [`JUDGES`] at a time and one per namespace.
 #[derive(Clone)]
@@ -82,16 +154,12 @@ impl Drop for Turn {
 
 impl Judges {
     /// The response to `review`, judged on a blocking thread within [`JUDGING_BUDGET`].
-    pub async fn review(&self, review: Value, metrics: Arc<Metrics>) -> Value {
+    pub async fn review(&self, review: SetReview, metrics: Arc<Metrics>) -> Value {
         if !needs_judging(&review) {
             return review_set(&review, &metrics, &|| false);
         }
         let deadline = Instant::now() + JUDGING_BUDGET;
-        let namespace = review
-            .pointer("/request/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
+        let namespace = review.request.namespace.clone();
         let semaphore = {
             let mut turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
             turns
@@ -112,7 +180,7 @@ impl Judges {
         let Ok(Ok(permit)) = waited else {
             return over_budget(&review, "waiting for a turn");
         };
-        let uid = review["request"]["uid"].clone();
+        let uid = review.request.uid.clone();
         let (review, answer) = match tokio::task::spawn_blocking(move || {
             // The permits go with the work: a judge that runs past its budget still counts until it
             // ends, so no more than JUDGES threads ever judge at once.
@@ -139,9 +207,9 @@ impl Judges {
 }
 
 /// The refusal of a review whose judging ran out of [`JUDGING_BUDGET`] (`while`: what it was doing).
-fn over_budget(review: &Value, while_: &str) -> Value {
-    let request = &review["request"];
-    let uid = request["uid"].as_str().unwrap_or_default();
+fn over_budget(review: &SetReview, while_: &str) -> Value {
+    let request = &review.request;
+    let uid = request.uid.as_str();
     let (kind, name) = kind_and_name(request);
     let message = format!(
         "{kind} {name:?}: spec.validation could not be judged within {}s ({while_}); make the schema or \
@@ -152,37 +220,37 @@ fn over_budget(review: &Value, while_: &str) -> Value {
     answer(uid, Some(message), Vec::new())
 }
 
-fn kind_and_name(request: &Value) -> (&str, &str) {
-    let kind = request
-        .pointer("/kind/kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+fn kind_and_name(request: &Request) -> (&str, &str) {
     let name = request
-        .pointer("/object/metadata/name")
-        .or_else(|| request.get("name"))
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    (kind, name)
+        .object
+        .as_ref()
+        .and_then(|o| o.metadata.name.as_deref())
+        .unwrap_or(&request.name);
+    (&request.kind.kind, name)
 }
 
 /// Whether `review` has inline content to judge against a validation it declares: a creation, or an
 /// update that changes the content or the validation.
-fn needs_judging(review: &Value) -> bool {
-    let request = &review["request"];
-    request.pointer("/object/spec").and_then(validation_of).is_some() && content_may_change(request)
+fn needs_judging(review: &SetReview) -> bool {
+    let request = &review.request;
+    let spec = request.object.as_ref().and_then(|o| o.spec.as_ref());
+    spec.and_then(validation_of).is_some() && content_may_change(request)
 }
 
 /// The AdmissionReview response to `review` of a set. `out_of_time` says when the judging of content
 /// must stop (it is then refused, saying so).
-pub fn review_set(review: &Value, metrics: &Metrics, out_of_time: &dyn Fn() -> bool) -> Value {
-    let request = &review["request"];
-    let uid = request["uid"].as_str().unwrap_or_default();
+pub fn review_set(review: &SetReview, metrics: &Metrics, out_of_time: &dyn Fn() -> bool) -> Value {
+    let request = &review.request;
+    let uid = request.uid.as_str();
     let (kind, name) = kind_and_name(request);
-    let Some(spec) = request.pointer("/object/spec") else {
+    let Some(spec) = request.object.as_ref().and_then(|o| o.spec.as_ref()) else {
         // A deletion carries no object: nothing to check.
         return answer(uid, None, Vec::new());
     };
-    let mut problems = window_admission::problems(kind, spec);
+    let mut problems = match &spec.rollout {
+        Some(rollout) => window_admission::problems(kind, &json!({ "rollout": rollout })),
+        None => Vec::new(),
+    };
     let validation = validation_of(spec);
     if let Some(validation) = &validation {
         problems.extend(content_check::spec_problems(validation));
@@ -203,10 +271,10 @@ pub fn review_set(review: &Value, metrics: &Metrics, out_of_time: &dyn Fn() -> b
         Ok(()) => return answer(uid, None, Vec::new()),
         Err(refusal) => refusal,
     };
-    let namespace = request["namespace"].as_str().unwrap_or_default();
+    let namespace = request.namespace.as_str();
     // A dry run (`kubectl apply --dry-run=server`, `kubectl cmset plan`) is answered the same and
     // counts nowhere: nothing was refused that anyone tried to store.
-    let dry_run = request["dryRun"].as_bool() == Some(true);
+    let dry_run = request.dry_run == Some(true);
     if !dry_run {
         metrics
             .validation_failures
@@ -246,18 +314,31 @@ fn inline_only(validation: &ValidationSpec) -> ValidationSpec {
 /// Whether the set's inline content passes.
 fn judge(
     kind: &str,
-    spec: &Value,
+    spec: &SetSpecText,
     validation: &ValidationSpec,
     out_of_time: &dyn Fn() -> bool,
 ) -> Result<(), Refusal> {
-    let data = serde_json::from_value(spec.pointer("/template/data").cloned().unwrap_or(Value::Null))
-        .unwrap_or(None);
-    let binary_data: Option<std::collections::BTreeMap<String, ByteString>> = serde_json::from_value(
-        spec.pointer("/template/binaryData")
-            .cloned()
-            .unwrap_or(Value::Null),
-    )
-    .unwrap_or(None);
+    /// The template's content, each map still text: one that does not decode is judged absent, as
+    /// the schema refuses it anyway.
+    #[derive(Default, Deserialize)]
+    #[serde(default, rename_all = "camelCase")]
+    struct TemplateText {
+        data: Option<Box<RawValue>>,
+        binary_data: Option<Box<RawValue>>,
+    }
+    let template: TemplateText = spec
+        .template
+        .as_deref()
+        .and_then(|t| serde_json::from_str(t.get()).ok())
+        .unwrap_or_default();
+    let data: Option<std::collections::BTreeMap<String, String>> = template
+        .data
+        .as_deref()
+        .and_then(|d| serde_json::from_str(d.get()).ok());
+    let binary_data: Option<std::collections::BTreeMap<String, ByteString>> = template
+        .binary_data
+        .as_deref()
+        .and_then(|d| serde_json::from_str(d.get()).ok());
     let content = Content::ConfigMap {
         data: data.as_ref(),
         binary_data: binary_data.as_ref(),
@@ -272,31 +353,29 @@ fn judge(
 }
 
 /// The set's `spec.validation`, when it says anything (one that does not decode is the schema's to refuse).
-fn validation_of(spec: &Value) -> Option<ValidationSpec> {
-    let validation: ValidationSpec = serde_json::from_value(spec.get("validation")?.clone()).ok()?;
+fn validation_of(spec: &SetSpecText) -> Option<ValidationSpec> {
+    let validation: ValidationSpec = serde_json::from_str(spec.validation.as_deref()?.get()).ok()?;
     (!validation.is_empty()).then_some(validation)
 }
 
 /// The source a set names: a SecretSet's `secretName`, a ConfigMapSet's `configMapName`.
-fn source_name<'a>(kind: &str, spec: &'a Value) -> Option<&'a str> {
+fn source_name(kind: &str, spec: &SetSpecText) -> Option<String> {
     let field = if kind == "SecretSet" {
-        "secretName"
+        &spec.secret_name
     } else {
-        "configMapName"
+        &spec.config_map_name
     };
-    spec.get(field).and_then(Value::as_str)
+    serde_json::from_str(field.as_deref()?.get()).ok()
 }
 
 /// Whether the request may change what is judged: a creation, or an update of the content, the source
 /// or the validation.
-fn content_may_change(request: &Value) -> bool {
-    let Some(old) = request.pointer("/oldObject/spec") else {
+fn content_may_change(request: &Request) -> bool {
+    let Some(old) = request.old_object.as_ref().and_then(|o| o.spec.as_ref()) else {
         return true;
     };
-    let new = &request["object"]["spec"];
-    ["template", "configMapName", "secretName", "validation"]
-        .iter()
-        .any(|field| old.get(field) != new.get(field))
+    let new = request.object.as_ref().and_then(|o| o.spec.as_ref());
+    new.map(SetSpecText::judged_fields).unwrap_or_default() != old.judged_fields()
 }
 
 fn answer(uid: &str, refusal: Option<String>, warnings: Vec<String>) -> Value {
@@ -340,8 +419,13 @@ mod tests {
             .unwrap_or_default()
     }
 
+    /// `review` as the webhook reads it: from the bytes the API server sends.
+    fn typed(review: &Value) -> SetReview {
+        serde_json::from_slice(&serde_json::to_vec(review).unwrap()).unwrap()
+    }
+
     fn judged(review: &Value, metrics: &Metrics) -> Value {
-        review_set(review, metrics, &|| false)
+        review_set(&typed(review), metrics, &|| false)
     }
 
     #[test]
@@ -462,7 +546,7 @@ mod tests {
     #[test]
     fn content_judged_past_its_budget_is_refused_saying_so() {
         let review = review_of(validated(json!({"a.json": "{}", "b.json": "{}"})));
-        let response = review_set(&review, &Metrics::default(), &|| true);
+        let response = review_set(&typed(&review), &Metrics::default(), &|| true);
         assert_eq!(response["response"]["allowed"], false);
         assert_eq!(
             message(&response),
@@ -475,14 +559,17 @@ mod tests {
         let judges = Judges::default();
         let metrics = Arc::new(Metrics::default());
         let plain = review_of(json!({"template": {"data": {"a": "1"}}}));
-        assert!(!needs_judging(&plain));
+        assert!(!needs_judging(&typed(&plain)));
         assert_eq!(
-            judges.review(plain, metrics.clone()).await["response"]["allowed"],
+            judges.review(typed(&plain), metrics.clone()).await["response"]["allowed"],
             true
         );
         let bad = review_of(validated(json!({"app.json": "{"})));
-        assert!(needs_judging(&bad));
-        assert_eq!(judges.review(bad, metrics).await["response"]["allowed"], false);
+        assert!(needs_judging(&typed(&bad)));
+        assert_eq!(
+            judges.review(typed(&bad), metrics).await["response"]["allowed"],
+            false
+        );
         assert_eq!(judges.permits.available_permits(), JUDGES, "every judge is back");
         assert!(
             judges.turns.lock().unwrap().is_empty(),
@@ -493,18 +580,18 @@ mod tests {
     #[test]
     fn only_a_change_of_content_source_or_validation_is_judged_again() {
         let spec = validated(json!({"app.json": "{"}));
-        assert!(content_may_change(&review_of(spec.clone())["request"]));
+        assert!(content_may_change(&typed(&review_of(spec.clone())).request));
         assert!(!content_may_change(
-            &review("ConfigMapSet", spec.clone(), Some(spec.clone()))["request"]
+            &typed(&review("ConfigMapSet", spec.clone(), Some(spec.clone()))).request
         ));
         let mut paused = spec.clone();
         paused["rollout"] = json!({"paused": true});
         assert!(!content_may_change(
-            &review("ConfigMapSet", paused, Some(spec.clone()))["request"]
+            &typed(&review("ConfigMapSet", paused, Some(spec.clone()))).request
         ));
         let changed = validated(json!({"app.json": "{}"}));
         assert!(content_may_change(
-            &review("ConfigMapSet", changed, Some(spec))["request"]
+            &typed(&review("ConfigMapSet", changed, Some(spec))).request
         ));
     }
 
@@ -517,7 +604,9 @@ mod tests {
             message(&response).contains("spec.rollout.windows[0].schedule"),
             "{response}"
         );
-        assert!(validation_of(&json!({"template": {"data": {"a": "1"}}})).is_none());
-        assert!(validation_of(&json!({"validation": {"keys": {}}})).is_none());
+        let spec =
+            |v: Value| -> SetSpecText { serde_json::from_slice(&serde_json::to_vec(&v).unwrap()).unwrap() };
+        assert!(validation_of(&spec(json!({"template": {"data": {"a": "1"}}}))).is_none());
+        assert!(validation_of(&spec(json!({"validation": {"keys": {}}}))).is_none());
     }
 }

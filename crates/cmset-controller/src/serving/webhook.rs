@@ -296,11 +296,25 @@ async fn override_window(axum::Json(review): axum::Json<Value>) -> axum::Json<Va
 
 /// `POST /validate-set`: a ConfigMapSet's or SecretSet's windows, validation and content (see
 /// [`crate::serving::set_admission`]).
-async fn validate_set(
-    State(handler): State<Handler>,
-    axum::Json(review): axum::Json<Value>,
-) -> axum::Json<Value> {
-    axum::Json(handler.judges.review(review, handler.metrics.clone()).await)
+async fn validate_set(State(handler): State<Handler>, body: axum::body::Bytes) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    // Read as the judging needs it: the content stays text until judged (see `SetReview`).
+    match serde_json::from_slice::<crate::serving::set_admission::SetReview>(&body) {
+        Ok(review) => {
+            axum::Json(handler.judges.review(review, handler.metrics.clone()).await).into_response()
+        }
+        Err(e) => (
+            axum::http::StatusCode::BAD_REQUEST,
+            // Where, not what: the body is not repeated.
+            format!(
+                "not an AdmissionReview of a set ({:?} error at line {} column {})",
+                e.classify(),
+                e.line(),
+                e.column()
+            ),
+        )
+            .into_response(),
+    }
 }
 
 /// The webhook's routes. They hold no API client: nothing a review says makes cmset send a request.
@@ -429,6 +443,47 @@ mod tests {
             .decode(r["response"]["patch"].as_str().unwrap())
             .unwrap();
         assert_eq!(serde_json::from_slice::<Value>(&decoded).unwrap(), wire);
+    }
+
+    #[tokio::test]
+    async fn a_set_review_is_read_from_its_bytes_and_one_that_is_none_is_refused_without_its_body() {
+        let handler = Handler {
+            scopes: Scopes {
+                scopes: Vec::new(),
+                multi_set_window: Duration::ZERO,
+                kinds: Kinds::built_in(),
+                budgeted: false,
+            },
+            metrics: Arc::new(Metrics::default()),
+            secret_sets: false,
+            judges: Default::default(),
+            counting: true,
+        };
+        let post = |body: Value| {
+            let handler = handler.clone();
+            async move {
+                let bytes = axum::body::Bytes::from(serde_json::to_vec(&body).unwrap());
+                let response = validate_set(State(handler), bytes).await;
+                let status = response.status();
+                let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+                (status, String::from_utf8_lossy(&body).into_owned())
+            }
+        };
+        let set = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u-1", "operation": "CREATE", "name": "app", "namespace": "team",
+                "kind": {"group": "cmset.dev", "version": "v1alpha1", "kind": "ConfigMapSet"},
+                "object": {"metadata": {"name": "app", "managedFields": [{"manager": "kubectl"}]},
+                    "spec": {"template": {"data": {"app.json": "{"}},
+                             "validation": {"keys": {"*.json": {"format": "json"}}}}}}});
+        let (status, body) = post(set).await;
+        assert_eq!(status, axum::http::StatusCode::OK);
+        let answer: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(answer["response"]["uid"], "u-1");
+        assert_eq!(answer["response"]["allowed"], false, "{answer}");
+        let (status, body) = post(json!({"request": {"uid": "u-2", "name": ["s3cr3t"]}})).await;
+        assert_eq!(status, axum::http::StatusCode::BAD_REQUEST);
+        assert!(body.contains("not an AdmissionReview of a set"), "{body}");
+        assert!(!body.contains("s3cr3t"), "the body is not repeated: {body}");
     }
 
     #[tokio::test]
