@@ -44,6 +44,8 @@ if [[ -f $cluster_dir/operator.kubeconfig && -f $cluster_dir/kubeconfig && $KUBE
     pid=$(cat "$cluster_dir/pids/$c.pid" 2>/dev/null || true)
     [[ -n $pid && -d /proc/$pid ]] && args+=(--pid "$c=$pid")
   done
+  # Whose LISTs each window saw: the control plane logs every LIST (e2e/cluster/cluster.sh).
+  [[ -f $cluster_dir/logs/audit.log ]] && args+=(--audit-log "$cluster_dir/logs/audit.log")
 fi
 echo "bench: using the cluster in $KUBECONFIG" >&2
 

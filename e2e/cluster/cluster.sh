@@ -489,16 +489,24 @@ start_etcd() { # keeps $DATA/etcd: a restart finds the same data
   wait_for "etcd" 60 etcd curl -fsS --noproxy '*' --max-time 3 "$etcd_url/health"
 }
 
-# CMSET_CLUSTER_AUDIT=1: the API server writes an audit log of every request's metadata (who, verb,
-# resource, user agent) to $LOGS/audit.log, to tell which client sends which request.
+# The API server's audit log, $LOGS/audit.log (who, verb, resource, user agent; never a body):
+#   - by default, LISTs, and GETs of cmset's own kinds: they are few and cheap to log, and the
+#     benchmark reads them to say which client read what in each window (e2e/bench/src/audit.rs);
+#   - CMSET_CLUSTER_AUDIT=1: every request, to tell which client sends which request;
+#   - CMSET_CLUSTER_AUDIT=0: none.
 audit_args() {
-  [[ ${CMSET_CLUSTER_AUDIT:-} == 1 ]] || return 0
-  cat >"$STATE/audit-policy.yaml" <<'POLICY'
+  local rules
+  case ${CMSET_CLUSTER_AUDIT:-lists} in
+    0) return 0 ;;
+    1) rules='  - level: Metadata' ;;
+    *) rules=$'  - level: Metadata\n    verbs: ["list"]\n  - level: Metadata\n    verbs: ["get"]\n    resources: [{group: cmset.dev}]\n  - level: None' ;;
+  esac
+  cat >"$STATE/audit-policy.yaml" <<POLICY
 apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
-  - level: Metadata
+$(printf '%b' "$rules")
 POLICY
   echo "--audit-policy-file=$STATE/audit-policy.yaml --audit-log-path=$LOGS/audit.log --audit-log-maxsize=2000"
 }

@@ -245,13 +245,28 @@ pub async fn grant_lease(client: &Client, namespace: &str, also: Option<&(String
 /// the e2e harness register it): opted-in Deployments, StatefulSets and DaemonSets, CREATE and UPDATE,
 /// `failurePolicy: Ignore`, 5 s. No caBundle: the operator adds its CA, as in a cluster.
 pub async fn register_webhook(client: &Client, name: &str, namespace: &str, port: u16) -> Result<()> {
+    register_webhook_with_ca(client, name, namespace, port, None).await
+}
+
+/// The same registration with a `caBundle` (base64 PEM) from the start.
+pub async fn register_webhook_with_ca(
+    client: &Client,
+    name: &str,
+    namespace: &str,
+    port: u16,
+    ca_bundle: Option<&str>,
+) -> Result<()> {
+    let mut client_config = json!({"url": format!("https://127.0.0.1:{port}/mutate")});
+    if let Some(ca) = ca_bundle {
+        client_config["caBundle"] = ca.into();
+    }
     let registration: MutatingWebhookConfiguration = serde_json::from_value(json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "cmset-bench"}},
         "webhooks": [{
             "name": "workloads.cmset.dev",
-            "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate")},
+            "clientConfig": client_config,
             "rules": [{
                 "apiGroups": ["apps"],
                 "apiVersions": ["v1"],

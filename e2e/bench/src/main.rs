@@ -25,11 +25,14 @@
 //! involved); every time is also given as a multiple of its stage's floor, so runs on noisy shared
 //! machines compare.
 
+mod audit;
 mod cluster;
 mod flood;
 mod identity;
 mod install;
+mod machine;
 mod metrics;
+mod null_webhook;
 mod operator;
 mod readers;
 mod report;
@@ -152,6 +155,10 @@ struct Args {
     #[arg(long, env = "CMSET_BENCH_RESTART_WINDOW", default_value_t = 10)]
     restart_window: u64,
     /// Another process whose CPU per change is reported, as `name=pid` (e.g. the API server).
+    /// The API server's audit log (`run.sh` passes the local control plane's): each window's LISTs
+    /// are counted by the client that sent them.
+    #[arg(long, env = "CMSET_BENCH_AUDIT_LOG")]
+    audit_log: Option<PathBuf>,
     #[arg(long = "pid", value_parser = parse_pid)]
     pids: Vec<(String, u32)>,
     /// An earlier results.json to show beside this run in the table and the plots.
@@ -171,6 +178,9 @@ struct Args {
     skip_churn: bool,
     #[arg(long)]
     skip_burst: bool,
+    /// Skip the replay floor taken before the burst (the burst's share of it is then not known).
+    #[arg(long)]
+    skip_replay: bool,
     #[arg(long)]
     skip_failover: bool,
     #[arg(long)]
@@ -199,6 +209,7 @@ impl Args {
             ("floor", self.skip_floor),
             ("churn", self.skip_churn),
             ("burst", self.skip_burst),
+            ("replay", self.skip_replay),
             ("failover", self.skip_failover),
             ("restart", self.skip_restart),
             ("noop", self.skip_noop),
@@ -358,7 +369,13 @@ async fn main() -> std::process::ExitCode {
     if args.strict {
         for c in &results.configurations {
             let webhook = c.name == Configuration::Webhook.name();
-            for m in report::missing(c, webhook, ctx.identity.is_some()) {
+            let expected = report::Expected {
+                webhook,
+                identity: ctx.identity.is_some(),
+                replay: !args.skip_replay && !args.skip_burst,
+                audit: ctx.audit.is_some(),
+            };
+            for m in report::missing(c, expected) {
                 ctx.failures.push(m);
             }
         }
@@ -440,6 +457,11 @@ fn context(args: &Args, client: Client, out: &Path, run_id: &str) -> Result<Ctx>
     ctx.floor_changes = args.floor_changes;
     ctx.pids = args.pids.clone();
     ctx.pids.push(("cmset-bench".into(), std::process::id()));
+    ctx.audit = args
+        .audit_log
+        .clone()
+        .filter(|p| p.is_file())
+        .map(|path| audit::AuditLog { path });
     Ok(ctx)
 }
 
@@ -572,10 +594,35 @@ async fn run_configuration(
         revive(ctx, &mut install, "burst", &mut results.restarted).await?;
         step(3, &format!("burst of {n} (and writes per change)"));
         floor_before(args, ctx, "burst").await;
-        let b = stages::burst(ctx, &ns, n, &tracker, &install).await;
+        let replay = match args.skip_replay {
+            true => None,
+            false => match stages::replay(ctx, &ns, n, &install, config.webhook()).await {
+                Ok(r) => {
+                    eprintln!(
+                        "bench:   replay floor: {}",
+                        r.rate.map_or("timed out".into(), |r| format!("{r:.1} changes/s"))
+                    );
+                    Some(r)
+                }
+                Err(e) => {
+                    ctx.fail(format!("replay floor: {e}"));
+                    None
+                }
+            },
+        };
+        let mut b = stages::burst(ctx, &ns, n, &tracker, &install).await;
+        b.share_of_replay = b
+            .rate
+            .zip(replay.as_ref().and_then(|r| r.rate))
+            .map(|(burst, replay)| burst / replay);
+        b.replay = replay;
         eprintln!(
-            "bench:   {}",
-            b.rate.map_or("timed out".into(), |r| format!("{r:.1} changes/s"))
+            "bench:   {}{}",
+            b.rate.map_or("timed out".into(), |r| format!("{r:.1} changes/s")),
+            b.share_of_replay.map_or(String::new(), |s| format!(
+                ", {:.0}% of the replay floor",
+                100.0 * s
+            ))
         );
         results.burst = Some(b);
     }

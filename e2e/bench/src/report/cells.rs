@@ -128,3 +128,51 @@ pub(super) fn floor_cell(f: Option<&Floor>) -> String {
         format!("{} ms, {} /s", num(f.seq_p50_ms), num(f.concurrent_rate))
     })
 }
+
+/// `operator 9.1%, kube-apiserver 48.2%, ...; busy 93.0% of 2 cores × 10.4 s`: each process's share
+/// of the machine's CPU in the window, largest first.
+pub(super) fn cpu_share(share: Option<&crate::machine::CpuShare>) -> String {
+    let Some(s) = share else {
+        return "-".into();
+    };
+    let mut parts: Vec<(&String, &f64)> = s.by_process.iter().collect();
+    parts.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
+    let mut cells: Vec<String> = parts.iter().map(|(k, v)| format!("{k} {}%", num(**v))).collect();
+    cells.push(format!("the rest {}%", num(s.rest_pct)));
+    let cores = if s.window_s > 0.0 {
+        s.capacity_s / s.window_s
+    } else {
+        0.0
+    };
+    format!(
+        "{}; busy {}% of {} cores × {} s",
+        cells.join(", "),
+        num(s.busy_pct),
+        num(cores.round()),
+        num(s.window_s)
+    )
+}
+
+/// `3 LIST configmapsets by cmset-admin (kube-controller-manager) in b-1; ...`,
+/// or why there is no count.
+pub(super) fn lists_by_client(lists: Option<&[crate::audit::ListCount]>) -> String {
+    match lists {
+        None => "- (no audit log: a local control plane started by e2e/cluster/cluster.sh writes one)".into(),
+        Some([]) => "none".into(),
+        Some(lists) => lists
+            .iter()
+            .map(|l| {
+                format!(
+                    "{} {} {} by {} ({}) in {}",
+                    l.count,
+                    l.verb.to_uppercase(),
+                    l.resource,
+                    l.user,
+                    if l.agent.is_empty() { "-" } else { &l.agent },
+                    l.namespace
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}

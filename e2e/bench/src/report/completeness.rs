@@ -4,10 +4,29 @@ use super::results::{ConfigResults, Convergence, Cost};
 use crate::install::ReplicaMemory;
 use crate::metrics::Admission;
 
+/// What a configuration's run could measure, so what its results must hold.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Expected {
+    /// The webhook configuration: admissions were answered.
+    pub webhook: bool,
+    /// The replicas ran under the run's own identity: its requests were counted.
+    pub identity: bool,
+    /// The replay floor was taken before the burst.
+    pub replay: bool,
+    /// The API server's audit log was read: every window says whose LISTs it saw.
+    pub audit: bool,
+}
+
 /// The figures a configuration should have produced but did not (for `--strict`): every stage that
 /// ran has its numbers, its floor and its ratios; with the webhook, admissions were answered and their
 /// latency is known; without it, none was.
-pub fn missing(c: &ConfigResults, webhook: bool, identity: bool) -> Vec<String> {
+pub fn missing(c: &ConfigResults, expected: Expected) -> Vec<String> {
+    let Expected {
+        webhook,
+        identity,
+        replay,
+        audit,
+    } = expected;
     let mut out = vec![];
     let mut need = |ok: bool, what: &str| {
         if !ok {
@@ -49,6 +68,14 @@ pub fn missing(c: &ConfigResults, webhook: bool, identity: bool) -> Vec<String> 
             admission_ok(cost.admission.as_ref()),
             &format!("{what}: admissions ({})", if webhook { "some" } else { "none" }),
         );
+        need(
+            cost.cpu_share.is_some(),
+            &format!("{what}: CPU as a share of the machine's"),
+        );
+        need(
+            !audit || cost.lists.is_some(),
+            &format!("{what}: LISTs by client"),
+        );
     };
     if let Some(i) = &c.initial {
         convergence(&mut need, i, "initial convergence");
@@ -67,6 +94,17 @@ pub fn missing(c: &ConfigResults, webhook: bool, identity: bool) -> Vec<String> 
     if let Some(b) = &c.burst {
         need(b.x_floor.is_some(), "burst changes/s × floor");
         cost(&mut need, &b.cost, "burst");
+        if replay {
+            need(
+                b.replay.as_ref().is_some_and(|r| r.rate.is_some()),
+                "the replay floor's changes/s",
+            );
+            need(b.share_of_replay.is_some(), "burst: share of the replay floor");
+            need(
+                b.replay.as_ref().is_some_and(|r| r.cost.cpu_share.is_some()),
+                "the replay floor's CPU share",
+            );
+        }
     }
     if let Some(f) = &c.failover {
         need(f.to_first_write_s.is_some(), "failover: standby's first write");
@@ -182,6 +220,13 @@ mod tests {
     use crate::operator::Memory;
     use crate::report::{Churn, FanOut, Floor, NoOp, Writes, latency};
 
+    fn hook() -> Expected {
+        Expected {
+            webhook: true,
+            ..Expected::default()
+        }
+    }
+
     #[test]
     fn strict_wants_every_figure() {
         let empty = ConfigResults {
@@ -189,7 +234,7 @@ mod tests {
             initial: Some(Convergence::default()),
             ..ConfigResults::default()
         };
-        let m = missing(&empty, true, false);
+        let m = missing(&empty, hook());
         assert!(
             m.iter().any(|s| s.contains("initial convergence: sets/s")),
             "{m:?}"
@@ -212,7 +257,7 @@ mod tests {
             initial: Some(quiet),
             ..ConfigResults::default()
         };
-        assert_eq!(missing(&ok, false, false), Vec::<String>::new());
+        assert_eq!(missing(&ok, Expected::default()), Vec::<String>::new());
         let mut churned = ok.clone();
         churned.churn = Some(Churn {
             latency: latency(&[1.0], Some(&Floor::default())),
@@ -220,12 +265,13 @@ mod tests {
                 cpu_x_floor: Some(1.0),
                 writes: Some(Writes::default()),
                 admission: Some(Admission::default()),
+                cpu_share: Some(crate::machine::CpuShare::default()),
                 ..Cost::default()
             },
             ..Churn::default()
         });
-        assert_eq!(missing(&churned, false, false), Vec::<String>::new());
-        let m = missing(&churned, true, false);
+        assert_eq!(missing(&churned, Expected::default()), Vec::<String>::new());
+        let m = missing(&churned, hook());
         assert!(
             m.len() == 1 && m[0].contains("churn: admissions (some)"),
             "with the webhook, churn is admitted: {m:?}"
@@ -239,7 +285,7 @@ mod tests {
             spec_changed: 2,
             ..NoOp::default()
         });
-        let m = missing(&noop, false, false);
+        let m = missing(&noop, Expected::default());
         assert!(
             m.len() == 1 && m[0].contains("applies that left the spec as it was"),
             "an apply that changed the spec is no no-op: {m:?}"
@@ -249,10 +295,57 @@ mod tests {
             seconds: Some(1.0),
             ..FanOut::default()
         });
-        let m = missing(&fanout, false, false);
+        let m = missing(&fanout, Expected::default());
         assert!(
             m.iter().any(|s| s.contains("fan-out: × the floor")),
             "the fan-out needs its floor: {m:?}"
         );
+    }
+
+    #[test]
+    fn a_replayed_burst_needs_the_replay_and_its_share() {
+        let cost = Cost {
+            cpu_x_floor: Some(1.0),
+            writes: Some(Writes::default()),
+            admission: Some(Admission::default()),
+            cpu_share: Some(crate::machine::CpuShare::default()),
+            ..Cost::default()
+        };
+        let mut c = ConfigResults {
+            name: "no-webhook".into(),
+            burst: Some(crate::report::Burst {
+                x_floor: Some(1.0),
+                cost: cost.clone(),
+                ..crate::report::Burst::default()
+            }),
+            ..ConfigResults::default()
+        };
+        assert_eq!(missing(&c, Expected::default()), Vec::<String>::new());
+        let replayed = Expected {
+            replay: true,
+            audit: true,
+            ..Expected::default()
+        };
+        let m = missing(&c, replayed);
+        assert!(
+            [
+                "replay floor's changes/s",
+                "share of the replay floor",
+                "replay floor's CPU share",
+                "LISTs by client"
+            ]
+            .iter()
+            .all(|want| m.iter().any(|s| s.contains(want))),
+            "{m:?}"
+        );
+        let burst = c.burst.as_mut().unwrap();
+        burst.cost.lists = Some(vec![]);
+        burst.share_of_replay = Some(0.9);
+        burst.replay = Some(crate::report::Replay {
+            rate: Some(100.0),
+            cost,
+            ..crate::report::Replay::default()
+        });
+        assert_eq!(missing(&c, replayed), Vec::<String>::new());
     }
 }

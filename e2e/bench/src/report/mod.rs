@@ -20,7 +20,7 @@ mod rows;
 mod table;
 
 pub use self::cells::pct_by_role;
-pub use self::completeness::missing;
+pub use self::completeness::{Expected, missing};
 pub use self::load::load;
 pub use self::paths::scrub_paths;
 pub use self::plots::{plot_churn, plot_scaling};

@@ -252,6 +252,10 @@ pub struct Cost {
     /// The window ends when the rollouts and the operator went quiet: this long after the last change
     /// landed.
     pub settle_s: Option<f64>,
+    /// Each process's CPU in the window as a share of the machine's (`/proc/stat`).
+    pub cpu_share: Option<crate::machine::CpuShare>,
+    /// The LISTs the API server's audit log shows in the window, by client (absent without the log).
+    pub lists: Option<Vec<crate::audit::ListCount>>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -285,6 +289,31 @@ pub struct Burst {
     pub latency: Option<Latency>,
     pub cost: Cost,
     pub floor: Option<Floor>,
+    /// The replay floor taken just before the burst (`stages::replay`).
+    pub replay: Option<Replay>,
+    /// The burst's rate as a share of the replay's (1.0: cmset costs no throughput at all).
+    pub share_of_replay: Option<f64>,
+}
+
+/// The replay floor: the burst's requests (the bench's PATCH and cmset's four) sent by a bare client,
+/// with the webhook registered (a null one) and the watches open, but no operator deciding anything.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Replay {
+    pub changes: usize,
+    pub converged: usize,
+    /// From the first PATCH sent until every Deployment named its new revision.
+    pub seconds: Option<f64>,
+    pub rate: Option<f64>,
+    /// The bench's PATCHes in flight, and cmset's requests in flight as cmset's defaults allow them.
+    pub concurrency: usize,
+    pub set_reconciles: usize,
+    pub workload_reconciles: usize,
+    /// Whether the null webhook was registered (the `webhook` configuration).
+    pub webhook: bool,
+    /// The window's cost: the replicas (idle, they watch another namespace), the control plane, the
+    /// bench, the machine's share, whose LISTs.
+    pub cost: Cost,
 }
 
 /// The leader frozen (SIGSTOP) during churn: how long until the standby acts, and what that cost.

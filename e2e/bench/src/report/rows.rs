@@ -3,8 +3,8 @@
 //! stage was measured against.
 
 use super::cells::{
-    Row, admission_latency, admission_requests, floor_cell, latency_cells, mib_of, num, opt, pct_by_role,
-    ratio, replicas_mib, total_and_parts,
+    Row, admission_latency, admission_requests, cpu_share, floor_cell, latency_cells, lists_by_client,
+    mib_of, num, opt, pct_by_role, ratio, replicas_mib, total_and_parts,
 };
 use super::results::{ConfigResults, Cost, Latency, Leak};
 use crate::operator::Memory;
@@ -78,6 +78,18 @@ fn cost_rows(row: &mut impl FnMut(&str, String, String), stage: &str, cost: &Cos
             String::new(),
         );
     }
+    if cost.cpu_share.is_some() {
+        row(
+            &format!("{stage}: CPU as a share of the machine's"),
+            cpu_share(cost.cpu_share.as_ref()),
+            String::new(),
+        );
+    }
+    row(
+        &format!("{stage}: LISTs, and GETs of cmset's kinds, by client (the API server's audit log)"),
+        lists_by_client(cost.lists.as_deref()),
+        String::new(),
+    );
     if let Some(w) = &cost.writes {
         row(
             &format!("{stage}: operator writes per change (excluding events)"),
@@ -138,7 +150,55 @@ pub(super) fn rows(r: &ConfigResults) -> Vec<Row> {
         }
         cost_rows(&mut row, "churn", &c.cost);
     }
+    if let Some(p) = r.burst.as_ref().and_then(|b| b.replay.as_ref()) {
+        row(
+            "replay floor: the burst's requests, sent without cmset",
+            match p.rate {
+                Some(v) => format!(
+                    "{} changes/s ({} changes in {} s; PATCHes {} in flight, cmset's requests {} + {}; {})",
+                    num(v),
+                    p.changes,
+                    opt(p.seconds),
+                    p.concurrency,
+                    p.set_reconciles,
+                    p.workload_reconciles,
+                    if p.webhook {
+                        "a null webhook registered"
+                    } else {
+                        "no webhook"
+                    }
+                ),
+                None => format!("TIMEOUT ({} of {} converged)", p.converged, p.changes),
+            },
+            String::new(),
+        );
+        row(
+            "replay floor: CPU as a share of the machine's",
+            cpu_share(p.cost.cpu_share.as_ref()),
+            String::new(),
+        );
+        if !p.cost.other_cpu_ms_per_change.is_empty() {
+            let others: Vec<String> = p
+                .cost
+                .other_cpu_ms_per_change
+                .iter()
+                .map(|(k, v)| format!("{k} {}", num(*v)))
+                .collect();
+            row(
+                "replay floor: CPU ms per change of the others",
+                others.join(", "),
+                String::new(),
+            );
+        }
+    }
     if let Some(b) = &r.burst {
+        if let Some(share) = b.share_of_replay {
+            row(
+                "burst: share of the replay floor's rate (goal ≥ 90%)",
+                format!("{}%", num(100.0 * share)),
+                String::new(),
+            );
+        }
         row(
             "burst: every set changed at once",
             match b.rate {

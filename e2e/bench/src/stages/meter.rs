@@ -11,6 +11,9 @@ pub struct Meter {
     cpu: Option<Duration>,
     slots: Vec<Option<Duration>>,
     others: Vec<(String, Option<Duration>)>,
+    machine: Option<crate::machine::MachineCpu>,
+    audit_offset: Option<u64>,
+    started: Instant,
 }
 
 impl Meter {
@@ -23,6 +26,9 @@ impl Meter {
             cpu: install.cpu(),
             slots: install.cpu_by_slot(),
             others: ctx.pids.iter().map(|(n, p)| (n.clone(), cpu_of(*p))).collect(),
+            machine: crate::machine::MachineCpu::now(),
+            audit_offset: ctx.audit.as_ref().map(|a| a.offset()),
+            started: Instant::now(),
         }
     }
 
@@ -35,6 +41,18 @@ impl Meter {
         bench: &RequestCounts,
     ) -> Cost {
         let per = |v: f64| v / changes.max(1) as f64;
+        let window = self.started.elapsed();
+        let cpu_share = self.cpu_share(ctx, install, window);
+        let lists = match (&ctx.audit, self.audit_offset) {
+            (Some(log), Some(offset)) => match log.lists_since(offset) {
+                Ok(lists) => Some(lists),
+                Err(e) => {
+                    ctx.fail(format!("audit log {}: {e}", log.path.display()));
+                    None
+                }
+            },
+            _ => None,
+        };
         let cpu_ms = match (self.cpu, install.cpu()) {
             (Some(a), Some(b)) => Some(per(ms(b.saturating_sub(a)))),
             _ => None,
@@ -116,7 +134,29 @@ impl Meter {
             writes,
             admission: Some(Admission::from_delta(&op_delta)),
             settle_s: None,
+            cpu_share,
+            lists,
         }
+    }
+
+    /// Every watched process's CPU in the window as a share of the machine's: the replicas together
+    /// (`operator`) and each by role, the control plane's processes, the bench.
+    fn cpu_share(&self, ctx: &Ctx, install: &Install, window: Duration) -> Option<crate::machine::CpuShare> {
+        let before = self.machine?;
+        let after = crate::machine::MachineCpu::now()?;
+        let mut processes = BTreeMap::new();
+        if let (Some(a), Some(b)) = (self.cpu, install.cpu()) {
+            processes.insert("operator".to_string(), b.saturating_sub(a));
+        }
+        for (name, before) in &self.others {
+            let Some(pid) = ctx.pids.iter().find(|(n, _)| n == name).map(|p| p.1) else {
+                continue;
+            };
+            if let (Some(now), Some(before)) = (cpu_of(pid), before) {
+                processes.insert(name.clone(), now.saturating_sub(*before));
+            }
+        }
+        crate::machine::CpuShare::of(before, after, window, &processes)
     }
 }
 

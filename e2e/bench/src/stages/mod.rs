@@ -35,6 +35,7 @@ mod floor;
 mod memory;
 mod meter;
 mod objects;
+mod replay;
 mod restart;
 mod settle;
 
@@ -46,6 +47,7 @@ pub use floor::*;
 pub use memory::*;
 pub use meter::*;
 pub use objects::*;
+pub use replay::*;
 pub use restart::*;
 pub use settle::*;
 
@@ -78,6 +80,10 @@ pub struct Ctx {
     pub identity: Option<crate::identity::Schemas>,
     /// The replicas' own ServiceAccount, when the run made one.
     pub run_identity: Option<crate::identity::Identity>,
+    /// The API server's audit log, when the run can read it (`--audit-log`): whose LISTs each window saw.
+    pub audit: Option<crate::audit::AuditLog>,
+    /// The replay floor's webhook (made once per run, when a configuration with the webhook replays).
+    pub null_webhook: Option<crate::null_webhook::NullWebhook>,
     /// Deployments made so far in the fan-out floor's namespace (made once per run, grown as needed).
     pub fanout_floor_workloads: usize,
     pub floor_changes: usize,
@@ -107,6 +113,8 @@ impl Ctx {
             fanout_floor_workloads: 0,
             identity: None,
             run_identity: None,
+            audit: None,
+            null_webhook: None,
             floor_changes: 60,
             floor_rounds: 0,
             values: AtomicU64::new(1),
@@ -162,6 +170,18 @@ impl Ctx {
     pub async fn register_webhook(&self, name: &str, namespace: &str, port: u16) -> Result<()> {
         self.registrations.lock().expect("lock").push(name.to_string());
         cluster::register_webhook(&self.client, name, namespace, port).await
+    }
+
+    /// A registration as `register_webhook`'s, of a webhook whose CA the bench already has (the replay's).
+    pub async fn register_webhook_with_ca(
+        &self,
+        name: &str,
+        namespace: &str,
+        port: u16,
+        ca: &str,
+    ) -> Result<()> {
+        self.registrations.lock().expect("lock").push(name.to_string());
+        cluster::register_webhook_with_ca(&self.client, name, namespace, port, Some(ca)).await
     }
 
     pub async fn unregister_webhook(&self, name: &str) {
