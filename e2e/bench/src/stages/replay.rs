@@ -230,6 +230,18 @@ pub async fn replay(
     for w in watchers {
         w.abort();
     }
+    // kube-controller-manager rolls the replay's Deployments out at its own pace (20 writes/s): left
+    // to it before the burst, so that the burst neither waits for nor pays for them.
+    let deadline = Instant::now() + timeout;
+    while tracker.rollouts().0 > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    if tracker.rollouts().0 > 0 {
+        eprintln!(
+            "bench:   the replay's rollouts still pending after {timeout:?}: {}",
+            tracker.rollouts().0
+        );
+    }
     let mut r = Replay {
         changes: n,
         converged: arrivals.len(),
