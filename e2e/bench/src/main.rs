@@ -260,6 +260,16 @@ fn parse_pid(s: &str) -> std::result::Result<(String, u32), String> {
     Ok((name.to_string(), pid.parse().map_err(|e| format!("{e}"))?))
 }
 
+/// Resolves on SIGTERM (never, if its handler cannot be installed).
+async fn terminated() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            term.recv().await;
+        }
+        Err(_) => futures::future::pending().await,
+    }
+}
+
 /// `YYYYmmddTHHMMSSZ`, the name of a run's output directory.
 fn utc_stamp(t: SystemTime) -> String {
     jiff::Timestamp::try_from(t)
@@ -344,6 +354,8 @@ async fn main() -> std::process::ExitCode {
     let fatal = tokio::select! {
         r = run(&args, &mut ctx, &mut results, started, &run_id) => r.err().map(|e| e.to_string()),
         _ = tokio::signal::ctrl_c() => Some("interrupted".to_string()),
+        // `timeout`, a CI job cancelled: cleaned up as after Ctrl-C.
+        _ = terminated() => Some("terminated (SIGTERM)".to_string()),
     };
     ctx.config = None;
     if let Some(e) = &fatal {
