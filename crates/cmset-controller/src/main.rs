@@ -61,8 +61,11 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[cfg(feature = "dhat-heap")]
 fn profile_heap_until_sigusr2() {
+    // dhat keeps 10 frames of each allocation by default, too few to reach from serde's or hashbrown's
+    // frames up to the table of cmset's that holds the block.
     let profiler = dhat::Profiler::builder()
         .file_name(format!("dhat-heap-{}.json", std::process::id()))
+        .trim_backtraces(Some(64))
         .build();
     tokio::spawn(async move {
         let mut usr2 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2())

@@ -67,7 +67,7 @@ pub enum Progress {
 }
 
 /// How a workload's rollout stands.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Health {
     /// Its current template is rolled out and every pod is available.
     Healthy,
