@@ -92,18 +92,19 @@ fn main() -> std::process::ExitCode {
         profile_heap_until_sigusr2();
         run(cli, serving_runtime).await
     });
-    // As `#[tokio::main]` did with its one runtime: what still runs is dropped, and each runtime waits
-    // for the blocking work it started (a content judgement, bounded by its budget). The engine goes
-    // first: serving has nothing left but its finished or aborted servers.
-    drop(engine);
-    drop(serving);
-    match outcome {
+    let code = match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             error!(error = %e, "cmset-controller stopped");
             std::process::ExitCode::FAILURE
         }
-    }
+    };
+    // As `#[tokio::main]` did with its one runtime: what still runs is dropped, and each runtime waits
+    // for the blocking work it started (a content judgement, bounded by its budget). The engine goes
+    // first: serving has nothing left but its finished or aborted servers.
+    drop(engine);
+    drop(serving);
+    code
 }
 
 /// The operator, on the engine runtime; what serves is bound and spawned on `serving_runtime`.
