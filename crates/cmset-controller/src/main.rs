@@ -4,6 +4,7 @@ use std::time::Duration;
 use clap::Parser;
 use cmset_controller::engine::context::system_clock;
 use cmset_controller::engine::runtime::{Scope, Scopes};
+use cmset_controller::engine::tasks::spawn_owned_on;
 use cmset_controller::platform::api_client;
 use cmset_controller::platform::leader::{Elector, LeaseConfig, Term};
 use cmset_controller::platform::metrics::Metrics;
@@ -14,6 +15,7 @@ use cmset_controller::serving::server::{Health, bind, serve};
 use cmset_controller::serving::webhook::{self, ServingCert};
 use cmset_controller::wiring::cli::{Cli, LogFormat};
 use cmset_controller::wiring::lead::{Settings, lead_scope};
+use cmset_controller::wiring::runtimes;
 use futures::FutureExt;
 use prometheus_client::registry::Registry;
 use tracing::{error, info, warn};
@@ -76,22 +78,40 @@ fn profile_heap_until_sigusr2() {
     });
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+/// The engine runs on the main thread, serving on a thread of its own (see `wiring::runtimes`).
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     init_logging(&cli);
-    #[cfg(feature = "dhat-heap")]
-    profile_heap_until_sigusr2();
-    match run(cli).await {
+    let (engine, serving) = match (runtimes::engine(cli.engine_runtime), runtimes::serving()) {
+        (Ok(engine), Ok(serving)) => (engine, serving),
+        (Err(e), _) | (_, Err(e)) => {
+            error!(error = %e, "cannot start the runtimes");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let serving_runtime = serving.handle().clone();
+    let outcome = engine.block_on(async move {
+        #[cfg(feature = "dhat-heap")]
+        profile_heap_until_sigusr2();
+        run(cli, serving_runtime).await
+    });
+    let code = match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             error!(error = %e, "cmset-controller stopped");
             std::process::ExitCode::FAILURE
         }
-    }
+    };
+    // As `#[tokio::main]` did with its one runtime: what still runs is dropped, and each runtime waits
+    // for the blocking work it started (a content judgement, bounded by its budget). The engine goes
+    // first: serving has nothing left but its finished or aborted servers.
+    drop(engine);
+    drop(serving);
+    code
 }
 
-async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+/// The operator, on the engine runtime; what serves is bound and spawned on `serving_runtime`.
+async fn run(cli: Cli, serving_runtime: tokio::runtime::Handle) -> Result<(), Box<dyn std::error::Error>> {
     if cli.delete_webhook_configurations {
         let client = kube::Client::try_default()
             .await
@@ -107,7 +127,8 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     let kinds = cli.kinds()?;
     // So does a Prometheus setting that cannot work.
     let prometheus = cli.prometheus()?.map(Arc::new);
-    let endpoints = bind(cli.metrics_address).await?;
+    // Bound on the serving runtime, whose reactor then wakes whoever accepts on it.
+    let endpoints = serving_runtime.spawn(bind(cli.metrics_address)).await??;
     let protocols = match cli.api_http2 {
         true => api_client::Protocols::Http2OrHttp1,
         false => api_client::Protocols::Http1,
@@ -126,8 +147,9 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     metrics.register(&mut registry);
     let ready = Arc::new(Readiness::default());
     // `shutdown` stops the controllers; `serving` the HTTP servers, after the drain (only a replica that
-    // answers admission has anything to drain).
-    let shutdown = termination().shared();
+    // answers admission has anything to drain). The signals are awaited on the serving runtime, which
+    // also drains: `/readyz` fails at once whatever the engine is doing.
+    let shutdown = spawn_owned_on(&serving_runtime, termination()).shared();
     let drain_period = match cli.webhook_address {
         Some(_) => Duration::from_secs(cli.shutdown_drain_seconds),
         None => Duration::ZERO,
@@ -140,7 +162,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         ready: ready.clone(),
         registry: Arc::new(registry),
     };
-    let server = tokio::spawn(serve(endpoints, health, serving.clone()));
+    let server = serving_runtime.spawn(serve(endpoints, health, serving.clone()));
     // Freed heap goes back to the kernel once enough of it piles up (see `platform::heap`).
     tokio::spawn(cmset_controller::platform::heap::keep_trimmed());
 
@@ -151,7 +173,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         cli.namespaces.iter().cloned().map(Some).collect()
     };
-    info!(namespaces = ?cli.namespaces, "watching");
+    info!(namespaces = ?cli.namespaces, engine_runtime = ?cli.engine_runtime, "watching");
     let mut scopes = Scopes {
         scopes: Vec::new(),
         multi_set_window: cli.multi_set_window(),
@@ -201,6 +223,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     let webhook = match cli.webhook_address {
         Some(address) => {
             let cert = Arc::new(ServingCert::default());
+            // Kept on the engine, with the API client it talks through; the webhook reads `cert`.
             cert_keeper::start(
                 client.clone(),
                 cli.webhook_cert_source(),
@@ -212,8 +235,10 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 Some(path) => Some(webhook::client_verifier(path)?),
                 None => None,
             };
-            let bound = webhook::bind(address, cert, client_ca).await?;
-            Some(tokio::spawn(webhook::serve(
+            let bound = serving_runtime
+                .spawn(webhook::bind(address, cert, client_ca))
+                .await??;
+            Some(serving_runtime.spawn(webhook::serve(
                 bound,
                 scopes.clone(),
                 metrics.clone(),
@@ -295,8 +320,8 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         notification_policy: cli.notification_policy(),
     };
     info!("leading: reconciling");
-    // A task of its own rather than part of this function's future, which `#[tokio::main]` polls on
-    // the main thread, outside the worker threads; dropped (the lease lost), it is aborted.
+    // A task of its own rather than part of this function's future (which `block_on` polls on the main
+    // thread, outside the workers of a multi-thread engine); dropped (the lease lost), it is aborted.
     let leading = cmset_controller::engine::tasks::spawn_owned(futures::future::join_all(
         scopes.scopes.iter().map(|scope| {
             let (scope, client, settings) = (scope.clone(), client.clone(), settings.clone());

@@ -1,11 +1,13 @@
-//! Work spread over the runtime's worker threads, owned by whoever awaits it.
+//! Work run as tasks of its own, owned by whoever awaits it.
 //!
-//! A future polled inside another runs on that one's thread: every watch in one `join_all`, every
+//! A future polled inside another is polled when that one is: every watch in one `join_all`, every
 //! reconcile inside its controller's stream, and the controllers inside `main`'s own future (which
-//! `#[tokio::main]` polls on the main thread, not on a worker). Spawned, each is a task the scheduler
-//! can run on any core. A plain `JoinHandle` dropped leaves its task running, which would let a
-//! reconcile write after its controller was dropped (a lost lease); [`Owned`] aborts its task when
-//! dropped instead, so dropping the owner stops the work at its next await, as before.
+//! `block_on` polls on the main thread). Spawned, each is a task the scheduler runs by itself: on
+//! the main thread too with the engine's default current-thread runtime, on any worker with
+//! `--engine-runtime multi-thread` (see `wiring::runtimes`). A plain `JoinHandle` dropped leaves its
+//! task running, which would let a reconcile write after its controller was dropped (a lost lease);
+//! [`Owned`] aborts its task when dropped instead, so dropping the owner stops the work at its next
+//! await, as before.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -24,6 +26,15 @@ where
     F::Output: Send + 'static,
 {
     Owned(tokio::spawn(future))
+}
+
+/// [`spawn_owned`] on the runtime of `handle` rather than the current one: where its I/O belongs.
+pub fn spawn_owned_on<F>(handle: &tokio::runtime::Handle, future: F) -> Owned<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    Owned(handle.spawn(future))
 }
 
 impl<T> Future for Owned<T> {
@@ -86,13 +97,51 @@ mod tests {
         spawn_owned(async { panic!("inside the task") }).await;
     }
 
+    /// `--engine-runtime multi-thread`.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn tasks_run_on_the_worker_threads() {
+    async fn on_a_multi_thread_runtime_tasks_run_on_the_worker_threads() {
         let caller = std::thread::current().id();
         let ran_on = spawn_owned(async { std::thread::current().id() }).await;
         assert_ne!(
             ran_on, caller,
             "a multi-thread runtime's test body runs outside its workers"
         );
+    }
+
+    /// The engine's default.
+    #[tokio::test(flavor = "current_thread")]
+    async fn on_a_current_thread_runtime_tasks_run_on_the_thread_that_polls_it() {
+        let caller = std::thread::current().id();
+        let ran_on = spawn_owned(async { std::thread::current().id() }).await;
+        assert_eq!(ran_on, caller);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn spawned_on_another_runtime_a_task_runs_there_and_is_owned_here() {
+        let other = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let caller = std::thread::current().id();
+        let ran_on = spawn_owned_on(other.handle(), async { std::thread::current().id() }).await;
+        assert_ne!(ran_on, caller);
+
+        let finished = Arc::new(AtomicBool::new(false));
+        let task = spawn_owned_on(other.handle(), {
+            let finished = finished.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                finished.store(true, Ordering::SeqCst);
+            }
+        });
+        drop(task);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(
+            !finished.load(Ordering::SeqCst),
+            "dropping the handle aborts it there too"
+        );
+        // A runtime may not be dropped inside another's context.
+        other.shutdown_background();
     }
 }

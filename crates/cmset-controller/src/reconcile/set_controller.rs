@@ -24,6 +24,7 @@ use cmset_core::set::{Content, SetKind, SetRef, SourceState};
 use cmset_core::workloads::observe::{HistoryObject, RefNames, RevisionView, WorkloadView};
 use cmset_core::workloads::refs::Referenced;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
@@ -93,7 +94,7 @@ pub async fn reconcile<S: SetObject>(set: Arc<S>, ctx: Arc<Context>) -> Result<A
         let _entered = span.enter();
         notifier.observe(&ctx, set.as_set());
     }
-    let result = reconcile_inner(set.as_ref(), &ctx).instrument(span).await;
+    let result = reconcile_inner(&set, &ctx).instrument(span).await;
     ctx.metrics.reconciled(NAME, started.elapsed());
     if result.is_ok() {
         ctx.succeeded(&reconciled(set.as_ref()));
@@ -313,10 +314,11 @@ async fn hold_source(ctx: &Context, set: SetRef<'_>, namespace: &str, force: boo
     }
 }
 
-async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Action> {
+async fn reconcile_inner<S: SetObject>(shared: &Arc<S>, ctx: &Context) -> Result<Action> {
     if !ctx.wait_caches_for_planning().await {
         return Ok(Action::requeue(SOON));
     }
+    let object = shared.as_ref();
     let set = object.as_set();
     let name = object.name_any();
     let namespace = object
@@ -333,47 +335,40 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     if !unobserved.is_empty() {
         return hold_unobserved(ctx, object, &id, &unobserved).await;
     }
-    let mut seen = observe(ctx, &id);
+    let seen = observe(ctx, &id);
     // The change windows' verdict, at the instant the plan is made for.
     let windows = window_hold::verdict(set, &ctx.index.cluster_windows_for(set), (ctx.clock)().0)
         .with_break_glass(ctx.index.window_override(set));
-    let mut prepared = analysis_io::prepare(ctx, set);
-    let mut held = hold_source(ctx, set, &namespace, false).await?;
-    let mut schemas = SchemaTexts::new();
-    let judging = JudgingClock::new();
-    let mut content_read = false;
+    let prepared = analysis_io::prepare(ctx, set);
+    let held = hold_source(ctx, set, &namespace, false).await?;
+    let mut readings = Readings {
+        object: shared.clone(),
+        held,
+        schemas: SchemaTexts::new(),
+        seen,
+        windows,
+        prepared,
+    };
     // The set planned with everything read so far.
     macro_rules! replan {
-        () => {
-            plan_judging(
-                &input(
-                    ctx,
-                    set,
-                    &held,
-                    &schemas,
-                    &seen,
-                    &windows,
-                    prepared.as_ref(),
-                    &judging,
-                ),
-                &seen,
-                content_read,
-            )
-        };
+        () => {{
+            let planned;
+            (readings, planned) = make_plan(ctx, readings).await;
+            planned
+        }};
     }
-    // Planned first from what is known (no content read yet: nothing to judge off the runtime).
+    // Planned first from what is known.
     let mut plan = replan!();
     if plan.needs_content {
         // A new revision is to be made of the source: read its content now, and the schemas it must
         // pass.
-        held = hold_source(ctx, set, &namespace, true).await?;
-        schemas = read_schemas(ctx, set, &namespace).await?;
-        content_read = true;
+        readings.held = hold_source(ctx, set, &namespace, true).await?;
+        readings.schemas = read_schemas(ctx, set, &namespace).await?;
         plan = replan!();
     }
-    if plan.needs_pods && seen.history_listed {
+    if plan.needs_pods && readings.seen.history_listed {
         // Old revisions would be pruned: the Pods say whether one still runs any of them.
-        seen.pod_refs = Some(pod_refs(ctx, &namespace, S::KIND.revision_kind()).await?);
+        readings.seen.pod_refs = Some(pod_refs(ctx, &namespace, S::KIND.revision_kind()).await?);
         plan = replan!();
     }
     // A revision being checked: its check Jobs are read by name and the set is planned again with how
@@ -381,25 +376,24 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
     let mut check_jobs = BTreeMap::new();
     if let Some(run) = plan.checks.clone().filter(|_| plan.create.is_none()) {
         check_jobs = told(ctx, object, checks_io::jobs(ctx, set, &namespace, &run).await)?;
-        seen.check_jobs = checks_io::outcomes(&check_jobs, &run);
+        readings.seen.check_jobs = checks_io::outcomes(&check_jobs, &run);
         plan = replan!();
     }
     // The measurements taken since of the analysis runs the plan finds due are recorded, and the set
     // is planned again with what they showed; the runs still due are handed to the measurer (the
     // planner rendered their queries), whose answers reconcile the set again. Nothing here waits
     // for Prometheus.
-    let measured = match &prepared {
+    let measured = match &readings.prepared {
         Some(prepared) => analysis_io::measured(ctx, set, prepared, &plan),
         None => None,
     };
     if measured.is_some() {
-        prepared = measured;
+        readings.prepared = measured;
         plan = replan!();
     }
-    if let Some(prepared) = &prepared {
+    if let Some(prepared) = &readings.prepared {
         analysis_io::request(ctx, set, prepared, &mut plan);
     }
-    let analysis = prepared.as_ref();
     observe_rollout(ctx, set, &plan.status);
     retain_analysis(ctx, set, &plan.status);
     // Checks start once their revision exists (the next reconcile, when this plan creates it), and each
@@ -447,8 +441,10 @@ async fn reconcile_inner<S: SetObject>(object: &S, ctx: &Context) -> Result<Acti
             Created::Collision(taken) => {
                 // Record the bumped collision count first: the next reconcile picks the next name.
                 let previous = set.status().cloned().unwrap_or_default();
+                // Judges nothing: the content was judged by the plan that named the revision.
+                let now = (ctx.clock)();
                 plan = plan_collision(
-                    &input(ctx, set, &held, &schemas, &seen, &windows, analysis, &judging),
+                    &readings.input(now, content_check::Budget::UNLIMITED),
                     &previous,
                     &taken,
                 );
@@ -617,101 +613,91 @@ fn count_rollout(ctx: &Context, set: SetRef<'_>, plan: &SetPlan) {
     }
 }
 
-/// [`plan_seen`]; once content was read (the plan may judge it against `spec.validation`, which can
-/// take up to [`CONTENT_BUDGET`]), on this worker thread handed over for blocking, so the runtime's
-/// other tasks (the watches, admission) move on meanwhile.
-fn plan_judging(input: &SetInput<'_>, seen: &Observation, content_read: bool) -> SetPlan {
-    let multi_thread = tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-    if content_read && multi_thread {
-        tokio::task::block_in_place(|| plan_seen(input, seen))
-    } else {
-        plan_seen(input, seen)
-    }
+/// What a set's plan reads, owned: the plan of a set with `spec.validation` rules is made off the
+/// engine's thread (see [`make_plan`]), and these go with it and come back.
+struct Readings<S> {
+    object: Arc<S>,
+    held: Held,
+    schemas: SchemaTexts,
+    seen: Observation,
+    windows: WindowState,
+    prepared: Option<Prepared>,
 }
 
-/// Plans `input`, made of `seen`. Until the history kinds have listed, the plan cannot tell a revision
-/// that only history names from an unused one: none is pruned (no Pods are listed, so none can be),
-/// and a revision the status says is in use stays so, rather than flapping while the lists come in.
-fn plan_seen(input: &SetInput<'_>, seen: &Observation) -> SetPlan {
-    let mut plan = plan_set(input);
-    if !seen.history_listed {
-        let was_in_use = |name: &str| {
-            (input.set.status().into_iter())
-                .flat_map(|s| &s.history)
-                .any(|h| h.name == name && h.in_use)
-        };
-        for revision in &mut plan.status.history {
-            revision.in_use |= was_in_use(&revision.name);
+impl<S: SetObject> Readings<S> {
+    /// The planner's input, made for `now`, judging the content within `content_budget`.
+    fn input<'a>(&'a self, now: Time, content_budget: content_check::Budget<'a>) -> SetInput<'a> {
+        SetInput {
+            set: self.object.as_set(),
+            source: self.held.state(),
+            revisions: &self.seen.revisions,
+            workloads: &self.seen.workloads,
+            history: &self.seen.history,
+            pod_refs: self.seen.pod_refs.as_ref(),
+            now,
+            budget_waiting: &self.seen.budget_waiting,
+            analysis: self.prepared.as_ref().map(|a| WaveAnalysis {
+                analyses: &a.analyses,
+                runs: &a.runs,
+            }),
+            windows: &self.windows,
+            schemas: &self.schemas,
+            check_jobs: &self.seen.check_jobs,
+            content_budget,
         }
     }
-    plan
+
+    /// Plans the set for `now`. Until the history kinds have listed, the plan cannot tell a revision
+    /// that only history names from an unused one: none is pruned (no Pods are listed, so none can
+    /// be), and a revision the status says is in use stays so, rather than flapping while the lists
+    /// come in.
+    fn plan(&self, now: Time, content_budget: content_check::Budget<'_>) -> SetPlan {
+        let input = self.input(now, content_budget);
+        let mut plan = plan_set(&input);
+        if !self.seen.history_listed {
+            let was_in_use = |name: &str| {
+                (input.set.status().into_iter())
+                    .flat_map(|s| &s.history)
+                    .any(|h| h.name == name && h.in_use)
+            };
+            for revision in &mut plan.status.history {
+                revision.in_use |= was_in_use(&revision.name);
+            }
+        }
+        plan
+    }
 }
 
-// Each argument is one observation the plan reads, gathered by a different step of the reconcile.
-#[allow(clippy::too_many_arguments)]
-fn input<'a>(
-    ctx: &Context,
-    set: SetRef<'a>,
-    held: &'a Held,
-    schemas: &'a SchemaTexts,
-    seen: &'a Observation,
-    windows: &'a WindowState,
-    analysis: Option<&'a Prepared>,
-    judging: &'a JudgingClock,
-) -> SetInput<'a> {
-    // The input is made for one plan, right before it: the content's budget starts now.
-    judging.restart();
-    SetInput {
-        set,
-        source: held.state(),
-        revisions: &seen.revisions,
-        workloads: &seen.workloads,
-        history: &seen.history,
-        pod_refs: seen.pod_refs.as_ref(),
-        now: (ctx.clock)(),
-        budget_waiting: &seen.budget_waiting,
-        analysis: analysis.map(|a| WaveAnalysis {
-            analyses: &a.analyses,
-            runs: &a.runs,
-        }),
-        windows,
-        schemas,
-        check_jobs: &seen.check_jobs,
-        content_budget: judging.budget(),
+/// Plans the set from `readings`: on this thread, which polls every watch and reconcile of a
+/// current-thread engine, unless the set has `spec.validation` rules. Such a plan compiles the
+/// rules' schemas (checking the spec) and may judge the content against them, which can take up to
+/// [`CONTENT_BUDGET`] (a 900 KiB JSON key against a JSON schema): it is made on the runtime's
+/// blocking pool, and this thread moves on meanwhile.
+async fn make_plan<S: SetObject>(ctx: &Context, readings: Readings<S>) -> (Readings<S>, SetPlan) {
+    let now = (ctx.clock)();
+    if readings.object.as_set().validation().is_empty() {
+        let plan = readings.plan(now, content_check::Budget::UNLIMITED);
+        return (readings, plan);
+    }
+    let judged = tokio::task::spawn_blocking(move || {
+        // The content's budget starts when its judging can.
+        let started = Instant::now();
+        let out_of_time = move || started.elapsed() > CONTENT_BUDGET;
+        let plan = readings.plan(now, content_check::Budget(&out_of_time));
+        (readings, plan)
+    });
+    match judged.await {
+        Ok(planned) => planned,
+        // The planner's panic is the reconcile's, as when it was planned here.
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // Cancelled only when the runtime shuts down, which drops this reconcile too.
+        Err(_) => std::future::pending().await,
     }
 }
 
 /// How long one plan may spend judging a set's content against `spec.validation`: a costly schema
-/// or document makes the set `Valid=False` saying so, instead of holding a reconcile thread.
+/// or document makes the set `Valid=False` saying so, instead of holding a blocking thread.
 const CONTENT_BUDGET: Duration = Duration::from_secs(5);
-
-/// The clock of [`CONTENT_BUDGET`], restarted for each plan.
-struct JudgingClock {
-    started: Arc<std::sync::Mutex<Instant>>,
-    over: Box<dyn Fn() -> bool + Send + Sync>,
-}
-
-impl JudgingClock {
-    fn new() -> Self {
-        let started = Arc::new(std::sync::Mutex::new(Instant::now()));
-        let seen = started.clone();
-        Self {
-            started,
-            over: Box::new(move || seen.lock().map(|t| t.elapsed() > CONTENT_BUDGET).unwrap_or(false)),
-        }
-    }
-
-    fn restart(&self) {
-        if let Ok(mut started) = self.started.lock() {
-            *started = Instant::now();
-        }
-    }
-
-    fn budget(&self) -> content_check::Budget<'_> {
-        content_check::Budget(&*self.over)
-    }
-}
 
 /// The schemas `spec.validation` keeps in ConfigMaps of the set's namespace, each found or missing.
 async fn read_schemas(ctx: &Context, set: SetRef<'_>, namespace: &str) -> Result<SchemaTexts> {

@@ -20,6 +20,15 @@ pub enum LogFormat {
     Json,
 }
 
+/// Which tokio scheduler runs the engine (see `wiring::runtimes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EngineRuntime {
+    /// Every watch, reconcile and the lease on the main thread: no work moves between threads.
+    CurrentThread,
+    /// A worker per core, stealing work from each other (how the engine ran before).
+    MultiThread,
+}
+
 /// cmset: immutable, versioned ConfigMaps whose rollouts and rollbacks follow the workloads that use them.
 #[derive(Clone, Debug, Parser)]
 #[command(name = "cmset-controller", version, about)]
@@ -59,6 +68,13 @@ pub struct Cli {
     /// watch.
     #[arg(long, env = "CMSET_API_HTTP2", default_value_t = true, action = clap::ArgAction::Set)]
     pub api_http2: bool,
+
+    /// How the engine (watches, index, reconciles, leader election, notifications) is scheduled:
+    /// `current-thread` runs it all on the main thread (spread over two workers, it spent 17-19% of
+    /// its CPU handing work between them and parking them: issue 51); `multi-thread` runs it on a
+    /// worker per core. Admission and the HTTP endpoints run on a thread of their own either way.
+    #[arg(long, env = "CMSET_ENGINE_RUNTIME", value_enum, default_value_t = EngineRuntime::CurrentThread)]
+    pub engine_runtime: EngineRuntime,
 
     /// Address of the /metrics, /healthz and /readyz endpoints.
     #[arg(long, env = "CMSET_METRICS_ADDRESS", default_value = "0.0.0.0:8080")]
@@ -476,6 +492,28 @@ mod tests {
             "{error}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_engine_runs_on_one_thread_unless_told_otherwise() {
+        assert_eq!(cli(&[]).engine_runtime, EngineRuntime::CurrentThread);
+        let multi = cli(&["--engine-runtime", "multi-thread"]);
+        assert_eq!(multi.engine_runtime, EngineRuntime::MultiThread);
+        let current = cli(&["--engine-runtime", "current-thread"]);
+        assert_eq!(current.engine_runtime, EngineRuntime::CurrentThread);
+        for bad in ["multi_thread", "threads", ""] {
+            let parsed = Cli::try_parse_from(["cmset-controller", "--engine-runtime", bad]);
+            assert!(parsed.is_err(), "{bad:?}");
+        }
+        let command = <Cli as clap::CommandFactory>::command();
+        let flag = command
+            .get_arguments()
+            .find(|a| a.get_long() == Some("engine-runtime"))
+            .unwrap();
+        assert_eq!(
+            flag.get_env().and_then(|e| e.to_str()),
+            Some("CMSET_ENGINE_RUNTIME")
+        );
     }
 
     #[test]

@@ -46,6 +46,7 @@ use support::{Responder, Seen, mock_client, server_ends};
 mod analysis_metrics;
 mod analysis_queries;
 mod checks;
+mod judging;
 mod late_writes;
 mod one_decision;
 mod pruning;
