@@ -252,7 +252,8 @@ pub struct Cost {
     /// The window ends when the rollouts and the operator went quiet: this long after the last change
     /// landed.
     pub settle_s: Option<f64>,
-    /// Each process's CPU in the window as a share of the machine's (`/proc/stat`).
+    /// Each process's CPU in the window as a share of the machine's (`/proc/stat`); for a burst, from
+    /// its first PATCH until its last change landed.
     pub cpu_share: Option<crate::machine::CpuShare>,
     /// The LISTs the API server's audit log shows in the window, by client (absent without the log).
     pub lists: Option<Vec<crate::audit::ListCount>>,

@@ -24,6 +24,8 @@ pub async fn burst(ctx: &mut Ctx, ns: &str, n: usize, tracker: &Tracker, install
         ctx.fail(format!("burst of {n}: {e}"));
     }
     let late = tracker.drain(start + timeout).await;
+    // The machine's share while the changes were landing, not while kube-controller-manager catches up.
+    let landing = meter.share_so_far(ctx, install);
     let arrivals = tracker.take_arrivals();
     let mut b = Burst {
         changes: n,
@@ -53,5 +55,8 @@ pub async fn burst(ctx: &mut Ctx, ns: &str, n: usize, tracker: &Tracker, install
     let settle_s = settle(ctx, install, Some(tracker), n, &format!("the burst of {n}")).await;
     b.cost = meter.finish(ctx, install, n, &set_patches(n)).await;
     b.cost.settle_s = settle_s;
+    if landing.is_some() {
+        b.cost.cpu_share = landing;
+    }
     b
 }

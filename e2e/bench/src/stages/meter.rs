@@ -139,8 +139,13 @@ impl Meter {
         }
     }
 
-    /// Every watched process's CPU in the window as a share of the machine's: the replicas together
-    /// (`operator`) and each by role, the control plane's processes, the bench.
+    /// Every watched process's CPU from the window's start until now as a share of the machine's: the
+    /// replicas together (`operator`), the control plane's processes, the bench. A burst reads it when
+    /// its last change landed, before the window goes on to wait for kube-controller-manager.
+    pub fn share_so_far(&self, ctx: &Ctx, install: &Install) -> Option<crate::machine::CpuShare> {
+        self.cpu_share(ctx, install, self.started.elapsed())
+    }
+
     fn cpu_share(&self, ctx: &Ctx, install: &Install, window: Duration) -> Option<crate::machine::CpuShare> {
         let before = self.machine?;
         let after = crate::machine::MachineCpu::now()?;
