@@ -176,3 +176,49 @@ pub(super) fn lists_by_client(lists: Option<&[crate::audit::ListCount]>) -> Stri
             .join("; "),
     }
 }
+
+/// `etcd 1.93, kube-apiserver 6.80`: a figure per name, in the map's order.
+pub(super) fn named_values(values: &BTreeMap<String, f64>) -> String {
+    values
+        .iter()
+        .map(|(k, v)| format!("{k} {}", num(*v)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_machines_share_whose_reads_and_named_figures_read_as_the_table_prints_them() {
+        let share = crate::machine::CpuShare {
+            window_s: 10.0,
+            capacity_s: 20.0,
+            busy_pct: 90.0,
+            by_process: BTreeMap::from([("operator".into(), 10.0), ("kube-apiserver".into(), 60.0)]),
+            rest_pct: 20.0,
+        };
+        assert_eq!(
+            cpu_share(Some(&share)),
+            "kube-apiserver 60.0%, operator 10.0%, the rest 20.0%; busy 90.0% of 2.00 cores × 10.0 s"
+        );
+        assert_eq!(cpu_share(None), "-");
+        let read = crate::audit::ListCount {
+            verb: "get".into(),
+            user: "cmset-admin".into(),
+            agent: String::new(),
+            resource: "configmapsets".into(),
+            namespace: "b-1".into(),
+            count: 3,
+        };
+        assert_eq!(
+            lists_by_client(Some(&[read])),
+            "3 GET configmapsets by cmset-admin (-) in b-1"
+        );
+        assert_eq!(lists_by_client(Some(&[])), "none");
+        assert!(lists_by_client(None).starts_with("- (no audit log"));
+        let others = BTreeMap::from([("kube-apiserver".to_string(), 6.8), ("etcd".to_string(), 1.934)]);
+        assert_eq!(named_values(&others), "etcd 1.93, kube-apiserver 6.80");
+    }
+}

@@ -4,7 +4,7 @@
 
 use super::cells::{
     Row, admission_latency, admission_requests, cpu_share, floor_cell, latency_cells, lists_by_client,
-    mib_of, num, opt, pct_by_role, ratio, replicas_mib, total_and_parts,
+    mib_of, named_values, num, opt, pct_by_role, ratio, replicas_mib, total_and_parts,
 };
 use super::results::{ConfigResults, Cost, Latency, Leak};
 use crate::operator::Memory;
@@ -178,15 +178,9 @@ pub(super) fn rows(r: &ConfigResults) -> Vec<Row> {
             String::new(),
         );
         if !p.cost.other_cpu_ms_per_change.is_empty() {
-            let others: Vec<String> = p
-                .cost
-                .other_cpu_ms_per_change
-                .iter()
-                .map(|(k, v)| format!("{k} {}", num(*v)))
-                .collect();
             row(
                 "replay floor: CPU ms per change of the others",
-                others.join(", "),
+                named_values(&p.cost.other_cpu_ms_per_change),
                 String::new(),
             );
         }
@@ -226,15 +220,9 @@ pub(super) fn rows(r: &ConfigResults) -> Vec<Row> {
             );
         }
         if !b.cost.other_cpu_ms_per_change.is_empty() {
-            let others: Vec<String> = b
-                .cost
-                .other_cpu_ms_per_change
-                .iter()
-                .map(|(k, v)| format!("{k} {}", num(*v)))
-                .collect();
             row(
                 "burst: CPU ms per change of the others",
-                others.join(", "),
+                named_values(&b.cost.other_cpu_ms_per_change),
                 String::new(),
             );
         }

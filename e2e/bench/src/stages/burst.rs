@@ -34,13 +34,7 @@ pub async fn burst(ctx: &mut Ctx, ns: &str, n: usize, tracker: &Tracker, install
         ..Burst::default()
     };
     if late.is_empty() && arrivals.len() == n {
-        let secs = arrivals
-            .iter()
-            .map(|a| a.at)
-            .max()
-            .unwrap_or(start)
-            .duration_since(start)
-            .as_secs_f64();
+        let secs = last_landed_s(&arrivals, start);
         b.seconds = Some(secs);
         b.rate = Some(n as f64 / secs);
         b.x_floor = ctx.rate_x_floor(n, secs);

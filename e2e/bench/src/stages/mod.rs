@@ -93,6 +93,17 @@ pub struct Ctx {
     pub started: Instant,
 }
 
+/// Seconds from `start` until the last of `arrivals` landed: a burst's (or its replay's) length.
+pub(crate) fn last_landed_s(arrivals: &[cluster::Arrival], start: Instant) -> f64 {
+    arrivals
+        .iter()
+        .map(|a| a.at)
+        .max()
+        .unwrap_or(start)
+        .duration_since(start)
+        .as_secs_f64()
+}
+
 impl Ctx {
     pub fn new(client: Client, launch: Launch, concurrency: usize, floor_ns: String) -> Self {
         Self {

@@ -261,13 +261,7 @@ pub async fn replay(
         return Err(format!("replay of {n}: {failures} changes failed; the first: {first}").into());
     }
     if late.is_empty() && arrivals.len() == n {
-        let secs = arrivals
-            .iter()
-            .map(|a| a.at)
-            .max()
-            .unwrap_or(start)
-            .duration_since(start)
-            .as_secs_f64();
+        let secs = last_landed_s(&arrivals, start);
         r.seconds = Some(secs);
         r.rate = Some(n as f64 / secs);
     } else {
