@@ -157,7 +157,7 @@ BENCH_PUBLISH ?= e2e/bench/results
 BENCH_BASELINE ?= $(wildcard e2e/bench/results/before/results.json)
 
 .PHONY: bench
-bench: ## Benchmark the default install and the same without the webhook (convergence, churn, burst, admission, failover, readers' own churn, memory, scale; each against the floor); results in target/bench/
+bench: ## Benchmark the default install and the same without the webhook (convergence, churn, burst and its replay floor, admission, failover, readers' own churn, memory, scale; each against the floor; each process's share of the machine; whose reads); results in target/bench/
 	@CMSET_BENCH_OPERATOR_BIN=$(BENCH_OPERATOR_BIN) CMSET_BENCH_PUBLISH=$(BENCH_PUBLISH) \
 	  CMSET_BENCH_BASELINE=$(BENCH_BASELINE) bash e2e/bench/run.sh $(BENCH_ARGS)
 
