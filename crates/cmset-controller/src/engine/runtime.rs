@@ -5,7 +5,8 @@
 //! Every watch is as narrow as cmset's job allows, because an operator's memory grows with what it
 //! caches (the failure of tools that watch every ConfigMap in the cluster); each kind's selector and
 //! slimming live with its [`Indexed`] impl:
-//! - ConfigMapSets and SecretSets: all in scope (they are cmset's own); kept whole in a store.
+//! - ConfigMapSets and SecretSets: all in scope (they are cmset's own); kept whole in a store, but
+//!   decoded without their managedFields.
 //! - ConfigMaps and Secrets: metadata only, no selector (a source is another tool's object, found by
 //!   name); indexed, not stored: the index keeps the revisions (label `cmset.dev/set`) and the versions
 //!   of the sources some set versions, and lets every other object pass. Secret values are never
@@ -51,13 +52,6 @@ use crate::engine::stores::Stores;
 use crate::engine::tasks::spawn_owned;
 use crate::engine::wire;
 use crate::platform::backoff::{ExpiryGate, WatchBackoff};
-
-fn api<K: Indexed>(client: &Client, namespace: Option<&str>) -> Api<K> {
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
 
 fn watch_config<K: Indexed>() -> watcher::Config {
     let config = watcher::Config::default();
@@ -163,7 +157,8 @@ fn stored_watch<K: Indexed>(
     index.expect(K::NAME);
     let stored = reader.clone();
     let mut listed = ListedWhileFollowing::default();
-    let driver = relist_at_once_on_expiry(K::NAME, watcher(api::<K>(client, namespace), watch_config::<K>()))
+    let watch = wire::watch_as::<K::Wire, K>(client, namespace, watch_config::<K>());
+    let driver = relist_at_once_on_expiry(K::NAME, watch)
         .backoff(watch_backoff())
         .modify(K::slim)
         .reflect(writer)

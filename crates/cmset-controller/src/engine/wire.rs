@@ -8,12 +8,20 @@
 //! them) and turn into the k8s-openapi type the index takes, with only the read fields set: the
 //! references of the pod spec ([`ReferencesOnly`], the same value `slim::references_only` gives), and
 //! the metadata without managedFields. ConfigMaps and Secrets are asked for as metadata only and
-//! decoded the same way ([`WireMeta`]).
+//! decoded the same way ([`WireMeta`]). Sets, which the stores keep whole, are decoded whole but for
+//! their managedFields ([`WireConfigMapSet`], [`WireSecretSet`]).
+//!
+//! Every wire type also skips `kubectl.kubernetes.io/last-applied-configuration`: a client-side
+//! `kubectl apply` (Argo CD's default sync) copies the whole object into it, so a set would otherwise
+//! be decoded twice per event, and the index drops it anyway.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
+use cmset_api::{
+    ConfigMapSet, ConfigMapSetSpec, ConfigMapSetStatus, SecretSet, SecretSetSpec, SecretSetStatus,
+};
 use cmset_core::workloads::slim::ReferencesOnly;
 use futures::{StreamExt, TryStreamExt, stream::BoxStream};
 use k8s_openapi::NamespaceResourceScope;
@@ -81,7 +89,7 @@ struct Meta {
     resource_version: Option<String>,
     generation: Option<i64>,
     labels: Option<BTreeMap<String, String>>,
-    annotations: Option<BTreeMap<String, String>>,
+    annotations: Option<Annotations>,
     owner_references: Option<Vec<OwnerReference>>,
     creation_timestamp: Option<Time>,
     deletion_timestamp: Option<Time>,
@@ -96,12 +104,47 @@ fn meta<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D::Err
         resource_version: meta.resource_version,
         generation: meta.generation,
         labels: meta.labels,
-        annotations: meta.annotations,
+        annotations: meta.annotations.map(|a| a.0),
         owner_references: meta.owner_references,
         creation_timestamp: meta.creation_timestamp,
         deletion_timestamp: meta.deletion_timestamp,
         ..ObjectMeta::default()
     })
+}
+
+/// The annotation a client-side `kubectl apply` keeps a copy of the whole object in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// An object's annotations but [`LAST_APPLIED`], whose value the reader passes over without allocating
+/// it.
+struct Annotations(BTreeMap<String, String>);
+
+impl<'de> Deserialize<'de> for Annotations {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Entries;
+
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = Annotations;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map of annotations")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Annotations, A::Error> {
+                let mut out = BTreeMap::new();
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    if key == LAST_APPLIED {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    } else {
+                        out.insert(key.into_owned(), map.next_value()?);
+                    }
+                }
+                Ok(Annotations(out))
+            }
+        }
+
+        deserializer.deserialize_map(Entries)
+    }
 }
 
 /// A pod template's spec, as far as its references go.
@@ -337,6 +380,75 @@ impl Resource for WireWorkload {
         &mut self.metadata
     }
 }
+
+/// A set as its watch sends it, turned into the set for the store: everything but the managedFields.
+/// Once a GitOps tool applies a set and cmset applies its status, the managedFields name every key of
+/// the template and every field of the status, so they are often the larger part of the object.
+macro_rules! wire_set {
+    ($(#[$doc:meta])* $wire:ident, $set:ty, $spec:ty, $status:ty) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, Deserialize)]
+        pub struct $wire {
+            #[serde(deserialize_with = "meta")]
+            metadata: ObjectMeta,
+            spec: $spec,
+            status: Option<$status>,
+        }
+
+        impl Resource for $wire {
+            type DynamicType = ();
+            type Scope = NamespaceResourceScope;
+
+            fn kind(dt: &()) -> Cow<'_, str> {
+                <$set>::kind(dt)
+            }
+
+            fn group(dt: &()) -> Cow<'_, str> {
+                <$set>::group(dt)
+            }
+
+            fn version(dt: &()) -> Cow<'_, str> {
+                <$set>::version(dt)
+            }
+
+            fn plural(dt: &()) -> Cow<'_, str> {
+                <$set>::plural(dt)
+            }
+
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+
+        impl From<$wire> for $set {
+            fn from(wire: $wire) -> Self {
+                let mut set = <$set>::new("", wire.spec);
+                set.metadata = wire.metadata;
+                set.status = wire.status;
+                set
+            }
+        }
+    };
+}
+
+wire_set!(
+    /// A ConfigMapSet without its managedFields.
+    WireConfigMapSet,
+    ConfigMapSet,
+    ConfigMapSetSpec,
+    ConfigMapSetStatus
+);
+wire_set!(
+    /// A SecretSet without its managedFields.
+    WireSecretSet,
+    SecretSet,
+    SecretSetSpec,
+    SecretSetStatus
+);
 
 /// A ConfigMap's or Secret's metadata, asked for as metadata only (the API server sends no data) and
 /// decoded without managedFields. ConfigMaps and Secrets are watched without a selector (a set's

@@ -235,3 +235,94 @@ fn a_workload_decodes_to_the_same_stored_workload_as_the_whole_dynamic_object() 
     );
     assert!(WireWorkload::deserialize(json!(["not", "an", "object"])).is_err());
 }
+
+/// A set as its watch sends it, after GitOps applies and cmset's status apply: the same set as the
+/// whole decode gives once slimmed (spec and status whole), the same URL, and a client-side apply's copy
+/// of the object never read.
+#[test]
+fn a_set_decodes_to_the_same_stored_set_without_managed_fields() {
+    use cmset_api::{ConfigMapSet, SecretSet};
+
+    let mut meta = metadata("app");
+    meta["annotations"] = json!({
+        "argocd.argoproj.io/tracking-id": "shop:cmset.dev/ConfigMapSet:shop/app",
+        LAST_APPLIED: "{\"apiVersion\":\"cmset.dev/v1alpha1\",\"kind\":\"ConfigMapSet\",\"spec\":{}}"
+    });
+    let set = json!({
+        "apiVersion": "cmset.dev/v1alpha1", "kind": "ConfigMapSet", "metadata": meta,
+        "spec": {"revisionHistoryLimit": 4, "template": {"data": {"MODE": "fast", "app.yaml": "a: 1\n"}},
+                 "rollout": {"stabilizationSeconds": 30, "paused": true}},
+        "status": {"observedGeneration": 3, "revision": 7, "currentRevision": "app-5g7bm8k4f2",
+                   "conditions": [{"type": "Ready", "status": "True", "reason": "RolledOut", "message": "",
+                                   "lastTransitionTime": "2026-11-25T10:00:00Z"}]}
+    });
+    let (whole, wire) = both::<WireConfigMapSet, ConfigMapSet>(set.clone());
+    assert_eq!(json(&wire), json(&whole));
+    assert_eq!((&wire.spec, &wire.status), (&whole.spec, &whole.status));
+    assert!(wire.status.is_some() && wire.metadata.managed_fields.is_none());
+    assert_eq!(
+        wire.metadata
+            .annotations
+            .as_ref()
+            .map(|a| a.keys().collect::<Vec<_>>()),
+        Some(vec![&"argocd.argoproj.io/tracking-id".to_string()])
+    );
+    assert_eq!(
+        <WireConfigMapSet as Resource>::url_path(&(), Some("shop")),
+        "/apis/cmset.dev/v1alpha1/namespaces/shop/configmapsets"
+    );
+
+    let secret_set = json!({
+        "apiVersion": "cmset.dev/v1alpha1", "kind": "SecretSet", "metadata": metadata("creds"),
+        "spec": {"secretName": "creds"}
+    });
+    let (whole, wire) = both::<WireSecretSet, SecretSet>(secret_set);
+    assert_eq!(json(&wire), json(&whole));
+    assert!(wire.status.is_none());
+    assert_eq!(
+        <WireSecretSet as Resource>::url_path(&(), Some("shop")),
+        "/apis/cmset.dev/v1alpha1/namespaces/shop/secretsets"
+    );
+
+    // What the whole type refuses, the wire type refuses too.
+    let mut bad = set;
+    bad["spec"]["revisionHistoryLimit"] = json!("four");
+    assert!(serde_json::from_value::<ConfigMapSet>(bad.clone()).is_err());
+    assert!(serde_json::from_value::<WireConfigMapSet>(bad).is_err());
+}
+
+fn json(value: &impl serde::Serialize) -> Value {
+    serde_json::to_value(value).unwrap()
+}
+
+/// The annotations are read as given, but for a client-side apply's copy, whatever it holds.
+#[test]
+fn annotations_pass_over_the_last_applied_copy_only() {
+    let mut meta = metadata("web-7d4b9c");
+    meta["annotations"] = json!({"a": "1", LAST_APPLIED: "{\"huge\": true}", "z": "2"});
+    let rs: ReplicaSet = WireReplicaSet::deserialize(json!({"metadata": meta}))
+        .unwrap()
+        .into();
+    assert_eq!(
+        rs.metadata.annotations,
+        Some(
+            [
+                ("a".to_string(), "1".to_string()),
+                ("z".to_string(), "2".to_string())
+            ]
+            .into()
+        )
+    );
+    let mut meta = metadata("web-7d4b9c");
+    meta["annotations"] = Value::Null;
+    let rs: ReplicaSet = WireReplicaSet::deserialize(json!({"metadata": meta}))
+        .unwrap()
+        .into();
+    assert_eq!(rs.metadata.annotations, None);
+    let mut meta = metadata("web-7d4b9c");
+    meta["annotations"] = json!({"a": 1});
+    assert!(
+        WireReplicaSet::deserialize(json!({"metadata": meta})).is_err(),
+        "values are strings"
+    );
+}

@@ -6,9 +6,10 @@ use cmset_core::set::{SetKind, SetRef};
 
 use super::Indexed;
 use crate::engine::index::{Key, State, Triggers};
+use crate::engine::wire::{WireConfigMapSet, WireSecretSet};
 
 impl Indexed for ConfigMapSet {
-    type Wire = Self;
+    type Wire = WireConfigMapSet;
     const NAME: &'static str = "ConfigMapSet";
 
     fn selector() -> Option<String> {
@@ -29,7 +30,7 @@ impl Indexed for ConfigMapSet {
 }
 
 impl Indexed for SecretSet {
-    type Wire = Self;
+    type Wire = WireSecretSet;
     const NAME: &'static str = "SecretSet";
 
     fn selector() -> Option<String> {
