@@ -340,6 +340,7 @@ pub async fn delete_namespace(client: &Client, name: &str, timeout: Duration) ->
 /// One Deployment reached the name it was expected to reach.
 #[derive(Clone, Debug)]
 pub struct Arrival {
+    pub deployment: String,
     /// From the change's PATCH response (or the given start) to the watch event.
     pub latency: Duration,
     pub at: Instant,
@@ -440,6 +441,7 @@ impl Tracker {
             Some((now, at)) if now == name => {
                 let at = *at;
                 s.arrivals.push(Arrival {
+                    deployment: deployment.to_string(),
                     latency: at.saturating_duration_since(since),
                     at: at.max(since),
                 });
@@ -492,6 +494,20 @@ impl Tracker {
         std::mem::take(&mut self.lock().arrivals)
     }
 
+    /// Waits until `deployment` names what it is expected to, at most until `deadline`; false (and the
+    /// expectation given up) when it did not in time.
+    pub async fn wait_for(&self, deployment: &str, deadline: Instant) -> bool {
+        loop {
+            if !self.is_pending(deployment) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return self.lock().pending.remove(deployment).is_none();
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// Waits until nothing is pending, at most until `deadline`; what is still pending then is given up
     /// (returned, and forgotten) as timed out.
     pub async fn drain(&self, deadline: Instant) -> Vec<(String, String, String)> {
@@ -531,6 +547,7 @@ impl TrackState {
         {
             let (_, since) = self.pending.remove(deployment).expect("pending entry");
             self.arrivals.push(Arrival {
+                deployment: deployment.to_string(),
                 latency: now.saturating_duration_since(since),
                 at: now,
             });

@@ -16,7 +16,7 @@ use crate::cluster::{
     self, Result, Tracker, bounded, create, patch_set, revision_name, revision_name_of, set_name,
 };
 use crate::install::Install;
-use crate::report::{FanOut, LargeSet, NoOp, latency};
+use crate::report::{Bystander, FanOut, LargeSet, NoOp, latency};
 use crate::stages::{Ctx, Meter, idle, ms, set_patches, settle};
 
 // ------------------------------------------------------------------------------------------ fan-out --
@@ -280,34 +280,60 @@ fn identity_writes(requests: &BTreeMap<String, f64>) -> f64 {
 // ---------------------------------------------------------------------------------------- large set --
 
 const LARGE_SET: &str = "large";
+/// A small set and its Deployment in the large set's namespace, changed one change at a time while the
+/// large set is judged and planned: whether the other sets' watches and reconciles stall meanwhile.
+const BYSTANDER: &str = "large-bystander";
 /// Bytes per key of the large set's data (it is split over keys of this size).
 const CHUNK: usize = 100 * 1024;
+/// Large changes made while the bystander is timed (after the metered ones, so that its changes do not
+/// count in the large set's CPU per change).
+const STALL_CHANGES: usize = 20;
 
-/// About `kib` KiB of data that does not compress to nothing: keys `blob-NN` of letters and digits
-/// from a fixed pseudo-random sequence (no character JSON would escape, so the revision's name is
-/// computed as for the small sets).
+/// About `kib` KiB of data that does not compress to nothing: keys `blob-NN`, each a JSON array of
+/// 16-character strings of letters and digits from a fixed pseudo-random sequence. The large set
+/// declares them JSON whose strings match a pattern, so that every change is judged in full. (Quotes
+/// are the only character JSON escapes here, and serde_json escapes them as Go does, so the revision's
+/// name is computed as for the small sets.)
 fn large_data(kib: usize) -> BTreeMap<String, String> {
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    const WORD: usize = 16;
     let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        // xorshift64
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        ALPHABET[(state % ALPHABET.len() as u64) as usize] as char
+    };
     let mut left = kib * 1024;
     let mut out = BTreeMap::new();
     let mut k = 0;
     while left > 0 {
-        let len = left.min(CHUNK);
-        let blob: String = (0..len)
-            .map(|_| {
-                // xorshift64
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                ALPHABET[(state % ALPHABET.len() as u64) as usize] as char
-            })
-            .collect();
+        let len = left.clamp(WORD + 4, CHUNK);
+        let mut blob = String::with_capacity(len + WORD + 3);
+        blob.push('[');
+        while blob.len() + WORD + 3 <= len {
+            if blob.len() > 1 {
+                blob.push(',');
+            }
+            blob.push('"');
+            blob.extend((0..WORD).map(|_| next()));
+            blob.push('"');
+        }
+        blob.push(']');
+        left -= left.min(len);
         out.insert(format!("blob-{k:02}"), blob);
-        left -= len;
         k += 1;
     }
     out
+}
+
+/// What the large set declares its keys to be: JSON arrays of words of letters and digits.
+fn large_validation() -> serde_json::Value {
+    json!({"keys": {"blob-*": {"format": "json", "schema": {
+        "type": "array",
+        "items": {"type": "string", "pattern": "^[A-Za-z0-9]+$"},
+    }}}})
 }
 
 fn large_revision(data: &BTreeMap<String, String>, v: &str) -> String {
@@ -316,8 +342,10 @@ fn large_revision(data: &BTreeMap<String, String>, v: &str) -> String {
     revision_name_of(LARGE_SET, &all)
 }
 
-/// One set of about `kib` KiB read by one Deployment, changed `changes` times one after the other (one
-/// small key each time, the rest unchanged): latency and CPU per change, and RSS before and after.
+/// One set of about `kib` KiB, whose content is validated, read by one Deployment, changed `changes`
+/// times one after the other (one small key each time, the rest unchanged): latency and CPU per change,
+/// and RSS before and after. Then a small set's changes are timed, first alone and then while the large
+/// set keeps changing: a judging or a plan that held the engine's thread would show there.
 pub async fn large_set(
     ctx: &mut Ctx,
     ns: &str,
@@ -334,26 +362,26 @@ pub async fn large_set(
         "apiVersion": "cmset.dev/v1alpha1",
         "kind": "ConfigMapSet",
         "metadata": {"name": LARGE_SET},
-        "spec": {"template": {"data": template}},
+        "spec": {"template": {"data": template}, "validation": large_validation()},
     }))?;
     let start = Instant::now();
     create(&sets, &set).await?;
+    create(&sets, &cluster::set_object(BYSTANDER, "0")?).await?;
     let deployments = Api::<Deployment>::namespaced(ctx.client.clone(), ns);
-    create(
-        &deployments,
-        &cluster::deployment_object(LARGE_SET, LARGE_SET, true)?,
-    )
-    .await?;
+    for name in [LARGE_SET, BYSTANDER] {
+        create(&deployments, &cluster::deployment_object(name, name, true)?).await?;
+    }
     tracker.expect(LARGE_SET, &large_revision(&data, "0"), start);
+    tracker.expect(BYSTANDER, &revision_name(BYSTANDER, "0"), start);
     if !tracker.drain(start + ctx.timeout_base).await.is_empty() {
         return Err(format!(
-            "the large set's Deployment did not name its first revision within {:?}",
+            "the large set's Deployment or its bystander's did not name its first revision within {:?}",
             ctx.timeout_base
         )
         .into());
     }
     tracker.take_arrivals();
-    settle(ctx, install, Some(tracker), 1, "creating the large set").await;
+    settle(ctx, install, Some(tracker), 2, "creating the large set").await;
     idle(install, ctx.timeout_base).await?;
     let before = install.memory().await;
 
@@ -363,7 +391,11 @@ pub async fn large_set(
         let value = ctx.next_value();
         patch_set(&sets, LARGE_SET, &value).await?;
         tracker.expect(LARGE_SET, &large_revision(&data, &value), Instant::now());
-        late += tracker.drain(Instant::now() + ctx.timeout_base).await.len();
+        late += usize::from(
+            !tracker
+                .wait_for(LARGE_SET, Instant::now() + ctx.timeout_base)
+                .await,
+        );
     }
     let latencies: Vec<f64> = tracker.take_arrivals().iter().map(|a| ms(a.latency)).collect();
     if late > 0 {
@@ -387,6 +419,15 @@ pub async fn large_set(
             Some((a.role.clone(), a_kib as f64 * 100.0 / b.max(1) as f64))
         })
         .collect();
+
+    let stall = bystander(ctx, &sets, &data, tracker, changes.min(STALL_CHANGES)).await?;
+    if stall.late > 0 {
+        ctx.fail(format!(
+            "large set: {} bystander changes did not reach its Deployment within {:?}",
+            stall.late, ctx.timeout_base
+        ));
+    }
+    settle(ctx, install, Some(tracker), changes, "the bystander's changes").await;
     Ok(LargeSet {
         kib: data.values().map(String::len).sum::<usize>() / 1024,
         changes,
@@ -397,6 +438,77 @@ pub async fn large_set(
         after_pct_of_before,
         cost,
         floor: ctx.floor.clone(),
+        bystander: Some(stall),
+    })
+}
+
+/// The bystander's changes, one at a time: as many alone as there will be large changes (at least
+/// five), then for as long as `large_changes` changes of the large set take, which are made one after
+/// the other meanwhile.
+async fn bystander(
+    ctx: &Ctx,
+    sets: &Api<ConfigMapSet>,
+    data: &BTreeMap<String, String>,
+    tracker: &Tracker,
+    large_changes: usize,
+) -> Result<Bystander> {
+    let timeout = ctx.timeout_base;
+    let change = async |deployment: &str| -> Result<bool> {
+        let value = ctx.next_value();
+        patch_set(sets, deployment, &value).await?;
+        let name = if deployment == LARGE_SET {
+            large_revision(data, &value)
+        } else {
+            revision_name(deployment, &value)
+        };
+        tracker.expect(deployment, &name, Instant::now());
+        Ok(tracker.wait_for(deployment, Instant::now() + timeout).await)
+    };
+    let mut late = 0;
+    for _ in 0..large_changes.max(5) {
+        late += usize::from(!change(BYSTANDER).await?);
+    }
+    let alone = tracker.take_arrivals();
+
+    let large_done = std::cell::Cell::new(false);
+    let large = async {
+        let mut late = 0;
+        for _ in 0..large_changes {
+            late += usize::from(!change(LARGE_SET).await?);
+        }
+        large_done.set(true);
+        Result::<usize>::Ok(late)
+    };
+    let small = async {
+        let mut late = 0;
+        while !large_done.get() {
+            late += usize::from(!change(BYSTANDER).await?);
+        }
+        Result::<usize>::Ok(late)
+    };
+    let (large_late, small_late) = tokio::join!(large, small);
+    let (large_late, small_late) = (large_late?, small_late?);
+    let during: Vec<f64> = tracker
+        .take_arrivals()
+        .iter()
+        .filter(|a| a.deployment == BYSTANDER)
+        .map(|a| ms(a.latency))
+        .collect();
+    let alone: Vec<f64> = alone.iter().map(|a| ms(a.latency)).collect();
+    let (changes_alone, changes_during) = (alone.len(), during.len());
+    let (alone, during) = (latency(&alone, None), latency(&during, None));
+    Ok(Bystander {
+        large_changes,
+        p99_ratio: alone
+            .as_ref()
+            .zip(during.as_ref())
+            .map(|(a, d)| d.p99_ms / a.p99_ms.max(f64::MIN_POSITIVE)),
+        changes_alone,
+        changes_during,
+        alone,
+        during,
+        late: late + small_late,
+        large_late,
     })
 }
 
@@ -421,13 +533,23 @@ mod tests {
     #[test]
     fn large_data_is_the_size_asked_in_keys_a_configmap_takes() {
         let data = large_data(900);
-        assert_eq!(data.values().map(String::len).sum::<usize>(), 900 * 1024);
+        let total = data.values().map(String::len).sum::<usize>();
+        // Each key falls short of its share by less than a word.
+        assert!(total <= 900 * 1024 && total > 900 * 1024 - 9 * 20, "{total}");
         assert_eq!(data.len(), 9, "{:?}", data.keys().collect::<Vec<_>>());
         assert!(data.values().all(|v| v.len() <= CHUNK));
-        assert!(
-            data.values()
-                .all(|v| v.bytes().all(|b| b.is_ascii_alphanumeric())),
-            "nothing JSON escapes, so the revision's name is kustomize's"
+        for blob in data.values() {
+            let words: Vec<String> = serde_json::from_str(blob).expect("a JSON array of strings");
+            assert!(
+                words
+                    .iter()
+                    .all(|w| w.len() == 16 && w.bytes().all(|b| b.is_ascii_alphanumeric())),
+                "what the large set's validation declares, and only quotes for JSON to escape"
+            );
+        }
+        assert_eq!(
+            large_validation()["keys"]["blob-*"]["schema"]["items"]["pattern"],
+            "^[A-Za-z0-9]+$"
         );
         // The same data every time, and a change of `v` is a new revision.
         assert_eq!(large_data(3), large_data(3));

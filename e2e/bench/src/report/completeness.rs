@@ -152,6 +152,12 @@ pub fn missing(c: &ConfigResults, expected: Expected) -> Vec<String> {
             replicas_ok(&x.before) && replicas_ok(&x.after) && x.after_pct_of_before.len() == 2,
             "large set: RSS of both replicas before and after",
         );
+        need(
+            x.bystander
+                .as_ref()
+                .is_some_and(|b| b.alone.is_some() && b.during.is_some() && b.late == 0 && b.large_late == 0),
+            "large set: a small set's changes timed alone and while it changes, every one arrived",
+        );
     }
     if let Some(x) = &c.flood {
         need(

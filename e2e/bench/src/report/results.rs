@@ -545,6 +545,27 @@ pub struct LargeSet {
     pub cost: Cost,
     /// The floor taken just before the stage (CPU × floor uses it).
     pub floor: Option<Floor>,
+    /// A small set's changes alone and while the large set changes (goal: no stall).
+    pub bystander: Option<Bystander>,
+}
+
+/// A small set changed one change at a time, alone and then while a costly set keeps changing: from each
+/// PATCH's response until its Deployment named the new revision. Had the costly set's judging or plan
+/// held the engine's thread, the watches and reconciles of every other set would have waited.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Bystander {
+    /// The costly set's changes made while the bystander was timed.
+    pub large_changes: usize,
+    pub changes_alone: usize,
+    pub changes_during: usize,
+    pub alone: Option<Latency>,
+    pub during: Option<Latency>,
+    /// During ÷ alone, of p99.
+    pub p99_ratio: Option<f64>,
+    /// Changes that did not reach their Deployment in time: the bystander's, the costly set's.
+    pub late: usize,
+    pub large_late: usize,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

@@ -371,6 +371,31 @@ pub(super) fn rows(r: &ConfigResults) -> Vec<Row> {
             ),
             String::new(),
         );
+        if let Some(b) = &x.bystander {
+            let p50_p99_max = |l: &Option<Latency>| {
+                l.as_ref().map_or("-".into(), |l| {
+                    format!("{} / {} / {}", num(l.p50_ms), num(l.p99_ms), num(l.max_ms))
+                })
+            };
+            row(
+                &format!(
+                    "large set: a small set's change p50 / p99 / max ms, alone ({}) → while the large set changes {} times ({}) (goal: no stall)",
+                    b.changes_alone, b.large_changes, b.changes_during
+                ),
+                format!(
+                    "{} → {} (p99 × {}){}",
+                    p50_p99_max(&b.alone),
+                    p50_p99_max(&b.during),
+                    b.p99_ratio.map_or("-".into(), num),
+                    if b.late + b.large_late > 0 {
+                        format!("; {} LATE", b.late + b.large_late)
+                    } else {
+                        String::new()
+                    }
+                ),
+                String::new(),
+            );
+        }
     }
     if let Some(x) = &r.flood {
         let p50_p99 = |l: &Option<Latency>| {
