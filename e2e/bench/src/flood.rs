@@ -167,7 +167,7 @@ fn answer_kind(error: Option<&str>) -> usize {
 
 /// `count` ConfigMaps created one after the other in `ns` by the bench itself: what the API server
 /// alone takes, quiet or flooded.
-async fn bare_changes(ctx: &Ctx, ns: &str, tag: &str, count: usize) -> Result<Vec<f64>> {
+pub(crate) async fn bare_changes(ctx: &Ctx, ns: &str, tag: &str, count: usize) -> Result<Vec<f64>> {
     use k8s_openapi::api::core::v1::ConfigMap;
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
     let mut took = Vec::new();

@@ -464,9 +464,21 @@ async fn bystander(
         tracker.expect(deployment, &name, Instant::now());
         Ok(tracker.wait_for(deployment, Instant::now() + timeout).await)
     };
+    // After each of its changes, a ConfigMap created by the bench itself in a namespace no operator
+    // watches: what the API server and the machine alone lose meanwhile.
+    // (Not without the floor's namespace: `--skip-floor`.)
+    let bare = async |tag: &str| -> Result<Option<f64>> {
+        if !ctx.floor_ready {
+            return Ok(None);
+        }
+        let took = crate::flood::bare_changes(ctx, &ctx.floor_ns, &format!("large-{tag}"), 1).await?;
+        Ok(took.first().copied())
+    };
     let mut late = 0;
+    let mut bare_alone = Vec::new();
     for _ in 0..large_changes.max(5) {
         late += usize::from(!change(BYSTANDER).await?);
+        bare_alone.extend(bare(&ctx.next_value()).await?);
     }
     let alone = tracker.take_arrivals();
 
@@ -480,14 +492,15 @@ async fn bystander(
         Result::<usize>::Ok(late)
     };
     let small = async {
-        let mut late = 0;
+        let (mut late, mut bare_during) = (0, Vec::new());
         while !large_done.get() {
             late += usize::from(!change(BYSTANDER).await?);
+            bare_during.extend(bare(&ctx.next_value()).await?);
         }
-        Result::<usize>::Ok(late)
+        Result::<_>::Ok((late, bare_during))
     };
-    let (large_late, small_late) = tokio::join!(large, small);
-    let (large_late, small_late) = (large_late?, small_late?);
+    let (large_late, small) = tokio::join!(large, small);
+    let (large_late, (small_late, bare_during)) = (large_late?, small?);
     let during: Vec<f64> = tracker
         .take_arrivals()
         .iter()
@@ -507,6 +520,8 @@ async fn bystander(
         changes_during,
         alone,
         during,
+        bare_alone: latency(&bare_alone, None),
+        bare_during: latency(&bare_during, None),
         late: late + small_late,
         large_late,
     })

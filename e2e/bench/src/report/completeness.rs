@@ -153,9 +153,12 @@ pub fn missing(c: &ConfigResults, expected: Expected) -> Vec<String> {
             "large set: RSS of both replicas before and after",
         );
         need(
-            x.bystander
-                .as_ref()
-                .is_some_and(|b| b.alone.is_some() && b.during.is_some() && b.late == 0 && b.large_late == 0),
+            x.bystander.as_ref().is_some_and(|b| {
+                [&b.alone, &b.during, &b.bare_alone, &b.bare_during]
+                    .iter()
+                    .all(|l| l.is_some())
+                    && b.late + b.large_late == 0
+            }),
             "large set: a small set's changes timed alone and while it changes, every one arrived",
         );
     }

@@ -563,6 +563,10 @@ pub struct Bystander {
     pub during: Option<Latency>,
     /// During ÷ alone, of p99.
     pub p99_ratio: Option<f64>,
+    /// The bare API meanwhile: a ConfigMap created by the bench in a namespace no operator watches,
+    /// after each of the small set's changes, alone and during.
+    pub bare_alone: Option<Latency>,
+    pub bare_during: Option<Latency>,
     /// Changes that did not reach their Deployment in time: the bystander's, the costly set's.
     pub late: usize,
     pub large_late: usize,

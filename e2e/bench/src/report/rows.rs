@@ -395,6 +395,11 @@ pub(super) fn rows(r: &ConfigResults) -> Vec<Row> {
                 ),
                 String::new(),
             );
+            row(
+                "large set: meanwhile the bare API's own create p50 / p99 / max ms, alone → during (what the large set costs the API server and the machine)",
+                format!("{} → {}", p50_p99_max(&b.bare_alone), p50_p99_max(&b.bare_during)),
+                String::new(),
+            );
         }
     }
     if let Some(x) = &r.flood {

@@ -75,7 +75,7 @@ pub struct Ctx {
     pub quiet: Duration,
     /// The floor's namespace (created by the first floor, kept for the run) and its sequential changes.
     pub floor_ns: String,
-    floor_ready: bool,
+    pub(crate) floor_ready: bool,
     /// The run's FlowSchemas that count the operator's own requests, when they could be made.
     pub identity: Option<crate::identity::Schemas>,
     /// The replicas' own ServiceAccount, when the run made one.
