@@ -378,15 +378,18 @@ pub(super) fn rows(r: &ConfigResults) -> Vec<Row> {
                 })
             };
             row(
+                // The counts vary by run and configuration: in the cell, so that the row lines up.
                 &format!(
-                    "large set: a small set's change p50 / p99 / max ms, alone ({}) → while the large set changes {} times ({}) (goal: no stall)",
-                    b.changes_alone, b.large_changes, b.changes_during
+                    "large set: a small set's change p50 / p99 / max ms, alone → while the large set changes {} times (goal: no stall)",
+                    b.large_changes
                 ),
                 format!(
-                    "{} → {} (p99 × {}){}",
+                    "{} → {} (p99 × {}; {} → {} changes){}",
                     p50_p99_max(&b.alone),
                     p50_p99_max(&b.during),
                     b.p99_ratio.map_or("-".into(), num),
+                    b.changes_alone,
+                    b.changes_during,
                     if b.late + b.large_late > 0 {
                         format!("; {} LATE", b.late + b.large_late)
                     } else {
@@ -777,7 +780,7 @@ mod tests {
     use super::*;
     use crate::install::ReplicaMemory;
     use crate::operator::Memory;
-    use crate::report::{Convergence, Scale};
+    use crate::report::{Bystander, Convergence, LargeSet, Scale};
 
     #[test]
     fn a_stage_reports_watch_events_by_kind_most_first_and_reconciles_by_controller() {
@@ -858,5 +861,56 @@ mod tests {
         // A replica that did not report its heap (an operator without the gauge) shows none.
         c.scales[1] = at(100, 27_196, None);
         assert!(t(&c)[1].ends_with("leader - (100 → 2000 sets)"), "{:?}", t(&c));
+    }
+
+    /// Rows are matched across configurations by their label: the bystander's counts, which differ
+    /// between runs, are in the cell; the bare API's row follows it.
+    #[test]
+    fn the_large_set_s_bystander_rows_line_up_across_configurations() {
+        let at = |ms: f64| Latency {
+            p50_ms: ms,
+            p99_ms: 2.0 * ms,
+            max_ms: 3.0 * ms,
+            ..Latency::default()
+        };
+        let config = |during: usize| ConfigResults {
+            large_set: Some(LargeSet {
+                bystander: Some(Bystander {
+                    large_changes: 3,
+                    changes_alone: 5,
+                    changes_during: during,
+                    alone: Some(at(10.0)),
+                    during: Some(at(20.0)),
+                    p99_ratio: Some(2.0),
+                    bare_alone: Some(at(1.0)),
+                    bare_during: Some(at(2.0)),
+                    ..Bystander::default()
+                }),
+                ..LargeSet::default()
+            }),
+            ..ConfigResults::default()
+        };
+        let bystander = |c: &ConfigResults| {
+            rows(c)
+                .into_iter()
+                .filter(|(name, ..)| name.contains("small set") || name.contains("bare API"))
+                .collect::<Vec<_>>()
+        };
+        let (six, five) = (bystander(&config(6)), bystander(&config(5)));
+        assert_eq!(six.len(), 2);
+        assert_eq!(
+            six.iter().map(|r| &r.0).collect::<Vec<_>>(),
+            five.iter().map(|r| &r.0).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            six[0].1,
+            "10.0 / 20.0 / 30.0 → 20.0 / 40.0 / 60.0 (p99 × 2.00; 5 → 6 changes)"
+        );
+        assert_eq!(six[1].1, "1.00 / 2.00 / 3.00 → 2.00 / 4.00 / 6.00");
+        let mut late = config(6);
+        if let Some(b) = late.large_set.as_mut().and_then(|x| x.bystander.as_mut()) {
+            b.late = 1;
+        }
+        assert!(bystander(&late)[0].1.ends_with("; 1 LATE"));
     }
 }
