@@ -17,7 +17,7 @@ use crate::cluster::{
 };
 use crate::install::Install;
 use crate::report::{Bystander, FanOut, LargeSet, NoOp, latency};
-use crate::stages::{Ctx, Meter, idle, ms, set_patches, settle};
+use crate::stages::{Ctx, Meter, idle, last_landed_s, ms, set_patches, settle};
 
 // ------------------------------------------------------------------------------------------ fan-out --
 
@@ -130,15 +130,7 @@ pub async fn fanout(
     }
     let late = tracker.drain(start + ctx.timeout(w)).await;
     let arrivals = tracker.take_arrivals();
-    let seconds = late.is_empty().then(|| {
-        arrivals
-            .iter()
-            .map(|a| a.at)
-            .max()
-            .unwrap_or(start)
-            .duration_since(start)
-            .as_secs_f64()
-    });
+    let seconds = late.is_empty().then(|| last_landed_s(&arrivals, start));
     if !late.is_empty() {
         ctx.fail(format!(
             "fan-out: {} of {w} Deployments did not name the new revision within {:?}",
