@@ -116,7 +116,7 @@ fn is_news(before: &RefNames, now: &HistoryObject, key: &Key, state: &State) -> 
         .any(
             |(kind, name)| match state.revisions.get(kind, &Key::new(&key.namespace, name)) {
                 Some((_, revision)) => !revision
-                    .owner_references
+                    .owner_references()
                     .iter()
                     .any(|o| o.uid == now.uid || now.owner_uid.as_deref() == Some(o.uid.as_str())),
                 // Not a revision (another ConfigMap the template names), or one not seen yet, whose own

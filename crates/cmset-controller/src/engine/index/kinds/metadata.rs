@@ -6,10 +6,8 @@
 use std::collections::BTreeSet;
 
 use cmset_api::labels;
-use cmset_core::workloads::observe::RevisionView;
 use cmset_core::workloads::refs::Referenced;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::core::PartialObjectMeta;
 use kube::{Resource, ResourceExt};
 
@@ -70,7 +68,7 @@ where
     // ReplicaSet, say) matters to its set's history, and to no reader's decision.
     let readers_concerned = match (state.revisions.get(kind, key), &label, &view) {
         (Some((was_label, was)), Some(label), Some(view)) => {
-            was_label != label || !same_but_other_owners(was, view)
+            was_label != label || !was.same_but_other_owners(view)
         }
         _ => true,
     };
@@ -84,21 +82,6 @@ where
         revision_changed(set, readers_concerned, state, out);
     }
     state.sources.seen(kind, key, object.resource_version(), out);
-}
-
-/// Whether two views of one revision differ at most in owners that are not its controller (and in
-/// the resourceVersion such a change brings).
-fn same_but_other_owners(was: &RevisionView, now: &RevisionView) -> bool {
-    let controllers = |v: &RevisionView| -> Vec<OwnerReference> {
-        let controller = |o: &&OwnerReference| o.controller == Some(true);
-        v.owner_references.iter().filter(controller).cloned().collect()
-    };
-    let bare = |v: &RevisionView| RevisionView {
-        owner_references: Vec::new(),
-        resource_version: None,
-        ..v.clone()
-    };
-    controllers(was) == controllers(now) && bare(was) == bare(now)
 }
 
 fn unindex(kind: Referenced, key: &Key, state: &mut State, out: &mut Triggers) {
