@@ -175,7 +175,7 @@ prop_compose! {
                 uid: format!("uid-rs{i}"),
                 owner_uid: Some(format!("uid-w{owner}")),
                 referenced: RefNames {
-                    config_maps: BTreeSet::from([name_of(*v)]),
+                    config_maps: [name_of(*v)].into(),
                     ..RefNames::default()
                 },
             })

@@ -119,8 +119,8 @@ pub fn opted_in(object: &Value) -> bool {
 /// a Secret may share a name.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RefNames {
-    pub config_maps: BTreeSet<String>,
-    pub secrets: BTreeSet<String>,
+    pub config_maps: Names,
+    pub secrets: Names,
 }
 
 impl RefNames {
@@ -138,7 +138,7 @@ impl RefNames {
     }
 
     /// The names of objects of `kind`.
-    pub fn get(&self, kind: Referenced) -> &BTreeSet<String> {
+    pub fn get(&self, kind: Referenced) -> &Names {
         match kind {
             Referenced::ConfigMap => &self.config_maps,
             Referenced::Secret => &self.secrets,
@@ -153,11 +153,6 @@ impl RefNames {
         self.config_maps.is_empty() && self.secrets.is_empty()
     }
 
-    pub fn extend(&mut self, other: &RefNames) {
-        self.config_maps.extend(other.config_maps.iter().cloned());
-        self.secrets.extend(other.secrets.iter().cloned());
-    }
-
     /// Every (kind, name) pair.
     pub fn iter(&self) -> impl Iterator<Item = (Referenced, &str)> {
         let config_maps = self
@@ -166,6 +161,63 @@ impl RefNames {
             .map(|n| (Referenced::ConfigMap, n.as_str()));
         let secrets = self.secrets.iter().map(|n| (Referenced::Secret, n.as_str()));
         config_maps.chain(secrets)
+    }
+}
+
+/// Names, sorted and without repeats, in exactly the room they take. The index keeps the names of every
+/// reader and history object for as long as they exist, most of them one name or two, where a
+/// `BTreeSet` would hold a 280-byte node for one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Names(Box<[String]>);
+
+impl Names {
+    pub fn contains(&self, name: &str) -> bool {
+        self.0.binary_search_by(|n| n.as_str().cmp(name)).is_ok()
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, String> {
+        self.0.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl FromIterator<String> for Names {
+    fn from_iter<I: IntoIterator<Item = String>>(names: I) -> Self {
+        let mut names: Vec<String> = names.into_iter().collect();
+        names.sort_unstable();
+        names.dedup();
+        Names(names.into_boxed_slice())
+    }
+}
+
+impl<const N: usize> From<[String; N]> for Names {
+    fn from(names: [String; N]) -> Self {
+        names.into_iter().collect()
+    }
+}
+
+impl IntoIterator for Names {
+    type Item = String;
+    type IntoIter = std::vec::IntoIter<String>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_vec().into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Names {
+    type Item = &'a String;
+    type IntoIter = std::slice::Iter<'a, String>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
     }
 }
 
@@ -238,5 +290,62 @@ impl RevisionView {
         self.owner_references
             .iter()
             .any(|o| o.controller == Some(true) && o.uid == set_uid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// Names are the set of what they were made from, as a `BTreeSet` would be: the same order,
+        /// the same members, the same comparisons, in room for exactly the members.
+        #[test]
+        fn names_hold_what_a_sorted_set_would(
+            a in proptest::collection::vec("[a-c]{0,3}", 0..8),
+            b in proptest::collection::vec("[a-c]{0,3}", 0..8),
+            probe in "[a-c]{0,3}",
+        ) {
+            let (names_a, set_a): (Names, BTreeSet<String>) =
+                (a.iter().cloned().collect(), a.iter().cloned().collect());
+            let (names_b, set_b): (Names, BTreeSet<String>) =
+                (b.iter().cloned().collect(), b.iter().cloned().collect());
+            prop_assert!(names_a.iter().eq(set_a.iter()));
+            prop_assert_eq!(names_a.len(), set_a.len());
+            prop_assert_eq!(names_a.is_empty(), set_a.is_empty());
+            prop_assert_eq!(names_a.contains(&probe), set_a.contains(&probe));
+            prop_assert_eq!(names_a.cmp(&names_b), set_a.cmp(&set_b));
+            prop_assert_eq!(names_a == names_b, set_a == set_b);
+            prop_assert!(names_a.clone().into_iter().eq(set_a.into_iter()));
+            prop_assert_eq!(names_a.0.len(), names_a.len());
+        }
+    }
+
+    #[test]
+    fn a_pod_spec_s_names_are_kept_apart_by_kind() {
+        let spec: PodSpec = serde_json::from_value(serde_json::json!({
+            "containers": [{"name": "app",
+                "envFrom": [{"configMapRef": {"name": "b"}}, {"configMapRef": {"name": "a"}},
+                    {"secretRef": {"name": "a"}}]}],
+            "volumes": [{"name": "v", "configMap": {"name": "b"}}]
+        }))
+        .unwrap();
+        let names = RefNames::of(&spec);
+        assert_eq!(names.config_maps, ["a".to_string(), "b".to_string()].into());
+        assert_eq!(names.secrets, ["a".to_string()].into());
+        assert!(names.contains(Referenced::Secret, "a") && !names.contains(Referenced::Secret, "b"));
+        let pairs: Vec<_> = names.iter().collect();
+        assert_eq!(
+            pairs,
+            [
+                (Referenced::ConfigMap, "a"),
+                (Referenced::ConfigMap, "b"),
+                (Referenced::Secret, "a")
+            ]
+        );
     }
 }

@@ -46,7 +46,7 @@ pub(super) struct Graph {
     /// The ConfigMap and Secret names each reader's template names.
     names: HashMap<(ReaderKind, Key), RefNames>,
     /// By (set kind, namespace, candidate set name): the readers naming it or one of its revisions.
-    readers: HashMap<SetId, BTreeSet<(ReaderKind, String)>>,
+    readers: HashMap<SetId, ReaderList>,
     /// Each opted-in workload's rollout wave and health: a change matters to the rollouts of the
     /// sets it reads.
     progress: HashMap<(WorkloadKind, Key), (Wave, Health)>,
@@ -54,6 +54,51 @@ pub(super) struct Graph {
     /// What each opted-in workload's own reconcile last planned from, as its watch saw it: its
     /// fingerprint, since this only ever answers whether that moved.
     planned_from: HashMap<(WorkloadKind, Key), Fingerprint>,
+}
+
+/// The readers listed under one candidate set, sorted and without repeats. Most sets have one reader
+/// and its history object under each of their two candidate names, and a `BTreeSet` allocates a whole
+/// node (368 B) for one entry, where this holds exactly the entries (`examples/index_footprint.rs`). Inserting and removing move the
+/// entries after the place, which is cheap at the tens of readers a set has, and linear at worst.
+#[derive(Debug, Default)]
+struct ReaderList(Vec<(ReaderKind, String)>);
+
+/// Up to this many readers a list grows one at a time; beyond, as a `Vec` does.
+const EXACT_UP_TO: usize = 4;
+
+impl ReaderList {
+    fn insert(&mut self, kind: ReaderKind, name: &str) {
+        if let Err(at) = self.find(kind, name) {
+            if self.0.len() == self.0.capacity() && self.0.len() < EXACT_UP_TO {
+                // Most lists hold a workload and its newest history object: room for exactly those,
+                // not the four a push reserves.
+                self.0.reserve_exact(1);
+            }
+            self.0.insert(at, (kind, name.to_string()));
+        }
+    }
+
+    fn remove(&mut self, kind: ReaderKind, name: &str) {
+        if let Ok(at) = self.find(kind, name) {
+            self.0.remove(at);
+            if self.0.len() * 4 < self.0.capacity() {
+                self.0.shrink_to(self.0.len() * 2);
+            }
+        }
+    }
+
+    fn find(&self, kind: ReaderKind, name: &str) -> Result<usize, usize> {
+        self.0
+            .binary_search_by(|(k, n)| (*k, n.as_str()).cmp(&(kind, name)))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &(ReaderKind, String)> {
+        self.0.iter()
+    }
 }
 
 /// What of a workload its own reconcile plans from, beyond the sets it reads: the names its pod
@@ -125,17 +170,14 @@ impl Graph {
         }
         for set in candidates(&key.namespace, &previous) {
             if let Some(readers) = self.readers.get_mut(&set) {
-                readers.remove(&(kind, key.name.clone()));
+                readers.remove(kind, &key.name);
                 if readers.is_empty() {
                     self.readers.remove(&set);
                 }
             }
         }
         for set in candidates(&key.namespace, &names) {
-            self.readers
-                .entry(set)
-                .or_default()
-                .insert((kind, key.name.clone()));
+            self.readers.entry(set).or_default().insert(kind, &key.name);
         }
         sets.trigger_named(&key.namespace, &previous, out);
         sets.trigger_named(&key.namespace, &names, out);
@@ -219,7 +261,7 @@ impl Graph {
 
     /// Triggers the workloads that read set `set`.
     pub(super) fn trigger_readers(&self, set: &SetId, out: &mut Triggers) {
-        for (kind, name) in self.readers.get(set).into_iter().flatten() {
+        for (kind, name) in self.readers.get(set).into_iter().flat_map(ReaderList::iter) {
             if let ReaderKind::Workload(kind) = kind {
                 out.workloads.insert((*kind, Key::new(&set.1.namespace, name)));
             }
@@ -230,7 +272,7 @@ impl Graph {
         self.readers
             .get(set)
             .into_iter()
-            .flatten()
+            .flat_map(ReaderList::iter)
             .map(|(kind, name)| (*kind, Key::new(&set.1.namespace, name)))
     }
 
@@ -303,7 +345,7 @@ mod tests {
         PlannedFrom {
             references: RefNames {
                 config_maps: [config_map.to_string()].into(),
-                secrets: BTreeSet::new(),
+                secrets: Default::default(),
             },
             template_labels: labels(template_labels),
             labels: Some(labels(own)),
@@ -311,6 +353,38 @@ mod tests {
             deleting: false,
             health: None,
         }
+    }
+
+    #[test]
+    fn a_reader_list_is_sorted_without_repeats_and_holds_one_reader_in_room_for_one() {
+        let deployment = ReaderKind::Workload(WorkloadKind::Deployment);
+        let replica_set = ReaderKind::History(HistoryKind::ReplicaSet);
+        let mut list = ReaderList::default();
+        list.insert(replica_set, "web-5d9f");
+        assert_eq!(list.0.capacity(), 1);
+        for (kind, name) in [
+            (deployment, "web"),
+            (replica_set, "web-5d9f"),
+            (deployment, "api"),
+        ] {
+            list.insert(kind, name);
+        }
+        let listed: Vec<_> = list.iter().map(|(k, n)| (*k, n.as_str())).collect();
+        assert_eq!(
+            listed,
+            [
+                (deployment, "api"),
+                (deployment, "web"),
+                (replica_set, "web-5d9f")
+            ]
+        );
+        list.remove(deployment, "web");
+        list.remove(deployment, "absent");
+        let listed: Vec<_> = list.iter().map(|(k, n)| (*k, n.as_str())).collect();
+        assert_eq!(listed, [(deployment, "api"), (replica_set, "web-5d9f")]);
+        list.remove(deployment, "api");
+        list.remove(replica_set, "web-5d9f");
+        assert!(list.is_empty());
     }
 
     #[test]
