@@ -214,7 +214,7 @@ mod tests {
     #[test]
     fn sets_created_and_deleted_all_day_leave_no_trace_beyond_a_bound() {
         let memory = SetMemory::default();
-        let live = |set: &SetId| set.1.name == "set-0";
+        let live = |set: &SetId| &*set.1.name == "set-0";
         let start = Instant::now();
         for n in 0..100_000 {
             memory.remember_written(

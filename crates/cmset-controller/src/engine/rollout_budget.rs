@@ -102,7 +102,7 @@ impl RolloutBudget {
             };
             let watched: Vec<WorkloadId> = workloads
                 .iter()
-                .filter(|(_, key)| namespace.as_deref().is_none_or(|n| n == key.namespace))
+                .filter(|(_, key)| namespace.as_deref().is_none_or(|n| *n == *key.namespace))
                 .cloned()
                 .collect();
             index.wake(watched);

@@ -439,7 +439,7 @@ impl Notifier {
         let mut room: HashMap<String, usize> = HashMap::new();
         let sets = self.state().dropped.take_fitting(free, |(_, key)| {
             let left = room
-                .entry(key.namespace.clone())
+                .entry(key.namespace.to_string())
                 .or_insert_with(|| self.deliveries.room(&key.namespace));
             let fits = *left > 0;
             *left = left.saturating_sub(1);

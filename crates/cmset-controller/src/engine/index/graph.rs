@@ -281,7 +281,7 @@ impl Graph {
         let mut readers = Readers::default();
         for (kind, key) in self.readers_of(set) {
             match kind {
-                ReaderKind::Workload(kind) => readers.workloads.push((kind, key.name)),
+                ReaderKind::Workload(kind) => readers.workloads.push((kind, key.name.into())),
                 ReaderKind::History(kind) => {
                     if let Some(h) = self.history.get(&(kind, key)) {
                         readers.history.push(h.as_ref().clone());

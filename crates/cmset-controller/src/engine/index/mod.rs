@@ -72,26 +72,28 @@ pub use sets::SetFacts;
 pub use sources::SourceLookup;
 pub use triggers::{TriggerReceivers, TriggerSenders, Triggers, WorkloadQueue, trigger_channels};
 
-/// An object's namespace and name.
+/// An object's namespace and name. Boxed strings, not `String`s: a key never grows, and the index holds
+/// about ten per set in its tables, each 16 bytes smaller this way (341 B per set by
+/// `examples/index_footprint.rs`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Box<str>,
+    pub name: Box<str>,
 }
 
 impl Key {
     pub fn new(namespace: &str, name: &str) -> Self {
         Self {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
+            namespace: namespace.into(),
+            name: name.into(),
         }
     }
 
     fn of<K: Resource>(obj: &K) -> Option<Self> {
-        Some(Self {
-            namespace: obj.meta().namespace.clone()?,
-            name: obj.meta().name.clone()?,
-        })
+        Some(Self::new(
+            obj.meta().namespace.as_deref()?,
+            obj.meta().name.as_deref()?,
+        ))
     }
 }
 

@@ -62,7 +62,7 @@ impl Sources {
         if let Some(old) = old {
             let source = (kind, Key::new(&set.1.namespace, old));
             if let Some(sets) = self.sets.get_mut(&source) {
-                sets.remove(&set.1.name);
+                sets.remove(&*set.1.name);
                 if sets.is_empty() {
                     self.sets.remove(&source);
                     self.versions.remove(&source);
@@ -77,7 +77,7 @@ impl Sources {
             self.sets
                 .entry((kind, Key::new(&set.1.namespace, new)))
                 .or_default()
-                .insert(set.1.name.clone());
+                .insert(set.1.name.to_string());
         }
     }
 

@@ -665,7 +665,7 @@ async fn a_flooding_namespace_delays_only_its_own_notifications() {
                 .set
                 .1
                 .namespace
-                .clone()
+                .to_string()
         })
         .collect();
     assert!(first.contains(&"quiet".to_string()), "{first:?}");
