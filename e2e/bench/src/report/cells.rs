@@ -34,14 +34,26 @@ pub(super) fn mib_of(m: Option<Memory>) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
-/// `leader 37.8 / standby 20.1 MiB` (or `single 37.8 MiB`).
+/// `leader 37.8 / standby 20.1 MiB` (or `single 37.8 MiB`), with the anonymous part where read:
+/// `leader 37.8 (anon 14.0) / ...`.
 pub(super) fn replicas_mib(replicas: &[ReplicaMemory]) -> String {
     if replicas.is_empty() {
         return "-".into();
     }
     let parts: Vec<String> = replicas
         .iter()
-        .map(|r| format!("{} {}", r.role, mib_of(r.memory)))
+        .map(|r| {
+            let anon = r.memory.and_then(|m| m.anon_kib);
+            match anon {
+                Some(kib) => format!(
+                    "{} {} (anon {})",
+                    r.role,
+                    mib_of(r.memory),
+                    num(kib as f64 / 1024.0)
+                ),
+                None => format!("{} {}", r.role, mib_of(r.memory)),
+            }
+        })
         .collect();
     format!("{} MiB", parts.join(" / "))
 }
@@ -189,6 +201,23 @@ pub(super) fn named_values(values: &BTreeMap<String, f64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replicas_memory_names_the_anonymous_part_where_it_was_read() {
+        let replica = |role: &str, anon_kib: Option<u64>| ReplicaMemory {
+            role: role.into(),
+            memory: Some(Memory {
+                rss_kib: 40_243,
+                anon_kib,
+                ..Memory::default()
+            }),
+        };
+        assert_eq!(
+            replicas_mib(&[replica("leader", Some(16_384)), replica("standby", None)]),
+            "leader 39.3 (anon 16.0) / standby 39.3 MiB"
+        );
+        assert_eq!(replicas_mib(&[]), "-");
+    }
 
     #[test]
     fn the_machines_share_whose_reads_and_named_figures_read_as_the_table_prints_them() {

@@ -701,6 +701,11 @@ pub(super) fn rows(r: &ConfigResults) -> Vec<Row> {
             per_added_set(|m| m.heap_in_use_kib),
             String::new(),
         );
+        row(
+            "anonymous RSS per added set, smallest to largest scale (KiB)",
+            per_added_set(|m| m.anon_kib),
+            String::new(),
+        );
     }
     if let Some(s) = r.scales.iter().max_by_key(|s| s.sets) {
         let parts: Vec<String> = s
@@ -832,6 +837,7 @@ mod tests {
                     memory: Some(Memory {
                         rss_kib,
                         heap_in_use_kib: heap_kib,
+                        anon_kib: heap_kib.map(|h| h + 3_000),
                         ..Memory::default()
                     }),
                 }],
@@ -856,6 +862,7 @@ mod tests {
             [
                 "RSS per added set, smallest to largest scale (KiB): leader 16.9 (100 → 2000 sets)",
                 "heap in use per added set, smallest to largest scale (KiB): leader 17.0 (100 → 2000 sets)",
+                "anonymous RSS per added set, smallest to largest scale (KiB): leader 17.0 (100 → 2000 sets)",
             ]
         );
         // A replica that did not report its heap (an operator without the gauge) shows none.
