@@ -58,8 +58,9 @@ pub(super) struct Graph {
 
 /// The readers listed under one candidate set, sorted and without repeats. Most sets have one reader
 /// and its history object under each of their two candidate names, and a `BTreeSet` allocates a whole
-/// node (368 B) for one entry, where this holds exactly the entries (`examples/index_footprint.rs`). Inserting and removing move the
-/// entries after the place, which is cheap at the tens of readers a set has, and linear at worst.
+/// node (368 B) for one entry, where this holds exactly the entries (`examples/index_footprint.rs`).
+/// Inserting and removing move the entries after the place: cheap at the tens of readers a set has,
+/// linear at worst.
 #[derive(Debug, Default)]
 struct ReaderList(Vec<(ReaderKind, String)>);
 
@@ -81,9 +82,7 @@ impl ReaderList {
     fn remove(&mut self, kind: ReaderKind, name: &str) {
         if let Ok(at) = self.find(kind, name) {
             self.0.remove(at);
-            if self.0.len() * 4 < self.0.capacity() {
-                self.0.shrink_to(self.0.len() * 2);
-            }
+            self.0.shrink_if_sparse();
         }
     }
 
