@@ -48,9 +48,12 @@ use cmset_core::rollout::waves::WaveAnalysis;
 
 pub const NAME: &str = "set";
 
-/// A resync interval: watches already deliver every change, this only bounds how long a missed event
-/// could go unnoticed. A resync of an unchanged world writes nothing.
-const RESYNC: Duration = Duration::from_secs(30 * 60);
+/// How often every set is reconciled again (`wiring::lead` queues them all, each scope at once):
+/// watches already deliver every change, this only bounds how long a missed event could go
+/// unnoticed. A resync of an unchanged world writes nothing. It is one timer for all sets, not one
+/// requeue per set: those held an entry per set in kube-runtime's scheduler (its key's strings twice,
+/// a slot of its delay queue), about a tenth of a settled set's heap (issue 51).
+pub const RESYNC: Duration = Duration::from_secs(30 * 60);
 
 /// How soon to look again while the caches fill, or after adopting a revision the cache had not seen.
 const SOON: Duration = Duration::from_millis(250);
@@ -415,7 +418,7 @@ async fn reconcile_inner<S: SetObject>(shared: &Arc<S>, ctx: &Context) -> Result
         }
         debug!("nothing to do");
         ctx.forget_deferred(&id);
-        return Ok(Action::requeue(plan.recheck_in.unwrap_or(RESYNC).min(RESYNC)));
+        return Ok(look_again_in(plan.recheck_in));
     }
     if plan.needs_content {
         // The source changed between two reads; its watch event brings us back.
@@ -521,12 +524,21 @@ async fn reconcile_inner<S: SetObject>(shared: &Arc<S>, ctx: &Context) -> Result
     }
     // A revision just made with checks to run: its Jobs start at the next reconcile, soon.
     let checks_to_start = plan.create.is_some() && plan.checks.is_some();
-    let again = wait.or(plan.recheck_in).unwrap_or(RESYNC).min(RESYNC);
-    Ok(Action::requeue(if checks_to_start {
-        again.min(SOON)
+    let again = wait.or(plan.recheck_in);
+    Ok(look_again_in(if checks_to_start {
+        Some(again.map_or(SOON, |again| again.min(SOON)))
     } else {
         again
     }))
+}
+
+/// When a reconcile that did what it had to comes back by itself: when something it waits for is
+/// due, or else only when the set or what it reads changes (or the resync of every set comes).
+fn look_again_in(due: Option<Duration>) -> Action {
+    match due {
+        Some(due) => Action::requeue(due.min(RESYNC)),
+        None => Action::await_change(),
+    }
 }
 
 /// `result` of reading or starting the set's checks, a failure also told in a Warning on the set, where

@@ -200,6 +200,7 @@ where
         let stream = Controller::for_shared_stream(futures::stream::pending(), store)
             .with_config(self.config.clone())
             .reconcile_on(triggers)
+            .reconcile_all_on(every(set_controller::RESYNC))
             .graceful_shutdown_on(self.shutdown.clone())
             .run(
                 // Each reconcile a task of its own, on whichever worker is free (see `tasks`).
@@ -240,6 +241,14 @@ where
     }
 }
 
+/// A tick each `period`, the first one `period` from now (a fresh leader queues everything already).
+fn every(period: Duration) -> impl Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold((), move |()| async move {
+        tokio::time::sleep(period).await;
+        Some(((), ()))
+    })
+}
+
 fn log_results<S, T, E>(stream: S, controller: &'static str) -> BoxFuture<'static, ()>
 where
     S: Stream<Item = Result<T, E>> + Send + 'static,
@@ -254,4 +263,83 @@ where
             }
         })
         .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_resync_ticks_once_a_period_and_not_at_once() {
+        let period = Duration::from_secs(30 * 60);
+        let ticks = every(period);
+        futures::pin_mut!(ticks);
+        let started = tokio::time::Instant::now();
+        for n in 1..=3 {
+            ticks.next().await.unwrap();
+            assert_eq!(started.elapsed(), period * n);
+        }
+    }
+
+    fn config_map(name: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("team".into()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        }
+    }
+
+    /// The controllers' resync as `Launcher::controller` wires it: with no trigger and every
+    /// reconcile awaiting change, each stored object is reconciled once a period, and only then.
+    #[tokio::test(start_paused = true)]
+    async fn every_stored_object_is_reconciled_again_each_period_and_only_then() {
+        let period = Duration::from_secs(60);
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        writer.apply_watcher_event(&Event::Init);
+        for name in ["a", "b", "c"] {
+            writer.apply_watcher_event(&Event::InitApply(config_map(name)));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let controller = Controller::for_shared_stream(futures::stream::pending(), store)
+            .reconcile_on(futures::stream::pending())
+            .reconcile_all_on(every(period))
+            .run(
+                |cm: Arc<ConfigMap>, seen: Arc<Mutex<Vec<String>>>| async move {
+                    seen.lock().unwrap().push(cm.metadata.name.clone().unwrap());
+                    Ok::<_, std::convert::Infallible>(controller::Action::await_change())
+                },
+                |_, _, _| controller::Action::await_change(),
+                seen.clone(),
+            )
+            .for_each(|_| async {});
+        let started = tokio::time::Instant::now();
+        let run = tokio::spawn(controller);
+        let reconciled_by = |at: Duration| {
+            let mut names = seen.lock().unwrap().clone();
+            names.sort();
+            assert!(started.elapsed() >= at);
+            names
+        };
+        tokio::time::sleep(period - Duration::from_secs(1)).await;
+        assert!(
+            reconciled_by(period - Duration::from_secs(1)).is_empty(),
+            "nothing before the first period"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(reconciled_by(period), ["a", "b", "c"]);
+        tokio::time::sleep(period).await;
+        assert_eq!(reconciled_by(period * 2), ["a", "a", "b", "b", "c", "c"]);
+        run.abort();
+    }
 }

@@ -240,7 +240,11 @@ async fn an_unchanged_set_sends_no_request() {
     world.add_deployment(&web(V1, true));
     let set = settle(&mut world, &nginx_set("1"));
     let (result, seen) = reconcile_set(&world, &set).await;
-    result.unwrap();
+    assert_eq!(
+        result.unwrap(),
+        Action::await_change(),
+        "nothing due: back only on a change or the resync of every set, no timer of its own"
+    );
     assert_no_requests(&seen);
 }
 
