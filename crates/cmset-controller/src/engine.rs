@@ -11,6 +11,7 @@ pub mod context;
 pub mod index;
 pub mod memory;
 pub mod own_writes;
+pub mod pacer;
 pub mod rollout_budget;
 pub mod runtime;
 pub mod served;

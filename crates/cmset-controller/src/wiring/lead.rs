@@ -10,13 +10,14 @@ use std::time::Duration;
 
 use cmset_api::{ConfigMapSet, SecretSet};
 use futures::{FutureExt, Stream, StreamExt, future::BoxFuture};
-use kube::Client;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, controller};
+use kube::{Client, Resource};
 use tracing::{debug, warn};
 
 use crate::engine::context::{Clock, Context as EngineContext};
 use crate::engine::index::{Indexed, SetId};
+use crate::engine::pacer::{Pacer, paced};
 use crate::engine::runtime::Scope;
 use crate::engine::served::ServedKind;
 use crate::engine::stored_workload::StoredWorkload;
@@ -127,6 +128,8 @@ pub async fn lead_scope(
     let launcher = Launcher {
         config: controller::Config::default().concurrency(settings.concurrency),
         workload_config: controller::Config::default().concurrency(settings.workload_concurrency),
+        pacing: pacing_limit(settings.concurrency),
+        workload_pacing: pacing_limit(settings.workload_concurrency),
         ctx,
         shutdown: shutdown.clone(),
     };
@@ -173,6 +176,9 @@ pub async fn lead_scope(
 struct Launcher<Shutdown> {
     config: controller::Config,
     workload_config: controller::Config,
+    /// How many triggers each controller may have that have not started (see `engine::pacer`).
+    pacing: usize,
+    workload_pacing: usize,
     ctx: Arc<Context>,
     shutdown: Shutdown,
 }
@@ -197,17 +203,26 @@ where
     {
         // Every reconcile comes through `triggers`: the index's, and each object's own changes (see
         // `engine::runtime`'s `stored_watch`), which flow only while this replica leads.
+        let pacer = Pacer::new(self.pacing);
+        let started = pacer.clone();
         let stream = Controller::for_shared_stream(futures::stream::pending(), store)
             .with_config(self.config.clone())
-            .reconcile_on(triggers)
+            .reconcile_on(paced(triggers, pacer.clone()))
             .reconcile_all_on(every(set_controller::RESYNC))
             .graceful_shutdown_on(self.shutdown.clone())
             .run(
                 // Each reconcile a task of its own, on whichever worker is free (see `tasks`).
-                move |obj, ctx| spawn_owned(reconcile(obj, ctx)),
+                move |obj, ctx| {
+                    started.started(
+                        obj.meta().namespace.as_deref(),
+                        obj.meta().name.as_deref().unwrap_or_default(),
+                    );
+                    spawn_owned(reconcile(obj, ctx))
+                },
                 error_policy,
                 self.ctx.clone(),
             )
+            .inspect(move |r| gone_from_store(r, &pacer))
             .map(|r| r.map_err(|e| crate::platform::redact::controller_error(&e).to_string()));
         log_results(stream, name)
     }
@@ -223,21 +238,47 @@ where
         let stopped = futures::future::select(self.shutdown.clone().boxed(), kind.stopped().boxed())
             .map(drop)
             .shared();
+        let pacer = Pacer::new(self.workload_pacing);
+        let started = pacer.clone();
         let stream = Controller::for_shared_stream_with(
             futures::stream::pending(),
             kind.store.clone(),
             kind.resource.clone(),
         )
         .with_config(self.workload_config.clone())
-        .reconcile_on(queue)
+        .reconcile_on(paced(queue, pacer.clone()))
         .graceful_shutdown_on(stopped)
         .run(
-            move |obj, ctx| spawn_owned(workload_controller::reconcile(workload_kind, obj, ctx)),
+            move |obj, ctx| {
+                started.started(
+                    obj.meta().namespace.as_deref(),
+                    obj.meta().name.as_deref().unwrap_or_default(),
+                );
+                spawn_owned(workload_controller::reconcile(workload_kind, obj, ctx))
+            },
             move |obj, error, ctx| workload_controller::error_policy(workload_kind, obj, error, ctx),
             self.ctx.clone(),
         )
+        .inspect(move |r| gone_from_store(r, &pacer))
         .map(|r| r.map_err(|e| crate::platform::redact::controller_error(&e).to_string()));
         log_results(stream, workload_controller::NAME)
+    }
+}
+
+/// How many triggers a controller of `concurrency` is let have that have not started: twice as many
+/// as it runs at once, so that the next ones are always ready.
+fn pacing_limit(concurrency: u16) -> usize {
+    usize::from(concurrency.max(1)) * 2
+}
+
+/// A trigger whose object was gone from the store by its turn never starts: its place is free.
+fn gone_from_store<T, E, QueueErr>(result: &Result<T, controller::Error<E, QueueErr>>, pacer: &Pacer)
+where
+    E: std::error::Error + 'static,
+    QueueErr: std::error::Error + 'static,
+{
+    if let Err(controller::Error::ObjectNotFound(obj)) = result {
+        pacer.started(obj.namespace.as_deref(), &obj.name);
     }
 }
 
@@ -340,6 +381,69 @@ mod tests {
         assert_eq!(reconciled_by(period), ["a", "b", "c"]);
         tokio::time::sleep(period).await;
         assert_eq!(reconciled_by(period * 2), ["a", "a", "b", "b", "c", "c"]);
+        run.abort();
+    }
+
+    /// What the paced burst's reconciles saw: the names reconciled, and the most triggers waiting.
+    type Observed = (Arc<Mutex<Vec<String>>>, Arc<Mutex<usize>>);
+
+    /// A burst paced as `Launcher::controller` paces it: every object is reconciled, never more than
+    /// the limit are let through unstarted, and a trigger for an object not in the store (deleted
+    /// before its turn) gives its place back instead of stalling the rest.
+    #[tokio::test(start_paused = true)]
+    async fn a_paced_burst_reaches_every_object_and_an_absent_one_frees_its_place() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        writer.apply_watcher_event(&Event::Init);
+        let names: Vec<String> = (0..200).map(|i| format!("cm-{i:03}")).collect();
+        for name in &names {
+            writer.apply_watcher_event(&Event::InitApply(config_map(name)));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+        let limit = 4;
+        let pacer = Pacer::new(limit);
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        // Absent ones first, more of them than the limit: without their places back, nothing else runs.
+        for i in 0..limit + 2 {
+            tx.unbounded_send(ObjectRef::<ConfigMap>::new(&format!("gone-{i}")).within("team"))
+                .unwrap();
+        }
+        for name in &names {
+            tx.unbounded_send(ObjectRef::new(name).within("team")).unwrap();
+        }
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let most_waiting = Arc::new(Mutex::new(0));
+        let started = pacer.clone();
+        let watched = pacer.clone();
+        let controller = Controller::for_shared_stream(futures::stream::pending(), store)
+            .with_config(controller::Config::default().concurrency(2))
+            .reconcile_on(paced(rx, pacer.clone()))
+            .run(
+                move |cm: Arc<ConfigMap>, ctx: Arc<Observed>| {
+                    let waiting = watched.waiting();
+                    let mut most = ctx.1.lock().unwrap();
+                    *most = (*most).max(waiting);
+                    drop(most);
+                    started.started(
+                        cm.meta().namespace.as_deref(),
+                        cm.meta().name.as_deref().unwrap_or_default(),
+                    );
+                    async move {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        ctx.0.lock().unwrap().push(cm.metadata.name.clone().unwrap());
+                        Ok::<_, std::convert::Infallible>(controller::Action::await_change())
+                    }
+                },
+                |_, _, _| controller::Action::await_change(),
+                Arc::new((seen.clone(), most_waiting.clone())),
+            )
+            .inspect(move |r| gone_from_store(r, &pacer))
+            .for_each(|_| async {});
+        let run = tokio::spawn(controller);
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let mut reconciled = seen.lock().unwrap().clone();
+        reconciled.sort();
+        assert_eq!(reconciled, names, "every object once, the absent ones never");
+        assert!(*most_waiting.lock().unwrap() <= limit);
         run.abort();
     }
 }
