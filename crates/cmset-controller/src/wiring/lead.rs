@@ -265,10 +265,13 @@ where
     }
 }
 
-/// How many triggers a controller of `concurrency` is let have that have not started: twice as many
-/// as it runs at once, so that the next ones are always ready.
+/// How many triggers a controller of `concurrency` may have let through that have not started: eight
+/// times as many as it runs at once. The next ones are always ready, and the scheduler still merges
+/// the repeats a burst brings (a set's creation, its revision, its own status write): at twice the
+/// concurrency a burst of 300 sets took 3.08 reconciles per change against 3.00. The scheduler's
+/// room is then that of 128 objects (at the default 16), whatever the number of sets.
 fn pacing_limit(concurrency: u16) -> usize {
-    usize::from(concurrency.max(1)) * 2
+    usize::from(concurrency.max(1)) * 8
 }
 
 /// A trigger whose object was gone from the store by its turn never starts: its place is free.
