@@ -205,10 +205,10 @@ where
         // `engine::runtime`'s `stored_watch`), which flow only while this replica leads.
         let pacer = Pacer::new(self.pacing);
         let started = pacer.clone();
+        let resync = every_object_each(set_controller::RESYNC, store.clone());
         let stream = Controller::for_shared_stream(futures::stream::pending(), store)
             .with_config(self.config.clone())
-            .reconcile_on(paced(triggers, pacer.clone()))
-            .reconcile_all_on(every(set_controller::RESYNC))
+            .reconcile_on(paced(futures::stream::select(triggers, resync), pacer.clone()))
             .graceful_shutdown_on(self.shutdown.clone())
             .run(
                 // Each reconcile a task of its own, on whichever worker is free (see `tasks`).
@@ -293,6 +293,26 @@ fn every(period: Duration) -> impl Stream<Item = ()> + Send + 'static {
     })
 }
 
+/// Every object `store` holds, each `period`: a controller's resync, as triggers, so that it is paced
+/// like them (kube-runtime's `reconcile_all_on` would hand the scheduler every object at once).
+fn every_object_each<K>(
+    period: Duration,
+    store: Store<K>,
+) -> impl Stream<Item = ObjectRef<K>> + Send + 'static
+where
+    K: kube::Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    every(period).flat_map(move |()| {
+        let refs: Vec<ObjectRef<K>> = store
+            .state()
+            .iter()
+            .map(|obj| ObjectRef::from_obj(obj.as_ref()))
+            .collect();
+        futures::stream::iter(refs)
+    })
+}
+
 fn log_results<S, T, E>(stream: S, controller: &'static str) -> BoxFuture<'static, ()>
 where
     S: Stream<Item = Result<T, E>> + Send + 'static,
@@ -343,8 +363,9 @@ mod tests {
         }
     }
 
-    /// The controllers' resync as `Launcher::controller` wires it: with no trigger and every
-    /// reconcile awaiting change, each stored object is reconciled once a period, and only then.
+    /// The set controllers' resync as `Launcher::controller` wires it, paced like the triggers (here
+    /// two at a time): with no trigger and every reconcile awaiting change, each stored object is
+    /// reconciled once a period, and only then.
     #[tokio::test(start_paused = true)]
     async fn every_stored_object_is_reconciled_again_each_period_and_only_then() {
         let period = Duration::from_secs(60);
@@ -355,24 +376,35 @@ mod tests {
         }
         writer.apply_watcher_event(&Event::InitDone);
         let seen = Arc::new(Mutex::new(Vec::new()));
+        let pacer = Pacer::new(2);
+        let started = pacer.clone();
+        let resync = every_object_each(period, store.clone());
         let controller = Controller::for_shared_stream(futures::stream::pending(), store)
-            .reconcile_on(futures::stream::pending())
-            .reconcile_all_on(every(period))
+            .reconcile_on(paced(
+                futures::stream::select(futures::stream::pending(), resync),
+                pacer,
+            ))
             .run(
-                |cm: Arc<ConfigMap>, seen: Arc<Mutex<Vec<String>>>| async move {
-                    seen.lock().unwrap().push(cm.metadata.name.clone().unwrap());
-                    Ok::<_, std::convert::Infallible>(controller::Action::await_change())
+                move |cm: Arc<ConfigMap>, seen: Arc<Mutex<Vec<String>>>| {
+                    started.started(
+                        cm.meta().namespace.as_deref(),
+                        cm.meta().name.as_deref().unwrap_or_default(),
+                    );
+                    async move {
+                        seen.lock().unwrap().push(cm.metadata.name.clone().unwrap());
+                        Ok::<_, std::convert::Infallible>(controller::Action::await_change())
+                    }
                 },
                 |_, _, _| controller::Action::await_change(),
                 seen.clone(),
             )
             .for_each(|_| async {});
-        let started = tokio::time::Instant::now();
+        let begun = tokio::time::Instant::now();
         let run = tokio::spawn(controller);
         let reconciled_by = |at: Duration| {
             let mut names = seen.lock().unwrap().clone();
             names.sort();
-            assert!(started.elapsed() >= at);
+            assert!(begun.elapsed() >= at);
             names
         };
         tokio::time::sleep(period - Duration::from_secs(1)).await;
