@@ -48,7 +48,7 @@ use cmset_core::rollout::waves::WaveAnalysis;
 
 pub const NAME: &str = "set";
 
-/// How often every set is reconciled again (`wiring::lead` queues them all, each scope at once):
+/// How often every set is reconciled again (`wiring::lead` queues them all, paced like any trigger):
 /// watches already deliver every change, this only bounds how long a missed event could go
 /// unnoticed. A resync of an unchanged world writes nothing. It is one timer for all sets, not one
 /// requeue per set: those held an entry per set in kube-runtime's scheduler (its key's strings twice,
