@@ -185,9 +185,16 @@ async fn a_failed_rollout_is_told_once_to_each_service_and_a_restart_tells_it_ag
         .unwrap();
     let text = rolled_back.body["text"].as_str().unwrap_or_default();
     assert!(text.contains(&format!("Deployment web to {good}")), "{text}");
-    // The flaky receiver answered 500 twice, then took the third try.
-    let status = sets.get(SET).await.unwrap().status.unwrap();
-    let records = status.notifications.unwrap();
+    // The flaky receiver answered 500 twice, then took the third try. A record is written after its
+    // delivery's last answer, which the receiver may have counted a moment before: wait for it.
+    let records = eventually_within(WAIT, "every record written as delivered", || async {
+        let records = sets.get(SET).await.ok()?.status?.notifications?;
+        records
+            .iter()
+            .all(|r| r.result == NotificationResult::Delivered)
+            .then_some(records)
+    })
+    .await;
     let flaky = records.iter().find(|r| r.service == "flaky").unwrap();
     assert_eq!(
         (flaky.result, flaky.attempts),
