@@ -322,6 +322,15 @@ mod tests {
         tx.unbounded_send(ObjectRef::new(name).within(namespace)).unwrap();
     }
 
+    /// A pacer of `limit` whose input already holds a trigger for each of `names`, in namespace team.
+    fn paced_after(limit: usize, names: &[&str]) -> (Input, Output, Arc<Pacer>) {
+        let (tx, out, pacer) = paced_input(limit);
+        for name in names {
+            send(&tx, "team", name);
+        }
+        (tx, out, pacer)
+    }
+
     /// The next one let through now, if any.
     fn next_now(out: &mut Output) -> Option<String> {
         out.next().now_or_never().flatten().map(|obj| obj.name)
@@ -329,10 +338,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn lets_through_up_to_the_limit_then_one_per_start() {
-        let (tx, mut out, pacer) = paced_input(2);
-        for name in ["a", "b", "c"] {
-            send(&tx, "team", name);
-        }
+        let (_tx, mut out, pacer) = paced_after(2, &["a", "b", "c"]);
         assert_eq!(next_now(&mut out).as_deref(), Some("a"));
         assert_eq!(next_now(&mut out).as_deref(), Some("b"));
         assert_eq!(next_now(&mut out), None, "no place left");
@@ -343,10 +349,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn repeats_of_a_queued_object_merge_into_its_first() {
-        let (tx, mut out, pacer) = paced_input(1);
-        for name in ["a", "b", "b", "c", "b"] {
-            send(&tx, "team", name);
-        }
+        let (_tx, mut out, pacer) = paced_after(1, &["a", "b", "b", "c", "b"]);
         let mut names = Vec::new();
         while let Some(name) = next_now(&mut out) {
             pacer.started(Some("team"), &name);
@@ -371,10 +374,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_start_by_another_way_takes_the_objects_queued_trigger() {
-        let (tx, mut out, pacer) = paced_input(1);
-        for name in ["a", "b", "c"] {
-            send(&tx, "team", name);
-        }
+        let (tx, mut out, pacer) = paced_after(1, &["a", "b", "c"]);
         assert_eq!(next_now(&mut out).as_deref(), Some("a"));
         assert_eq!(next_now(&mut out), None, "b and c wait for a place");
         // b runs by a requeue it asked for, which goes to the scheduler directly: it reads the store
@@ -402,9 +402,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_waiting_trigger_goes_as_soon_as_a_place_frees() {
-        let (tx, mut out, pacer) = paced_input(1);
-        send(&tx, "team", "a");
-        send(&tx, "team", "b");
+        let (_tx, mut out, pacer) = paced_after(1, &["a", "b"]);
         assert_eq!(next_now(&mut out).as_deref(), Some("a"));
         let next = tokio::spawn(async move { out.next().await.map(|obj| obj.name) });
         tokio::task::yield_now().await;
@@ -416,9 +414,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_start_never_seen_costs_a_place_for_a_while_never_a_stall() {
-        let (tx, mut out, pacer) = paced_input(1);
-        send(&tx, "team", "a");
-        send(&tx, "team", "b");
+        let (tx, mut out, pacer) = paced_after(1, &["a", "b"]);
         assert_eq!(next_now(&mut out).as_deref(), Some("a"));
         let begun = Instant::now();
         // Triggers that keep coming meanwhile do not put the safety net off.
@@ -439,9 +435,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_end_of_the_triggers_ends_the_stream_once_the_queue_is_empty() {
-        let (tx, mut out, pacer) = paced_input(1);
-        send(&tx, "team", "a");
-        send(&tx, "team", "b");
+        let (tx, mut out, pacer) = paced_after(1, &["a", "b"]);
         drop(tx);
         assert_eq!(next_now(&mut out).as_deref(), Some("a"));
         pacer.started(Some("team"), "a");
